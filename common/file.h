@@ -1,0 +1,47 @@
+/*
+ * file.h: reading whole files with a size cap, and atomic writes.
+ *
+ * Atomic writes follow the one recipe that survives crashes on POSIX file
+ * systems: write to a temporary file in the destination directory, fsync it,
+ * rename() it over the target, fsync the directory. A reader therefore sees
+ * the old file or the complete new one, never a half-written one, and a
+ * failed write leaves nothing behind.
+ */
+#ifndef MF_FILE_H
+#define MF_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+/* Reads all of path into a malloc'd buffer (NUL-terminated, the NUL not
+ * counted in *len). Fails with MF_ENOMEM if the file is larger than max.
+ * On failure *data and *len are untouched. The caller frees *data. */
+int mf_file_read(const char *path, size_t max, char **data, size_t *len, struct mf_err *err);
+
+/* Replaces path atomically with len bytes of data (mode 0644). */
+int mf_file_write_atomic(const char *path, const void *data, size_t len, struct mf_err *err);
+
+/* A file being written in place of `path`, for data that comes in pieces. */
+struct mf_file_tmp {
+    int fd;          /* open temporary file, or -1 */
+    char *path;      /* owned: final path */
+    char *tmp_path;  /* owned: the temporary's path, in the same directory */
+};
+
+/* Creates the temporary. On failure t is safe to abort. */
+int mf_file_tmp_open(struct mf_file_tmp *t, const char *path, struct mf_err *err);
+/* Writes all n bytes (retrying short writes and EINTR). */
+int mf_file_tmp_write(struct mf_file_tmp *t, const void *p, size_t n, struct mf_err *err);
+/* fsync, rename over the final path, fsync the directory, release t. On
+ * failure the temporary is removed, the old file (if any) is left as it was,
+ * and t is released. */
+int mf_file_tmp_commit(struct mf_file_tmp *t, struct mf_err *err);
+/* Removes the temporary and releases t. Accepts a released or never-opened t. */
+void mf_file_tmp_abort(struct mf_file_tmp *t);
+
+/* mkdir -p with mode 0755. Existing directories are fine. */
+int mf_file_mkdirs(const char *path, struct mf_err *err);
+
+#endif

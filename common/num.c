@@ -1,0 +1,76 @@
+/*
+ * num.c: strict number parsing on top of strtoll/strtoull/strtod.
+ */
+#include "num.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+int mf_num_parse_i64(const char *s, int64_t *out)
+{
+    if (!*s || isspace((unsigned char)*s))
+        return MF_EINVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end)
+        return MF_EINVAL;
+    if (errno == ERANGE)
+        return MF_ERANGE;
+    *out = v;
+    return 0;
+}
+
+int mf_num_parse_u64(const char *s, uint64_t *out)
+{
+    if (!*s || !isdigit((unsigned char)*s))
+        return MF_EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end)
+        return MF_EINVAL;
+    if (errno == ERANGE)
+        return MF_ERANGE;
+    *out = v;
+    return 0;
+}
+
+int mf_num_parse_f64(const char *s, double *out)
+{
+    if (!*s || isspace((unsigned char)*s))
+        return MF_EINVAL;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end)
+        return MF_EINVAL;
+    if (!isfinite(v))
+        return MF_EINVAL;
+    if (errno == ERANGE && fabs(v) > 1.0)
+        return MF_ERANGE;
+    *out = v;
+    return 0;
+}
+
+int mf_num_parse_bool(const char *s, int *out)
+{
+    static const char *yes[] = {"1", "t", "T", "true", "TRUE", "True"};
+    static const char *no[] = {"0", "f", "F", "false", "FALSE", "False"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return MF_EINVAL;
+}

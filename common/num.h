@@ -1,0 +1,20 @@
+/*
+ * num.h: strict number parsing (atoi/atof are banned: they cannot fail).
+ *
+ * Each parser takes the whole string: leading/trailing garbage, empty input,
+ * overflow and (for doubles) NaN/inf are errors, reported as MF_EINVAL or
+ * MF_ERANGE with *out untouched.
+ */
+#ifndef MF_NUM_H
+#define MF_NUM_H
+
+#include <stdint.h>
+
+int mf_num_parse_i64(const char *s, int64_t *out);
+int mf_num_parse_u64(const char *s, uint64_t *out);
+int mf_num_parse_f64(const char *s, double *out);
+/* "true"/"false" and the spellings Go's strconv.ParseBool takes (1, t, T,
+ * TRUE, True, 0, f, F, FALSE, False), since Ollama parses bools with it. */
+int mf_num_parse_bool(const char *s, int *out);
+
+#endif

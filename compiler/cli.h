@@ -1,0 +1,40 @@
+/*
+ * cli.h: what every `mfc` subcommand gets and returns.
+ *
+ * A subcommand is a function taking its own argv (argv[0] is its name) and
+ * a context owned by main(). It returns the process exit status: 0 success,
+ * 1 invalid input or a failed operation, 2 usage error (docs/cli.md).
+ * Subcommands print their results to ctx->out and diagnostics to ctx->err;
+ * the library code they call never prints.
+ */
+#ifndef MFC_CLI_H
+#define MFC_CLI_H
+
+#include <stdio.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+struct mfc_ctx {
+    FILE *out;          /* borrowed: results (stdout) */
+    FILE *err;          /* borrowed: diagnostics (stderr) */
+    struct mf_log log;  /* level from MFC_LOG_LEVEL, -v or -q */
+    int color;          /* nonzero: diagnostics may use ANSI colour */
+};
+
+struct mfc_cmd {
+    const char *name;     /* as typed after `mfc` */
+    int (*run)(int argc, char **argv, struct mfc_ctx *ctx);
+    const char *summary;  /* one line for `mfc help` */
+};
+
+/* Prints "mfc: <message>" for a failed operation and returns its exit status. */
+int mfc_report(struct mfc_ctx *ctx, const struct mf_err *err);
+
+/* Prints a usage error ("mfc CMD: message", then "Try 'mfc help CMD'") and returns 2. */
+int mfc_usage_error(struct mfc_ctx *ctx, const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The subcommands; each lives in compiler/cmd_<name>.c. */
+
+#endif

@@ -1,0 +1,18 @@
+### CUDA kernels (only with --with-cuda or an auto-detected nvcc)
+## sm_90a for Hopper's wgmma/TMA, plus compute_90 PTX so newer GPUs can JIT it.
+NVCC_FLAGS = -O3 -std=c++17 -I$(top_srcdir) -I$(top_builddir) \
+	-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
+	-Xcompiler -fPIC,-Wall
+KERNELS_CU = kernels/device.cu
+EXTRA_DIST += $(KERNELS_CU) kernels/kernels.h
+if HAVE_CUDA
+noinst_LIBRARIES += libmfc_kernels.a
+libmfc_kernels_a_SOURCES = kernels/kernels.h
+libmfc_kernels_a_LIBADD = $(KERNELS_CU:.cu=.cu.o)
+libmfc_kernels_a_DEPENDENCIES = $(libmfc_kernels_a_LIBADD)
+CLEANFILES += $(KERNELS_CU:.cu=.cu.o)
+MFC_CUDA_LIBS = libmfc_kernels.a -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
+kernels/%.cu.o: kernels/%.cu kernels/kernels.h
+	@$(MKDIR_P) $(@D)
+	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+endif

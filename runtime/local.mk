@@ -1,0 +1,1 @@
+### libmfc_runtime and mfc-serve (grows with the runtime issues)

@@ -1,0 +1,98 @@
+/*
+ * ggml_type.c: the table of GGUF tensor types.
+ *
+ * Block sizes and byte sizes are those of ggml-common.h (and gguf-py's
+ * GGML_QUANT_SIZES); they define the on-disk layout, so they are data, not
+ * code, and tests check them against known tensor sizes in real files.
+ */
+#include "ggml_type.h"
+
+#include <strings.h>
+
+struct type_info {
+    const char *name; /* NULL: retired or unused id */
+    uint32_t blck;    /* elements per block */
+    uint32_t size;    /* bytes per block */
+};
+
+static const struct type_info types[GGML_TYPE_COUNT] = {
+    [GGML_TYPE_F32] = {"F32", 1, 4},
+    [GGML_TYPE_F16] = {"F16", 1, 2},
+    [GGML_TYPE_Q4_0] = {"Q4_0", 32, 18},
+    [GGML_TYPE_Q4_1] = {"Q4_1", 32, 20},
+    [GGML_TYPE_Q5_0] = {"Q5_0", 32, 22},
+    [GGML_TYPE_Q5_1] = {"Q5_1", 32, 24},
+    [GGML_TYPE_Q8_0] = {"Q8_0", 32, 34},
+    [GGML_TYPE_Q8_1] = {"Q8_1", 32, 36},
+    [GGML_TYPE_Q2_K] = {"Q2_K", 256, 84},
+    [GGML_TYPE_Q3_K] = {"Q3_K", 256, 110},
+    [GGML_TYPE_Q4_K] = {"Q4_K", 256, 144},
+    [GGML_TYPE_Q5_K] = {"Q5_K", 256, 176},
+    [GGML_TYPE_Q6_K] = {"Q6_K", 256, 210},
+    [GGML_TYPE_Q8_K] = {"Q8_K", 256, 292},
+    [GGML_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66},
+    [GGML_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74},
+    [GGML_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98},
+    [GGML_TYPE_IQ1_S] = {"IQ1_S", 256, 50},
+    [GGML_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18},
+    [GGML_TYPE_IQ3_S] = {"IQ3_S", 256, 110},
+    [GGML_TYPE_IQ2_S] = {"IQ2_S", 256, 82},
+    [GGML_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
+    [GGML_TYPE_I8] = {"I8", 1, 1},
+    [GGML_TYPE_I16] = {"I16", 1, 2},
+    [GGML_TYPE_I32] = {"I32", 1, 4},
+    [GGML_TYPE_I64] = {"I64", 1, 8},
+    [GGML_TYPE_F64] = {"F64", 1, 8},
+    [GGML_TYPE_IQ1_M] = {"IQ1_M", 256, 56},
+    [GGML_TYPE_BF16] = {"BF16", 1, 2},
+    [GGML_TYPE_TQ1_0] = {"TQ1_0", 256, 54},
+    [GGML_TYPE_TQ2_0] = {"TQ2_0", 256, 66},
+    [GGML_TYPE_MXFP4] = {"MXFP4", 32, 17},
+};
+
+int ggml_type_valid(uint32_t id)
+{
+    return id < GGML_TYPE_COUNT && types[id].name != NULL;
+}
+
+const char *ggml_type_name(uint32_t id)
+{
+    return ggml_type_valid(id) ? types[id].name : "?";
+}
+
+int ggml_type_from_name(const char *name, enum ggml_type *t)
+{
+    for (uint32_t i = 0; i < GGML_TYPE_COUNT; i++) {
+        if (types[i].name && strcasecmp(types[i].name, name) == 0) {
+            *t = (enum ggml_type)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+uint32_t ggml_type_block_size(uint32_t id)
+{
+    return ggml_type_valid(id) ? types[id].blck : 0;
+}
+
+uint32_t ggml_type_size(uint32_t id)
+{
+    return ggml_type_valid(id) ? types[id].size : 0;
+}
+
+int ggml_type_is_quantized(uint32_t id)
+{
+    return ggml_type_valid(id) && types[id].blck > 1;
+}
+
+int ggml_type_row_size(uint32_t id, uint64_t ne0, uint64_t *bytes)
+{
+    if (!ggml_type_valid(id) || ne0 % types[id].blck)
+        return -1;
+    uint64_t blocks = ne0 / types[id].blck;
+    if (blocks > UINT64_MAX / types[id].size)
+        return -1;
+    *bytes = blocks * types[id].size;
+    return 0;
+}

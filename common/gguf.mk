@@ -1,0 +1,1 @@
+### GGUF reader/writer (common/gguf.*), mfc inspect, and their tests

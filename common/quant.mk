@@ -1,0 +1,1 @@
+### Quantization codecs (common/quant*), their tests and benchmarks

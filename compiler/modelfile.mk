@@ -1,0 +1,1 @@
+### Modelfile front end (compiler/modelfile.*), mfc check/fmt, and their tests

@@ -1,0 +1,1 @@
+### Test tools built by make check (generators, fake servers)

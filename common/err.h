@@ -46,7 +46,7 @@ int mf_err_set(struct mf_err *err, int code, const char *fmt, ...)
 int mf_err_setv(struct mf_err *err, int code, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
-/* Like mf_err_set, and appends ": <strerror(errnum)>". */
+/* Like mf_err_set, and appends ": " and the system text for errnum. */
 int mf_err_sys(struct mf_err *err, int code, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -9,3 +9,7 @@ TESTS += tests/unit/test_common
 ### CLI tests (bats)
 TESTS += tests/cli/mfc.bats
 EXTRA_DIST += tests/cli/mfc.bats tests/cli/helpers.bash
+
+### Source rules (banned functions, header comments)
+TESTS += script/checksrc
+EXTRA_DIST += script/checksrc script/bootstrap script/test script/demo

@@ -12,6 +12,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" { /* kernels/ (CUDA C++) report errors through this too */
+#endif
+
 enum {
     MF_OK = 0,
     MF_EINVAL = -1,       /* bad input: a file, a request, a value */
@@ -60,5 +64,9 @@ const char *mf_err_name(int code);
 
 /* The process exit status mfc documents for a code: 2 for usage, 1 otherwise. */
 int mf_err_exit_status(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -8,11 +8,18 @@ EXTRA_DIST += $(KERNELS_CU) kernels/kernels.h
 if HAVE_CUDA
 noinst_LIBRARIES += libmfc_kernels.a
 libmfc_kernels_a_SOURCES = kernels/kernels.h
-libmfc_kernels_a_LIBADD = $(KERNELS_CU:.cu=.cu.o)
+libmfc_kernels_a_LIBADD = $(KERNELS_CU:.cu=_cu.o)
 libmfc_kernels_a_DEPENDENCIES = $(libmfc_kernels_a_LIBADD)
-CLEANFILES += $(KERNELS_CU:.cu=.cu.o)
+CLEANFILES += $(KERNELS_CU:.cu=_cu.o)
 MFC_CUDA_LIBS = libmfc_kernels.a -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
-kernels/%.cu.o: kernels/%.cu kernels/kernels.h
+kernels/%_cu.o: kernels/%.cu kernels/kernels.h
 	@$(MKDIR_P) $(@D)
 	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 endif
+
+if HAVE_CUDA
+noinst_PROGRAMS += tests/gpu/gpuinfo
+tests_gpu_gpuinfo_SOURCES = tests/gpu/gpuinfo.c
+tests_gpu_gpuinfo_LDADD = $(MFC_CUDA_LIBS) $(MFC_COMMON_LIBS) -lstdc++
+endif
+EXTRA_DIST += tests/gpu/gpuinfo.c

@@ -1,0 +1,1 @@
+### Chat templates (runtime/template*) and the sampler (runtime/sampler*)

@@ -1,0 +1,1 @@
+### Tokenizer (runtime/tokenizer*): SentencePiece and byte-level BPE from GGUF metadata

@@ -1,1 +1,1 @@
-### Engine: model loader, paged KV, scheduler, CPU backend (runtime/model*, kv*, sched*, cpu*)
+### Paged KV manager, scheduler, engine loop (runtime/kv*, sched*, engine*)

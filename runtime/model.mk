@@ -1,0 +1,1 @@
+### Model loader, CPU backend, runtime LoRA (runtime/model*, backend*, cpu*, lora*)

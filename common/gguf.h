@@ -223,15 +223,15 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *gf, const cha
 
 /* ---- writer ----
  *
- * States:  KV    --gguf_writer_add_*------------> KV
- *          KV    --gguf_writer_add_tensor-------> INFO   (no more KVs)
- *          INFO  --gguf_writer_add_tensor-------> INFO
- *          KV/INFO --gguf_writer_write (1st)----> DATA   (header goes out)
- *          DATA  --gguf_writer_write------------> DATA
- *          any   --gguf_writer_finish-----------> DONE   (commit; all data given)
- *          any   --gguf_writer_free-------------> gone   (temp removed unless DONE)
- * Any failure puts the writer in FAILED: later calls return MF_EINVAL and
- * gguf_writer_free removes the temporary, so a failed write leaves nothing.
+ * States:  OPEN --gguf_writer_add_* / add_tensor--> OPEN   (KVs and infos may
+ *                                                         interleave; KV order
+ *                                                         and tensor order kept)
+ *          OPEN --gguf_writer_write (1st)---------> DATA   (header goes out)
+ *          DATA --gguf_writer_write---------------> DATA
+ *          OPEN/DATA --gguf_writer_finish---------> DONE   (committed)
+ *          any  --gguf_writer_free----------------> gone   (temp removed unless DONE)
+ * Any failure puts the writer in FAILED and removes the temporary at once:
+ * later calls return MF_EINVAL, and a failed write leaves nothing at path.
  * KVs and infos are held in memory (a 128k-token vocabulary is a few MB);
  * tensor data goes straight to the file.
  */

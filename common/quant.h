@@ -39,7 +39,7 @@ uint16_t quant_f32_to_bf16(float f);
 int quant_can_dequantize(enum ggml_type t);
 
 /* 1 if quant_quantize_row handles t: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0, Q4_K, Q5_K, Q6_K. */
+ * Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. */
 int quant_can_quantize(enum ggml_type t);
 
 /* Decodes n elements of type t at src (n / block_size blocks, any

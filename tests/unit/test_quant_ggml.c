@@ -10,10 +10,13 @@
  *     same float bits as ggml_get_type_traits(t)->to_float, on ggml's own
  *     quantized blocks and on random blocks;
  *   - the fp16/bf16 scalar conversions match ggml's on every half and on
- *     random float bit patterns.
+ *     random float bit patterns;
+ *   - quant_ftype_tensor_type picks the type llama.cpp's own rules pick
+ *     (llama_quant_compute_types from libllama, fed mock models of several
+ *     shapes: dense, tied, 70B-like, 8-expert MoE, Falcon, odd widths).
  * The library is found through MFC_GGML_LIB, else under
- * $MFC_SRCDIR/tests/tools/node/node_modules; when it is absent every test
- * skips and says why.
+ * $MFC_SRCDIR/tests/tools/node/node_modules; libllama is taken from the
+ * same folder. When a library is absent its tests skip and say why.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +31,7 @@
 #include <dlfcn.h>
 #include <glob.h>
 #include <math.h>
+#include <unistd.h>
 
 #include "common/quant.h"
 #include "tests/unit/quant_testdata.h"
@@ -58,6 +62,52 @@ struct ggml_lib {
 
 static struct ggml_lib lib; /* filled by group_setup; handle NULL when absent */
 static char lib_missing[4200];
+
+/* llama.h's llama_model_quantize_params (same version as above). */
+struct llama_qparams {
+    int32_t nthread;
+    int32_t ftype;
+    int32_t output_tensor_type;
+    int32_t token_embedding_type;
+    bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
+    const void *imatrix, *kv_overrides, *tt_overrides;
+    const int32_t *prune_layers;
+    size_t max_buf_size;
+};
+
+/* src/llama-ext.h's llama_quant_model_desc. */
+struct llama_mock_desc {
+    const char *architecture;
+    uint32_t n_embd, n_ff, n_layer, n_head, n_head_kv, n_expert, n_embd_head_k, n_embd_head_v;
+};
+
+struct ggml_init_params {
+    size_t mem_size;
+    void *mem_buffer;
+    bool no_alloc;
+};
+
+/* libllama's test hooks (C++ names, hence the mangled symbols) and the
+ * ggml calls that build tensor descriptions for them. */
+struct llama_lib {
+    void *handle;
+    struct llama_qparams (*default_params)(void);
+    void *(*model_from_metadata)(const struct llama_mock_desc *desc);
+    void (*model_free)(void *model);
+    void *(*quant_init)(const void *model, const struct llama_qparams *params);
+    void (*quant_free)(void *qs);
+    bool (*allows)(const void *qs, const void *tensor);
+    void (*compute_types)(void *qs, int ftype, void **tensors, int *types, size_t n);
+    void *(*ggml_init)(struct ggml_init_params p);
+    void (*ggml_free)(void *ctx);
+    void *(*new_tensor)(void *ctx, int type, int n_dims, const int64_t *ne);
+    void *(*set_name)(void *tensor, const char *name);
+    size_t (*tensor_overhead)(void);
+    void (*log_set)(void (*cb)(int level, const char *text, void *ud), void *ud);
+};
+
+static struct llama_lib llama; /* handle NULL when absent */
+static char llama_missing[4300];
 
 /* ---- finding and loading the library --------------------------------------- */
 
@@ -97,6 +147,63 @@ static int load_syms(void)
                : -1;
 }
 
+static void quiet_log(int level, const char *text, void *ud)
+{
+}
+
+/* libllama next to libggml-base; a missing one only skips the mix test. */
+static void load_llama(void)
+{
+    char dir[4096], pat[4200];
+    snprintf(dir, sizeof dir, "%s", lib.path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(pat, sizeof pat, "%s/libllama*.so", slash ? dir : ".");
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) != 0 || g.gl_pathc == 0) {
+        snprintf(llama_missing, sizeof llama_missing, "no %s", pat);
+        globfree(&g);
+        return;
+    }
+    llama.handle = dlopen(g.gl_pathv[0], RTLD_NOW | RTLD_LOCAL);
+    if (!llama.handle)
+        snprintf(llama_missing, sizeof llama_missing, "dlopen %s: %s", g.gl_pathv[0], dlerror());
+    globfree(&g);
+    if (!llama.handle)
+        return;
+    void *h = llama.handle, *g0 = lib.handle;
+    *(void **)&llama.default_params = dlsym(h, "llama_model_quantize_default_params");
+    *(void **)&llama.model_from_metadata =
+        dlsym(h, "_Z31llama_quant_model_from_metadataPK22llama_quant_model_desc");
+    *(void **)&llama.model_free = dlsym(h, "llama_model_free");
+    *(void **)&llama.quant_init =
+        dlsym(h, "_Z16llama_quant_initPK11llama_modelPK27llama_model_quantize_params");
+    *(void **)&llama.quant_free = dlsym(h, "_Z16llama_quant_freeP19quantize_state_impl");
+    *(void **)&llama.allows = dlsym(
+        h, "_Z38llama_quant_tensor_allows_quantizationPK19quantize_state_implPK11ggml_tensor");
+    *(void **)&llama.compute_types =
+        dlsym(h, "_Z25llama_quant_compute_typesP19quantize_state_impl11llama_ftypePP11ggml_"
+                 "tensorP9ggml_typem");
+    *(void **)&llama.ggml_init = dlsym(g0, "ggml_init");
+    *(void **)&llama.ggml_free = dlsym(g0, "ggml_free");
+    *(void **)&llama.new_tensor = dlsym(g0, "ggml_new_tensor");
+    *(void **)&llama.set_name = dlsym(g0, "ggml_set_name");
+    *(void **)&llama.tensor_overhead = dlsym(g0, "ggml_tensor_overhead");
+    *(void **)&llama.log_set = dlsym(h, "llama_log_set");
+    if (!llama.default_params || !llama.model_from_metadata || !llama.model_free ||
+        !llama.quant_init || !llama.quant_free || !llama.allows || !llama.compute_types ||
+        !llama.ggml_init || !llama.ggml_free || !llama.new_tensor || !llama.set_name ||
+        !llama.tensor_overhead || !llama.log_set) {
+        snprintf(llama_missing, sizeof llama_missing,
+                 "this libllama has no llama_quant_compute_types test hooks");
+        dlclose(llama.handle);
+        llama.handle = NULL;
+        return;
+    }
+    llama.log_set(quiet_log, NULL); /* its fallback warnings are expected here */
+}
+
 static int group_setup(void **state)
 {
     if (find_lib(lib.path, sizeof lib.path) != 0) {
@@ -105,10 +212,15 @@ static int group_setup(void **state)
                  lib.path);
         return 0;
     }
+    if (access(lib.path, F_OK) != 0) {
+        snprintf(lib_missing, sizeof lib_missing, "%s does not exist", lib.path);
+        return 0;
+    }
+    /* the file is there: failing to load it is a failure, not a skip */
     lib.handle = dlopen(lib.path, RTLD_NOW | RTLD_LOCAL);
     if (!lib.handle) {
-        snprintf(lib_missing, sizeof lib_missing, "dlopen %s failed: %s", lib.path, dlerror());
-        return 0;
+        fprintf(stderr, "dlopen %s failed: %s\n", lib.path, dlerror());
+        return -1;
     }
     /* a library that loads but lacks the API is a real failure, not a skip */
     if (load_syms() != 0) {
@@ -121,12 +233,21 @@ static int group_setup(void **state)
         fprintf(stderr, "%s: struct ggml_type_traits has another layout\n", lib.path);
         return -1;
     }
-    printf("# comparing with %s\n", lib.path);
+    printf("# comparing with %s; ISAs here:", lib.path);
+    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+        const struct quant_ops *ops = quant_ops_for_isa((enum quant_isa)isa);
+        if (ops)
+            printf(" %s", ops->name);
+    }
+    printf("\n");
+    load_llama();
     return 0;
 }
 
 static int group_teardown(void **state)
 {
+    if (llama.handle)
+        dlclose(llama.handle);
     if (lib.handle)
         dlclose(lib.handle);
     return 0;
@@ -362,12 +483,248 @@ static void test_half_scalars_match_ggml(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* ---- file-type mixes ---------------------------------------------------------------- */
+
+/* A model shape for the mix comparison. */
+struct scenario {
+    const char *label;
+    struct llama_mock_desc desc; /* what libllama's mock model gets */
+    uint32_t vocab;
+    int tied;      /* no output.weight */
+    int fused_qkv; /* attn_qkv instead of attn_q/k/v (Falcon) */
+    int biases;    /* 1-D attn_q/k/v biases (Qwen2) */
+};
+
+static const struct scenario scenarios[] = {
+    {"llama3-8b", {"llama", 4096, 14336, 32, 32, 8, 0, 128, 128}, 128256, 0, 0, 0},
+    {"llama3.2-1b-tied", {"llama", 2048, 8192, 16, 32, 8, 0, 64, 64}, 128256, 1, 0, 0},
+    {"qwen2-0.5b-odd-width", {"qwen2", 896, 4864, 24, 14, 2, 0, 64, 64}, 151936, 1, 0, 1},
+    {"llama2-70b", {"llama", 8192, 28672, 80, 64, 8, 0, 128, 128}, 32000, 0, 0, 0},
+    {"mixtral-8x7b", {"llama", 4096, 14336, 32, 32, 8, 8, 128, 128}, 32000, 0, 0, 0},
+    {"falcon-7b", {"falcon", 4544, 18176, 32, 71, 1, 0, 64, 64}, 65024, 0, 1, 0},
+    {"odd-ff-mha", {"llama", 2048, 8020, 8, 16, 16, 0, 128, 128}, 32000, 0, 0, 0},
+    {"gemma-like-mqa", {"gemma", 2048, 16384, 18, 8, 1, 0, 256, 256}, 256000, 1, 0, 0},
+};
+
+struct mock_tensor {
+    char name[64];
+    int n_dims;
+    int64_t ne[4];
+};
+
+static void add_tensor(struct mock_tensor *v, int *n, const char *name, int n_dims, int64_t ne0,
+                       int64_t ne1, int64_t ne2)
+{
+    struct mock_tensor *t = &v[(*n)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0, t->ne[1] = ne1, t->ne[2] = ne2, t->ne[3] = 1;
+}
+
+/* The tensors of one transformer block, named as GGUF names them. */
+static void add_block(const struct scenario *sc, int il, struct mock_tensor *v, int *n)
+{
+    const struct llama_mock_desc *d = &sc->desc;
+    const int64_t e = d->n_embd, q = (int64_t)d->n_head * d->n_embd_head_k;
+    const int64_t kv = (int64_t)d->n_head_kv * d->n_embd_head_k, ff = d->n_ff, x = d->n_expert;
+    char nm[64];
+#define ADD(suffix, nd, a, b, c)                                                                   \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, il);                                             \
+        add_tensor(v, n, nm, nd, a, b, c);                                                         \
+    } while (0)
+    ADD("attn_norm.weight", 1, e, 1, 1);
+    if (sc->fused_qkv) {
+        ADD("attn_qkv.weight", 2, e, q + 2 * kv, 1);
+    } else {
+        ADD("attn_q.weight", 2, e, q, 1);
+        ADD("attn_k.weight", 2, e, kv, 1);
+        ADD("attn_v.weight", 2, e, kv, 1);
+    }
+    if (sc->biases) {
+        ADD("attn_q.bias", 1, q, 1, 1);
+        ADD("attn_k.bias", 1, kv, 1, 1);
+        ADD("attn_v.bias", 1, kv, 1, 1);
+    }
+    ADD("attn_output.weight", 2, q, e, 1);
+    ADD("ffn_norm.weight", 1, e, 1, 1);
+    if (x > 1) {
+        ADD("ffn_gate_inp.weight", 2, e, x, 1);
+        ADD("ffn_gate_exps.weight", 3, e, ff, x);
+        ADD("ffn_up_exps.weight", 3, e, ff, x);
+        ADD("ffn_down_exps.weight", 3, ff, e, x);
+    } else {
+        if (!sc->fused_qkv)
+            ADD("ffn_gate.weight", 2, e, ff, 1);
+        ADD("ffn_up.weight", 2, e, ff, 1);
+        ADD("ffn_down.weight", 2, ff, e, 1);
+    }
+#undef ADD
+}
+
+static int block_of(const char *name)
+{
+    int l = -1;
+    if (strncmp(name, "blk.", 4) == 0)
+        l = (int)strtol(name + 4, NULL, 10);
+    return l;
+}
+
+/* llama_model_loader's weight_name_comparer: by block, then by name. */
+static int cmp_loader_order(const void *pa, const void *pb)
+{
+    const struct mock_tensor *a = pa, *b = pb;
+    int la = block_of(a->name), lb = block_of(b->name);
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+static int build_model(const struct scenario *sc, struct mock_tensor *v)
+{
+    int n = 0;
+    const struct llama_mock_desc *d = &sc->desc;
+    add_tensor(v, &n, "token_embd.weight", 2, d->n_embd, sc->vocab, 1);
+    add_tensor(v, &n, "output_norm.weight", 1, d->n_embd, 1, 1);
+    add_tensor(v, &n, "rope_freqs.weight", 1, d->n_embd_head_k / 2, 1, 1);
+    if (!sc->tied)
+        add_tensor(v, &n, "output.weight", 2, d->n_embd, sc->vocab, 1);
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        add_block(sc, (int)il, v, &n);
+    qsort(v, (size_t)n, sizeof *v, cmp_loader_order);
+    return n;
+}
+
+/* Our answer for every tensor of the model in ft; 0 on success. */
+static int our_types(const struct scenario *sc, const struct mock_tensor *v, int n,
+                     enum quant_ftype ft, int *out)
+{
+    const struct llama_mock_desc *d = &sc->desc;
+    const struct quant_model_info mi = {
+        .arch = d->architecture,
+        .n_layer = (int32_t)d->n_layer,
+        .n_expert = (int32_t)d->n_expert,
+        .n_gqa = (int32_t)(d->n_head / d->n_head_kv),
+        .has_output = !sc->tied,
+        .is_70b = strcmp(d->architecture, "llama") == 0 && d->n_layer == 80 &&
+                  d->n_head != d->n_head_kv,
+    };
+    struct mf_err err;
+    for (int i = 0; i < n; i++) {
+        struct quant_tensor_info ti = {.name = v[i].name, .type = GGML_TYPE_F16,
+                                       .n_dims = v[i].n_dims};
+        memcpy(ti.ne, v[i].ne, sizeof ti.ne);
+        enum ggml_type t;
+        if (quant_ftype_tensor_type(ft, &mi, &ti, &t, &err) != 0) {
+            printf("# %s %s: %s\n", sc->label, v[i].name, err.msg);
+            return -1;
+        }
+        out[i] = (int)t;
+    }
+    return 0;
+}
+
+/* llama.cpp's answer; tensors it does not quantize get -1. */
+static void llama_types(const struct scenario *sc, const struct mock_tensor *v, int n,
+                        enum quant_ftype ft, int *out)
+{
+    struct ggml_init_params gp = {(size_t)(n + 8) * llama.tensor_overhead(), NULL, true};
+    void *ctx = llama.ggml_init(gp);
+    void *model = llama.model_from_metadata(&sc->desc);
+    struct llama_qparams qp = llama.default_params();
+    void *qs = llama.quant_init(model, &qp);
+    void **quantized = calloc((size_t)n, sizeof *quantized);
+    int *qtypes = calloc((size_t)n, sizeof *qtypes), *index = calloc((size_t)n, sizeof *index);
+    assert_true(ctx && model && qs && quantized && qtypes && index);
+    size_t nq = 0;
+    for (int i = 0; i < n; i++) {
+        void *t = llama.new_tensor(ctx, GGML_TYPE_F16, v[i].n_dims, v[i].ne);
+        llama.set_name(t, v[i].name);
+        out[i] = -1;
+        if (llama.allows(qs, t)) {
+            index[nq] = i;
+            quantized[nq++] = t;
+        }
+    }
+    llama.compute_types(qs, (int)ft, quantized, qtypes, nq);
+    for (size_t k = 0; k < nq; k++)
+        out[index[k]] = qtypes[k];
+    free(index);
+    free(qtypes);
+    free(quantized);
+    llama.quant_free(qs);
+    llama.model_free(model);
+    llama.ggml_free(ctx);
+}
+
+/* Mismatches between ours and llama.cpp's for one model and file type. */
+static int compare_mix(const struct scenario *sc, const struct mock_tensor *v, int n,
+                       enum quant_ftype ft, int *ours, int *theirs)
+{
+    int bad = 0;
+    if (our_types(sc, v, n, ft, ours) != 0)
+        return n;
+    llama_types(sc, v, n, ft, theirs);
+    for (int i = 0; i < n; i++) {
+        /* llama.cpp keeps an unquantized tensor as it is: F16 in this mock,
+         * F32 for 1-D ones in a converted file (our answer) */
+        int want = theirs[i] >= 0 ? theirs[i] : v[i].n_dims == 1 ? GGML_TYPE_F32 : GGML_TYPE_F16;
+        if (theirs[i] < 0 && ours[i] == GGML_TYPE_F32)
+            want = GGML_TYPE_F32; /* ffn_gate_inp etc.: the converter's F32 list */
+        if (ours[i] != want) {
+            if (bad < 5)
+                printf("# %s %s %s: ours %s, llama.cpp %s\n", sc->label, quant_ftype_name(ft),
+                       v[i].name, ggml_type_name((uint32_t)ours[i]),
+                       ggml_type_name((uint32_t)want));
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void test_ftype_mix_matches_llama(void **state)
+{
+    NEED_LIB();
+    if (!llama.handle) {
+        printf("# skipped: %s\n", llama_missing);
+        skip();
+    }
+    static const enum quant_ftype fts[] = {
+        QUANT_FTYPE_ALL_F32,     QUANT_FTYPE_MOSTLY_F16,  QUANT_FTYPE_MOSTLY_BF16,
+        QUANT_FTYPE_MOSTLY_Q4_0, QUANT_FTYPE_MOSTLY_Q4_1, QUANT_FTYPE_MOSTLY_Q5_0,
+        QUANT_FTYPE_MOSTLY_Q5_1, QUANT_FTYPE_MOSTLY_Q8_0, QUANT_FTYPE_MOSTLY_Q2_K,
+        QUANT_FTYPE_MOSTLY_Q2_K_S, QUANT_FTYPE_MOSTLY_Q3_K_S, QUANT_FTYPE_MOSTLY_Q3_K_M,
+        QUANT_FTYPE_MOSTLY_Q3_K_L, QUANT_FTYPE_MOSTLY_Q4_K_S, QUANT_FTYPE_MOSTLY_Q4_K_M,
+        QUANT_FTYPE_MOSTLY_Q5_K_S, QUANT_FTYPE_MOSTLY_Q5_K_M, QUANT_FTYPE_MOSTLY_Q6_K,
+    };
+    struct mock_tensor *v = calloc(2048, sizeof *v);
+    int *ours = calloc(2048, sizeof *ours), *theirs = calloc(2048, sizeof *theirs);
+    assert_true(v && ours && theirs);
+    int total_bad = 0, total = 0;
+    for (size_t s = 0; s < sizeof scenarios / sizeof scenarios[0]; s++) {
+        const int n = build_model(&scenarios[s], v);
+        int bad = 0;
+        for (size_t f = 0; f < sizeof fts / sizeof fts[0]; f++)
+            bad += compare_mix(&scenarios[s], v, n, fts[f], ours, theirs);
+        printf("# mix %-22s %4d tensors x %zu file types: %d differ from llama.cpp\n",
+               scenarios[s].label, n, sizeof fts / sizeof fts[0], bad);
+        total_bad += bad;
+        total += n * (int)(sizeof fts / sizeof fts[0]);
+    }
+    printf("# mix: %d of %d tensor types agree with llama.cpp\n", total - total_bad, total);
+    free(v);
+    free(ours);
+    free(theirs);
+    assert_int_equal(total_bad, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_scalars_match_ggml),
         cmocka_unit_test(test_quantize_matches_ggml),
         cmocka_unit_test(test_dequantize_matches_ggml),
+        cmocka_unit_test(test_ftype_mix_matches_llama),
     };
     return cmocka_run_group_tests_name("quant_ggml", tests, group_setup, group_teardown);
 }

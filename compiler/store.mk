@@ -1,0 +1,13 @@
+### Content store (compiler/store*), sources (compiler/fetch.*), progress output,
+### the store commands (mfc images/tag/rmi/prune/du/fetch), and their tests
+libmfc_compiler_a_SOURCES += \
+	compiler/store.c compiler/store.h compiler/store_int.h \
+	compiler/store_oci.c compiler/store_tag.c compiler/store_cache.c \
+	compiler/store_stat.c compiler/store_gc.c
+libmfc_compiler_a_CFLAGS += $(CURL_CFLAGS)
+
+check_PROGRAMS += tests/unit/test_store
+tests_unit_test_store_SOURCES = tests/unit/test_store.c
+tests_unit_test_store_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_store_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_store

@@ -59,8 +59,8 @@ struct gguf_file {
 const char *gguf_type_name(uint32_t type)
 {
     static const char *const names[GGUF_TYPE_COUNT] = {
-        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64",
-        "f64",
+        "u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+        "bool", "string", "array", "u64", "i64", "f64",
     };
     return type < GGUF_TYPE_COUNT ? names[type] : "?";
 }
@@ -177,11 +177,11 @@ static int rd_need(struct gguf_rd *r, uint64_t n, const char *what, const char *
     if (r->end - r->pos >= n)
         return 0;
     char kb[96];
-    return gguf_rd_fail(r, r->pos, MF_EFORMAT,
-                        "%s%s%s%s%s needs %" PRIu64 " bytes but only %" PRIu64
-                        " remain (the file is truncated)",
-                        key ? r->kind : "", key ? " '" : "", key ? gguf_shown(key, kb, sizeof kb) : "",
-                        key ? "': " : "", what, n, r->end - r->pos);
+    return gguf_rd_fail(
+        r, r->pos, MF_EFORMAT,
+        "%s%s%s%s%s needs %" PRIu64 " bytes but only %" PRIu64 " remain (the file is truncated)",
+        key ? r->kind : "", key ? " '" : "", key ? gguf_shown(key, kb, sizeof kb) : "",
+        key ? "': " : "", what, n, r->end - r->pos);
 }
 
 static int rd_u32(struct gguf_rd *r, const char *what, const char *key, uint32_t *v)
@@ -216,8 +216,9 @@ static int rd_str(struct gguf_rd *r, const char *what, const char *key, struct g
         return gguf_rd_fail(r, at, MF_EFORMAT,
                             "%s%s%s%s%s is %" PRIu64 " bytes long but only %" PRIu64
                             " bytes remain (the file is truncated)",
-                            key ? r->kind : "", key ? " '" : "", key ? gguf_shown(key, kb, sizeof kb) : "",
-                            key ? "': " : "", what, len, r->end - r->pos);
+                            key ? r->kind : "", key ? " '" : "",
+                            key ? gguf_shown(key, kb, sizeof kb) : "", key ? "': " : "", what, len,
+                            r->end - r->pos);
     }
     s->p = (const char *)r->base + r->pos;
     s->len = len;
@@ -263,8 +264,8 @@ static int parse_elements(struct gguf_rd *r, const char *key, int depth, struct 
     a->offs = offs;
     a->sub = sub;
     if (!offs || (a->type == GGUF_TYPE_ARRAY && !sub))
-        return gguf_rd_fail(r, r->pos, MF_ENOMEM, "out of memory indexing an array of %" PRIu64
-                            " elements", a->n);
+        return gguf_rd_fail(r, r->pos, MF_ENOMEM,
+                            "out of memory indexing an array of %" PRIu64 " elements", a->n);
     uint64_t start = r->pos;
     for (uint64_t i = 0; i < a->n; i++) {
         offs[i] = r->pos - start;
@@ -288,14 +289,16 @@ static int parse_array(struct gguf_rd *r, const char *key, int depth, struct ggu
         return rc;
     key = key ? key : "?";
     if (et >= GGUF_TYPE_COUNT)
-        return gguf_rd_fail(r, at, MF_EFORMAT, "key '%s': array element type %" PRIu32
-                            " is not a GGUF type", gguf_shown(key, kb, sizeof kb), et);
+        return gguf_rd_fail(r, at, MF_EFORMAT,
+                            "key '%s': array element type %" PRIu32 " is not a GGUF type",
+                            gguf_shown(key, kb, sizeof kb), et);
     if (et == GGUF_TYPE_ARRAY && depth + 1 >= GGUF_MAX_DEPTH)
         return gguf_rd_fail(r, at, MF_EUNSUPPORTED, "key '%s': arrays nest deeper than %d levels",
                             gguf_shown(key, kb, sizeof kb), GGUF_MAX_DEPTH);
     uint64_t min = elem_min_bytes(et), left = r->end - r->pos;
     if (n > left / min)
-        return gguf_rd_fail(r, at, MF_EFORMAT, "key '%s': array of %" PRIu64 " %s elements "
+        return gguf_rd_fail(r, at, MF_EFORMAT,
+                            "key '%s': array of %" PRIu64 " %s elements "
                             "cannot fit in the %" PRIu64 " bytes left (the file is truncated)",
                             gguf_shown(key, kb, sizeof kb), n, gguf_type_name(et), left);
     a->type = et;
@@ -336,23 +339,32 @@ int gguf_parse_value(struct gguf_rd *r, uint32_t type, const char *key, int dept
 static int parse_header(struct gguf_file *gf, struct gguf_rd *r)
 {
     if (r->end < HEADER_BYTES)
-        return gguf_rd_fail(r, 0, MF_EFORMAT, "file is %" PRIu64 " bytes, too short for a GGUF "
-                            "header (24 bytes)", r->end);
+        return gguf_rd_fail(r, 0, MF_EFORMAT,
+                            "file is %" PRIu64 " bytes, too short for a GGUF "
+                            "header (24 bytes)",
+                            r->end);
     const uint8_t *b = r->base;
     if (gguf_le32(b) != GGUF_MAGIC)
-        return gguf_rd_fail(r, 0, MF_EFORMAT, "not a GGUF file: magic is %02x %02x %02x %02x, "
-                            "expected 47 47 55 46 (\"GGUF\")", b[0], b[1], b[2], b[3]);
+        return gguf_rd_fail(r, 0, MF_EFORMAT,
+                            "not a GGUF file: magic is %02x %02x %02x %02x, "
+                            "expected 47 47 55 46 (\"GGUF\")",
+                            b[0], b[1], b[2], b[3]);
     uint32_t v = gguf_le32(b + 4);
     if (v != 0 && (v & 0xffff) == 0)
-        return gguf_rd_fail(r, 4, MF_EUNSUPPORTED, "version field reads 0x%08" PRIx32 ", which "
+        return gguf_rd_fail(r, 4, MF_EUNSUPPORTED,
+                            "version field reads 0x%08" PRIx32 ", which "
                             "means a big-endian (byte-swapped) GGUF; mfc reads little-endian "
-                            "GGUF only", v);
+                            "GGUF only",
+                            v);
     if (v == 1)
-        return gguf_rd_fail(r, 4, MF_EUNSUPPORTED, "GGUF version 1 is no longer supported; "
+        return gguf_rd_fail(r, 4, MF_EUNSUPPORTED,
+                            "GGUF version 1 is no longer supported; "
                             "re-convert the model with a current llama.cpp");
     if (v < 2 || v > 3)
-        return gguf_rd_fail(r, 4, MF_EUNSUPPORTED, "GGUF version %" PRIu32 " is not supported "
-                            "(mfc reads versions 2 and 3)", v);
+        return gguf_rd_fail(r, 4, MF_EUNSUPPORTED,
+                            "GGUF version %" PRIu32 " is not supported "
+                            "(mfc reads versions 2 and 3)",
+                            v);
     gf->version = v;
     gf->n_tensors = gguf_le64(b + 8);
     gf->n_kv = gguf_le64(b + 16);
@@ -360,9 +372,11 @@ static int parse_header(struct gguf_file *gf, struct gguf_rd *r)
     uint64_t left = r->end - r->pos;
     if (gf->n_kv > left / KV_MIN_BYTES ||
         gf->n_tensors > (left - gf->n_kv * KV_MIN_BYTES) / TENSOR_MIN_BYTES)
-        return gguf_rd_fail(r, 8, MF_EFORMAT, "header declares %" PRIu64 " KVs and %" PRIu64
+        return gguf_rd_fail(r, 8, MF_EFORMAT,
+                            "header declares %" PRIu64 " KVs and %" PRIu64
                             " tensors, which cannot fit in the %" PRIu64 " bytes that follow "
-                            "(the file is truncated or not GGUF)", gf->n_kv, gf->n_tensors, left);
+                            "(the file is truncated or not GGUF)",
+                            gf->n_kv, gf->n_tensors, left);
     return 0;
 }
 
@@ -402,8 +416,9 @@ static int parse_kv(struct gguf_file *gf, struct gguf_rd *r, uint64_t i)
         return gguf_rd_fail(r, kv->offset, MF_EFORMAT, "KV %" PRIu64 " has an empty key", i);
     rc = gguf_index_add(&gf->kv_ix, &nm, i, &dup);
     if (rc == 1)
-        return gguf_rd_fail(r, kv->offset, MF_EFORMAT, "key '%s' appears twice (first at byte %"
-                            PRIu64 ")", gguf_shown(kv->key, kb, sizeof kb), gf->kvs[dup].offset);
+        return gguf_rd_fail(r, kv->offset, MF_EFORMAT,
+                            "key '%s' appears twice (first at byte %" PRIu64 ")",
+                            gguf_shown(kv->key, kb, sizeof kb), gf->kvs[dup].offset);
     if (rc)
         return gguf_rd_fail(r, kv->offset, rc, "out of memory indexing keys");
     uint64_t at = r->pos;
@@ -426,12 +441,15 @@ static int parse_alignment(struct gguf_file *gf, struct gguf_rd *r)
     if (!kv)
         return 0;
     if (kv->type != GGUF_TYPE_UINT32)
-        return gguf_rd_fail(r, kv->offset, MF_EFORMAT, "key 'general.alignment' is %s; it must "
-                            "be u32", gguf_type_name(kv->type));
+        return gguf_rd_fail(r, kv->offset, MF_EFORMAT,
+                            "key 'general.alignment' is %s; it must "
+                            "be u32",
+                            gguf_type_name(kv->type));
     uint32_t a = gguf_le32(kv->val);
     if (a == 0 || (a & (a - 1)) != 0)
-        return gguf_rd_fail(r, kv->offset, MF_EFORMAT, "key 'general.alignment' is %" PRIu32
-                            ", which is not a power of two", a);
+        return gguf_rd_fail(r, kv->offset, MF_EFORMAT,
+                            "key 'general.alignment' is %" PRIu32 ", which is not a power of two",
+                            a);
     gf->alignment = a;
     return 0;
 }
@@ -446,21 +464,26 @@ static int tensor_sizes(struct gguf_rd *r, struct gguf_tensor *t)
     uint64_t n = 1, rows = 1, row_bytes;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) {
         if (__builtin_mul_overflow(n, t->ne[d], &n) || n > (uint64_t)INT64_MAX)
-            return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' has more than "
-                                "2^63 elements", t->name);
+            return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                                "tensor '%s' has more than "
+                                "2^63 elements",
+                                t->name);
         if (d > 0)
             rows *= t->ne[d]; /* rows <= n: cannot overflow */
     }
     t->n_elements = n;
     uint32_t bs = ggml_type_block_size(t->type);
     if (t->ne[0] % bs != 0)
-        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' (%s) has %" PRIu64
+        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                            "tensor '%s' (%s) has %" PRIu64
                             " elements per row, not a multiple of the block size %" PRIu32,
                             t->name, ggml_type_name(t->type), t->ne[0], bs);
     if (ggml_type_row_size(t->type, t->ne[0], &row_bytes) != 0 ||
         __builtin_mul_overflow(row_bytes, rows, &t->n_bytes))
-        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' takes more than 2^64 "
-                            "bytes", t->name);
+        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                            "tensor '%s' takes more than 2^64 "
+                            "bytes",
+                            t->name);
     return 0;
 }
 
@@ -470,8 +493,9 @@ static int parse_dims(struct gguf_rd *r, struct gguf_tensor *t)
     if (rc)
         return rc;
     if (t->n_dims > GGUF_MAX_DIMS)
-        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' has %" PRIu32
-                            " dimensions (at most %d)", t->name, t->n_dims, GGUF_MAX_DIMS);
+        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                            "tensor '%s' has %" PRIu32 " dimensions (at most %d)", t->name,
+                            t->n_dims, GGUF_MAX_DIMS);
     for (int d = 0; d < GGUF_MAX_DIMS; d++)
         t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
@@ -479,8 +503,9 @@ static int parse_dims(struct gguf_rd *r, struct gguf_tensor *t)
         if (rc)
             return rc;
         if (t->ne[d] > (uint64_t)INT64_MAX)
-            return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' dimension %" PRIu32
-                                " is %" PRIu64 ", above 2^63-1", t->name, d, t->ne[d]);
+            return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                                "tensor '%s' dimension %" PRIu32 " is %" PRIu64 ", above 2^63-1",
+                                t->name, d, t->ne[d]);
     }
     return 0;
 }
@@ -498,8 +523,10 @@ static int parse_tensor(struct gguf_file *gf, struct gguf_rd *r, uint64_t i)
         return rc;
     rc = gguf_index_add(&gf->t_ix, &nm, i, &dup);
     if (rc == 1)
-        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' appears twice (first "
-                            "at byte %" PRIu64 ")", t->name, gf->tensors[dup].info_offset);
+        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                            "tensor '%s' appears twice (first "
+                            "at byte %" PRIu64 ")",
+                            t->name, gf->tensors[dup].info_offset);
     if (rc)
         return gguf_rd_fail(r, t->info_offset, rc, "out of memory indexing tensors");
     rc = parse_dims(r, t);
@@ -510,8 +537,8 @@ static int parse_tensor(struct gguf_file *gf, struct gguf_rd *r, uint64_t i)
     if (rc)
         return rc;
     if (!ggml_type_valid(t->type))
-        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' has invalid ggml type %"
-                            PRIu32, t->name, t->type);
+        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                            "tensor '%s' has invalid ggml type %" PRIu32, t->name, t->type);
     return tensor_sizes(r, t);
 }
 
@@ -520,14 +547,16 @@ static int check_tensor_data(struct gguf_file *gf, struct gguf_rd *r, struct ggu
 {
     uint64_t end;
     if (t->offset % gf->alignment != 0)
-        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' data offset %" PRIu64
-                            " is not a multiple of the alignment %" PRIu32, t->name, t->offset,
-                            gf->alignment);
+        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                            "tensor '%s' data offset %" PRIu64
+                            " is not a multiple of the alignment %" PRIu32,
+                            t->name, t->offset, gf->alignment);
     if (__builtin_add_overflow(gf->data_offset, t->offset, &t->file_offset) ||
         __builtin_add_overflow(t->file_offset, t->n_bytes, &end) || end > gf->size)
-        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT, "tensor '%s' data (offset %" PRIu64
-                            ", %" PRIu64 " bytes) runs past the end of the file (size %" PRIu64
-                            ")", t->name, t->offset, t->n_bytes, gf->size);
+        return gguf_rd_fail(r, t->info_offset, MF_EFORMAT,
+                            "tensor '%s' data (offset %" PRIu64 ", %" PRIu64
+                            " bytes) runs past the end of the file (size %" PRIu64 ")",
+                            t->name, t->offset, t->n_bytes, gf->size);
     t->data = gf->base + t->file_offset;
     return 0;
 }
@@ -556,10 +585,11 @@ static int check_overlap(struct gguf_file *gf, struct gguf_rd *r)
     for (uint64_t i = 1; i < m && !rc; i++) {
         const struct gguf_tensor *a = v[i - 1], *b = v[i];
         if (a->offset + a->n_bytes > b->offset) /* both end inside the file: no overflow */
-            rc = gguf_rd_fail(r, b->info_offset, MF_EFORMAT, "tensor '%s' data (offset %" PRIu64
-                              ", %" PRIu64 " bytes) overlaps tensor '%s' (offset %" PRIu64
-                              ", %" PRIu64 " bytes)", b->name, b->offset, b->n_bytes, a->name,
-                              a->offset, a->n_bytes);
+            rc =
+                gguf_rd_fail(r, b->info_offset, MF_EFORMAT,
+                             "tensor '%s' data (offset %" PRIu64 ", %" PRIu64
+                             " bytes) overlaps tensor '%s' (offset %" PRIu64 ", %" PRIu64 " bytes)",
+                             b->name, b->offset, b->n_bytes, a->name, a->offset, a->n_bytes);
     }
     free(v);
     return rc;
@@ -574,8 +604,9 @@ static int parse_tables(struct gguf_file *gf, struct gguf_rd *r)
     gf->kvs = calloc(gf->n_kv ? gf->n_kv : 1, sizeof *gf->kvs);
     gf->tensors = calloc(gf->n_tensors ? gf->n_tensors : 1, sizeof *gf->tensors);
     if (!gf->kvs || !gf->tensors)
-        return gguf_rd_fail(r, HEADER_BYTES, MF_ENOMEM, "out of memory for %" PRIu64 " KVs and %"
-                            PRIu64 " tensors", gf->n_kv, gf->n_tensors);
+        return gguf_rd_fail(r, HEADER_BYTES, MF_ENOMEM,
+                            "out of memory for %" PRIu64 " KVs and %" PRIu64 " tensors", gf->n_kv,
+                            gf->n_tensors);
     int rc = 0;
     for (uint64_t i = 0; i < gf->n_kv && !rc; i++)
         rc = parse_kv(gf, r, i);
@@ -652,8 +683,10 @@ static int map_file(struct gguf_file *gf, const char *path, struct mf_err *err)
     else if (!S_ISREG(st.st_mode))
         rc = mf_err_set(err, MF_EINVAL, "%s is not a regular file", path);
     else if (st.st_size < HEADER_BYTES)
-        rc = mf_err_set(err, MF_EFORMAT, "%s: byte 0: file is %lld bytes, too short for a GGUF "
-                        "header (24 bytes)", path, (long long)st.st_size);
+        rc = mf_err_set(err, MF_EFORMAT,
+                        "%s: byte 0: file is %lld bytes, too short for a GGUF "
+                        "header (24 bytes)",
+                        path, (long long)st.st_size);
     if (!rc) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -709,14 +742,38 @@ void gguf_close(struct gguf_file *gf)
  * file facts and lookups
  * ------------------------------------------------------------------------ */
 
-const char *gguf_name(const struct gguf_file *gf) { return gf->name; }
-uint32_t gguf_version(const struct gguf_file *gf) { return gf->version; }
-uint64_t gguf_file_size(const struct gguf_file *gf) { return gf->size; }
-uint32_t gguf_alignment(const struct gguf_file *gf) { return gf->alignment; }
-uint64_t gguf_data_offset(const struct gguf_file *gf) { return gf->data_offset; }
-const uint8_t *gguf_base(const struct gguf_file *gf) { return gf->base; }
-uint64_t gguf_n_kv(const struct gguf_file *gf) { return gf->n_kv; }
-uint64_t gguf_n_tensors(const struct gguf_file *gf) { return gf->n_tensors; }
+const char *gguf_name(const struct gguf_file *gf)
+{
+    return gf->name;
+}
+uint32_t gguf_version(const struct gguf_file *gf)
+{
+    return gf->version;
+}
+uint64_t gguf_file_size(const struct gguf_file *gf)
+{
+    return gf->size;
+}
+uint32_t gguf_alignment(const struct gguf_file *gf)
+{
+    return gf->alignment;
+}
+uint64_t gguf_data_offset(const struct gguf_file *gf)
+{
+    return gf->data_offset;
+}
+const uint8_t *gguf_base(const struct gguf_file *gf)
+{
+    return gf->base;
+}
+uint64_t gguf_n_kv(const struct gguf_file *gf)
+{
+    return gf->n_kv;
+}
+uint64_t gguf_n_tensors(const struct gguf_file *gf)
+{
+    return gf->n_tensors;
+}
 
 const struct gguf_kv *gguf_kv_at(const struct gguf_file *gf, uint64_t i)
 {
@@ -756,14 +813,31 @@ static int decode_scalar(uint32_t type, const uint8_t *p, uint64_t *u, int64_t *
 {
     *is_signed = 0;
     switch (type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_BOOL: *u = p[0]; return 0;
-    case GGUF_TYPE_UINT16: *u = gguf_le16(p); return 0;
-    case GGUF_TYPE_UINT32: *u = gguf_le32(p); return 0;
-    case GGUF_TYPE_UINT64: *u = gguf_le64(p); return 0;
-    case GGUF_TYPE_INT8: *s = (int8_t)p[0]; break;
-    case GGUF_TYPE_INT16: *s = (int16_t)gguf_le16(p); break;
-    case GGUF_TYPE_INT32: *s = (int32_t)gguf_le32(p); break;
-    case GGUF_TYPE_INT64: *s = (int64_t)gguf_le64(p); break;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_BOOL:
+        *u = p[0];
+        return 0;
+    case GGUF_TYPE_UINT16:
+        *u = gguf_le16(p);
+        return 0;
+    case GGUF_TYPE_UINT32:
+        *u = gguf_le32(p);
+        return 0;
+    case GGUF_TYPE_UINT64:
+        *u = gguf_le64(p);
+        return 0;
+    case GGUF_TYPE_INT8:
+        *s = (int8_t)p[0];
+        break;
+    case GGUF_TYPE_INT16:
+        *s = (int16_t)gguf_le16(p);
+        break;
+    case GGUF_TYPE_INT32:
+        *s = (int32_t)gguf_le32(p);
+        break;
+    case GGUF_TYPE_INT64:
+        *s = (int64_t)gguf_le64(p);
+        break;
     case GGUF_TYPE_FLOAT32: {
         uint32_t b = gguf_le32(p);
         float v;
@@ -776,7 +850,8 @@ static int decode_scalar(uint32_t type, const uint8_t *p, uint64_t *u, int64_t *
         memcpy(f, &b, sizeof *f);
         return 1;
     }
-    default: return -1;
+    default:
+        return -1;
     }
     *is_signed = 1;
     return 0;
@@ -795,18 +870,19 @@ static int kv_range_error(const struct gguf_file *gf, const struct gguf_kv *kv, 
                           struct mf_err *err)
 {
     char kb[96];
-    return mf_err_set(err, MF_ERANGE, "%s: byte %" PRIu64 ": key '%s' (%s) has a value that "
-                      "does not fit in %s", gf->name, kv->offset,
-                      gguf_shown(kv->key, kb, sizeof kb), gguf_type_name(kv->type), want);
+    return mf_err_set(err, MF_ERANGE,
+                      "%s: byte %" PRIu64 ": key '%s' (%s) has a value that "
+                      "does not fit in %s",
+                      gf->name, kv->offset, gguf_shown(kv->key, kb, sizeof kb),
+                      gguf_type_name(kv->type), want);
 }
 
 /* An integer KV (not BOOL) as unsigned/signed; see decode_scalar. */
-static int kv_integer(const struct gguf_file *gf, const struct gguf_kv *kv, uint64_t *u,
-                      int64_t *s, int *is_signed, struct mf_err *err)
+static int kv_integer(const struct gguf_file *gf, const struct gguf_kv *kv, uint64_t *u, int64_t *s,
+                      int *is_signed, struct mf_err *err)
 {
     double f;
-    if (kv->type == GGUF_TYPE_BOOL ||
-        decode_scalar(kv->type, kv->val, u, s, &f, is_signed) != 0)
+    if (kv->type == GGUF_TYPE_BOOL || decode_scalar(kv->type, kv->val, u, s, &f, is_signed) != 0)
         return kv_type_error(gf, kv, "an integer", err);
     return 0;
 }

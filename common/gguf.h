@@ -36,13 +36,13 @@
 
 /* ---- format constants (ggml/docs/gguf.md) ---- */
 
-#define GGUF_MAGIC 0x46554747u      /* "GGUF" read as a little-endian u32 */
-#define GGUF_VERSION 3              /* what the writer produces */
-#define GGUF_DEFAULT_ALIGNMENT 32   /* when general.alignment is absent */
-#define GGUF_MAX_DIMS 4             /* GGML_MAX_DIMS */
-#define GGUF_MAX_NAME 64            /* tensor names are < 64 bytes (GGML_MAX_NAME) */
-#define GGUF_MAX_KEY 65535          /* keys are at most 2^16-1 bytes (spec) */
-#define GGUF_MAX_DEPTH 8            /* arrays of arrays nest at most this deep */
+#define GGUF_MAGIC 0x46554747u    /* "GGUF" read as a little-endian u32 */
+#define GGUF_VERSION 3            /* what the writer produces */
+#define GGUF_DEFAULT_ALIGNMENT 32 /* when general.alignment is absent */
+#define GGUF_MAX_DIMS 4           /* GGML_MAX_DIMS */
+#define GGUF_MAX_NAME 64          /* tensor names are < 64 bytes (GGML_MAX_NAME) */
+#define GGUF_MAX_KEY 65535        /* keys are at most 2^16-1 bytes (spec) */
+#define GGUF_MAX_DEPTH 8          /* arrays of arrays nest at most this deep */
 
 /* KV value types; on-disk values, never change (gguf.h enum gguf_type). */
 enum gguf_vtype {
@@ -79,41 +79,41 @@ struct gguf_str {
 /* An array value. Fixed-size elements lie at data + i*gguf_type_size(type);
  * STRING and ARRAY elements are found through an index built at open. */
 struct gguf_array {
-    uint32_t type;          /* element type (enum gguf_vtype) */
-    uint64_t n;             /* number of elements */
-    const uint8_t *data;    /* borrowed: first element's bytes in the map */
-    uint64_t size;          /* bytes of all elements as encoded */
-    const uint64_t *offs;   /* owned by the file: STRING/ARRAY element i starts at
-                               data + offs[i]; NULL for fixed-size elements */
+    uint32_t type;                /* element type (enum gguf_vtype) */
+    uint64_t n;                   /* number of elements */
+    const uint8_t *data;          /* borrowed: first element's bytes in the map */
+    uint64_t size;                /* bytes of all elements as encoded */
+    const uint64_t *offs;         /* owned by the file: STRING/ARRAY element i starts at
+                                     data + offs[i]; NULL for fixed-size elements */
     const struct gguf_array *sub; /* owned by the file: the n nested arrays when
                                      type is ARRAY, else NULL */
 };
 
 /* One metadata key/value pair. */
 struct gguf_kv {
-    const char *key;        /* owned by the file: NUL-terminated copy */
-    uint32_t key_len;       /* bytes, excluding the NUL */
-    uint32_t type;          /* enum gguf_vtype */
-    uint64_t offset;        /* file offset where this KV (its key length) starts */
-    const uint8_t *val;     /* borrowed: the encoded value (after the type field) */
-    uint64_t val_size;      /* bytes of the encoded value */
-    struct gguf_array arr;  /* the value when type == GGUF_TYPE_ARRAY, else zero */
+    const char *key;       /* owned by the file: NUL-terminated copy */
+    uint32_t key_len;      /* bytes, excluding the NUL */
+    uint32_t type;         /* enum gguf_vtype */
+    uint64_t offset;       /* file offset where this KV (its key length) starts */
+    const uint8_t *val;    /* borrowed: the encoded value (after the type field) */
+    uint64_t val_size;     /* bytes of the encoded value */
+    struct gguf_array arr; /* the value when type == GGUF_TYPE_ARRAY, else zero */
 };
 
 /* One tensor info. ne[] is in ggml order: ne[0] is the contiguous dimension
  * (a torch [out, in] weight has ne = {in, out}); unused dims are 1. */
 struct gguf_tensor {
-    const char *name;       /* owned by the file: NUL-terminated copy, < 64 bytes */
-    uint32_t type;          /* enum ggml_type, valid */
-    uint32_t n_dims;        /* 0..4 as stored */
+    const char *name;           /* owned by the file: NUL-terminated copy, < 64 bytes */
+    uint32_t type;              /* enum ggml_type, valid */
+    uint32_t n_dims;            /* 0..4 as stored */
     uint64_t ne[GGUF_MAX_DIMS]; /* elements per dimension, each <= INT64_MAX */
-    uint64_t n_elements;    /* product of ne[] (checked, < 2^63) */
-    uint64_t n_bytes;       /* bytes of data: ggml_type_row_size(ne0) * ne1*ne2*ne3 */
-    uint64_t offset;        /* from the start of the data section; aligned */
-    uint64_t file_offset;   /* absolute: data_offset + offset */
-    uint64_t info_offset;   /* file offset of this tensor info (for messages) */
-    const void *data;       /* borrowed: points into the map; pages are only read
-                               when the caller touches them */
+    uint64_t n_elements;        /* product of ne[] (checked, < 2^63) */
+    uint64_t n_bytes;           /* bytes of data: ggml_type_row_size(ne0) * ne1*ne2*ne3 */
+    uint64_t offset;            /* from the start of the data section; aligned */
+    uint64_t file_offset;       /* absolute: data_offset + offset */
+    uint64_t info_offset;       /* file offset of this tensor info (for messages) */
+    const void *data;           /* borrowed: points into the map; pages are only read
+                                   when the caller touches them */
 };
 
 struct gguf_file; /* opaque; one open, validated GGUF */
@@ -137,10 +137,10 @@ void gguf_close(struct gguf_file *gf);
 
 /* ---- file-level facts ---- */
 
-const char *gguf_name(const struct gguf_file *gf);     /* path or name given at open */
-uint32_t gguf_version(const struct gguf_file *gf);     /* 2 or 3 */
-uint64_t gguf_file_size(const struct gguf_file *gf);   /* bytes */
-uint32_t gguf_alignment(const struct gguf_file *gf);   /* general.alignment or 32 */
+const char *gguf_name(const struct gguf_file *gf);   /* path or name given at open */
+uint32_t gguf_version(const struct gguf_file *gf);   /* 2 or 3 */
+uint64_t gguf_file_size(const struct gguf_file *gf); /* bytes */
+uint32_t gguf_alignment(const struct gguf_file *gf); /* general.alignment or 32 */
 /* Offset of the data section (end of the tensor infos rounded up to the
  * alignment). May exceed the file size when there are no tensors. */
 uint64_t gguf_data_offset(const struct gguf_file *gf);
@@ -257,8 +257,7 @@ int gguf_writer_add_bool(struct gguf_writer *w, const char *key, int v, struct m
 /* A string of len bytes (may contain NUL); gguf_writer_add_cstr takes a C string. */
 int gguf_writer_add_str(struct gguf_writer *w, const char *key, const char *s, uint64_t len,
                         struct mf_err *err);
-int gguf_writer_add_cstr(struct gguf_writer *w, const char *key, const char *s,
-                         struct mf_err *err);
+int gguf_writer_add_cstr(struct gguf_writer *w, const char *key, const char *s, struct mf_err *err);
 /* An array of n fixed-size elements of type elem_type, given in host
  * representation (uint32_t[] for UINT32, float[] for FLOAT32, uint8_t 0/1
  * for BOOL, ...); they are written little-endian. STRING and ARRAY element

@@ -82,7 +82,7 @@ struct gguf_index {
 /* Returns the name of entry i of ctx (a NUL-terminated string). */
 struct gguf_index_names {
     const char *(*name_of)(const void *ctx, uint64_t i); /* the entry's name */
-    const void *ctx;                                      /* borrowed: the table */
+    const void *ctx;                                     /* borrowed: the table */
 };
 
 /* Adds entry i. Returns 0, 1 when an entry with the same name exists (its

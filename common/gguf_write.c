@@ -87,8 +87,10 @@ static int check_open(struct gguf_writer *w, const char *what, struct mf_err *er
     if (w->state == W_FAILED)
         return mf_err_set(err, MF_EINVAL, "%s: cannot add %s: an earlier step failed", w->path,
                           what);
-    return wfail(w, mf_err_set(err, MF_EINVAL, "%s: cannot add %s after tensor data has been "
-                               "written", w->path, what));
+    return wfail(w, mf_err_set(err, MF_EINVAL,
+                               "%s: cannot add %s after tensor data has been "
+                               "written",
+                               w->path, what));
 }
 
 int gguf_writer_open(const char *path, struct gguf_writer **out, struct mf_err *err)
@@ -170,8 +172,10 @@ static int begin_kv(struct gguf_writer *w, const char *key, uint32_t type, struc
         return wfail(w, mf_err_set(err, MF_EINVAL, "%s: a key must be 1 to %d bytes long (got %zu)",
                                    w->path, GGUF_MAX_KEY, len));
     if (strcmp(key, "general.alignment") == 0 && type != GGUF_TYPE_UINT32)
-        return wfail(w, mf_err_set(err, MF_EINVAL, "%s: key 'general.alignment' must be u32, "
-                                   "not %s", w->path, gguf_type_name(type)));
+        return wfail(w, mf_err_set(err, MF_EINVAL,
+                                   "%s: key 'general.alignment' must be u32, "
+                                   "not %s",
+                                   w->path, gguf_type_name(type)));
     if (w->n_kv == w->cap_keys) {
         uint64_t cap = w->cap_keys ? w->cap_keys * 2 : 32;
         char **k = realloc(w->keys, cap * sizeof *k);
@@ -188,9 +192,9 @@ static int begin_kv(struct gguf_writer *w, const char *key, uint32_t type, struc
     rc = gguf_index_add(&w->kv_ix, &nm, w->n_kv, &dup);
     if (rc) {
         free(w->keys[w->n_kv]);
-        return wfail(w, rc == 1 ? mf_err_set(err, MF_EEXIST, "%s: key '%s' is already set",
-                                             w->path, key)
-                                : mf_err_set(err, MF_ENOMEM, "out of memory adding key %s", key));
+        return wfail(
+            w, rc == 1 ? mf_err_set(err, MF_EEXIST, "%s: key '%s' is already set", w->path, key)
+                       : mf_err_set(err, MF_ENOMEM, "out of memory adding key %s", key));
     }
     w->n_kv++;
     rc = put_str(&w->kvs, key, len, err);
@@ -200,15 +204,17 @@ static int begin_kv(struct gguf_writer *w, const char *key, uint32_t type, struc
 }
 
 /* general.alignment sets the data alignment; it must be a power of two. */
-static int note_alignment(struct gguf_writer *w, const char *key, uint32_t type,
-                          const uint8_t *val, struct mf_err *err)
+static int note_alignment(struct gguf_writer *w, const char *key, uint32_t type, const uint8_t *val,
+                          struct mf_err *err)
 {
     if (strcmp(key, "general.alignment") != 0)
         return 0;
     uint32_t a = type == GGUF_TYPE_UINT32 ? gguf_le32(val) : 0;
     if (a == 0 || (a & (a - 1)) != 0)
-        return wfail(w, mf_err_set(err, MF_EINVAL, "%s: general.alignment %" PRIu32 " is not a "
-                                   "power of two", w->path, a));
+        return wfail(w, mf_err_set(err, MF_EINVAL,
+                                   "%s: general.alignment %" PRIu32 " is not a "
+                                   "power of two",
+                                   w->path, a));
     w->alignment = a;
     return 0;
 }
@@ -222,13 +228,17 @@ int gguf_writer_add_raw(struct gguf_writer *w, const char *key, uint32_t type, c
     struct gguf_array arr = {0};
     struct gguf_rd r = {val, 0, size, "value", "key", err};
     if (type >= GGUF_TYPE_COUNT)
-        return wfail(w, mf_err_set(err, MF_EINVAL, "%s: key '%s': %" PRIu32 " is not a GGUF "
-                                   "value type", w->path, key, type));
+        return wfail(w, mf_err_set(err, MF_EINVAL,
+                                   "%s: key '%s': %" PRIu32 " is not a GGUF "
+                                   "value type",
+                                   w->path, key, type));
     rc = gguf_parse_value(&r, type, key, 0, &arr);
     gguf_array_fini(&arr);
     if (!rc && r.pos != size)
-        rc = mf_err_set(err, MF_EFORMAT, "key '%s': the %s value has %" PRIu64 " stray bytes "
-                        "after it", key, gguf_type_name(type), size - r.pos);
+        rc = mf_err_set(err, MF_EFORMAT,
+                        "key '%s': the %s value has %" PRIu64 " stray bytes "
+                        "after it",
+                        key, gguf_type_name(type), size - r.pos);
     if (rc)
         return wfail(w, mf_err_prefix(err, "%s", w->path));
     rc = note_alignment(w, key, type, val, err);
@@ -320,8 +330,7 @@ int gguf_writer_add_str(struct gguf_writer *w, const char *key, const char *s, u
     return rc ? wfail(w, rc) : 0;
 }
 
-int gguf_writer_add_cstr(struct gguf_writer *w, const char *key, const char *s,
-                         struct mf_err *err)
+int gguf_writer_add_cstr(struct gguf_writer *w, const char *key, const char *s, struct mf_err *err)
 {
     return gguf_writer_add_str(w, key, s, strlen(s), err);
 }
@@ -333,10 +342,24 @@ static void encode_elem(uint32_t type, const void *elems, uint64_t i, uint8_t *p
     const uint8_t *src = (const uint8_t *)elems + i * sz;
     uint64_t v = 0;
     switch (sz) {
-    case 1: v = src[0]; break;
-    case 2: { uint16_t x; memcpy(&x, src, 2); v = x; break; }
-    case 4: { uint32_t x; memcpy(&x, src, 4); v = x; break; }
-    default: memcpy(&v, src, 8); break;
+    case 1:
+        v = src[0];
+        break;
+    case 2: {
+        uint16_t x;
+        memcpy(&x, src, 2);
+        v = x;
+        break;
+    }
+    case 4: {
+        uint32_t x;
+        memcpy(&x, src, 4);
+        v = x;
+        break;
+    }
+    default:
+        memcpy(&v, src, 8);
+        break;
     }
     for (size_t k = 0; k < sz; k++)
         p[k] = (uint8_t)(v >> (8 * k));
@@ -347,9 +370,10 @@ int gguf_writer_add_arr(struct gguf_writer *w, const char *key, uint32_t elem_ty
 {
     size_t sz = gguf_type_size(elem_type);
     if (sz == 0)
-        return wfail(w, mf_err_set(err, MF_EINVAL, "%s: key '%s': gguf_writer_add_arr takes "
-                                   "fixed-size elements, not %s", w->path, key,
-                                   gguf_type_name(elem_type)));
+        return wfail(w, mf_err_set(err, MF_EINVAL,
+                                   "%s: key '%s': gguf_writer_add_arr takes "
+                                   "fixed-size elements, not %s",
+                                   w->path, key, gguf_type_name(elem_type)));
     int rc = begin_kv(w, key, GGUF_TYPE_ARRAY, err);
     if (!rc)
         rc = put_u32(&w->kvs, elem_type, err);
@@ -398,9 +422,10 @@ static int tensor_shape(struct gguf_writer *w, struct wtensor *t, struct mf_err 
             rows *= t->ne[d];
     }
     if (ggml_type_row_size(t->type, t->ne[0], &row) != 0)
-        return mf_err_set(err, MF_EINVAL, "%s: tensor '%s': a row of %" PRIu64 " elements is "
-                          "not a whole number of %s blocks (%" PRIu32 " elements)", w->path,
-                          t->name, t->ne[0], ggml_type_name(t->type),
+        return mf_err_set(err, MF_EINVAL,
+                          "%s: tensor '%s': a row of %" PRIu64 " elements is "
+                          "not a whole number of %s blocks (%" PRIu32 " elements)",
+                          w->path, t->name, t->ne[0], ggml_type_name(t->type),
                           ggml_type_block_size(t->type));
     if (__builtin_mul_overflow(row, rows, &t->n_bytes))
         return mf_err_set(err, MF_EINVAL, "%s: tensor '%s' takes more than 2^64 bytes", w->path,
@@ -413,11 +438,11 @@ static int check_tensor_args(struct gguf_writer *w, const char *name, enum ggml_
 {
     size_t len = strlen(name);
     if (len >= GGUF_MAX_NAME)
-        return mf_err_set(err, MF_EINVAL, "%s: tensor name '%s' is %zu bytes (limit %d)",
-                          w->path, name, len, GGUF_MAX_NAME - 1);
+        return mf_err_set(err, MF_EINVAL, "%s: tensor name '%s' is %zu bytes (limit %d)", w->path,
+                          name, len, GGUF_MAX_NAME - 1);
     if (!ggml_type_valid((uint32_t)type))
-        return mf_err_set(err, MF_EINVAL, "%s: tensor '%s': %d is not a ggml type", w->path,
-                          name, (int)type);
+        return mf_err_set(err, MF_EINVAL, "%s: tensor '%s': %d is not a ggml type", w->path, name,
+                          (int)type);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return mf_err_set(err, MF_EINVAL, "%s: tensor '%s' has %" PRIu32 " dimensions (1 to %d)",
                           w->path, name, n_dims, GGUF_MAX_DIMS);
@@ -453,8 +478,7 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_ty
     uint64_t dup;
     rc = tensor_shape(w, t, err);
     if (!rc && (rc = gguf_index_add(&w->t_ix, &nm, w->n_t, &dup)) != 0)
-        rc = rc == 1 ? mf_err_set(err, MF_EEXIST, "%s: tensor '%s' is already added", w->path,
-                                  name)
+        rc = rc == 1 ? mf_err_set(err, MF_EEXIST, "%s: tensor '%s' is already added", w->path, name)
                      : mf_err_set(err, MF_ENOMEM, "out of memory adding tensor %s", name);
     if (rc) {
         free(t->name);
@@ -568,8 +592,8 @@ int gguf_writer_write(struct gguf_writer *w, const void *p, size_t n, struct mf_
         if (rc || n == 0)
             break;
         if (w->cur == w->n_t) {
-            rc = mf_err_set(err, MF_EINVAL, "%s: %zu bytes of data beyond the last tensor",
-                            w->path, n);
+            rc = mf_err_set(err, MF_EINVAL, "%s: %zu bytes of data beyond the last tensor", w->path,
+                            n);
             break;
         }
         uint64_t left = w->t[w->cur].n_bytes - w->cur_done;
@@ -588,9 +612,9 @@ int gguf_writer_finish(struct gguf_writer *w, struct mf_err *err)
     if (rc)
         return rc;
     if (w->cur < w->n_t)
-        return wfail(w, mf_err_set(err, MF_EINVAL, "%s: tensor '%s' got %" PRIu64 " of its %"
-                                   PRIu64 " bytes", w->path, w->t[w->cur].name, w->cur_done,
-                                   w->t[w->cur].n_bytes));
+        return wfail(w, mf_err_set(err, MF_EINVAL,
+                                   "%s: tensor '%s' got %" PRIu64 " of its %" PRIu64 " bytes",
+                                   w->path, w->t[w->cur].name, w->cur_done, w->t[w->cur].n_bytes));
     rc = mf_file_tmp_commit(&w->tmp, err);
     if (rc) {
         w->state = W_FAILED; /* commit already removed the temporary */

@@ -20,6 +20,7 @@ static int cmd_help(int argc, char **argv, struct mfc_ctx *ctx);
 static const struct mfc_cmd commands[] = {
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "show help for mfc or a subcommand"},
+    {"inspect", mfc_cmd_inspect, "show what a GGUF model or adapter holds"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -139,8 +139,10 @@ static int parse_targets(const char *s, unsigned *mask, struct mf_err *err)
             }
         }
         if (!found)
-            return mf_err_set(err, MF_EUSAGE, "--targets: unknown target '%.*s' (use q, k, v, "
-                              "o, gate, up, down)", (int)n, s);
+            return mf_err_set(err, MF_EUSAGE,
+                              "--targets: unknown target '%.*s' (use q, k, v, "
+                              "o, gate, up, down)",
+                              (int)n, s);
         s += n + (s[n] == ',');
     }
     return 0;
@@ -158,44 +160,90 @@ static int apply_preset(struct opts *o, const char *name, struct mf_err *err)
     return mf_err_set(err, MF_EUSAGE, "unknown preset '%s' (toy, 125m, 1b, llama3-8b)", name);
 }
 
-enum { O_PRESET = 256, O_LAYERS, O_EMBD, O_FF, O_HEADS, O_KV, O_VOCAB, O_CTX, O_ROPE, O_SEED,
-       O_TIED, O_TYPE, O_VFROM, O_VJSON, O_LORA, O_TARGETS, O_ALPHA, O_RFREQS };
+enum {
+    O_PRESET = 256,
+    O_LAYERS,
+    O_EMBD,
+    O_FF,
+    O_HEADS,
+    O_KV,
+    O_VOCAB,
+    O_CTX,
+    O_ROPE,
+    O_SEED,
+    O_TIED,
+    O_TYPE,
+    O_VFROM,
+    O_VJSON,
+    O_LORA,
+    O_TARGETS,
+    O_ALPHA,
+    O_RFREQS
+};
 
 static const struct option long_opts[] = {
-    {"preset", 1, 0, O_PRESET}, {"layers", 1, 0, O_LAYERS}, {"embd", 1, 0, O_EMBD},
-    {"ff", 1, 0, O_FF}, {"heads", 1, 0, O_HEADS}, {"kv-heads", 1, 0, O_KV},
-    {"vocab", 1, 0, O_VOCAB}, {"ctx", 1, 0, O_CTX}, {"rope-base", 1, 0, O_ROPE},
-    {"seed", 1, 0, O_SEED}, {"tied", 0, 0, O_TIED}, {"type", 1, 0, O_TYPE},
-    {"vocab-from", 1, 0, O_VFROM}, {"vocab-json", 1, 0, O_VJSON}, {"lora", 1, 0, O_LORA},
-    {"targets", 1, 0, O_TARGETS}, {"lora-alpha", 1, 0, O_ALPHA},
-    {"rope-freqs", 0, 0, O_RFREQS}, {"help", 0, 0, 'h'}, {0, 0, 0, 0},
+    {"preset", 1, 0, O_PRESET},    {"layers", 1, 0, O_LAYERS},
+    {"embd", 1, 0, O_EMBD},        {"ff", 1, 0, O_FF},
+    {"heads", 1, 0, O_HEADS},      {"kv-heads", 1, 0, O_KV},
+    {"vocab", 1, 0, O_VOCAB},      {"ctx", 1, 0, O_CTX},
+    {"rope-base", 1, 0, O_ROPE},   {"seed", 1, 0, O_SEED},
+    {"tied", 0, 0, O_TIED},        {"type", 1, 0, O_TYPE},
+    {"vocab-from", 1, 0, O_VFROM}, {"vocab-json", 1, 0, O_VJSON},
+    {"lora", 1, 0, O_LORA},        {"targets", 1, 0, O_TARGETS},
+    {"lora-alpha", 1, 0, O_ALPHA}, {"rope-freqs", 0, 0, O_RFREQS},
+    {"help", 0, 0, 'h'},           {0, 0, 0, 0},
 };
 
 static int parse_opt(struct opts *o, int c, const char *a, struct mf_err *err)
 {
     switch (c) {
-    case 'o': o->out = a; return 0;
-    case O_PRESET: return apply_preset(o, a, err);
-    case O_LAYERS: return parse_u32("--layers", a, &o->s.n_layer, err);
-    case O_EMBD: return parse_u32("--embd", a, &o->s.n_embd, err);
-    case O_FF: return parse_u32("--ff", a, &o->s.n_ff, err);
-    case O_HEADS: return parse_u32("--heads", a, &o->s.n_head, err);
-    case O_KV: return parse_u32("--kv-heads", a, &o->s.n_head_kv, err);
-    case O_VOCAB: o->vocab_given = 1; return parse_u32("--vocab", a, &o->s.n_vocab, err);
-    case O_CTX: return parse_u32("--ctx", a, &o->s.n_ctx, err);
-    case O_ROPE: return parse_float("--rope-base", a, &o->s.rope_base, err);
+    case 'o':
+        o->out = a;
+        return 0;
+    case O_PRESET:
+        return apply_preset(o, a, err);
+    case O_LAYERS:
+        return parse_u32("--layers", a, &o->s.n_layer, err);
+    case O_EMBD:
+        return parse_u32("--embd", a, &o->s.n_embd, err);
+    case O_FF:
+        return parse_u32("--ff", a, &o->s.n_ff, err);
+    case O_HEADS:
+        return parse_u32("--heads", a, &o->s.n_head, err);
+    case O_KV:
+        return parse_u32("--kv-heads", a, &o->s.n_head_kv, err);
+    case O_VOCAB:
+        o->vocab_given = 1;
+        return parse_u32("--vocab", a, &o->s.n_vocab, err);
+    case O_CTX:
+        return parse_u32("--ctx", a, &o->s.n_ctx, err);
+    case O_ROPE:
+        return parse_float("--rope-base", a, &o->s.rope_base, err);
     case O_SEED:
-        return mf_num_parse_u64(a, &o->seed) ? mf_err_set(err, MF_EUSAGE, "bad --seed '%s'", a)
-                                             : 0;
-    case O_TIED: o->tied = 1; return 0;
-    case O_RFREQS: o->rope_freqs = 1; return 0;
-    case O_TYPE: o->type = a; return 0;
-    case O_VFROM: o->vocab_from = a; return 0;
-    case O_VJSON: o->vocab_json = a; return 0;
-    case O_LORA: return parse_u32("--lora", a, &o->lora_rank, err);
-    case O_TARGETS: return parse_targets(a, &o->targets, err);
-    case O_ALPHA: return parse_float("--lora-alpha", a, &o->lora_alpha, err);
-    default: return mf_err_set(err, MF_EUSAGE, "unknown option");
+        return mf_num_parse_u64(a, &o->seed) ? mf_err_set(err, MF_EUSAGE, "bad --seed '%s'", a) : 0;
+    case O_TIED:
+        o->tied = 1;
+        return 0;
+    case O_RFREQS:
+        o->rope_freqs = 1;
+        return 0;
+    case O_TYPE:
+        o->type = a;
+        return 0;
+    case O_VFROM:
+        o->vocab_from = a;
+        return 0;
+    case O_VJSON:
+        o->vocab_json = a;
+        return 0;
+    case O_LORA:
+        return parse_u32("--lora", a, &o->lora_rank, err);
+    case O_TARGETS:
+        return parse_targets(a, &o->targets, err);
+    case O_ALPHA:
+        return parse_float("--lora-alpha", a, &o->lora_alpha, err);
+    default:
+        return mf_err_set(err, MF_EUSAGE, "unknown option");
     }
 }
 
@@ -207,8 +255,10 @@ static int check_opts(const struct opts *o, struct mf_err *err)
     if (o->vocab_from && o->vocab_json)
         return mf_err_set(err, MF_EUSAGE, "--vocab-from and --vocab-json exclude each other");
     if (s->n_embd % s->n_head != 0 || (s->n_embd / s->n_head) % 2 != 0)
-        return mf_err_set(err, MF_EUSAGE, "--embd %" PRIu32 " must be an even multiple of "
-                          "--heads %" PRIu32, s->n_embd, s->n_head);
+        return mf_err_set(err, MF_EUSAGE,
+                          "--embd %" PRIu32 " must be an even multiple of "
+                          "--heads %" PRIu32,
+                          s->n_embd, s->n_head);
     if (s->n_head % s->n_head_kv != 0)
         return mf_err_set(err, MF_EUSAGE, "--heads must be a multiple of --kv-heads");
     if (o->lora_rank && !o->targets)
@@ -316,7 +366,7 @@ static void target_dims(const struct shape *s, int t, uint64_t *ne0, uint64_t *n
     uint64_t hd = s->n_embd / s->n_head;
     uint64_t q = hd * s->n_head, kv = hd * s->n_head_kv;
     const uint64_t dims[T_COUNT][2] = {
-        {s->n_embd, q}, {s->n_embd, kv}, {s->n_embd, kv}, {q, s->n_embd},
+        {s->n_embd, q},       {s->n_embd, kv},      {s->n_embd, kv},      {q, s->n_embd},
         {s->n_embd, s->n_ff}, {s->n_embd, s->n_ff}, {s->n_ff, s->n_embd},
     };
     *ne0 = dims[t][0];
@@ -374,7 +424,11 @@ static int plan_lora(const struct opts *o, struct plan *p, struct mf_err *err)
 /* --type: a llama.cpp file type, or q4_k/q5_k/q6_k for one type throughout. */
 static int resolve_type(const struct opts *o, struct plan *p, struct mf_err *err)
 {
-    static const struct { const char *name; enum ggml_type t; enum quant_ftype ft; } uni[] = {
+    static const struct {
+        const char *name;
+        enum ggml_type t;
+        enum quant_ftype ft;
+    } uni[] = {
         {"q4_k", GGML_TYPE_Q4_K, QUANT_FTYPE_MOSTLY_Q4_K_S},
         {"q5_k", GGML_TYPE_Q5_K, QUANT_FTYPE_MOSTLY_Q5_K_S},
         {"q6_k", GGML_TYPE_Q6_K, QUANT_FTYPE_MOSTLY_Q6_K},
@@ -397,8 +451,8 @@ static int resolve_type(const struct opts *o, struct plan *p, struct mf_err *err
 
 static int choose_types(const struct opts *o, struct plan *p, struct mf_err *err)
 {
-    struct quant_model_info mi = {"llama", (int32_t)o->s.n_layer, 0,
-                                  (int32_t)(o->s.n_head / o->s.n_head_kv), !o->tied, 0};
+    struct quant_model_info mi = {
+        "llama", (int32_t)o->s.n_layer, 0, (int32_t)(o->s.n_head / o->s.n_head_kv), !o->tied, 0};
     for (size_t i = 0; i < p->n; i++) {
         struct ptensor *t = &p->t[i];
         if (t->n_dims == 1) {
@@ -410,11 +464,14 @@ static int choose_types(const struct opts *o, struct plan *p, struct mf_err *err
         } else if (p->uniform) {
             t->type = p->utype;
             if (t->ne[0] % ggml_type_block_size(t->type) != 0)
-                return mf_err_set(err, MF_EUSAGE, "tensor %s: rows of %" PRIu64 " do not divide "
+                return mf_err_set(err, MF_EUSAGE,
+                                  "tensor %s: rows of %" PRIu64 " do not divide "
                                   "into %s blocks; pick sizes that are multiples of 256",
                                   t->name, t->ne[0], ggml_type_name(t->type));
         } else {
-            struct quant_tensor_info ti = {t->name, GGML_TYPE_F32, (int)t->n_dims,
+            struct quant_tensor_info ti = {t->name,
+                                           GGML_TYPE_F32,
+                                           (int)t->n_dims,
                                            {(int64_t)t->ne[0], (int64_t)t->ne[1], 1, 1}};
             int rc = quant_ftype_tensor_type(p->ft, &mi, &ti, &t->type, err);
             if (rc)
@@ -445,17 +502,19 @@ static int json_vocab_size(struct vocab *v, struct mf_err *err)
     json_t *model = json_object_get(v->js, "model");
     json_t *vocab = json_object_get(model, "vocab");
     if (!json_is_object(vocab))
-        return mf_err_set(err, MF_EFORMAT, "tokenizer JSON has neither tokenizer.ggml.tokens nor "
+        return mf_err_set(err, MF_EFORMAT,
+                          "tokenizer JSON has neither tokenizer.ggml.tokens nor "
                           "model.vocab");
     v->hf = 1;
     int64_t max = -1;
     const char *k;
     json_t *id;
-    json_object_foreach(vocab, k, id)
-        max = json_integer_value(id) > max ? json_integer_value(id) : max;
+    json_object_foreach(vocab, k, id) max =
+        json_integer_value(id) > max ? json_integer_value(id) : max;
     size_t i;
     json_t *at;
-    json_array_foreach(json_object_get(v->js, "added_tokens"), i, at) {
+    json_array_foreach(json_object_get(v->js, "added_tokens"), i, at)
+    {
         int64_t x = json_integer_value(json_object_get(at, "id"));
         max = x > max ? x : max;
     }
@@ -490,8 +549,9 @@ static int load_vocab(struct opts *o, struct vocab *v, struct mf_err *err)
             return mf_err_set(err, MF_EUSAGE, "the generated vocabulary needs --vocab >= 259");
     }
     if (!rc && o->vocab_given && v->n != o->s.n_vocab)
-        return mf_err_set(err, MF_EUSAGE, "--vocab %" PRIu32 " but the vocabulary has %" PRIu32
-                          " tokens", o->s.n_vocab, v->n);
+        return mf_err_set(err, MF_EUSAGE,
+                          "--vocab %" PRIu32 " but the vocabulary has %" PRIu32 " tokens",
+                          o->s.n_vocab, v->n);
     o->s.n_vocab = v->n;
     return rc;
 }
@@ -509,8 +569,8 @@ static int write_spm_vocab(struct gguf_writer *w, uint32_t n, struct mf_err *err
     char *pool = malloc((size_t)n * 16);
     float *scores = calloc(n, sizeof *scores);
     int32_t *types = calloc(n, sizeof *types);
-    int rc = (!toks || !pool || !scores || !types) ? mf_err_set(err, MF_ENOMEM, "out of memory")
-                                                   : 0;
+    int rc =
+        (!toks || !pool || !scores || !types) ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
     for (uint32_t i = 0; i < n && !rc; i++) {
         char *p = pool + (size_t)i * 16;
         if (i < 3)
@@ -524,16 +584,26 @@ static int write_spm_vocab(struct gguf_writer *w, uint32_t n, struct mf_err *err
         types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
         scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
     }
-    if (!rc) rc = gguf_writer_add_cstr(w, "tokenizer.ggml.model", "llama", err);
-    if (!rc) rc = gguf_writer_add_cstr(w, "tokenizer.ggml.pre", "default", err);
-    if (!rc) rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n, err);
-    if (!rc) rc = gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n, err);
-    if (!rc) rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, err);
-    if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 1, err);
-    if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", 0, err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.model", "llama", err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.pre", "default", err);
+    if (!rc)
+        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n, err);
+    if (!rc)
+        rc = gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n, err);
+    if (!rc)
+        rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, err);
+    if (!rc)
+        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 1, err);
+    if (!rc)
+        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", 0, err);
     free(toks);
     free(pool);
     free(scores);
@@ -547,16 +617,15 @@ static int json_strings(const json_t *arr, struct gguf_str **out, char **pool, s
 {
     size_t n = json_array_size(arr), need = 1, i;
     json_t *e;
-    json_array_foreach(arr, i, e)
-        if (json_is_array(e))
-            need += json_string_length(json_array_get(e, 0)) +
-                    json_string_length(json_array_get(e, 1)) + 1;
+    json_array_foreach(arr, i, e) if (json_is_array(e)) need +=
+        json_string_length(json_array_get(e, 0)) + json_string_length(json_array_get(e, 1)) + 1;
     *out = calloc(n ? n : 1, sizeof **out);
     *pool = malloc(need);
     if (!*out || !*pool)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     char *p = *pool;
-    json_array_foreach(arr, i, e) {
+    json_array_foreach(arr, i, e)
+    {
         if (json_is_string(e)) {
             (*out)[i].p = json_string_value(e);
             (*out)[i].len = json_string_length(e);
@@ -605,7 +674,8 @@ static int json_kv(struct gguf_writer *w, const char *key, const json_t *v, stru
     int32_t *iv = calloc(n, sizeof *iv);
     float *fv = calloc(n, sizeof *fv);
     int rc = (!iv || !fv) ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
-    json_array_foreach(v, i, e) {
+    json_array_foreach(v, i, e)
+    {
         if (iv && fv) {
             iv[i] = (int32_t)json_integer_value(e);
             fv[i] = (float)json_number_value(e);
@@ -626,7 +696,8 @@ static int write_json_gguf_vocab(struct gguf_writer *w, const json_t *js, struct
     const char *k;
     json_t *v;
     int rc = 0;
-    json_object_foreach((json_t *)js, k, v) {
+    json_object_foreach((json_t *)js, k, v)
+    {
         if (rc)
             break;
         if (strncmp(k, "tokenizer.", 10) == 0)
@@ -647,9 +718,10 @@ static int64_t hf_token_id(const json_t *js, const char *const *names)
     size_t i;
     json_t *at;
     for (; *names; names++)
-        json_array_foreach(json_object_get(js, "added_tokens"), i, at)
-            if (strcmp(json_string_value(json_object_get(at, "content")) ?: "", *names) == 0)
-                return json_integer_value(json_object_get(at, "id"));
+        json_array_foreach(
+            json_object_get(js, "added_tokens"), i,
+            at) if (strcmp(json_string_value(json_object_get(at, "content")) ?: "", *names) ==
+                    0) return json_integer_value(json_object_get(at, "id"));
     return -1;
 }
 
@@ -661,12 +733,14 @@ static int hf_tokens(const json_t *js, uint32_t n, struct gguf_str *toks, int32_
     const char *k;
     json_t *id, *at;
     size_t i;
-    json_object_foreach(json_object_get(json_object_get(js, "model"), "vocab"), k, id) {
+    json_object_foreach(json_object_get(json_object_get(js, "model"), "vocab"), k, id)
+    {
         int64_t x = json_integer_value(id);
         if (x >= 0 && x < n)
             toks[x] = (struct gguf_str){k, strlen(k)}, types[x] = 1;
     }
-    json_array_foreach(json_object_get(js, "added_tokens"), i, at) {
+    json_array_foreach(json_object_get(js, "added_tokens"), i, at)
+    {
         int64_t x = json_integer_value(json_object_get(at, "id"));
         const json_t *c = json_object_get(at, "content");
         if (x >= 0 && x < n && json_is_string(c)) {
@@ -700,14 +774,22 @@ static int write_hf_vocab(struct gguf_writer *w, const json_t *js, uint32_t n, s
     if (!rc)
         rc = json_strings(jm, &merges, &pool, err);
     int64_t b = hf_token_id(js, bos), e = hf_token_id(js, eos);
-    if (!rc) rc = gguf_writer_add_cstr(w, "tokenizer.ggml.model", "gpt2", err);
-    if (!rc) rc = gguf_writer_add_cstr(w, "tokenizer.ggml.pre", "llama-bpe", err);
-    if (!rc) rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n, err);
-    if (!rc) rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n, err);
-    if (!rc) rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, json_array_size(jm), err);
-    if (!rc && b >= 0) rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)b, err);
-    if (!rc && e >= 0) rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)e, err);
-    if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", b >= 0, err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.model", "gpt2", err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.pre", "llama-bpe", err);
+    if (!rc)
+        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n, err);
+    if (!rc)
+        rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n, err);
+    if (!rc)
+        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, json_array_size(jm), err);
+    if (!rc && b >= 0)
+        rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)b, err);
+    if (!rc && e >= 0)
+        rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)e, err);
+    if (!rc)
+        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", b >= 0, err);
     free(toks);
     free(types);
     free(holes);
@@ -751,20 +833,34 @@ static int write_model_kvs(struct gguf_writer *w, const struct opts *o, const st
     char name[64];
     snprintf(name, sizeof name, "mkmodel-%s", o->preset);
     int rc = gguf_writer_add_cstr(w, "general.architecture", "llama", err);
-    if (!rc) rc = gguf_writer_add_cstr(w, "general.type", "model", err);
-    if (!rc) rc = gguf_writer_add_cstr(w, "general.name", name, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.block_count", s->n_layer, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.context_length", s->n_ctx, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.embedding_length", s->n_embd, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.feed_forward_length", s->n_ff, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.attention.head_count", s->n_head, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", s->n_head_kv, err);
-    if (!rc) rc = gguf_writer_add_f32(w, "llama.rope.freq_base", s->rope_base, err);
-    if (!rc) rc = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)p->ft, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.vocab_size", s->n_vocab, err);
-    if (!rc) rc = gguf_writer_add_u32(w, "llama.rope.dimension_count", s->n_embd / s->n_head, err);
-    if (!rc) rc = write_vocab(w, v, err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "general.type", "model", err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "general.name", name, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.block_count", s->n_layer, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.context_length", s->n_ctx, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.embedding_length", s->n_embd, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.feed_forward_length", s->n_ff, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.attention.head_count", s->n_head, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", s->n_head_kv, err);
+    if (!rc)
+        rc = gguf_writer_add_f32(w, "llama.rope.freq_base", s->rope_base, err);
+    if (!rc)
+        rc = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)p->ft, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.vocab_size", s->n_vocab, err);
+    if (!rc)
+        rc = gguf_writer_add_u32(w, "llama.rope.dimension_count", s->n_embd / s->n_head, err);
+    if (!rc)
+        rc = write_vocab(w, v, err);
     if (!rc && any_quantized(p))
         rc = gguf_writer_add_u32(w, "general.quantization_version", 2, err);
     return rc;
@@ -773,10 +869,14 @@ static int write_model_kvs(struct gguf_writer *w, const struct opts *o, const st
 static int write_lora_kvs(struct gguf_writer *w, const struct opts *o, struct mf_err *err)
 {
     int rc = gguf_writer_add_cstr(w, "general.architecture", "llama", err);
-    if (!rc) rc = gguf_writer_add_cstr(w, "general.type", "adapter", err);
-    if (!rc) rc = gguf_writer_add_cstr(w, "general.name", "mkmodel-lora", err);
-    if (!rc) rc = gguf_writer_add_cstr(w, "adapter.type", "lora", err);
-    if (!rc) rc = gguf_writer_add_f32(w, "adapter.lora.alpha", o->lora_alpha, err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "general.type", "adapter", err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "general.name", "mkmodel-lora", err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "adapter.type", "lora", err);
+    if (!rc)
+        rc = gguf_writer_add_f32(w, "adapter.lora.alpha", o->lora_alpha, err);
     return rc;
 }
 
@@ -825,8 +925,7 @@ static int write_file(const struct opts *o, const struct vocab *v, const struct 
         return rc;
     rc = o->lora_rank ? write_lora_kvs(w, o, err) : write_model_kvs(w, o, v, p, err);
     for (size_t i = 0; i < p->n && !rc; i++)
-        rc = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].type, p->t[i].n_dims, p->t[i].ne,
-                                    err);
+        rc = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].type, p->t[i].n_dims, p->t[i].ne, err);
     if (!rc)
         rc = write_data(w, o, p, err);
     if (!rc)

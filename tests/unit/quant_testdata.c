@@ -116,3 +116,53 @@ void qt_fill(float *x, int64_t nrows, int64_t n_per_row, enum qt_dist d, uint64_
         }
     }
 }
+
+size_t qt_row_bytes(enum ggml_type t, int64_t n)
+{
+    uint64_t b = 0;
+    if (n < 0 || ggml_type_row_size(t, (uint64_t)n, &b) != 0)
+        return 0;
+    return (size_t)b;
+}
+
+/* Offsets of the high bytes of a block's fp16 fields (ggml-common.h). */
+static void half_fields(enum ggml_type t, int hi[2])
+{
+    hi[0] = hi[1] = -1;
+    switch (t) {
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+        hi[0] = 1, hi[1] = 3; /* d, then m or dmin */
+        break;
+    case GGML_TYPE_Q2_K:
+        hi[0] = 81, hi[1] = 83;
+        break;
+    case GGML_TYPE_Q3_K:
+        hi[0] = 109;
+        break;
+    case GGML_TYPE_Q6_K:
+        hi[0] = 209;
+        break;
+    default:
+        hi[0] = 1; /* Q4_0, Q5_0, Q8_0: d first */
+        break;
+    }
+}
+
+void qt_random_blocks(enum ggml_type t, uint8_t *buf, size_t bytes, uint64_t seed)
+{
+    struct qt_rng r = {seed};
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = (uint8_t)qt_next(&r);
+    if (!ggml_type_is_quantized(t))
+        return;
+    int hi[2];
+    half_fields(t, hi);
+    size_t blk = ggml_type_size(t);
+    for (size_t b = 0; b + blk <= bytes; b += blk)
+        for (int k = 0; k < 2; k++)
+            if (hi[k] >= 0)
+                buf[b + (size_t)hi[k]] &= 0xBB; /* sign kept, exponent <= 14 */
+}

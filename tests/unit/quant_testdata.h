@@ -5,6 +5,7 @@
 #ifndef MF_QUANT_TESTDATA_H
 #define MF_QUANT_TESTDATA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/ggml_type.h"
@@ -39,6 +40,14 @@ const char *qt_dist_name(enum qt_dist d);
 
 /* Fills x[0..nrows*n_per_row) with distribution d from seed. */
 void qt_fill(float *x, int64_t nrows, int64_t n_per_row, enum qt_dist d, uint64_t seed);
+
+/* Bytes in a row of n elements of t; 0 when n does not fit t's blocks. */
+size_t qt_row_bytes(enum ggml_type t, int64_t n);
+
+/* Fills bytes of random blocks of t; every fp16 scale field gets a finite
+ * value (exponent < 31, as ggml never writes inf/NaN scales), while plain
+ * F16/BF16/F32 data keeps all bit patterns, NaN and inf included. */
+void qt_random_blocks(enum ggml_type t, uint8_t *buf, size_t bytes, uint64_t seed);
 
 /* The types quant_quantize_row supports, and those quant_dequantize_row
  * supports (superset), as lists ending in GGML_TYPE_COUNT. */

@@ -263,13 +263,6 @@ static int group_teardown(void **state)
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static size_t row_bytes(enum ggml_type t, int64_t n)
-{
-    uint64_t b = 0;
-    assert_int_equal(ggml_type_row_size(t, (uint64_t)n, &b), 0);
-    return (size_t)b;
-}
-
 /* Row length for t: 16 super-blocks for the K-quants, 128 blocks else,
  * plus one odd-sized length to catch tails. */
 static int64_t row_len(enum ggml_type t, int odd)
@@ -294,7 +287,7 @@ static int blocks_differ(const uint8_t *a, const uint8_t *b, size_t bytes, size_
 /* ours vs ggml on nrows x n of distribution d; returns differing blocks */
 static int compare_quantize(enum ggml_type t, enum qt_dist d, int64_t nrows, int64_t n)
 {
-    const size_t rb = row_bytes(t, n);
+    const size_t rb = qt_row_bytes(t, n);
     float *x = malloc(sizeof(float) * (size_t)(nrows * n));
     uint8_t *ours = malloc(rb * (size_t)nrows), *theirs = malloc(rb * (size_t)nrows);
     assert_non_null(x);
@@ -341,44 +334,6 @@ static void test_quantize_matches_ggml(void **state)
 }
 
 /* ---- dequantize -------------------------------------------------------------------- */
-
-/* Random blocks of t with finite fp16 scales: random bytes, then each fp16
- * field's exponent forced below 31 (ggml never writes inf/NaN scales). */
-static void random_blocks(enum ggml_type t, uint8_t *buf, size_t bytes, uint64_t seed)
-{
-    struct qt_rng r = {seed};
-    for (size_t i = 0; i < bytes; i++)
-        buf[i] = (uint8_t)qt_next(&r);
-    if (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_F32)
-        return; /* plain types: NaN and inf patterns are part of the test */
-    size_t blk = ggml_type_size(t);
-    /* offsets of fp16 fields per block (ggml-common.h) */
-    int offs[2] = {-1, -1};
-    switch (t) {
-    case GGML_TYPE_Q4_1:
-    case GGML_TYPE_Q5_1:
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-        offs[0] = 0, offs[1] = 2;
-        break;
-    case GGML_TYPE_Q2_K:
-        offs[0] = 80, offs[1] = 82;
-        break;
-    case GGML_TYPE_Q3_K:
-        offs[0] = 108;
-        break;
-    case GGML_TYPE_Q6_K:
-        offs[0] = 208;
-        break;
-    default:
-        offs[0] = 0;
-        break;
-    }
-    for (size_t b = 0; b < bytes; b += blk)
-        for (int k = 0; k < 2; k++)
-            if (offs[k] >= 0)
-                buf[b + (size_t)offs[k] + 1] &= 0x3B; /* high byte: exponent <= 14 */
-}
 
 /* Number of floats whose bits differ. */
 static int64_t floats_differ(const float *a, const float *b, int64_t n)
@@ -427,7 +382,7 @@ static void test_dequantize_matches_ggml(void **state)
             continue; /* ggml has no to_float for F32; test_quant.c covers the copy */
         for (int odd = 0; odd < 2; odd++) {
             const int64_t n = row_len(*t, odd) * 4;
-            const size_t rb = row_bytes(*t, n);
+            const size_t rb = qt_row_bytes(*t, n);
             uint8_t *q = malloc(rb + 1);
             float *x = malloc(sizeof(float) * (size_t)n);
             assert_non_null(q);
@@ -438,7 +393,7 @@ static void test_dequantize_matches_ggml(void **state)
                 bad += compare_dequantize(*t, q + odd, n);
                 checked += n;
             }
-            random_blocks(*t, q + odd, rb, 99 + (uint64_t)odd);
+            qt_random_blocks(*t, q + odd, rb, 99 + (uint64_t)odd);
             bad += compare_dequantize(*t, q + odd, n);
             checked += n;
             free(q);

@@ -9,3 +9,10 @@ libmfc_common_a_SOURCES += \
 libmfc_common_a_SOURCES += \
 	compiler/inspect.c compiler/inspect.h \
 	compiler/cmd_inspect.c
+
+## Unit tests (cmocka): reader error paths, writer round trips and atomicity.
+check_PROGRAMS += tests/unit/test_gguf
+tests_unit_test_gguf_SOURCES = tests/unit/test_gguf.c
+tests_unit_test_gguf_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_gguf_LDADD = $(MFC_COMMON_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_gguf

@@ -209,7 +209,12 @@ static int note_alignment(struct gguf_writer *w, const char *key, uint32_t type,
 {
     if (strcmp(key, "general.alignment") != 0)
         return 0;
-    uint32_t a = type == GGUF_TYPE_UINT32 ? gguf_le32(val) : 0;
+    if (type != GGUF_TYPE_UINT32)
+        return wfail(w, mf_err_set(err, MF_EINVAL,
+                                   "%s: key 'general.alignment' must be u32, "
+                                   "not %s",
+                                   w->path, gguf_type_name(type)));
+    uint32_t a = gguf_le32(val);
     if (a == 0 || (a & (a - 1)) != 0)
         return wfail(w, mf_err_set(err, MF_EINVAL,
                                    "%s: general.alignment %" PRIu32 " is not a "

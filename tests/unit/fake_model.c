@@ -1,0 +1,152 @@
+/*
+ * fake_model.c: the deterministic fake model of fake_model.h, shared by
+ * test_sched and test_engine. The next token is an FNV-1a hash of the whole
+ * context and of the adapter tags read back from the paged arena, so it
+ * depends on every token and block the scheduler and kv.c handed over.
+ */
+#include "tests/unit/fake_model.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t lora_tag(const struct batch_lora *l)
+{
+    uint32_t h = 2166136261u;
+    for (int32_t i = 0; i < l->n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &l->scales[i], sizeof bits);
+        h = (h ^ (uint32_t)(l->ids[i] + 1)) * 16777619u;
+        h = (h ^ bits) * 16777619u;
+    }
+    return h;
+}
+
+static int32_t next_from(const int32_t *ctx, int32_t n, uint32_t tag, int32_t n_vocab)
+{
+    uint64_t h = 1469598103934665603u ^ tag;
+    for (int32_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)ctx[i]) * 1099511628211u;
+    h ^= h >> 29;
+    return (int32_t)(h % (uint64_t)n_vocab);
+}
+
+int32_t fake_next_token(const int32_t *ctx, int32_t n, const struct batch_lora *lora,
+                        int32_t n_vocab)
+{
+    return next_from(ctx, n, lora_tag(lora), n_vocab);
+}
+
+int fake_model_init(struct fake_model *m, int32_t n_blocks, int32_t max_ctx, int32_t n_vocab)
+{
+    size_t slots = (size_t)n_blocks * KV_BLOCK_TOKENS;
+    memset(m, 0, sizeof *m);
+    m->arena = malloc(slots * sizeof *m->arena);
+    m->tags = calloc(slots, sizeof *m->tags);
+    m->ctx = malloc((size_t)max_ctx * sizeof *m->ctx);
+    if (!m->arena || !m->tags || !m->ctx) {
+        fake_model_fini(m);
+        return MF_ENOMEM;
+    }
+    memset(m->arena, 0xff, slots * sizeof *m->arena);
+    m->n_blocks = n_blocks;
+    m->max_ctx = max_ctx;
+    m->n_vocab = n_vocab;
+    return 0;
+}
+
+void fake_model_fini(struct fake_model *m)
+{
+    free(m->arena);
+    free(m->tags);
+    free(m->ctx);
+    memset(m, 0, sizeof *m);
+}
+
+/* The arena slot of position p, or -1 when the table doesn't cover it. */
+static int64_t slot_of(const struct fake_model *m, const struct batch_seq *q, int32_t p)
+{
+    int32_t bi = p / KV_BLOCK_TOKENS;
+    if (bi >= q->n_blocks || q->block_table[bi] < 0 || q->block_table[bi] >= m->n_blocks)
+        return -1;
+    return (int64_t)q->block_table[bi] * KV_BLOCK_TOKENS + p % KV_BLOCK_TOKENS;
+}
+
+static int write_seq(struct fake_model *m, const struct batch_seq *q, uint32_t tag,
+                     struct mf_err *err)
+{
+    if (q->n_tokens < 1 || q->n_past < 0 || q->n_past + q->n_tokens > m->max_ctx)
+        return mf_err_set(err, MF_EINVAL, "sequence of %" PRId32 " new tokens at %" PRId32,
+                          q->n_tokens, q->n_past);
+    for (int32_t i = 0; i < q->n_tokens; i++) {
+        int64_t s = slot_of(m, q, q->n_past + i);
+        if (s < 0)
+            return mf_err_set(err, MF_EINVAL, "position %" PRId32 " not covered by the table",
+                              q->n_past + i);
+        m->arena[s] = q->tokens[i];
+        m->tags[s] = tag;
+    }
+    return 0;
+}
+
+/* Reads the context back; a slot written under another adapter poisons it. */
+static int32_t read_next(struct fake_model *m, const struct batch_seq *q, uint32_t tag)
+{
+    int32_t n = q->n_past + q->n_tokens;
+    for (int32_t p = 0; p < n; p++) {
+        int64_t s = slot_of(m, q, p);
+        m->ctx[p] = m->tags[s] == tag ? m->arena[s] : -2;
+    }
+    return next_from(m->ctx, n, tag, m->n_vocab);
+}
+
+int fake_model_step(struct fake_model *m, const struct batch *b, int32_t *next, struct mf_err *err)
+{
+    int32_t j = 0;
+    m->n_steps++;
+    if (m->fail_step && m->n_steps == m->fail_step)
+        return mf_err_set(err, MF_EIO, "fake model: injected failure at step %" PRId64, m->n_steps);
+    if (b->n_seqs > m->max_batch)
+        m->max_batch = b->n_seqs;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        int rc = write_seq(m, &b->seqs[i], lora_tag(&b->seqs[i].lora), err);
+        if (rc)
+            return rc;
+        m->n_tokens += b->seqs[i].n_tokens;
+    }
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        const struct batch_seq *q = &b->seqs[i];
+        int32_t t;
+        if (!q->want_logits)
+            continue;
+        t = read_next(m, q, lora_tag(&q->lora));
+        if (next)
+            next[j] = t;
+        if (b->logits) {
+            float *row = b->logits + (size_t)j * (size_t)m->n_vocab;
+            memset(row, 0, (size_t)m->n_vocab * sizeof *row);
+            row[t] = 1.0f;
+        }
+        j++;
+    }
+    return 0;
+}
+
+int32_t fake_reference(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+                       const struct batch_lora *lora, int32_t n_vocab, int32_t eos, int32_t *out)
+{
+    int32_t *ctx = malloc(((size_t)n_prompt + (size_t)max_tokens) * sizeof *ctx);
+    int32_t n = 0;
+    if (!ctx)
+        return -1;
+    memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
+    while (n < max_tokens) {
+        int32_t t = fake_next_token(ctx, n_prompt + n, lora, n_vocab);
+        ctx[n_prompt + n] = t;
+        out[n++] = t;
+        if (t == eos)
+            break;
+    }
+    free(ctx);
+    return n;
+}

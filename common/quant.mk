@@ -16,3 +16,12 @@ tests_unit_test_quant_ggml_SOURCES = tests/unit/test_quant_ggml.c $(QUANT_TEST_C
 tests_unit_test_quant_ggml_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_quant_ggml_LDADD = $(MFC_COMMON_LIBS) $(CMOCKA_LIBS) -ldl
 TESTS += tests/unit/test_quant tests/unit/test_quant_ggml
+
+## Benchmark: built with the tree (so it cannot rot), run only on demand by
+## `make bench-quant`; never part of make check. See bench/README.md.
+noinst_PROGRAMS += bench/quant
+bench_quant_SOURCES = bench/quant.c $(QUANT_TEST_COMMON)
+bench_quant_LDADD = $(MFC_COMMON_LIBS)
+.PHONY: bench-quant
+bench-quant: bench/quant$(EXEEXT)
+	./bench/quant$(EXEEXT)

@@ -21,6 +21,10 @@
 
 #include "quant_int.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 /* ---- fp16 / bf16 --------------------------------------------------------- */
 
 static inline float f32_from_bits(uint32_t w)
@@ -110,14 +114,27 @@ static void overlay(struct quant_ops *out, const struct quant_ops *base,
     }
 }
 
-/* Whether the CPU and OS run AVX2+FMA+F16C, and AVX-512 F/BW/VL on top. */
+#if defined(__x86_64__) && defined(__GNUC__)
+/* F16C (CPUID.1:ECX bit 29). Asked of CPUID directly because clang before
+ * 16 does not know "f16c" in __builtin_cpu_supports; the OS side (saving
+ * ymm state) is the one AVX2 already needs. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
+/* Whether the CPU and OS run AVX2+FMA+F16C, and AVX-512 F/BW/VL on top.
+ * __builtin_cpu_supports also checks that the OS saves the wider registers
+ * (XGETBV), so a kernel without AVX-512 support reads as "no". */
 static void cpu_features(int have[QUANT_ISA_COUNT])
 {
     have[QUANT_ISA_SCALAR] = 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    have[QUANT_ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+    have[QUANT_ISA_AVX2] =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     have[QUANT_ISA_AVX512] = have[QUANT_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
                              __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl");

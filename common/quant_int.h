@@ -113,6 +113,17 @@ static inline void quant_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint
     }
 }
 
+/* Sub-block j's factors in a Q4_K/Q5_K block: y = dj * q - mj, with
+ * dj = d * scale and mj = dmin * min rounded to float first, as ggml does. */
+static inline void quant_k4_factors(int j, const uint8_t *scales, float d, float dmin, float *dj,
+                                    float *mj)
+{
+    uint8_t sc, m;
+    quant_scale_min_k4(j, scales, &sc, &m);
+    *dj = d * sc;
+    *mj = dmin * m;
+}
+
 /* Q3_K's sixteen scales unpacked from 12 bytes, still biased by 32. */
 void quant_q3_K_scales(const uint8_t packed[12], int8_t out[16]);
 
@@ -124,7 +135,8 @@ typedef void quant_quantize_fn(const float *src, void *dst, int64_t n);
 /* The reference quantizer for t, or NULL. */
 quant_quantize_fn *quant_ref_quantizer(enum ggml_type t);
 
-/* The x86 tables (quant_x86.c); NULL-free only when built for x86-64. */
+/* The x86 tables (quant_x86.c): only the types with vector code are set,
+ * and both are empty outside x86-64; quant.c lays them over the scalar one. */
 extern const struct quant_ops quant_ops_avx2;
 extern const struct quant_ops quant_ops_avx512;
 

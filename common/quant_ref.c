@@ -211,12 +211,10 @@ static void deq_q4_K(const void *src, float *y, int64_t n)
         const uint8_t *q = x[i].qs;
         const float d = quant_rdh(x[i].d);
         const float min = quant_rdh(x[i].dmin);
-        uint8_t sc, m;
+        float d1, m1, d2, m2;
         for (int is = 0; is < 8; is += 2, q += 32) {
-            quant_scale_min_k4(is, x[i].scales, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            quant_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
+            quant_k4_factors(is, x[i].scales, d, min, &d1, &m1);
+            quant_k4_factors(is + 1, x[i].scales, d, min, &d2, &m2);
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (q[l] & 0xF) - m1;
             for (int l = 0; l < 32; l++)
@@ -233,12 +231,11 @@ static void deq_q5_K(const void *src, float *y, int64_t n)
         const uint8_t *qh = x[i].qh;
         const float d = quant_rdh(x[i].d);
         const float min = quant_rdh(x[i].dmin);
-        uint8_t sc, m, u1 = 1, u2 = 2;
+        float d1, m1, d2, m2;
+        uint8_t u1 = 1, u2 = 2;
         for (int is = 0; is < 8; is += 2, ql += 32) {
-            quant_scale_min_k4(is, x[i].scales, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            quant_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
+            quant_k4_factors(is, x[i].scales, d, min, &d1, &m1);
+            quant_k4_factors(is + 1, x[i].scales, d, min, &d2, &m2);
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++)
@@ -609,6 +606,19 @@ static float make_qkx2_quants(int n, const float *x, const float *weights, uint8
 
 /* ---- K-quants: quantize -------------------------------------------------- */
 
+/* The final levels of one 16-element group of Q3_K/Q6_K against its
+ * rounded scale d: symmetric, -nmax..nmax-1, stored biased by nmax. A zero
+ * scale leaves L as the search left it, as ggml does. */
+static void group_levels(const float *x, float d, int nmax, int8_t *L)
+{
+    if (!d)
+        return;
+    for (int ii = 0; ii < 16; ++ii) {
+        int l = nearest_int(x[ii] / d);
+        L[ii] = (int8_t)(imax(-nmax, imin(nmax - 1, l)) + nmax);
+    }
+}
+
 static void q_q2_K(const float *x, void *dst, int64_t n)
 {
     static const struct qkx2_params prm = {3, -0.5f, 0.1f, 15, 1};
@@ -724,15 +734,8 @@ static void q_q3_K(const float *x, void *dst, int64_t n)
             quant_wr16(y[i].d, quant_f32_to_f16(0.f));
         }
         quant_q3_K_scales(y[i].scales, sc);
-        for (int j = 0; j < QK_K / 16; ++j) {
-            float d = quant_rdh(y[i].d) * (sc[j] - 32);
-            if (!d)
-                continue;
-            for (int ii = 0; ii < 16; ++ii) {
-                int l = nearest_int(x[16 * j + ii] / d);
-                L[16 * j + ii] = (int8_t)(imax(-4, imin(3, l)) + 4);
-            }
-        }
+        for (int j = 0; j < QK_K / 16; ++j)
+            group_levels(x + 16 * j, quant_rdh(y[i].d) * (sc[j] - 32), 4, L + 16 * j);
         pack_q3_K_levels(L, &y[i]);
     }
 }
@@ -879,15 +882,8 @@ static void q_q6_K(const float *x, void *dst, int64_t n)
         quant_wr16(y[i].d, quant_f32_to_f16(1 / iscale));
         for (int ib = 0; ib < QK_K / 16; ++ib)
             y[i].scales[ib] = (int8_t)imin(127, nearest_int(iscale * scales[ib]));
-        for (int j = 0; j < QK_K / 16; ++j) {
-            float d = quant_rdh(y[i].d) * y[i].scales[j];
-            if (!d)
-                continue;
-            for (int ii = 0; ii < 16; ++ii) {
-                int l = nearest_int(x[16 * j + ii] / d);
-                L[16 * j + ii] = (int8_t)(imax(-32, imin(31, l)) + 32);
-            }
-        }
+        for (int j = 0; j < QK_K / 16; ++j)
+            group_levels(x + 16 * j, quant_rdh(y[i].d) * y[i].scales[j], 32, L + 16 * j);
         pack_q6_K(L, &y[i]);
     }
 }

@@ -23,7 +23,7 @@
  */
 #include "quant_int.h"
 
-#include <string.h>
+#include <stddef.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -37,17 +37,19 @@
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+/* helpers and row drivers: always inlined, so their constant arguments fold */
+#define QX_INLINE static inline __attribute__((always_inline))
 
 /* ---- AVX2 ----------------------------------------------------------------- */
 
 /* y[0..8) = (float)(int8 b[0..8)) * d */
-T_AVX2 static inline void st8_i8(float *y, __m128i b, __m256 d)
+T_AVX2 QX_INLINE void st8_i8(float *y, __m128i b, __m256 d)
 {
     _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d));
 }
 
 /* y[0..8) = d * (float)(uint8 b[0..8)) - m */
-T_AVX2 static inline void st8_u8_dm(float *y, __m128i b, __m256 d, __m256 m)
+T_AVX2 QX_INLINE void st8_u8_dm(float *y, __m128i b, __m256 d, __m256 m)
 {
     __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
     _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(d, q), m));
@@ -102,7 +104,7 @@ T_AVX2 static void deq_q4_0_avx2(const void *src, float *y, int64_t n)
 }
 
 /* 32 levels (bytes of v) as d*q - m into y[0..32). */
-T_AVX2 static inline void st32_u8_dm(float *y, __m256i v, float d, float m)
+T_AVX2 QX_INLINE void st32_u8_dm(float *y, __m256i v, float d, float m)
 {
     const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
     const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
@@ -112,51 +114,55 @@ T_AVX2 static inline void st32_u8_dm(float *y, __m256i v, float d, float m)
     st8_u8_dm(y + 24, _mm_srli_si128(b, 8), vd, vm);
 }
 
-T_AVX2 static void deq_q4_K_avx2(const void *src, float *y, int64_t n)
+/* The signature of st32_u8_dm (AVX2) and st32_u8_dm_512 (AVX-512). */
+typedef void st32_u8_fn(float *y, __m256i v, float d, float m);
+
+/* Q4_K and Q5_K rows, for either store width. Written once and inlined
+ * into each ISA's entry point (a caller whose target is a superset of
+ * T_AVX2 may inline it), so `st` and `q5` are constants there. */
+T_AVX2 QX_INLINE void k45_rows(const uint8_t *x, float *y, int64_t n, int q5, st32_u8_fn *st)
 {
-    const struct quant_blk_q4_K *x = src;
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_rdh(x[i].d), min = quant_rdh(x[i].dmin);
-        const uint8_t *q = x[i].qs;
-        uint8_t sc, m;
-        for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)q);
-            quant_scale_min_k4(is, x[i].scales, &sc, &m);
-            st32_u8_dm(y, _mm256_and_si256(v, mask), d * sc, min * m);
-            quant_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            st32_u8_dm(y + 32, _mm256_and_si256(_mm256_srli_epi16(v, 4), mask), d * sc, min * m);
+    const size_t stride = q5 ? sizeof(struct quant_blk_q5_K) : sizeof(struct quant_blk_q4_K);
+    const size_t qs_off =
+        q5 ? offsetof(struct quant_blk_q5_K, qs) : offsetof(struct quant_blk_q4_K, qs);
+    const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / QK_K; i++, x += stride) {
+        const struct quant_blk_q4_K *b = (const struct quant_blk_q4_K *)x; /* same head */
+        const float d = quant_rdh(b->d), min = quant_rdh(b->dmin);
+        const __m256i qh =
+            q5 ? _mm256_loadu_si256((const __m256i *)((const struct quant_blk_q5_K *)x)->qh)
+               : _mm256_setzero_si256();
+        const uint8_t *ql = x + qs_off;
+        for (int is = 0; is < 8; is += 2, ql += 32, y += 64) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i lo = _mm256_and_si256(v, mask);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            if (q5) { /* bit `is` of qh[l] is the fifth bit of the low half */
+                const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, is), one);
+                const __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(qh, is + 1), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h1, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h2, 4));
+            }
+            float d1, m1, d2, m2;
+            quant_k4_factors(is, b->scales, d, min, &d1, &m1);
+            quant_k4_factors(is + 1, b->scales, d, min, &d2, &m2);
+            st(y, lo, d1, m1);
+            st(y + 32, hi, d2, m2);
         }
     }
+}
+
+T_AVX2 static void deq_q4_K_avx2(const void *src, float *y, int64_t n)
+{
+    k45_rows(src, y, n, 0, st32_u8_dm);
 }
 
 T_AVX2 static void deq_q5_K_avx2(const void *src, float *y, int64_t n)
 {
-    const struct quant_blk_q5_K *x = src;
-    const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_rdh(x[i].d), min = quant_rdh(x[i].dmin);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        const uint8_t *ql = x[i].qs;
-        uint8_t sc, m;
-        for (int is = 0; is < 8; is += 2, ql += 32, y += 64) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)ql);
-            /* bit `is` of qh[l] is the fifth bit of the low half */
-            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, is), one);
-            const __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(qh, is + 1), one);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, mask), _mm256_slli_epi16(h1, 4));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
-                                               _mm256_slli_epi16(h2, 4));
-            quant_scale_min_k4(is, x[i].scales, &sc, &m);
-            st32_u8_dm(y, lo, d * sc, min * m);
-            quant_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            st32_u8_dm(y + 32, hi, d * sc, min * m);
-        }
-    }
+    k45_rows(src, y, n, 1, st32_u8_dm);
 }
-
 /* 32 signed levels (bytes of v): the first 16 scaled by s0, the rest by s1. */
-T_AVX2 static inline void st32_i8_2s(float *y, __m256i v, float s0, float s1)
+T_AVX2 QX_INLINE void st32_i8_2s(float *y, __m256i v, float s0, float s1)
 {
     const __m256 v0 = _mm256_set1_ps(s0), v1 = _mm256_set1_ps(s1);
     const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
@@ -166,7 +172,11 @@ T_AVX2 static inline void st32_i8_2s(float *y, __m256i v, float s0, float s1)
     st8_i8(y + 24, _mm_srli_si128(b, 8), v1);
 }
 
-T_AVX2 static void deq_q6_K_avx2(const void *src, float *y, int64_t n)
+/* The signature of st32_i8_2s (AVX2) and st32_i8_2s_512 (AVX-512). */
+typedef void st32_i8_fn(float *y, __m256i v, float s0, float s1);
+
+/* Q6_K rows, for either store width (inlined like k45_rows). */
+T_AVX2 QX_INLINE void q6_K_rows(const void *src, float *y, int64_t n, st32_i8_fn *st)
 {
     const struct quant_blk_q6_K *x = src;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
@@ -174,40 +184,39 @@ T_AVX2 static void deq_q6_K_avx2(const void *src, float *y, int64_t n)
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = quant_rdh(x[i].d);
         for (int c = 0; c < 2; c++, y += 128) {
-            const uint8_t *ql = x[i].ql + 64 * c, *qhp = x[i].qh + 32 * c;
+            const uint8_t *ql = x[i].ql + 64 * c;
             const int8_t *sc = x[i].scales + 8 * c;
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
-            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4);
-            const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4);
-            const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4);
-            const __m256i n0 = _mm256_and_si256(l0, m4);
-            const __m256i n1 = _mm256_and_si256(l1, m4);
-            const __m256i n2 = _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4);
-            const __m256i n3 = _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4);
-            st32_i8_2s(y, _mm256_sub_epi8(_mm256_or_si256(n0, h0), bias), d * sc[0], d * sc[1]);
-            st32_i8_2s(y + 32, _mm256_sub_epi8(_mm256_or_si256(n1, h1), bias), d * sc[2],
-                       d * sc[3]);
-            st32_i8_2s(y + 64, _mm256_sub_epi8(_mm256_or_si256(n2, h2), bias), d * sc[4],
-                       d * sc[5]);
-            st32_i8_2s(y + 96, _mm256_sub_epi8(_mm256_or_si256(n3, h3), bias), d * sc[6],
-                       d * sc[7]);
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * c));
+            /* plane p: low nibble of l0/l1 (p < 2) or high nibble, bits 2p of qh */
+            const __m256i lows[4] = {l0, l1, _mm256_srli_epi16(l0, 4), _mm256_srli_epi16(l1, 4)};
+#pragma GCC unroll 4 /* the lows[] array must become registers */
+            for (int p = 0; p < 4; p++) {
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), m2);
+                const __m256i q =
+                    _mm256_or_si256(_mm256_and_si256(lows[p], m4), _mm256_slli_epi16(hb, 4));
+                st(y + 32 * p, _mm256_sub_epi8(q, bias), d * sc[2 * p], d * sc[2 * p + 1]);
+            }
         }
     }
+}
+
+T_AVX2 static void deq_q6_K_avx2(const void *src, float *y, int64_t n)
+{
+    q6_K_rows(src, y, n, st32_i8_2s);
 }
 
 /* ---- AVX-512 ------------------------------------------------------------------ */
 
 /* y[0..16) = (float)(int8 b[0..16)) * d */
-T_AVX512 static inline void st16_i8(float *y, __m128i b, __m512 d)
+T_AVX512 QX_INLINE void st16_i8(float *y, __m128i b, __m512 d)
 {
     _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), d));
 }
 
 /* y[0..16) = d * (float)(uint8 b[0..16)) - m */
-T_AVX512 static inline void st16_u8_dm(float *y, __m128i b, __m512 d, __m512 m)
+T_AVX512 QX_INLINE void st16_u8_dm(float *y, __m128i b, __m512 d, __m512 m)
 {
     __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
     _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(d, q), m));
@@ -248,94 +257,33 @@ T_AVX512 static void deq_q4_0_avx512(const void *src, float *y, int64_t n)
 }
 
 /* 32 levels (bytes of v) as d*q - m into y[0..32). */
-T_AVX512 static inline void st32_u8_dm_512(float *y, __m256i v, float d, float m)
+T_AVX512 QX_INLINE void st32_u8_dm_512(float *y, __m256i v, float d, float m)
 {
     const __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
     st16_u8_dm(y, _mm256_castsi256_si128(v), vd, vm);
     st16_u8_dm(y + 16, _mm256_extracti128_si256(v, 1), vd, vm);
 }
 
-T_AVX512 static void deq_q4_K_avx512(const void *src, float *y, int64_t n)
-{
-    const struct quant_blk_q4_K *x = src;
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_rdh(x[i].d), min = quant_rdh(x[i].dmin);
-        const uint8_t *q = x[i].qs;
-        uint8_t sc, m;
-        for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)q);
-            quant_scale_min_k4(is, x[i].scales, &sc, &m);
-            st32_u8_dm_512(y, _mm256_and_si256(v, mask), d * sc, min * m);
-            quant_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            st32_u8_dm_512(y + 32, _mm256_and_si256(_mm256_srli_epi16(v, 4), mask), d * sc,
-                           min * m);
-        }
-    }
-}
-
-T_AVX512 static void deq_q5_K_avx512(const void *src, float *y, int64_t n)
-{
-    const struct quant_blk_q5_K *x = src;
-    const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_rdh(x[i].d), min = quant_rdh(x[i].dmin);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        const uint8_t *ql = x[i].qs;
-        uint8_t sc, m;
-        for (int is = 0; is < 8; is += 2, ql += 32, y += 64) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, is), one);
-            const __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(qh, is + 1), one);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, mask), _mm256_slli_epi16(h1, 4));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
-                                               _mm256_slli_epi16(h2, 4));
-            quant_scale_min_k4(is, x[i].scales, &sc, &m);
-            st32_u8_dm_512(y, lo, d * sc, min * m);
-            quant_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            st32_u8_dm_512(y + 32, hi, d * sc, min * m);
-        }
-    }
-}
-
 /* 32 signed levels (bytes of v): the first 16 scaled by s0, the rest by s1. */
-T_AVX512 static inline void st32_i8_2s_512(float *y, __m256i v, float s0, float s1)
+T_AVX512 QX_INLINE void st32_i8_2s_512(float *y, __m256i v, float s0, float s1)
 {
     st16_i8(y, _mm256_castsi256_si128(v), _mm512_set1_ps(s0));
     st16_i8(y + 16, _mm256_extracti128_si256(v, 1), _mm512_set1_ps(s1));
 }
 
+T_AVX512 static void deq_q4_K_avx512(const void *src, float *y, int64_t n)
+{
+    k45_rows(src, y, n, 0, st32_u8_dm_512);
+}
+
+T_AVX512 static void deq_q5_K_avx512(const void *src, float *y, int64_t n)
+{
+    k45_rows(src, y, n, 1, st32_u8_dm_512);
+}
+
 T_AVX512 static void deq_q6_K_avx512(const void *src, float *y, int64_t n)
 {
-    const struct quant_blk_q6_K *x = src;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    const __m256i bias = _mm256_set1_epi8(32);
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_rdh(x[i].d);
-        for (int c = 0; c < 2; c++, y += 128) {
-            const uint8_t *ql = x[i].ql + 64 * c, *qhp = x[i].qh + 32 * c;
-            const int8_t *sc = x[i].scales + 8 * c;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
-            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4);
-            const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4);
-            const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4);
-            const __m256i n0 = _mm256_and_si256(l0, m4);
-            const __m256i n1 = _mm256_and_si256(l1, m4);
-            const __m256i n2 = _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4);
-            const __m256i n3 = _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4);
-            st32_i8_2s_512(y, _mm256_sub_epi8(_mm256_or_si256(n0, h0), bias), d * sc[0],
-                           d * sc[1]);
-            st32_i8_2s_512(y + 32, _mm256_sub_epi8(_mm256_or_si256(n1, h1), bias), d * sc[2],
-                           d * sc[3]);
-            st32_i8_2s_512(y + 64, _mm256_sub_epi8(_mm256_or_si256(n2, h2), bias), d * sc[4],
-                           d * sc[5]);
-            st32_i8_2s_512(y + 96, _mm256_sub_epi8(_mm256_or_si256(n3, h3), bias), d * sc[6],
-                           d * sc[7]);
-        }
-    }
+    q6_K_rows(src, y, n, st32_i8_2s_512);
 }
 
 const struct quant_ops quant_ops_avx2 = {

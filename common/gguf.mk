@@ -16,3 +16,7 @@ tests_unit_test_gguf_SOURCES = tests/unit/test_gguf.c
 tests_unit_test_gguf_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_gguf_LDADD = $(MFC_COMMON_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_gguf
+
+## CLI tests (bats): mkmodel -> llama.cpp, mfc inspect vs an independent reader.
+TESTS += tests/cli/gguf.bats
+EXTRA_DIST += tests/cli/gguf.bats tests/cli/gguf_header.py

@@ -83,8 +83,8 @@ static struct membw measure_membw(size_t bytes)
 /* ---- dequantization ------------------------------------------------------------------ */
 
 /* Best seconds per call of ops' dequantizer over n elements at q. */
-static double time_dequant(const struct quant_ops *ops, enum ggml_type t, const void *q,
-                           float *out, int64_t n, int inner)
+static double time_dequant(const struct quant_ops *ops, enum ggml_type t, const void *q, float *out,
+                           int64_t n, int inner)
 {
     double best = 1e30;
     for (int r = 0; r < REPS; r++) {
@@ -105,10 +105,9 @@ static void bench_dequant(const struct membw *bw, int64_t n_big)
     memset(out, 0, sizeof(float) * (size_t)n_big);
     printf("\nDequantization (rows of %lld elements through DRAM; 16K-element row in cache)\n",
            (long long)n_big);
-    printf("%-5s %-7s %9s %9s %9s %11s %9s\n", "type", "isa", "in GB/s", "out GB/s",
-           "traffic/", "in-cache", "x scalar");
-    printf("%-5s %-7s %9s %9s %9s %11s %9s\n", "", "", "", "", "memcpy", "out GB/s",
-           "(cache)");
+    printf("%-5s %-7s %9s %9s %9s %11s %9s\n", "type", "isa", "in GB/s", "out GB/s", "traffic/",
+           "in-cache", "x scalar");
+    printf("%-5s %-7s %9s %9s %9s %11s %9s\n", "", "", "", "", "memcpy", "out GB/s", "(cache)");
     for (const enum ggml_type *t = qt_dequant_types; *t != GGML_TYPE_COUNT; t++) {
         const size_t in_bytes = qt_row_bytes(*t, n_big);
         uint8_t *q = xmalloc(in_bytes);

@@ -206,8 +206,7 @@ int quant_dequantize_row(enum ggml_type t, const void *src, float *dst, int64_t 
     return 0;
 }
 
-int quant_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n,
-                       struct mf_err *err)
+int quant_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n, struct mf_err *err)
 {
     quant_quantize_fn *fn = quant_ref_quantizer(t);
     if (!fn)

@@ -117,12 +117,12 @@ int quant_ftype_can_build(enum quant_ftype ft);
 
 /* What llama.cpp's per-tensor rules need to know about the model. */
 struct quant_model_info {
-    const char *arch;   /* general.architecture ("llama", "falcon"); borrowed */
-    int32_t n_layer;    /* block count; llama.cpp's n_attention_wv and n_ffn_down */
-    int32_t n_expert;   /* experts per MoE layer; 0 or 1 for a dense model */
-    int32_t n_gqa;      /* n_head / n_head_kv; 0 when unknown (treated as 1) */
-    int has_output;     /* 1 if output.weight exists (embeddings not tied) */
-    int is_70b;         /* llama.cpp classified it LLM_TYPE_70B (llama, 80 layers, GQA) */
+    const char *arch; /* general.architecture ("llama", "falcon"); borrowed */
+    int32_t n_layer;  /* block count; llama.cpp's n_attention_wv and n_ffn_down */
+    int32_t n_expert; /* experts per MoE layer; 0 or 1 for a dense model */
+    int32_t n_gqa;    /* n_head / n_head_kv; 0 when unknown (treated as 1) */
+    int has_output;   /* 1 if output.weight exists (embeddings not tied) */
+    int is_70b;       /* llama.cpp classified it LLM_TYPE_70B (llama, 80 layers, GQA) */
 };
 
 /* One tensor as it comes from the converter. */

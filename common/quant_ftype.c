@@ -30,8 +30,8 @@
 
 struct ftype_info {
     enum quant_ftype ft;
-    const char *name;       /* as Ollama and llama-quantize print it */
-    enum ggml_type deflt;   /* llama_ftype_get_default_type */
+    const char *name;     /* as Ollama and llama-quantize print it */
+    enum ggml_type deflt; /* llama_ftype_get_default_type */
 };
 
 static const struct ftype_info ftypes[] = {
@@ -126,16 +126,42 @@ static int contains_any(const char *s, const char *const *subs)
 static int allows_quantization(const struct quant_tensor_info *ti)
 {
     static const char *const never[] = {
-        "_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
-        "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight",
-        "indexer.k_proj.weight", "indexer.q_proj.weight", "time_mix_first.weight",
-        "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
-        "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight",
-        "time_mix_a0.weight", "time_mix_a1.weight", "time_mix_a2.weight",
-        "time_mix_g1.weight", "time_mix_g2.weight", "time_mix_decay_w1.weight",
-        "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight", "attn_rel_b.weight",
-        ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos", ".patch_embd",
-        ".patch_merger", "a.rvq.codebook", "mm.a.code_embd", NULL,
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "ffn_gate_tid2eid.weight",
+        "altup",
+        "laurel",
+        "per_layer_model_proj",
+        "ssm_conv1d",
+        "shortconv.conv.weight",
+        "indexer.k_proj.weight",
+        "indexer.q_proj.weight",
+        "time_mix_first.weight",
+        "time_mix_w0.weight",
+        "time_mix_w1.weight",
+        "time_mix_w2.weight",
+        "time_mix_v0.weight",
+        "time_mix_v1.weight",
+        "time_mix_v2.weight",
+        "time_mix_a0.weight",
+        "time_mix_a1.weight",
+        "time_mix_a2.weight",
+        "time_mix_g1.weight",
+        "time_mix_g2.weight",
+        "time_mix_decay_w1.weight",
+        "time_mix_decay_w2.weight",
+        "time_mix_lerp_fused.weight",
+        "attn_rel_b.weight",
+        ".position_embd",
+        "sam.pos_embd",
+        "sam.neck.",
+        "sam.net_",
+        ".rel_pos",
+        ".patch_embd",
+        ".patch_merger",
+        "a.rvq.codebook",
+        "mm.a.code_embd",
+        NULL,
     };
     if (ti->n_dims < 2 || !ends_with(ti->name, "weight"))
         return 0;
@@ -151,10 +177,13 @@ static int allows_quantization(const struct quant_tensor_info *ti)
 static enum ggml_type kept_type(const struct quant_tensor_info *ti)
 {
     static const char *const always_f32[] = {
-        "ffn_gate_inp", "position_embd", "token_types", "ssm_conv1d", "shortconv.conv",
-        "time_mix_first", "time_mix_w1", "time_mix_w2", "time_mix_decay_w1",
-        "time_mix_decay_w2", "time_mix_lerp_fused", "altup_correct_coef",
-        "altup_predict_coef", NULL,
+        "ffn_gate_inp",        "position_embd",
+        "token_types",         "ssm_conv1d",
+        "shortconv.conv",      "time_mix_first",
+        "time_mix_w1",         "time_mix_w2",
+        "time_mix_decay_w1",   "time_mix_decay_w2",
+        "time_mix_lerp_fused", "altup_correct_coef",
+        "altup_predict_coef",  NULL,
     };
     if (ti->n_dims <= 1 || ends_with(ti->name, "_norm.weight") || !ends_with(ti->name, ".weight"))
         return GGML_TYPE_F32;
@@ -215,8 +244,8 @@ struct mix {
     enum quant_ftype ft;
     const struct quant_model_info *mi;
     const struct quant_tensor_info *ti;
-    int layer;    /* from "blk.N.", -1 when the name has none */
-    int falcon;   /* arch == LLM_ARCH_FALCON */
+    int layer;  /* from "blk.N.", -1 when the name has none */
+    int falcon; /* arch == LLM_ARCH_FALCON */
 };
 
 /* OUTPUT, and TOKEN_EMBD when tied to it: Q6_K, or Q8_0 when the row does
@@ -229,7 +258,9 @@ static enum ggml_type rule_output(const struct mix *x, enum ggml_type t)
 }
 
 /* attn_v-like tensors ("category_is_attn_v" branch); i is llama.cpp's
- * i_attention_wv, n its n_attention_wv. */
+ * i_attention_wv, n its n_attention_wv. Fused attn_qkv falls here too in
+ * current llama.cpp (its later ATTENTION_QKV branch, Q4_K_M -> Q5_K, which
+ * older notes describe, can no longer be reached). */
 static enum ggml_type rule_attn_v(const struct mix *x, enum ggml_type t)
 {
     const int i = x->layer, n = x->mi->n_layer, gqa = x->mi->n_gqa;
@@ -285,7 +316,7 @@ static enum ggml_type rule_ffn_down(const struct mix *x, enum ggml_type t)
         return x->falcon ? GGML_TYPE_Q4_K : GGML_TYPE_Q5_K;
     case QUANT_FTYPE_MOSTLY_Q4_K_M:
         if (x->falcon)
-            return i < n / 16          ? GGML_TYPE_Q6_K
+            return i < n / 16            ? GGML_TYPE_Q6_K
                    : use_more_bits(i, n) ? GGML_TYPE_Q5_K
                                          : GGML_TYPE_Q4_K;
         return use_more_bits(i, n) ? GGML_TYPE_Q6_K : t;

@@ -741,8 +741,8 @@ static void q_q3_K(const float *x, void *dst, int64_t n)
 }
 
 /* Q4_K/Q5_K's eight scales and mins: 6 bits each, ggml's packing. */
-static void pack_k4_scales(const float *scales, const float *mins, float max_scale,
-                           float max_min, uint8_t out[12])
+static void pack_k4_scales(const float *scales, const float *mins, float max_scale, float max_min,
+                           uint8_t out[12])
 {
     float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
     float inv_min = max_min > 0 ? 63.f / max_min : 0.f;

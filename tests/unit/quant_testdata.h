@@ -23,15 +23,15 @@ double qt_gauss(struct qt_rng *r);
 
 /* Input shapes the codecs must survive; each names what it stresses. */
 enum qt_dist {
-    QT_GAUSS,     /* N(0,1): the common case */
-    QT_UNIFORM,   /* U(-1,1): flat, no small values */
-    QT_OUTLIERS,  /* N(0,1) with 1% of values x50: one value sets the scale */
-    QT_ZERO,      /* all zero: the "scale is 0" branches */
-    QT_TINY,      /* N(0,1)*1e-6 and *1e-30 rows: fp16 scales subnormal or 0 */
-    QT_POSITIVE,  /* U(0,1): min > 0 paths of the affine types */
-    QT_WEIGHTS,   /* N(0,0.02) with per-row scale like trained weights */
-    QT_BLOCKY,    /* per-32 block: zero, constant, one spike, or gaussian */
-    QT_HUGE,      /* N(0,1)*3e4: scales near fp16's max */
+    QT_GAUSS,    /* N(0,1): the common case */
+    QT_UNIFORM,  /* U(-1,1): flat, no small values */
+    QT_OUTLIERS, /* N(0,1) with 1% of values x50: one value sets the scale */
+    QT_ZERO,     /* all zero: the "scale is 0" branches */
+    QT_TINY,     /* N(0,1)*1e-6 and *1e-30 rows: fp16 scales subnormal or 0 */
+    QT_POSITIVE, /* U(0,1): min > 0 paths of the affine types */
+    QT_WEIGHTS,  /* N(0,0.02) with per-row scale like trained weights */
+    QT_BLOCKY,   /* per-32 block: zero, constant, one spike, or gaussian */
+    QT_HUGE,     /* N(0,1)*3e4: scales near fp16's max */
     QT_NDIST,
 };
 

@@ -88,14 +88,14 @@ static void test_known_answer_q4_K(void **state)
 {
     struct quant_blk_q4_K b;
     memset(&b, 0, sizeof b);
-    quant_wr16(b.d, 0x3800);             /* 0.5 */
-    quant_wr16(b.dmin, 0x3400);          /* 0.25 */
-    b.scales[0] = 2;                     /* sub 0: scale 2, min 0 */
+    quant_wr16(b.d, 0x3800);    /* 0.5 */
+    quant_wr16(b.dmin, 0x3400); /* 0.25 */
+    b.scales[0] = 2;            /* sub 0: scale 2, min 0 */
     b.scales[9] = (33 & 0xF) | (17 & 0xF) << 4;
-    b.scales[1] |= (33 >> 4) << 6;       /* high bits of sub 5's scale */
-    b.scales[5] |= (17 >> 4) << 6;       /* high bits of sub 5's min */
-    b.qs[0] = 0x07;                      /* element 0: 7 (sub 0) */
-    b.qs[64 + 3] = 0xA0;                 /* element 2*64 + 32 + 3 = 163 (sub 5): 10 */
+    b.scales[1] |= (33 >> 4) << 6; /* high bits of sub 5's scale */
+    b.scales[5] |= (17 >> 4) << 6; /* high bits of sub 5's min */
+    b.qs[0] = 0x07;                /* element 0: 7 (sub 0) */
+    b.qs[64 + 3] = 0xA0;           /* element 2*64 + 32 + 3 = 163 (sub 5): 10 */
     float y[256];
     assert_int_equal(quant_dequantize_row(GGML_TYPE_Q4_K, &b, y, 256, NULL), 0);
     assert_true(y[0] == 7.0f);                          /* 0.5*2*7 - 0 */
@@ -112,8 +112,8 @@ static void test_known_answer_q6_K(void **state)
     memset(&b, 0, sizeof b);
     quant_wr16(b.d, 0x3400); /* 0.25 */
     b.scales[6] = -3;
-    b.ql[36] = 0x50;         /* low 4 bits of element 100: 5 */
-    b.qh[4] = 2 << 6;        /* high 2 bits: 2, so q = 5 | 32 = 37, minus 32 = 5 */
+    b.ql[36] = 0x50;  /* low 4 bits of element 100: 5 */
+    b.qh[4] = 2 << 6; /* high 2 bits: 2, so q = 5 | 32 = 37, minus 32 = 5 */
     float y[256];
     assert_int_equal(quant_dequantize_row(GGML_TYPE_Q6_K, &b, y, 256, NULL), 0);
     assert_true(y[100] == 0.25f * -3 * 5);
@@ -130,8 +130,8 @@ static void test_known_answer_q5_0(void **state)
     memcpy(b.qh, qh, 4);
     float y[32];
     assert_int_equal(quant_dequantize_row(GGML_TYPE_Q5_0, &b, y, 32, NULL), 0);
-    assert_true(y[0] == -15.0f);  /* (31 - 16) * -1 */
-    assert_true(y[1] == 1.0f);    /* (15 - 16) * -1 */
+    assert_true(y[0] == -15.0f); /* (31 - 16) * -1 */
+    assert_true(y[1] == 1.0f);   /* (15 - 16) * -1 */
     assert_true(y[31] == -15.0f);
 }
 
@@ -374,7 +374,7 @@ static void test_simd_matches_scalar(void **state)
                 assert_true(q && a && b);
                 qt_random_blocks(*t, q + 1, rb, (uint64_t)(isa * 1000 + *t * 10 + k));
                 scalar->dequantize[*t](q + 1, a, n);
-                b[n + 1] = 12345.0f; /* canary: must not be written */
+                b[n + 1] = 12345.0f;                  /* canary: must not be written */
                 ops->dequantize[*t](q + 1, b + 1, n); /* dst off its 32-byte alignment */
                 assert_memory_equal(a, b + 1, sizeof(float) * (size_t)n);
                 assert_true(b[n + 1] == 12345.0f);
@@ -433,8 +433,16 @@ static void test_unsupported_types(void **state)
     struct mf_err err;
     float f[256] = {0};
     uint8_t q[1024] = {0};
-    static const int bad[] = {GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ4_NL,
-                              GGML_TYPE_I32,  GGML_TYPE_MXFP4, 4, GGML_TYPE_COUNT, -1, 1000};
+    static const int bad[] = {GGML_TYPE_Q8_1,
+                              GGML_TYPE_Q8_K,
+                              GGML_TYPE_IQ2_XXS,
+                              GGML_TYPE_IQ4_NL,
+                              GGML_TYPE_I32,
+                              GGML_TYPE_MXFP4,
+                              4,
+                              GGML_TYPE_COUNT,
+                              -1,
+                              1000};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         enum ggml_type t = (enum ggml_type)bad[i];
         assert_false(quant_can_quantize(t));
@@ -456,16 +464,16 @@ static void test_f16_edges(void **state)
     assert_int_equal(quant_f32_to_f16(INFINITY), 0x7C00);
     assert_int_equal(quant_f32_to_f16(-INFINITY), 0xFC00);
     assert_int_equal(quant_f32_to_f16(NAN) & 0x7FFF, 0x7E00);
-    assert_int_equal(quant_f32_to_f16(65504.0f), 0x7BFF);    /* largest half */
-    assert_int_equal(quant_f32_to_f16(65519.99f), 0x7BFF);   /* below the tie: stays */
-    assert_int_equal(quant_f32_to_f16(65520.0f), 0x7C00);    /* the tie rounds to inf */
-    assert_int_equal(quant_f32_to_f16(1e6f), 0x7C00);        /* overflow */
-    assert_int_equal(quant_f32_to_f16(0x1.0p-24f), 0x0001);  /* smallest subnormal */
-    assert_int_equal(quant_f32_to_f16(0x1.0p-25f), 0x0000);  /* tie to even: 0 */
-    assert_int_equal(quant_f32_to_f16(0x1.8p-24f), 0x0002);  /* tie to even: 2 */
-    assert_int_equal(quant_f32_to_f16(0x1.0p-14f), 0x0400);  /* smallest normal */
-    assert_int_equal(quant_f32_to_f16(1.0f + 0x1.0p-11f), 0x3C00);       /* tie: even */
-    assert_int_equal(quant_f32_to_f16(1.0f + 3 * 0x1.0p-11f), 0x3C02);   /* tie: up */
+    assert_int_equal(quant_f32_to_f16(65504.0f), 0x7BFF);              /* largest half */
+    assert_int_equal(quant_f32_to_f16(65519.99f), 0x7BFF);             /* below the tie: stays */
+    assert_int_equal(quant_f32_to_f16(65520.0f), 0x7C00);              /* the tie rounds to inf */
+    assert_int_equal(quant_f32_to_f16(1e6f), 0x7C00);                  /* overflow */
+    assert_int_equal(quant_f32_to_f16(0x1.0p-24f), 0x0001);            /* smallest subnormal */
+    assert_int_equal(quant_f32_to_f16(0x1.0p-25f), 0x0000);            /* tie to even: 0 */
+    assert_int_equal(quant_f32_to_f16(0x1.8p-24f), 0x0002);            /* tie to even: 2 */
+    assert_int_equal(quant_f32_to_f16(0x1.0p-14f), 0x0400);            /* smallest normal */
+    assert_int_equal(quant_f32_to_f16(1.0f + 0x1.0p-11f), 0x3C00);     /* tie: even */
+    assert_int_equal(quant_f32_to_f16(1.0f + 3 * 0x1.0p-11f), 0x3C02); /* tie: up */
     assert_int_equal(quant_f32_to_f16(1.0f + 0x1.0p-11f + 0x1.0p-20f), 0x3C01);
     assert_true(quant_f16_to_f32(0x0001) == 0x1.0p-24f);
     assert_true(quant_f16_to_f32(0x03FF) == 0x1.ff8p-15f);
@@ -484,14 +492,14 @@ static void test_f16_edges(void **state)
 static void test_bf16_edges(void **state)
 {
     assert_int_equal(quant_f32_to_bf16(1.0f), 0x3F80);
-    assert_int_equal(quant_f32_to_bf16(1.0f + 0x1.0p-8f), 0x3F80);      /* tie: even */
-    assert_int_equal(quant_f32_to_bf16(1.0f + 3 * 0x1.0p-8f), 0x3F82);  /* tie: up */
-    assert_int_equal(quant_f32_to_bf16(bits_f32(0x7F7FFFFF)), 0x7F80);  /* max rounds to inf */
+    assert_int_equal(quant_f32_to_bf16(1.0f + 0x1.0p-8f), 0x3F80);     /* tie: even */
+    assert_int_equal(quant_f32_to_bf16(1.0f + 3 * 0x1.0p-8f), 0x3F82); /* tie: up */
+    assert_int_equal(quant_f32_to_bf16(bits_f32(0x7F7FFFFF)), 0x7F80); /* max rounds to inf */
     assert_int_equal(quant_f32_to_bf16(-INFINITY), 0xFF80);
-    assert_int_equal(quant_f32_to_bf16(bits_f32(0x7F800001)), 0x7FC0);  /* sNaN made quiet */
-    assert_int_equal(quant_f32_to_bf16(bits_f32(0xFFC12345)), 0xFFC1);  /* NaN keeps top bits */
-    assert_int_equal(quant_f32_to_bf16(bits_f32(0x00018000)), 0x0002);  /* subnormal tie: up */
-    assert_int_equal(quant_f32_to_bf16(bits_f32(0x00008000)), 0x0000);  /* subnormal tie: even */
+    assert_int_equal(quant_f32_to_bf16(bits_f32(0x7F800001)), 0x7FC0); /* sNaN made quiet */
+    assert_int_equal(quant_f32_to_bf16(bits_f32(0xFFC12345)), 0xFFC1); /* NaN keeps top bits */
+    assert_int_equal(quant_f32_to_bf16(bits_f32(0x00018000)), 0x0002); /* subnormal tie: up */
+    assert_int_equal(quant_f32_to_bf16(bits_f32(0x00008000)), 0x0000); /* subnormal tie: even */
     assert_int_equal(quant_f32_to_bf16(-0.0f), 0x8000);
     for (uint32_t x = 0; x <= 0xFFFF; x++) {
         float f = quant_bf16_to_f32((uint16_t)x);
@@ -557,7 +565,12 @@ static void test_ftype_names(void **state)
 
 /* A 32-layer GQA model with untied output, as Llama 3 8B. */
 static const struct quant_model_info llama8b = {
-    .arch = "llama", .n_layer = 32, .n_expert = 0, .n_gqa = 4, .has_output = 1, .is_70b = 0,
+    .arch = "llama",
+    .n_layer = 32,
+    .n_expert = 0,
+    .n_gqa = 4,
+    .has_output = 1,
+    .is_70b = 0,
 };
 
 static enum ggml_type mix_type(enum quant_ftype ft, const struct quant_model_info *mi,
@@ -584,11 +597,9 @@ static void test_q4_k_m_rules(void **state)
                      GGML_TYPE_Q6_K);
     assert_int_equal(mix_type(M, &llama8b, "blk.10.ffn_down.weight", 2, 14336, 4096),
                      GGML_TYPE_Q4_K);
-    assert_int_equal(mix_type(M, &llama8b, "blk.10.attn_q.weight", 2, 4096, 4096),
-                     GGML_TYPE_Q4_K);
+    assert_int_equal(mix_type(M, &llama8b, "blk.10.attn_q.weight", 2, 4096, 4096), GGML_TYPE_Q4_K);
     assert_int_equal(mix_type(M, &llama8b, "output.weight", 2, 4096, 128256), GGML_TYPE_Q6_K);
-    assert_int_equal(mix_type(M, &llama8b, "token_embd.weight", 2, 4096, 128256),
-                     GGML_TYPE_Q4_K);
+    assert_int_equal(mix_type(M, &llama8b, "token_embd.weight", 2, 4096, 128256), GGML_TYPE_Q4_K);
     assert_int_equal(mix_type(M, &llama8b, "blk.3.attn_norm.weight", 1, 4096, 1), GGML_TYPE_F32);
     assert_int_equal(mix_type(M, &llama8b, "rope_freqs.weight", 1, 64, 1), GGML_TYPE_F32);
     /* tied embeddings take the output tensor's rule */
@@ -600,9 +611,9 @@ static void test_q4_k_m_rules(void **state)
     big.n_layer = 80;
     big.is_70b = 1;
     assert_int_equal(mix_type(M, &big, "blk.11.attn_v.weight", 2, 8192, 1024), GGML_TYPE_Q5_K);
-    assert_int_equal(mix_type(QUANT_FTYPE_MOSTLY_Q5_K_M, &llama8b, "blk.0.attn_v.weight", 2,
-                              4096, 1024),
-                     GGML_TYPE_Q6_K);
+    assert_int_equal(
+        mix_type(QUANT_FTYPE_MOSTLY_Q5_K_M, &llama8b, "blk.0.attn_v.weight", 2, 4096, 1024),
+        GGML_TYPE_Q6_K);
 }
 
 /* Rows that K-quant blocks do not divide (tensor_type_fallback). */
@@ -611,21 +622,20 @@ static void test_mix_fallbacks(void **state)
     const enum quant_ftype M = QUANT_FTYPE_MOSTLY_Q4_K_M;
     assert_int_equal(mix_type(M, &llama8b, "output.weight", 2, 2880, 32000), GGML_TYPE_Q8_0);
     assert_int_equal(mix_type(M, &llama8b, "blk.10.attn_q.weight", 2, 896, 896), GGML_TYPE_Q5_0);
-    assert_int_equal(mix_type(M, &llama8b, "blk.10.ffn_down.weight", 2, 8020, 2048),
-                     GGML_TYPE_F16);
+    assert_int_equal(mix_type(M, &llama8b, "blk.10.ffn_down.weight", 2, 8020, 2048), GGML_TYPE_F16);
     assert_int_equal(mix_type(M, &llama8b, "blk.0.ffn_down.weight", 2, 4864, 896),
                      GGML_TYPE_Q6_K); /* 4864 = 19*256: no fallback needed */
     assert_int_equal(mix_type(M, &llama8b, "blk.0.ffn_down.weight", 2, 4896, 896),
                      GGML_TYPE_Q8_0); /* 4896 = 153*32: Q6_K falls back to Q8_0 */
-    assert_int_equal(mix_type(QUANT_FTYPE_MOSTLY_Q5_K_S, &llama8b, "blk.9.ffn_up.weight", 2, 896,
-                              4864),
-                     GGML_TYPE_Q5_1);
-    assert_int_equal(mix_type(QUANT_FTYPE_MOSTLY_Q8_0, &llama8b, "blk.9.ffn_up.weight", 2, 100,
-                              4864),
-                     GGML_TYPE_F16);
-    assert_int_equal(mix_type(QUANT_FTYPE_MOSTLY_F16, &llama8b, "blk.9.ffn_up.weight", 2, 100,
-                              4864),
-                     GGML_TYPE_F16);
+    assert_int_equal(
+        mix_type(QUANT_FTYPE_MOSTLY_Q5_K_S, &llama8b, "blk.9.ffn_up.weight", 2, 896, 4864),
+        GGML_TYPE_Q5_1);
+    assert_int_equal(
+        mix_type(QUANT_FTYPE_MOSTLY_Q8_0, &llama8b, "blk.9.ffn_up.weight", 2, 100, 4864),
+        GGML_TYPE_F16);
+    assert_int_equal(
+        mix_type(QUANT_FTYPE_MOSTLY_F16, &llama8b, "blk.9.ffn_up.weight", 2, 100, 4864),
+        GGML_TYPE_F16);
     assert_int_equal(mix_type(QUANT_FTYPE_MOSTLY_BF16, &llama8b, "output.weight", 2, 4096, 32000),
                      GGML_TYPE_BF16);
 }
@@ -636,11 +646,11 @@ static void test_mix_errors(void **state)
     enum ggml_type t = GGML_TYPE_COUNT;
     struct quant_tensor_info ti = {
         .name = "attn_v.weight", .type = GGML_TYPE_F16, .n_dims = 2, .ne = {4096, 1024, 1, 1}};
-    assert_int_equal(
-        quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err), MF_EINVAL);
+    assert_int_equal(quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err),
+                     MF_EINVAL);
     ti.name = "blk.32.attn_v.weight"; /* one past the last layer */
-    assert_int_equal(
-        quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err), MF_EINVAL);
+    assert_int_equal(quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err),
+                     MF_EINVAL);
     assert_non_null(strstr(err.msg, "blk.32.attn_v.weight"));
     assert_int_equal(t, GGML_TYPE_COUNT); /* untouched */
     /* without per-layer rules the block number does not matter */
@@ -650,12 +660,12 @@ static void test_mix_errors(void **state)
     assert_int_equal(quant_ftype_tensor_type((enum quant_ftype)19, &llama8b, &ti, &t, &err),
                      MF_EUNSUPPORTED);
     ti.ne[1] = 0;
-    assert_int_equal(
-        quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err), MF_EINVAL);
+    assert_int_equal(quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err),
+                     MF_EINVAL);
     ti.ne[1] = 1024;
     ti.n_dims = 5;
-    assert_int_equal(
-        quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err), MF_EINVAL);
+    assert_int_equal(quant_ftype_tensor_type(QUANT_FTYPE_MOSTLY_Q4_K_M, &llama8b, &ti, &t, &err),
+                     MF_EINVAL);
 }
 
 int main(void)

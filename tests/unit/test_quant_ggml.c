@@ -51,8 +51,8 @@ struct ggml_traits {
 struct ggml_lib {
     void *handle;
     char path[4096];
-    size_t (*quantize_chunk)(int type, const float *src, void *dst, int64_t start,
-                             int64_t nrows, int64_t n_per_row, const float *imatrix);
+    size_t (*quantize_chunk)(int type, const float *src, void *dst, int64_t start, int64_t nrows,
+                             int64_t n_per_row, const float *imatrix);
     const struct ggml_traits *(*traits)(int type);
     uint16_t (*fp32_to_fp16)(float f);
     float (*fp16_to_fp32)(uint16_t h);
@@ -561,13 +561,13 @@ static int our_types(const struct scenario *sc, const struct mock_tensor *v, int
         .n_expert = (int32_t)d->n_expert,
         .n_gqa = (int32_t)(d->n_head / d->n_head_kv),
         .has_output = !sc->tied,
-        .is_70b = strcmp(d->architecture, "llama") == 0 && d->n_layer == 80 &&
-                  d->n_head != d->n_head_kv,
+        .is_70b =
+            strcmp(d->architecture, "llama") == 0 && d->n_layer == 80 && d->n_head != d->n_head_kv,
     };
     struct mf_err err;
     for (int i = 0; i < n; i++) {
-        struct quant_tensor_info ti = {.name = v[i].name, .type = GGML_TYPE_F16,
-                                       .n_dims = v[i].n_dims};
+        struct quant_tensor_info ti = {
+            .name = v[i].name, .type = GGML_TYPE_F16, .n_dims = v[i].n_dims};
         memcpy(ti.ne, v[i].ne, sizeof ti.ne);
         enum ggml_type t;
         if (quant_ftype_tensor_type(ft, &mi, &ti, &t, &err) != 0) {
@@ -645,9 +645,9 @@ static void test_ftype_mix_matches_llama(void **state)
         skip();
     }
     static const enum quant_ftype fts[] = {
-        QUANT_FTYPE_ALL_F32,     QUANT_FTYPE_MOSTLY_F16,  QUANT_FTYPE_MOSTLY_BF16,
-        QUANT_FTYPE_MOSTLY_Q4_0, QUANT_FTYPE_MOSTLY_Q4_1, QUANT_FTYPE_MOSTLY_Q5_0,
-        QUANT_FTYPE_MOSTLY_Q5_1, QUANT_FTYPE_MOSTLY_Q8_0, QUANT_FTYPE_MOSTLY_Q2_K,
+        QUANT_FTYPE_ALL_F32,       QUANT_FTYPE_MOSTLY_F16,    QUANT_FTYPE_MOSTLY_BF16,
+        QUANT_FTYPE_MOSTLY_Q4_0,   QUANT_FTYPE_MOSTLY_Q4_1,   QUANT_FTYPE_MOSTLY_Q5_0,
+        QUANT_FTYPE_MOSTLY_Q5_1,   QUANT_FTYPE_MOSTLY_Q8_0,   QUANT_FTYPE_MOSTLY_Q2_K,
         QUANT_FTYPE_MOSTLY_Q2_K_S, QUANT_FTYPE_MOSTLY_Q3_K_S, QUANT_FTYPE_MOSTLY_Q3_K_M,
         QUANT_FTYPE_MOSTLY_Q3_K_L, QUANT_FTYPE_MOSTLY_Q4_K_S, QUANT_FTYPE_MOSTLY_Q4_K_M,
         QUANT_FTYPE_MOSTLY_Q5_K_S, QUANT_FTYPE_MOSTLY_Q5_K_M, QUANT_FTYPE_MOSTLY_Q6_K,

@@ -1,1 +1,19 @@
 ### Tokenizer (runtime/tokenizer*): SentencePiece and byte-level BPE from GGUF metadata
+libmfc_runtime_a_SOURCES += \
+	runtime/tokenizer.c runtime/tokenizer.h runtime/tokenizer_int.h \
+	runtime/tokenizer_spm.c runtime/tokenizer_bpe.c runtime/tokenizer_gguf.c
+
+## Unit tests: API, errors, streaming, special tokens (test_tokenizer), and
+## every vocabulary's llama.cpp test vectors from $MFC_SHARED/data/vocab
+## (test_tokenizer_vocab; llama-bpe through a GGUF that mkmodel builds).
+check_PROGRAMS += tests/unit/test_tokenizer tests/unit/test_tokenizer_vocab
+tests_unit_test_tokenizer_SOURCES = tests/unit/test_tokenizer.c
+tests_unit_test_tokenizer_CFLAGS = $(MFC_TEST_CFLAGS) $(PCRE2_CFLAGS)
+tests_unit_test_tokenizer_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+tests_unit_test_tokenizer_vocab_SOURCES = tests/unit/test_tokenizer_vocab.c
+tests_unit_test_tokenizer_vocab_CFLAGS = $(MFC_TEST_CFLAGS) $(PCRE2_CFLAGS)
+tests_unit_test_tokenizer_vocab_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_tokenizer tests/unit/test_tokenizer_vocab
+
+## Fuzzing: tests/fuzz/run builds fuzz_tokenizer; its seeds ship with the source.
+EXTRA_DIST += tests/fuzz/fuzz_tokenizer.c tests/fuzz/corpus/tokenizer

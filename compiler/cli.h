@@ -36,6 +36,8 @@ int mfc_usage_error(struct mfc_ctx *ctx, const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* The subcommands; each lives in compiler/cmd_<name>.c. */
+int mfc_cmd_check(int argc, char **argv, struct mfc_ctx *ctx);
+int mfc_cmd_fmt(int argc, char **argv, struct mfc_ctx *ctx);
 int mfc_cmd_inspect(int argc, char **argv, struct mfc_ctx *ctx);
 
 #endif

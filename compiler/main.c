@@ -20,6 +20,8 @@ static int cmd_help(int argc, char **argv, struct mfc_ctx *ctx);
 static const struct mfc_cmd commands[] = {
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "show help for mfc or a subcommand"},
+    {"check", mfc_cmd_check, "validate a Modelfile and show what it holds"},
+    {"fmt", mfc_cmd_fmt, "print a Modelfile in canonical form"},
     {"inspect", mfc_cmd_inspect, "show what a GGUF model or adapter holds"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

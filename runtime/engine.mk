@@ -1,7 +1,8 @@
 ### Paged KV manager, scheduler, engine loop (runtime/kv*, sched*, engine*)
-libmfc_runtime_a_SOURCES += runtime/kv.c runtime/kv.h runtime/sched.c runtime/sched.h
+libmfc_runtime_a_SOURCES += runtime/kv.c runtime/kv.h runtime/sched.c runtime/sched.h \
+	runtime/engine.c runtime/engine.h
 
-check_PROGRAMS += tests/unit/test_kv tests/unit/test_sched
+check_PROGRAMS += tests/unit/test_kv tests/unit/test_sched tests/unit/test_engine
 tests_unit_test_kv_SOURCES = tests/unit/test_kv.c
 tests_unit_test_kv_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_kv_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
@@ -9,4 +10,8 @@ tests_unit_test_sched_SOURCES = tests/unit/test_sched.c tests/unit/fake_model.c 
 	tests/unit/fake_model.h
 tests_unit_test_sched_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_sched_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
-TESTS += tests/unit/test_kv tests/unit/test_sched
+tests_unit_test_engine_SOURCES = tests/unit/test_engine.c tests/unit/fake_model.c \
+	tests/unit/fake_model.h
+tests_unit_test_engine_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_engine_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
+TESTS += tests/unit/test_kv tests/unit/test_sched tests/unit/test_engine

@@ -1,0 +1,766 @@
+/*
+ * engine.c: the engine loop: one step thread drives scheduler -> model ->
+ * sampler -> per-request event queues, and HTTP threads submit, consume,
+ * cancel and read metrics through a mutex-guarded API.
+ *
+ * Owns the KV pool, the scheduler, the requests' event queues and the
+ * metrics. Does not own the model or sampler (borrowed interfaces), the
+ * tokenizer or stop strings (the consumer detokenizes; its on_token hook
+ * says when a stop string ended) or the consumers' state (user pointers).
+ *
+ * Threading: e->mu guards everything below except the model step and the
+ * sampling, which the step thread runs unlocked with e->in_step set. While
+ * in_step, the requests in the step are not freed or finished: a cancel of a
+ * running request is deferred to the step's end, engine_release waits for
+ * it. Consumers wait on their request's condition variable, the step
+ * thread on e->work_cv (timed when something is paused).
+ *
+ * Engine request states (on top of the scheduler's):
+ *   LIVE      --step: token event queued--------------------> LIVE
+ *   LIVE      --queue reaches queue_events - 1: pause--------> PAUSED (not scheduled,
+ *                                                               keeps its blocks)
+ *   PAUSED    --engine_next drains to half: unpause----------> LIVE
+ *   PAUSED    --stall_ms without a read (cut_stalled)--------> FINISHED (ERROR)
+ *   LIVE      --EOS/stop/length/cancel/error (finish_req)----> FINISHED (final event queued)
+ *   FINISHED  --engine_next pops the final event------------> freed
+ *   any       --engine_release: cancel, then freed at finish-> freed
+ * A slow consumer therefore never blocks the step thread: its request just
+ * stops being scheduled. One slot of every queue is kept for the final event.
+ */
+#include "runtime/engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ENGINE_BUCKETS 1024      /* id table chains; ids are sequential */
+#define ENGINE_DEFAULT_EVENTS 64 /* per-request queue when the config says 0 */
+#define ENGINE_MAX_EVENTS 65536  /* per-request queue limit */
+
+/* ---------------------------------------------------------------- types */
+
+struct engine_req {
+    uint64_t id;                      /* engine id, from 1 */
+    struct engine_req *hnext;         /* id table chain */
+    struct engine_req *prev;          /* e->active neighbours */
+    struct engine_req *next;          /* e->active neighbours */
+    struct sched_req *sr;             /* owned through the scheduler; NULL once finished */
+    struct engine_event *q;           /* owned: ring of queue_events events */
+    int32_t q_head;                   /* oldest event */
+    int32_t q_n;                      /* events queued */
+    pthread_cond_t cv;                /* consumers wait here for events */
+    int32_t finished;                 /* 1: final event queued (or dropped when released) */
+    int32_t released;                 /* 1: the consumer is gone */
+    int32_t cancel_pending;           /* 1: cancel when the running step ends */
+    int32_t paused;                   /* 1: queue full, not scheduled */
+    double paused_at;                 /* when it paused, seconds */
+    int32_t ignore_eos;               /* eos ids don't finish it */
+    int32_t stop_now;                 /* step thread: on_token asked to stop */
+    int32_t sample_failed;            /* step thread: sampler failed, reason in sum.err */
+    void *sampling;                   /* owned: sampler params */
+    int (*on_token)(void *, int32_t); /* borrowed hook, may be NULL */
+    void (*notify)(void *);           /* borrowed hook, may be NULL */
+    void *user;                       /* borrowed: the consumer's */
+    double t_arrival;                 /* submit time, seconds */
+    double t_sched;                   /* first scheduled, -1 before */
+    double t_first;                   /* first token, -1 before */
+    double t_last;                    /* latest token */
+    int32_t n_out;                    /* tokens delivered */
+    struct engine_summary sum;        /* filled at finish */
+};
+
+struct engine {
+    pthread_mutex_t mu;            /* guards everything but the unlocked step */
+    pthread_cond_t work_cv;        /* the step thread waits here for work */
+    pthread_cond_t step_cv;        /* broadcast when a step ends */
+    pthread_t thread;              /* the step thread */
+    int started;                   /* 1: thread running */
+    int stopping;                  /* 1: engine_close asked the thread to exit */
+    int in_step;                   /* 1: model step or sampling in progress, unlocked */
+    struct engine_model model;     /* copy of the caller's interface */
+    struct engine_sampler sampler; /* copy; sample NULL: greedy */
+    struct engine_config cfg;      /* limits, defaults applied */
+    struct kv_cache *kv;           /* owned */
+    struct sched *s;               /* owned */
+    struct engine_req *buckets[ENGINE_BUCKETS]; /* id table */
+    struct engine_req *active;                  /* every request not yet popped or freed */
+    uint64_t next_id;                           /* next request id */
+    int32_t n_paused;                           /* requests paused */
+    int32_t n_cancel_pending;                   /* requests with cancel_pending */
+    struct sched_step step;                     /* the step being run */
+    struct engine_req **lg_req; /* owned: max_num_seqs, request of each logits row */
+    int32_t *sampled;           /* owned: max_num_seqs, token of each logits row */
+    float *logits;              /* owned: rows of n_vocab floats */
+    size_t logits_cap;          /* floats allocated */
+    struct engine_metrics m;    /* counters and histograms (gauges filled on read) */
+};
+
+/* Bucket bounds from vLLM's Prometheus logger (vllm/v1/metrics/loggers.py). */
+static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                     0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                     20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+static const double itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                    0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+static const double req_bounds[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                    5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+#define NBOUNDS(a) ((int32_t)(sizeof(a) / sizeof((a)[0])))
+
+/* ---------------------------------------------------------------- helpers */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void hist_init(struct engine_hist *h, const double *bounds, int32_t n)
+{
+    memset(h, 0, sizeof *h);
+    h->bounds = bounds;
+    h->n_bounds = n;
+}
+
+static void hist_observe(struct engine_hist *h, double v)
+{
+    int32_t i = 0;
+    while (i < h->n_bounds && v > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+static int cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int rc = pthread_condattr_init(&a);
+    if (rc)
+        return rc;
+    rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    if (!rc)
+        rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
+/* Waits on cv up to ms (< 0: forever). Returns ETIMEDOUT or 0. */
+static int wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
+{
+    struct timespec ts;
+    if (ms < 0)
+        return pthread_cond_wait(cv, mu);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static struct engine_req *find_req(const struct engine *e, uint64_t id)
+{
+    struct engine_req *r = e->buckets[id % ENGINE_BUCKETS];
+    while (r && r->id != id)
+        r = r->hnext;
+    return r;
+}
+
+static void link_req(struct engine *e, struct engine_req *r)
+{
+    struct engine_req **head = &e->buckets[r->id % ENGINE_BUCKETS];
+    r->hnext = *head;
+    *head = r;
+    r->next = e->active;
+    if (e->active)
+        e->active->prev = r;
+    e->active = r;
+}
+
+/* Forgets and frees r (finished or never submitted to the scheduler). */
+static void free_req(struct engine *e, struct engine_req *r)
+{
+    struct engine_req **link = &e->buckets[r->id % ENGINE_BUCKETS];
+    while (*link && *link != r)
+        link = &(*link)->hnext;
+    if (*link) {
+        *link = r->hnext;
+        if (r->prev)
+            r->prev->next = r->next;
+        else
+            e->active = r->next;
+        if (r->next)
+            r->next->prev = r->prev;
+    }
+    if (r->sr)
+        sched_free_req(e->s, r->sr);
+    if (r->sampling && e->sampler.free_params)
+        e->sampler.free_params(e->sampler.ctx, r->sampling);
+    pthread_cond_destroy(&r->cv);
+    free(r->q);
+    free(r);
+}
+
+/* Queues an event for the consumer and wakes it. */
+static void deliver(struct engine *e, struct engine_req *r, int32_t token, enum sched_finish why)
+{
+    struct engine_event *ev = &r->q[(r->q_head + r->q_n) % e->cfg.queue_events];
+    ev->token = token;
+    ev->finish = why;
+    r->q_n++;
+    pthread_cond_signal(&r->cv);
+    if (r->notify)
+        r->notify(r->user);
+}
+
+static void set_paused(struct engine *e, struct engine_req *r, int paused)
+{
+    if (r->paused == paused)
+        return;
+    r->paused = paused;
+    r->paused_at = now_s();
+    e->n_paused += paused ? 1 : -1;
+    sched_set_paused(e->s, r->sr, paused);
+}
+
+/* LIVE/PAUSED -> FINISHED: releases the scheduler side at once and queues
+ * the final event (with token, or -1). Not for a request inside the running
+ * step. A released request is freed here. */
+static void finish_req(struct engine *e, struct engine_req *r, enum sched_finish why, int32_t token)
+{
+    double t = now_s();
+    struct engine_summary *sum = &r->sum;
+
+    if (r->paused)
+        set_paused(e, r, 0);
+    if (r->cancel_pending) {
+        r->cancel_pending = 0;
+        e->n_cancel_pending--;
+    }
+    sum->finish = why;
+    sum->n_prompt = sched_req_n_prompt(r->sr);
+    sum->n_output = r->n_out;
+    sum->n_cached = sched_req_n_cached(r->sr);
+    sum->n_preemptions = sched_req_n_preemptions(r->sr);
+    sum->queue_s = r->t_sched >= 0 ? r->t_sched - r->t_arrival : -1;
+    sum->ttft_s = r->t_first >= 0 ? r->t_first - r->t_arrival : -1;
+    sum->e2e_s = t - r->t_arrival;
+    if (why != SCHED_FINISH_ERROR)
+        mf_err_clear(&sum->err);
+    sched_finish(e->s, r->sr, why);
+    sched_free_req(e->s, r->sr);
+    r->sr = NULL;
+    r->finished = 1;
+    e->m.finished[why]++;
+    hist_observe(&e->m.e2e, sum->e2e_s);
+    if (r->released)
+        free_req(e, r);
+    else
+        deliver(e, r, token, why);
+}
+
+static void fail_req(struct engine *e, struct engine_req *r, const struct mf_err *err)
+{
+    r->sum.err = *err;
+    finish_req(e, r, SCHED_FINISH_ERROR, -1);
+}
+
+/* Finishes now, or at the end of the running step if r is in it. */
+static void cancel_req(struct engine *e, struct engine_req *r)
+{
+    if (r->finished)
+        return;
+    if (e->in_step && sched_req_state(r->sr) == SCHED_RUNNING) {
+        if (!r->cancel_pending) {
+            r->cancel_pending = 1;
+            e->n_cancel_pending++;
+        }
+        return;
+    }
+    finish_req(e, r, SCHED_FINISH_CANCELLED, -1);
+}
+
+/* ---------------------------------------------------------------- the step */
+
+/* Greedy: argmax, the lowest id on ties. */
+static int32_t argmax(const float *row, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++) {
+        if (row[i] > row[best])
+            best = i;
+    }
+    return best;
+}
+
+/* Step thread, unlocked: draws one token per logits row and runs on_token. */
+static void sample_all(struct engine *e)
+{
+    for (int32_t j = 0; j < e->step.n_logits; j++) {
+        struct engine_req *r = e->lg_req[j];
+        float *row = e->logits + (size_t)j * (size_t)e->model.n_vocab;
+        int32_t n_hist;
+        const int32_t *hist = sched_req_tokens(r->sr, &n_hist);
+        int32_t tok = 0;
+
+        r->sample_failed = 0;
+        r->stop_now = 0;
+        if (!e->sampler.sample)
+            tok = argmax(row, e->model.n_vocab);
+        else if (e->sampler.sample(e->sampler.ctx, r->sampling, row, e->model.n_vocab, hist, n_hist,
+                                   &tok, &r->sum.err) ||
+                 tok < 0 || tok >= e->model.n_vocab) {
+            r->sample_failed = 1;
+            if (!r->sum.err.code)
+                mf_err_set(&r->sum.err, MF_ERANGE, "sampler returned token %" PRId32, tok);
+            tok = 0;
+        }
+        e->sampled[j] = tok;
+        if (!r->sample_failed && r->on_token)
+            r->stop_now = r->on_token(r->user, tok) == 1;
+    }
+}
+
+static int is_eos(const struct engine *e, int32_t tok)
+{
+    for (int32_t i = 0; i < e->model.n_eos; i++) {
+        if (e->model.eos[i] == tok)
+            return 1;
+    }
+    return 0;
+}
+
+/* Locked: the timing and token counters for one delivered token. */
+static void count_token(struct engine *e, struct engine_req *r, double t)
+{
+    if (r->t_first < 0) {
+        r->t_first = t;
+        hist_observe(&e->m.ttft, t - r->t_arrival);
+        e->m.prompt_tokens += (uint64_t)sched_req_n_prompt(r->sr);
+    } else {
+        hist_observe(&e->m.itl, t - r->t_last);
+    }
+    r->t_last = t;
+    r->n_out++;
+    e->m.generation_tokens++;
+}
+
+/* Locked, after a good model step: hands the tokens to the scheduler, then
+ * to the consumers, finishing on eos, stop, length or sampler failure. */
+static void complete_step(struct engine *e)
+{
+    struct mf_err err;
+    double t = now_s();
+
+    if (sched_update(e->s, e->sampled, e->step.n_logits, &err))
+        return; /* unreachable: n_logits is the scheduler's own count */
+    for (int32_t j = 0; j < e->step.n_logits; j++) {
+        struct engine_req *r = e->lg_req[j];
+        int32_t tok = e->sampled[j];
+        enum sched_finish why = sched_req_finish(r->sr);
+        if (r->sample_failed) {
+            finish_req(e, r, SCHED_FINISH_ERROR, -1);
+            continue;
+        }
+        count_token(e, r, t);
+        if ((is_eos(e, tok) && !r->ignore_eos) || r->stop_now)
+            why = SCHED_FINISH_STOP;
+        if (why != SCHED_FINISH_NONE) {
+            finish_req(e, r, why, tok);
+            continue;
+        }
+        deliver(e, r, tok, SCHED_FINISH_NONE);
+        if (r->q_n >= e->cfg.queue_events - 1)
+            set_paused(e, r, 1);
+    }
+}
+
+/* Locked: the model step failed; every request in it ends with its error. */
+static void fail_step(struct engine *e, const struct mf_err *err)
+{
+    for (int32_t i = 0; i < e->step.batch.n_seqs; i++) {
+        struct engine_req *r = sched_req_user(e->step.reqs[i]);
+        fail_req(e, r, err);
+    }
+}
+
+/* Locked: records queue times, maps logits rows to requests, sizes logits. */
+static int prepare_step(struct engine *e, struct mf_err *err)
+{
+    size_t need = (size_t)e->step.n_logits * (size_t)e->model.n_vocab;
+    double t = now_s();
+    int32_t j = 0;
+
+    for (int32_t i = 0; i < e->step.batch.n_seqs; i++) {
+        struct engine_req *r = sched_req_user(e->step.reqs[i]);
+        if (r->t_sched < 0) {
+            r->t_sched = t;
+            hist_observe(&e->m.queue, t - r->t_arrival);
+        }
+        if (e->step.batch.seqs[i].want_logits)
+            e->lg_req[j++] = r;
+    }
+    if (need > e->logits_cap) {
+        float *p = realloc(e->logits, need * sizeof *p);
+        if (!p)
+            return mf_err_set(err, MF_ENOMEM, "logits for %" PRId32 " sequences: out of memory",
+                              e->step.n_logits);
+        e->logits = p;
+        e->logits_cap = need;
+    }
+    e->step.batch.logits = e->logits;
+    return 0;
+}
+
+/* Locked on entry and exit; the model and sampler run unlocked. */
+static void run_step(struct engine *e)
+{
+    struct mf_err err;
+    int rc;
+
+    mf_err_clear(&err);
+    rc = prepare_step(e, &err);
+    if (rc) {
+        fail_step(e, &err);
+        return;
+    }
+    e->in_step = 1;
+    pthread_mutex_unlock(&e->mu);
+    rc = e->model.step(e->model.ctx, &e->step.batch, &err);
+    if (!rc)
+        sample_all(e);
+    pthread_mutex_lock(&e->mu);
+    e->in_step = 0;
+    e->m.steps++;
+    if (rc)
+        fail_step(e, &err);
+    else
+        complete_step(e);
+    pthread_cond_broadcast(&e->step_cv);
+}
+
+static void apply_pending_cancels(struct engine *e)
+{
+    struct engine_req *r = e->active;
+    while (r && e->n_cancel_pending > 0) {
+        struct engine_req *next = r->next; /* finish_req may free r */
+        if (r->cancel_pending)
+            finish_req(e, r, SCHED_FINISH_CANCELLED, -1);
+        r = next;
+    }
+}
+
+/* Ends requests whose consumer has not read for stall_ms. */
+static void cut_stalled(struct engine *e)
+{
+    double t = now_s();
+    struct engine_req *r = e->active;
+    while (r && e->cfg.stall_ms > 0) {
+        struct engine_req *next = r->next;
+        if (r->paused && (t - r->paused_at) * 1000.0 > e->cfg.stall_ms) {
+            struct mf_err err;
+            mf_err_set(&err, MF_EBUSY, "request %" PRIu64 ": the client read nothing for %d ms",
+                       r->id, (int)e->cfg.stall_ms);
+            fail_req(e, r, &err);
+        }
+        r = next;
+    }
+}
+
+static void *step_main(void *arg)
+{
+    struct engine *e = arg;
+
+    pthread_mutex_lock(&e->mu);
+    while (!e->stopping) {
+        if (e->n_paused)
+            cut_stalled(e);
+        if (!sched_has_work(e->s)) {
+            wait_ms(&e->work_cv, &e->mu, e->n_paused ? 50 : -1);
+            continue;
+        }
+        sched_schedule(e->s, &e->step);
+        if (e->step.batch.n_seqs == 0) {
+            /* Work exists but none fits (paused requests hold the blocks). */
+            wait_ms(&e->work_cv, &e->mu, 10);
+            continue;
+        }
+        run_step(e);
+        apply_pending_cancels(e);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+static int check_config(struct engine_config *c, const struct engine_model *m, struct mf_err *err)
+{
+    if (!m->step || m->n_vocab < 1 || m->n_eos < 0 || (m->n_eos > 0 && !m->eos))
+        return mf_err_set(err, MF_EINVAL, "engine model interface is incomplete");
+    if (c->queue_events == 0)
+        c->queue_events = ENGINE_DEFAULT_EVENTS;
+    if (c->queue_events < 2 || c->queue_events > ENGINE_MAX_EVENTS)
+        return mf_err_set(err, MF_ERANGE, "queue_events %" PRId32 " (allowed 2..%d)",
+                          c->queue_events, ENGINE_MAX_EVENTS);
+    if (c->stall_ms < 0)
+        return mf_err_set(err, MF_ERANGE, "stall_ms %" PRId32 " (must be >= 0)", c->stall_ms);
+    return 0;
+}
+
+static int open_parts(struct engine *e, struct mf_err *err)
+{
+    struct kv_config kc = {.n_blocks = e->cfg.n_kv_blocks, .hash_bits = e->cfg.kv_hash_bits};
+    size_t n = (size_t)e->cfg.sched.max_num_seqs;
+    int rc = kv_open(&e->kv, &kc, err);
+
+    if (!rc)
+        rc = sched_open(&e->s, &e->cfg.sched, e->kv, err);
+    if (rc)
+        return rc;
+    e->lg_req = calloc(n, sizeof *e->lg_req);
+    e->sampled = calloc(n, sizeof *e->sampled);
+    if (!e->lg_req || !e->sampled)
+        return mf_err_set(err, MF_ENOMEM, "engine for %zu sequences: out of memory", n);
+    hist_init(&e->m.ttft, ttft_bounds, NBOUNDS(ttft_bounds));
+    hist_init(&e->m.itl, itl_bounds, NBOUNDS(itl_bounds));
+    hist_init(&e->m.e2e, req_bounds, NBOUNDS(req_bounds));
+    hist_init(&e->m.queue, req_bounds, NBOUNDS(req_bounds));
+    return 0;
+}
+
+int engine_open(const struct engine_config *cfg, const struct engine_model *model,
+                const struct engine_sampler *sampler, struct engine **out, struct mf_err *err)
+{
+    struct engine *e;
+    int rc;
+
+    *out = NULL;
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return mf_err_set(err, MF_ENOMEM, "engine: out of memory");
+    e->cfg = *cfg;
+    e->model = *model;
+    if (sampler)
+        e->sampler = *sampler;
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    if (cond_init_monotonic(&e->work_cv) || cond_init_monotonic(&e->step_cv)) {
+        free(e);
+        return mf_err_set(err, MF_ENOMEM, "engine: cannot create condition variables");
+    }
+    rc = check_config(&e->cfg, model, err);
+    if (!rc)
+        rc = open_parts(e, err);
+    if (!rc && pthread_create(&e->thread, NULL, step_main, e) != 0)
+        rc = mf_err_set(err, MF_ENOMEM, "engine: cannot start the step thread");
+    if (rc) {
+        engine_close(e);
+        return rc;
+    }
+    e->started = 1;
+    *out = e;
+    return 0;
+}
+
+void engine_close(struct engine *e)
+{
+    if (!e)
+        return;
+    if (e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->stopping = 1;
+        pthread_cond_signal(&e->work_cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    while (e->active)
+        free_req(e, e->active);
+    sched_close(e->s);
+    kv_close(e->kv);
+    free(e->lg_req);
+    free(e->sampled);
+    free(e->logits);
+    pthread_cond_destroy(&e->work_cv);
+    pthread_cond_destroy(&e->step_cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+/* ---------------------------------------------------------------- API */
+
+static int new_req(const struct engine *e, const struct engine_request *rq, struct engine_req **out,
+                   struct mf_err *err)
+{
+    struct engine_req *r;
+
+    *out = NULL;
+    for (int32_t i = 0; i < rq->n_prompt; i++) {
+        if (rq->prompt[i] < 0 || rq->prompt[i] >= e->model.n_vocab)
+            return mf_err_set(err, MF_EINVAL,
+                              "prompt token %" PRId32 " at position %" PRId32
+                              " is outside the vocabulary of %" PRId32,
+                              rq->prompt[i], i, e->model.n_vocab);
+    }
+    r = calloc(1, sizeof *r);
+    if (r)
+        r->q = calloc((size_t)e->cfg.queue_events, sizeof *r->q);
+    if (!r || !r->q || cond_init_monotonic(&r->cv)) {
+        if (r)
+            free(r->q);
+        free(r);
+        return mf_err_set(err, MF_ENOMEM, "request: out of memory");
+    }
+    r->ignore_eos = rq->ignore_eos;
+    r->on_token = rq->on_token;
+    r->notify = rq->notify;
+    r->user = rq->user;
+    r->t_arrival = now_s();
+    r->t_sched = r->t_first = -1;
+    *out = r;
+    return 0;
+}
+
+int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *id,
+                  struct mf_err *err)
+{
+    struct sched_submit in = {.prompt = rq->prompt,
+                              .n_prompt = rq->n_prompt,
+                              .max_tokens = rq->max_tokens,
+                              .priority = rq->priority,
+                              .lora = &rq->lora};
+    struct engine_req *r;
+    int rc = new_req(e, rq, &r, err);
+
+    if (rc)
+        return rc;
+    in.user = r;
+    pthread_mutex_lock(&e->mu);
+    rc = e->stopping ? mf_err_set(err, MF_EBUSY, "server shutting down")
+                     : sched_submit(e->s, &in, &r->sr, err);
+    if (rc) {
+        pthread_mutex_unlock(&e->mu);
+        free_req(e, r); /* not linked, no scheduler request, no params */
+        return rc;
+    }
+    r->sampling = rq->sampling;
+    r->id = e->next_id++;
+    link_req(e, r);
+    *id = r->id;
+    pthread_cond_signal(&e->work_cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+static int not_found(uint64_t id, struct mf_err *err)
+{
+    return mf_err_set(err, MF_ENOTFOUND, "no request %" PRIu64 " (finished or never submitted)",
+                      id);
+}
+
+/* Locked: pops the oldest event; the final one retires the request. */
+static void pop_event(struct engine *e, struct engine_req *r, struct engine_event *ev,
+                      struct engine_summary *sum)
+{
+    *ev = r->q[r->q_head];
+    r->q_head = (r->q_head + 1) % e->cfg.queue_events;
+    r->q_n--;
+    if (ev->finish != SCHED_FINISH_NONE) {
+        if (sum)
+            *sum = r->sum;
+        free_req(e, r);
+        return;
+    }
+    if (r->paused && r->q_n <= e->cfg.queue_events / 2) {
+        set_paused(e, r, 0);
+        pthread_cond_signal(&e->work_cv);
+    }
+}
+
+int engine_next(struct engine *e, uint64_t id, int timeout_ms, struct engine_event *ev,
+                struct engine_summary *sum, struct mf_err *err)
+{
+    struct engine_req *r;
+    int rc = 0;
+
+    pthread_mutex_lock(&e->mu);
+    r = find_req(e, id);
+    if (!r)
+        rc = not_found(id, err);
+    while (!rc && r->q_n == 0) {
+        if (timeout_ms == 0 || wait_ms(&r->cv, &e->mu, timeout_ms) == ETIMEDOUT)
+            rc = r->q_n ? 0 : mf_err_set(err, MF_EBUSY, "request %" PRIu64 ": no event yet", id);
+    }
+    if (!rc)
+        pop_event(e, r, ev, sum);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int engine_cancel(struct engine *e, uint64_t id, struct mf_err *err)
+{
+    struct engine_req *r;
+    int rc = 0;
+
+    pthread_mutex_lock(&e->mu);
+    r = find_req(e, id);
+    if (r)
+        cancel_req(e, r);
+    else
+        rc = not_found(id, err);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int engine_release(struct engine *e, uint64_t id, struct mf_err *err)
+{
+    struct engine_req *r;
+
+    pthread_mutex_lock(&e->mu);
+    r = find_req(e, id);
+    if (!r) {
+        pthread_mutex_unlock(&e->mu);
+        return not_found(id, err);
+    }
+    r->released = 1;
+    if (r->finished) {
+        free_req(e, r);
+    } else {
+        cancel_req(e, r);
+        /* In the running step the step thread may still call on_token with
+         * r->user: wait for the step to end so the caller may free user. */
+        while (e->in_step && find_req(e, id))
+            pthread_cond_wait(&e->step_cv, &e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+void engine_metrics(struct engine *e, struct engine_metrics *m)
+{
+    pthread_mutex_lock(&e->mu);
+    *m = e->m;
+    sched_counts(e->s, &m->n_running, &m->n_waiting);
+    kv_get_stats(e->kv, &m->kv);
+    m->preemptions = sched_n_preemptions(e->s);
+    pthread_mutex_unlock(&e->mu);
+    m->kv_usage = m->kv.blocks_total ? (double)m->kv.blocks_used / m->kv.blocks_total : 0;
+}
+
+int engine_check(struct engine *e, struct mf_err *err)
+{
+    int rc;
+    pthread_mutex_lock(&e->mu);
+    rc = sched_check(e->s, err);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}

@@ -39,5 +39,11 @@ int mfc_usage_error(struct mfc_ctx *ctx, const char *cmd, const char *fmt, ...)
 int mfc_cmd_check(int argc, char **argv, struct mfc_ctx *ctx);
 int mfc_cmd_fmt(int argc, char **argv, struct mfc_ctx *ctx);
 int mfc_cmd_inspect(int argc, char **argv, struct mfc_ctx *ctx);
+int mfc_cmd_images(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_store.c */
+int mfc_cmd_tag(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_store.c */
+int mfc_cmd_rmi(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_store.c */
+int mfc_cmd_prune(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_store.c */
+int mfc_cmd_du(int argc, char **argv, struct mfc_ctx *ctx);     /* cmd_store.c */
+int mfc_cmd_fetch(int argc, char **argv, struct mfc_ctx *ctx);
 
 #endif

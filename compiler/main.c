@@ -23,6 +23,12 @@ static const struct mfc_cmd commands[] = {
     {"check", mfc_cmd_check, "validate a Modelfile and show what it holds"},
     {"fmt", mfc_cmd_fmt, "print a Modelfile in canonical form"},
     {"inspect", mfc_cmd_inspect, "show what a GGUF model or adapter holds"},
+    {"fetch", mfc_cmd_fetch, "fetch model sources (files, URLs, hf://) into the store"},
+    {"images", mfc_cmd_images, "list the images in the store"},
+    {"tag", mfc_cmd_tag, "give an image another tag"},
+    {"rmi", mfc_cmd_rmi, "remove image tags"},
+    {"prune", mfc_cmd_prune, "remove unreferenced blobs from the store"},
+    {"du", mfc_cmd_du, "show the store's disk use"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

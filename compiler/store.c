@@ -209,6 +209,26 @@ out:
     return rc;
 }
 
+/* index.json is required by the layout (image-layout.md); an empty one is
+ * written once, under index.lock so two first runs do not race. */
+static int ensure_index(struct store *s, struct mf_err *err)
+{
+    char *path = store_join(s, STORE_INDEX_FILE, err);
+    if (!path)
+        return MF_ENOMEM;
+    json_t *index = NULL;
+    int rc = access(path, F_OK) == 0 ? 0 : store_lock_index(s, err);
+    if (!rc && s->index_locked && access(path, F_OK) != 0) {
+        rc = store_index_load(s, &index, err); /* absent: an empty index */
+        if (!rc)
+            rc = store_index_save(s, index, err);
+    }
+    store_unlock_index(s);
+    json_decref(index);
+    free(path);
+    return rc;
+}
+
 static int open_lock(struct store *s, const char *name, int *fd, struct mf_err *err)
 {
     char *path = store_join(s, name, err);
@@ -253,6 +273,8 @@ int store_open(struct store **out, const char *root, struct mf_err *err)
         rc = mf_err_sys(err, MF_EIO, errno, "cannot lock the store %s", root);
     if (!rc)
         rc = check_layout(s, err);
+    if (!rc)
+        rc = ensure_index(s, err);
     if (rc) {
         store_close(s);
         return rc;

@@ -3,7 +3,10 @@
 libmfc_compiler_a_SOURCES += \
 	compiler/store.c compiler/store.h compiler/store_int.h \
 	compiler/store_oci.c compiler/store_tag.c compiler/store_cache.c \
-	compiler/store_stat.c compiler/store_gc.c
+	compiler/store_stat.c compiler/store_gc.c \
+	compiler/fetch.c compiler/fetch.h compiler/fetch_int.h compiler/fetch_http.c \
+	compiler/progress.c compiler/progress.h \
+	compiler/cmd_store.c compiler/cmd_fetch.c
 libmfc_compiler_a_CFLAGS += $(CURL_CFLAGS)
 
 check_PROGRAMS += tests/unit/test_store
@@ -11,3 +14,6 @@ tests_unit_test_store_SOURCES = tests/unit/test_store.c
 tests_unit_test_store_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_store_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_store
+
+TESTS += tests/cli/store.bats tests/cli/fetch.bats
+EXTRA_DIST += tests/cli/store.bats tests/cli/fetch.bats tests/tools/httpd.py

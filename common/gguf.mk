@@ -20,3 +20,9 @@ TESTS += tests/unit/test_gguf
 ## CLI tests (bats): mkmodel -> llama.cpp, mfc inspect vs an independent reader.
 TESTS += tests/cli/gguf.bats
 EXTRA_DIST += tests/cli/gguf.bats tests/cli/gguf_header.py
+
+## Fuzzing (tests/fuzz/run ... gguf): the target and its generated seeds.
+EXTRA_DIST += tests/fuzz/fuzz_gguf.c tests/fuzz/corpus/gguf
+
+## Benchmark: mfc inspect on a multi-GB file vs reading it once (bench/README.md).
+EXTRA_DIST += bench/inspect

@@ -1,1 +1,12 @@
 ### Chat templates (runtime/template*) and the sampler (runtime/sampler*)
+libmfc_runtime_a_SOURCES += \
+	runtime/template.c runtime/template.h runtime/template_int.h \
+	runtime/template_lex.c runtime/template_exec.c runtime/template_funcs.c \
+	runtime/template_value.c runtime/template_chat.c runtime/template_family.c
+
+check_PROGRAMS += tests/unit/test_template_jinja
+tests_unit_test_template_jinja_SOURCES = tests/unit/test_template_jinja.c
+tests_unit_test_template_jinja_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_template_jinja_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_template_jinja
+EXTRA_DIST += tests/tools/jinja-render.mjs tests/data/chat-templates

@@ -1,0 +1,217 @@
+/*
+ * fuzz_sched.c: libFuzzer target for the scheduler and the KV block manager
+ * (runtime/sched.c, runtime/kv.c), driven through the paged fake model.
+ *
+ * The input is a program: five header bytes pick the pool size, batching
+ * limits and hash width (down to 1 bit, so every lookup collides); then each
+ * byte group is an op: submit (prompt over a tiny alphabet, so prefixes
+ * repeat), step, cancel, cancel inside a step, free, pause/unpause, clear the
+ * prefix cache. sched_check (and so kv_check) runs after every op, every
+ * request that finishes by length must equal its solo output, and at the end
+ * no block may be in use. Any violation traps. Seeds in corpus/sched/.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/sched.h"
+#include "tests/unit/fake_model.c" /* one translation unit: the runner builds one file */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define VOCAB 64
+#define MAX_REQS 48
+#define MAX_PROMPT 80
+
+struct prog {
+    const uint8_t *p;   /* next input byte */
+    const uint8_t *end; /* end of input */
+};
+
+struct world {
+    struct kv_cache *kv;
+    struct sched *s;
+    struct fake_model fm;
+    struct sched_req *reqs[MAX_REQS]; /* NULL once freed */
+    struct batch_lora lora[MAX_REQS]; /* each request's adapters */
+    int n_reqs;                       /* slots used */
+};
+
+static unsigned byte(struct prog *pr)
+{
+    return pr->p < pr->end ? *pr->p++ : 0;
+}
+
+static void must(int ok)
+{
+    if (!ok)
+        __builtin_trap();
+}
+
+static void check(const struct world *w)
+{
+    struct mf_err err;
+    must(sched_check(w->s, &err) == 0);
+}
+
+/* A request that finished by length produced exactly its solo output. */
+static void verify(const struct world *w, int i)
+{
+    const struct sched_req *r = w->reqs[i];
+    int32_t want[MAX_PROMPT + 64];
+    int32_t n;
+    const int32_t *t = sched_req_tokens(r, &n);
+    int32_t np = sched_req_n_prompt(r);
+    int32_t no = sched_req_n_output(r);
+
+    if (sched_req_finish(r) != SCHED_FINISH_LENGTH)
+        return;
+    must(fake_reference(t, np, no, &w->lora[i], VOCAB, -1, want) == no);
+    must(memcmp(t + np, want, (size_t)no * sizeof want[0]) == 0);
+}
+
+static void op_submit(struct world *w, struct prog *pr)
+{
+    int32_t prompt[MAX_PROMPT];
+    unsigned shape = byte(pr);
+    struct sched_submit in = {.prompt = prompt};
+    struct mf_err err;
+    int i = w->n_reqs;
+
+    if (i >= MAX_REQS)
+        return;
+    in.n_prompt = (int32_t)(byte(pr) % MAX_PROMPT) + (shape & 1 ? 0 : 1); /* 0 is refused */
+    for (int32_t k = 0; k < in.n_prompt; k++)
+        prompt[k] = (int32_t)((shape >> 1) + (unsigned)(k / 7)) % 3;
+    in.max_tokens = (int32_t)(byte(pr) % 64);
+    in.priority = (int32_t)(shape >> 6);
+    memset(&w->lora[i], 0, sizeof w->lora[i]);
+    w->lora[i].n = (shape >> 4) & 1;
+    w->lora[i].scales[0] = 1.0f;
+    in.lora = &w->lora[i];
+    if (sched_submit(w->s, &in, &w->reqs[i], &err) == 0)
+        w->n_reqs++;
+}
+
+/* One step; cancel_at >= 0 cancels that batch entry while the step runs. */
+static void op_step(struct world *w, int cancel_at)
+{
+    struct sched_step st;
+    int32_t next[64];
+    struct mf_err err;
+
+    sched_schedule(w->s, &st);
+    check(w);
+    if (st.batch.n_seqs == 0)
+        return;
+    must(fake_model_step(&w->fm, &st.batch, next, &err) == 0);
+    if (cancel_at >= 0 && cancel_at < st.batch.n_seqs)
+        sched_finish(w->s, st.reqs[cancel_at], SCHED_FINISH_CANCELLED);
+    must(sched_update(w->s, next, st.n_logits, &err) == 0);
+}
+
+static struct sched_req *pick(struct world *w, struct prog *pr, int *slot)
+{
+    if (w->n_reqs == 0)
+        return NULL;
+    *slot = (int)(byte(pr) % (unsigned)w->n_reqs);
+    return w->reqs[*slot];
+}
+
+static void run_op(struct world *w, struct prog *pr)
+{
+    unsigned op = byte(pr) % 8;
+    int slot = 0;
+    struct sched_req *r;
+
+    switch (op) {
+    case 0:
+        op_submit(w, pr);
+        break;
+    case 1:
+    case 2:
+        op_step(w, -1);
+        break;
+    case 3:
+        op_step(w, (int)(byte(pr) % 8));
+        break;
+    case 4:
+        r = pick(w, pr, &slot);
+        if (r)
+            sched_finish(w->s, r, SCHED_FINISH_CANCELLED);
+        break;
+    case 5:
+        r = pick(w, pr, &slot);
+        if (r && sched_req_state(r) == SCHED_FINISHED) {
+            verify(w, slot);
+            sched_free_req(w->s, r);
+            w->reqs[slot] = NULL;
+        }
+        break;
+    case 6:
+        r = pick(w, pr, &slot);
+        if (r && sched_req_state(r) != SCHED_FINISHED)
+            sched_set_paused(w->s, r, byte(pr) & 1);
+        break;
+    default:
+        kv_clear_prefix_cache(w->kv);
+        break;
+    }
+    check(w);
+}
+
+/* Unpauses everything, runs to completion (bounded), then frees it all. */
+static void drain(struct world *w)
+{
+    struct kv_stats st;
+    for (int i = 0; i < w->n_reqs; i++) {
+        if (w->reqs[i] && sched_req_state(w->reqs[i]) != SCHED_FINISHED)
+            sched_set_paused(w->s, w->reqs[i], 0);
+    }
+    for (int n = 0; sched_has_work(w->s); n++) {
+        must(n < 100000); /* the oldest request always progresses: no livelock */
+        op_step(w, -1);
+        check(w);
+    }
+    for (int i = 0; i < w->n_reqs; i++) {
+        if (!w->reqs[i])
+            continue;
+        must(sched_req_state(w->reqs[i]) == SCHED_FINISHED);
+        verify(w, i);
+        sched_free_req(w->s, w->reqs[i]);
+    }
+    check(w);
+    kv_get_stats(w->kv, &st);
+    must(st.blocks_used == 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct prog pr = {data, data + size};
+    struct kv_config kc;
+    struct sched_config sc;
+    struct world w;
+    struct mf_err err;
+
+    memset(&w, 0, sizeof w);
+    kc.n_blocks = 2 + (int32_t)(byte(&pr) % 40);
+    kc.hash_bits = (int32_t)(byte(&pr) % 4); /* 0: full width; 1..3: constant collisions */
+    sc.max_num_seqs = 1 + (int32_t)(byte(&pr) % 8);
+    sc.max_num_batched_tokens = 1 + (int32_t)(byte(&pr) % 96);
+    sc.max_waiting = 1 + (int32_t)(byte(&pr) % 16);
+    sc.max_model_len = MAX_PROMPT + 64;
+    if (kv_open(&w.kv, &kc, &err) || sched_open(&w.s, &sc, w.kv, &err) ||
+        fake_model_init(&w.fm, kc.n_blocks, sc.max_model_len, VOCAB)) {
+        sched_close(w.s);
+        kv_close(w.kv);
+        return 0;
+    }
+    while (pr.p < pr.end)
+        run_op(&w, &pr);
+    drain(&w);
+    sched_close(w.s);
+    kv_close(w.kv);
+    fake_model_fini(&w.fm);
+    return 0;
+}

@@ -68,7 +68,12 @@ static void show_param(FILE *f, const struct mf_param *pm)
     fprintf(f, "%s = ", pm->name);
     switch (pm->type) {
     case MF_PARAM_INT: fprintf(f, "%lld", (long long)pm->i); break;
-    case MF_PARAM_FLOAT: fprintf(f, "%.9g", (double)pm->f); break;
+    case MF_PARAM_FLOAT: {
+        char b[32];
+        mf_modelfile_float_str(pm->f, b, sizeof b);
+        fputs(b, f);
+        break;
+    }
     case MF_PARAM_BOOL: fprintf(f, "%s", pm->b ? "true" : "false"); break;
     default: preview(f, pm->text); break;
     }

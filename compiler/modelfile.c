@@ -103,7 +103,7 @@ void *mf_modelfile_vec_finish(struct mf_vec *v, struct mf_modelfile_arena *a, si
             *oom = 1;
         }
     }
-    v->n = 0;
+    mf_modelfile_vec_free(v);
     return d;
 }
 
@@ -279,7 +279,12 @@ static int analyze_param(struct mf_modelfile_parser *p, const struct mf_lexcmd *
         return -1;
     }
     if (!d) {
+        static const char *const removed[] = {"numa", "num_gqa", "rope_frequency_base",
+                                              "rope_frequency_scale", "tfs_z"};
         const char *best = mf_modelfile_param_suggest(c->arg);
+        for (size_t i = 0; i < sizeof removed / sizeof removed[0]; i++)
+            if (strcmp(c->arg, removed[i]) == 0)
+                best = NULL;
         mf_modelfile_diag(p, MF_DIAG_ERROR, c->arg_line, c->arg_col, (int)strlen(c->arg),
                           best ? mf_modelfile_fmt(p, "did you mean %s?", best)
                                : "see docs/modelfile.md for the PARAMETER table",
@@ -470,6 +475,13 @@ static void finish(struct mf_modelfile_parser *p)
                           "add a line naming the base model, e.g. FROM llama3.2",
                           "no FROM instruction");
     for (size_t i = 0; i < p->instrs.n; i++) {
+        for (size_t j = 0; in[i].kind == MF_INSTR_ADAPTER && in[i].u.src.name && j < i; j++)
+            if (in[j].kind == MF_INSTR_ADAPTER && in[j].u.src.name &&
+                strcmp(in[j].u.src.name, in[i].u.src.name) == 0)
+                mf_modelfile_diag(p, MF_DIAG_ERROR, in[i].line, in[i].col, 7,
+                                  "give each adapter its own --name",
+                                  "adapter name '%s' is already used on line %d",
+                                  in[i].u.src.name, in[j].line);
         if (in[i].kind != MF_INSTR_DRAFT || !in[i].u.src.is_path)
             continue;
         for (size_t j = 0; j < p->instrs.n; j++)
@@ -572,7 +584,7 @@ int mf_modelfile_parse(const char *data, size_t len, const struct mf_modelfile_o
             finish(&p);
         if (p.n_bad_utf8 && !p.oom)
             mf_modelfile_diag(&p, MF_DIAG_WARNING, 0, 0, 0, "save the file as UTF-8",
-                              "%zu invalid UTF-8 byte(s) read as U+FFFD", p.n_bad_utf8);
+                              "%zu invalid byte sequence(s) read as U+FFFD", p.n_bad_utf8);
         publish(&p);
         if (p.oom)
             rc = mf_err_set(err, MF_ENOMEM, "%s: out of memory (or over %zu MiB after "
@@ -584,6 +596,30 @@ int mf_modelfile_parse(const char *data, size_t len, const struct mf_modelfile_o
     parser_fini(&p);
     if (rc == 0 && (*out)->n_errors)
         rc = MF_EINVAL;
+    return rc;
+}
+
+int mf_modelfile_lex_only(const char *data, size_t len, struct mf_modelfile **out,
+                          struct mf_lexcmd **cmds, size_t *n)
+{
+    struct mf_modelfile_parser p;
+    struct mf_err err;
+    int oom = 0;
+    int rc = parser_init(&p, NULL, &err);
+    *out = NULL;
+    if (rc)
+        return rc;
+    rc = mf_modelfile_decode(&p, data, len, &err);
+    if (rc == 0) {
+        mf_modelfile_lex(&p);
+        *cmds = mf_modelfile_vec_finish(&p.cmds, p.arena, n, &oom);
+        publish(&p);
+        rc = p.oom || oom ? MF_ENOMEM : 0;
+    }
+    if (rc == 0)
+        *out = p.mf, p.mf = NULL;
+    mf_modelfile_free(p.mf);
+    parser_fini(&p);
     return rc;
 }
 

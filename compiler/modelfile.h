@@ -239,6 +239,11 @@ const char *mf_modelfile_role_name(enum mf_role role);
 int mf_modelfile_render_diags(const struct mf_modelfile *mf, int color, struct mf_buf *out,
                               struct mf_err *err);
 
+/* Writes the shortest decimal that reads back as the float32 f ("0.7", not
+ * "0.699999988"), as Go prints float32 values into Ollama's params JSON.
+ * out needs at least 32 bytes. */
+void mf_modelfile_float_str(float f, char *out, size_t size);
+
 /* Flags for mf_modelfile_to_json. */
 #define MF_MODELFILE_JSON_NO_POS 1u   /* leave out line/col (for comparisons) */
 #define MF_MODELFILE_JSON_NO_DIAGS 2u /* leave out diagnostics */

@@ -5,3 +5,12 @@ libmfc_compiler_a_SOURCES += \
 	compiler/modelfile_param.c compiler/modelfile_isprint.c \
 	compiler/modelfile_diag.c compiler/modelfile_json.c compiler/modelfile_fmt.c \
 	compiler/cmd_check.c compiler/cmd_fmt.c compiler/cmd_modelfile.c compiler/cmd_modelfile.h
+
+check_PROGRAMS += tests/unit/test_modelfile
+tests_unit_test_modelfile_SOURCES = tests/unit/test_modelfile.c
+tests_unit_test_modelfile_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_modelfile_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_modelfile tests/cli/modelfile.bats
+## automake copies listed directories whole (make distcheck needs the data)
+EXTRA_DIST += tests/cli/modelfile.bats tests/data/modelfile tests/fuzz/corpus/modelfile \
+	tests/fuzz/fuzz_modelfile.c modelfiles/demo docs/modelfile.md script/gen-modelfile-isprint

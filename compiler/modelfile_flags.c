@@ -97,6 +97,10 @@ static int check_flag_shape(struct mf_modelfile_parser *p, const struct mf_lexcm
     size_t i = 0;
     while (i < n && strcmp(names[i], f->name) != 0)
         i++;
+    if (i == n && c->kind != MF_INSTR_ADAPTER && c->kind != MF_INSTR_RUN &&
+        (!strcmp(f->name, "name") || !strcmp(f->name, "scale") || !strcmp(f->name, "merge")))
+        return flag_error(p, c, t, usage,
+                          mf_modelfile_fmt(p, "--%s is only for ADAPTER", f->name));
     if (i == n) {
         const char *best = mf_modelfile_suggest(f->name, names, n);
         return flag_error(p, c, t,
@@ -179,7 +183,8 @@ static int source_flag_list(struct mf_modelfile_parser *p, const struct mf_lexcm
     int is_adapter = c->kind == MF_INSTR_ADAPTER;
     const char *usage = is_adapter ? "ADAPTER takes --name=N, --scale=F, --merge and "
                                      "--checksum=sha256:HEX"
-                                   : "it takes --checksum=sha256:HEX";
+                                   : mf_modelfile_fmt(p, "%s takes --checksum=sha256:HEX",
+                                                      mf_modelfile_kind_name(c->kind));
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         if (split_flag(p, c, &t[i], &fl[i]) != 0 ||

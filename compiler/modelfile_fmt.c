@@ -105,12 +105,15 @@ static int emit_instr(struct fmt *f, const struct mf_instr *in, int last)
     case MF_INSTR_ENV:
     case MF_INSTR_ARG:
     case MF_INSTR_LABEL: {
+        /* a final '\\' would be read as a line continuation: at the end of
+         * the file a second one keeps it (the continuation meets EOF) */
         size_t n = strlen(in->raw);
-        if (n && in->raw[n - 1] == '\\' && !last)
+        int bs = n && in->raw[n - 1] == '\\';
+        if (bs && !last)
             return mf_err_set(f->err, MF_EINVAL,
                               "%s:%d: the %s value ends with '\\', which would continue onto "
                               "the next line", f->mf->name, in->line, kw);
-        return mf_buf_printf(&f->out, f->err, "%s\n", in->raw);
+        return mf_buf_printf(&f->out, f->err, "%s%s\n", in->raw, bs ? "\\" : "");
     }
     case MF_INSTR_PARAMETER:
         rc = mf_buf_printf(&f->out, f->err, "%s ", in->u.param.name);
@@ -156,6 +159,9 @@ static int verify(struct fmt *f, const struct mf_modelfile_opts *opts)
     mf_modelfile_free(again);
     if (rc == MF_ENOMEM)
         return mf_err_set(f->err, rc, "%s: %s", f->mf->name, e.msg);
+    if (rc != 0)
+        return mf_err_set(f->err, MF_EINVAL, "%s: the formatted text does not parse with "
+                          "these options (an ARG without a value?)", f->mf->name);
     if (!same)
         return mf_err_set(f->err, MF_EINVAL,
                           "%s: formatting would change what the file means; please report "

@@ -114,6 +114,12 @@ void mf_modelfile_diag(struct mf_modelfile_parser *p, enum mf_severity sev, int 
 char *mf_modelfile_fmt(struct mf_modelfile_parser *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* For tests: decodes and lexes only (no analysis, no FROM rule), so that
+ * the lexer can be compared with Ollama's ParseFile command by command.
+ * *cmds lives in (*out)'s arena; (*out)->diags has the lexer's errors. */
+int mf_modelfile_lex_only(const char *data, size_t len, struct mf_modelfile **out,
+                          struct mf_lexcmd **cmds, size_t *n);
+
 /* ---- decoding and lexing (modelfile_lex.c) ---- */
 
 /* Converts the file's bytes to UTF-8 the way Go's unicode.BOMOverride(UTF8)

@@ -25,15 +25,19 @@ static void put_str(json_t *o, const char *key, const char *s, int *bad)
     put(o, key, s ? json_string(s) : json_null(), bad);
 }
 
-/* The shortest decimal that reads back as the same float32. */
+void mf_modelfile_float_str(float f, char *out, size_t size)
+{
+    for (int prec = 1; prec <= 9; prec++) { /* 9 digits always round-trip a float32 */
+        snprintf(out, size, "%.*g", prec, (double)f);
+        if (strtof(out, NULL) == f)
+            return;
+    }
+}
+
 static json_t *float32_json(float f)
 {
     char b[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(b, sizeof b, "%.*g", prec, (double)f);
-        if (strtof(b, NULL) == f)
-            break;
-    }
+    mf_modelfile_float_str(f, b, sizeof b);
     return json_real(strtod(b, NULL));
 }
 

@@ -202,8 +202,13 @@ int mf_modelfile_decode(struct mf_modelfile_parser *p, const char *data, size_t 
     struct mf_buf out;
     int rc;
 
-    mf_buf_init(&out, MF_MODELFILE_MAX_BYTES);
+    /* decoded UTF-8 is at most 3/2 of the input (UTF-16 BMP text), so the
+     * buffer's own cap never hits before the size check below */
+    mf_buf_init(&out, 6 * (size_t)MF_MODELFILE_MAX_BYTES);
     p->first_bad_utf8 = SIZE_MAX;
+    if (len > 4 * (size_t)MF_MODELFILE_MAX_BYTES)
+        return mf_err_set(err, MF_EINVAL, "%s: larger than %u bytes", p->mf->name,
+                          MF_MODELFILE_MAX_BYTES);
     if (len >= 2 && u[0] == 0xFE && u[1] == 0xFF)
         rc = decode_utf16(p, u + 2, len - 2, 1, &out, err);
     else if (len >= 2 && u[0] == 0xFF && u[1] == 0xFE)
@@ -214,14 +219,16 @@ int mf_modelfile_decode(struct mf_modelfile_parser *p, const char *data, size_t 
         rc = decode_utf8(p, data, len, &out, err);
     if (rc)
         goto fail;
+    if (out.len > MF_MODELFILE_MAX_BYTES) {
+        rc = mf_err_set(err, MF_EINVAL, "%s: larger than %u bytes", p->mf->name,
+                        MF_MODELFILE_MAX_BYTES);
+        goto fail;
+    }
     p->mf->text_len = out.len;
     p->mf->text = mf_modelfile_strndup(p->arena, out.data ? out.data : "", out.len);
     rc = p->mf->text ? build_line_table(p, err)
                      : mf_err_set(err, MF_ENOMEM, "%s: out of memory", p->mf->name);
 fail:
-    if (rc == MF_ENOMEM && out.len >= out.max)
-        rc = mf_err_set(err, MF_EINVAL, "%s: larger than %u bytes", p->mf->name,
-                        MF_MODELFILE_MAX_BYTES);
     mf_buf_free(&out);
     return rc;
 }
@@ -232,7 +239,7 @@ int mf_modelfile_unquote(const char *s, size_t first, size_t end, size_t *start,
                          int *quote)
 {
     size_t n = end - first;
-    const char *t = s + first;
+    const char *t = s ? s + first : ""; /* an empty mf_buf has no data */
     *quote = 0;
     *start = first;
     *len = n;
@@ -483,11 +490,19 @@ static void error_unknown(struct lexer *lx)
 static void error_missing_value(struct lexer *lx, int kind)
 {
     const char *kw = mf_modelfile_kind_name((enum mf_instr_kind)kind);
-    const char *hint = NULL;
+    const char *hint = NULL, *what = "a value";
     if (kind == MF_INSTR_SYSTEM || kind == MF_INSTR_TEMPLATE || kind == MF_INSTR_LICENSE)
         hint = mf_modelfile_fmt(lx->p, "write %s \"\" for an empty value", kw);
+    if (kind == MF_INSTR_PARAMETER)
+        what = "a name and a value";
+    else if (kind == MF_INSTR_MESSAGE)
+        what = "a role and the message text";
+    else if (kind == MF_INSTR_RUN)
+        what = "a command";
+    else if (kind == MF_INSTR_ENV || kind == MF_INSTR_LABEL || kind == MF_INSTR_ARG)
+        what = "NAME=VALUE";
     mf_modelfile_diag(lx->p, MF_DIAG_ERROR, lx->cmd.line, lx->cmd.col, lx->cmd.kw_len, hint,
-                      "%s needs a value", kw);
+                      "%s needs %s", kw, what);
 }
 
 /* The keyword ended with something other than a blank (Ollama:
@@ -587,7 +602,8 @@ static void arg_error(struct lexer *lx, uint32_t r, int at_eof)
     if (at_eof || is_newline(r)) {
         if (lx->word.len)
             mf_modelfile_diag(p, MF_DIAG_ERROR, lx->cmd.line, lx->cmd.col, lx->cmd.kw_len, NULL,
-                              "%s %s needs a value", kw, lx->word.data);
+                              "%s %s needs %s", kw, lx->word.data,
+                              param ? "a value" : "the message text");
         else
             mf_modelfile_diag(p, MF_DIAG_ERROR, lx->cmd.line, lx->cmd.col, lx->cmd.kw_len, NULL,
                               "%s needs a %s and a value", kw, param ? "name" : "role");
@@ -651,8 +667,11 @@ static void on_nil(struct lexer *lx, uint32_t r, const char *bytes, int nb)
 
 static void finish_comment(struct lexer *lx)
 {
-    const char *t = lx->ctext.data ? lx->ctext.data : "";
-    size_t n = lx->ctext.len;
+    char *t = lx->ctext.data ? lx->ctext.data : "";
+    size_t n = 0;
+    for (size_t i = 0; i < lx->ctext.len; i++)
+        if (t[i] != '\0') /* a NUL would cut the text short when written back */
+            t[n++] = t[i];
     while (n > 0 && is_space((unsigned char)t[n - 1]))
         n--;
     lx->cur.text = mf_modelfile_strndup(lx->p->arena, t, n);
@@ -716,6 +735,10 @@ static void lex_eof(struct lexer *lx)
             unterminated(lx, q);
         break;
     case L_DVALUE:
+        /* BuildKit strips a trailing '\' from the last line too */
+        lx->conts += continues(&lx->val);
+        finish_dvalue(lx);
+        break;
     case L_DCONT:
     case L_DCOMMENT: finish_dvalue(lx); break;
     }

@@ -521,8 +521,10 @@ static int open_parts(struct engine *e, struct mf_err *err)
 {
     struct kv_config kc = {.n_blocks = e->cfg.n_kv_blocks, .hash_bits = e->cfg.kv_hash_bits};
     size_t n = (size_t)e->cfg.sched.max_num_seqs;
-    int rc = kv_open(&e->kv, &kc, err);
+    int rc = kc.n_blocks ? 0 : kv_budget_blocks(&e->cfg.budget, &kc.n_blocks, err);
 
+    if (!rc)
+        rc = kv_open(&e->kv, &kc, err);
     if (!rc)
         rc = sched_open(&e->s, &e->cfg.sched, e->kv, err);
     if (rc)

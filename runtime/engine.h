@@ -47,7 +47,9 @@ struct engine_sampler {
 
 struct engine_config {
     struct sched_config sched; /* batching limits and the queue limit */
-    int32_t n_kv_blocks;       /* KV pool size (kv_budget_blocks computes it) */
+    int32_t n_kv_blocks;       /* KV pool size, blocks; 0: computed from budget */
+    struct kv_budget budget;   /* MFC_KV_CACHE_GB or a share of free memory, and the
+                                  backend's bytes per block: see kv_budget_blocks */
     int32_t kv_hash_bits;      /* 0; tests shrink block hashes to force collisions */
     int32_t queue_events;      /* per-request event queue, >= 2 (0: 64) */
     int32_t stall_ms;          /* a consumer not reading for this long is cut off

@@ -609,6 +609,27 @@ static void test_many_threads_submit_and_cancel(void **state)
     rig_close(&r);
 }
 
+/* n_kv_blocks 0: the pool comes from MFC_KV_CACHE_GB and the block size. */
+static void test_kv_budget_from_config(void **state)
+{
+    struct engine_config c = config(0, 4, 64);
+    struct engine_model m = {.n_vocab = VOCAB, .step = fake_step};
+    struct engine_metrics mt;
+    struct engine *e;
+    struct mf_err err;
+
+    c.budget.cache_gb = "0.001";
+    c.budget.bytes_per_block = 4096;
+    assert_int_equal(engine_open(&c, &m, NULL, &e, &err), 0);
+    engine_metrics(e, &mt);
+    assert_int_equal(mt.kv.blocks_total, 262); /* 0.001 GiB = 1073741.8 bytes, / 4096 */
+    engine_close(e);
+    c.budget.cache_gb = "many";
+    assert_int_equal(engine_open(&c, &m, NULL, &e, &err), MF_EINVAL);
+    assert_null(e);
+    assert_non_null(strstr(err.msg, "MFC_KV_CACHE_GB"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -622,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_sampler_params_and_stop_hook),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_many_threads_submit_and_cancel),
+        cmocka_unit_test(test_kv_budget_from_config),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }

@@ -390,6 +390,16 @@ static int resolve_path(const char *ref, const char *body, const struct fetch_op
     return rc;
 }
 
+/* "scheme://" (RFC 3986 scheme characters), which a file name never starts with. */
+static int has_scheme(const char *s)
+{
+    const char *p = s;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+           *p == '+' || *p == '-' || *p == '.')
+        p++;
+    return p > s && strncmp(p, "://", 3) == 0;
+}
+
 int fetch_resolve(const char *ref, const struct fetch_opts *o, struct fetch_source *src,
                   struct mf_err *err)
 {
@@ -413,6 +423,9 @@ int fetch_resolve(const char *ref, const struct fetch_opts *o, struct fetch_sour
         rc = check_url(body, ref, &src->location, err);
     } else if (strncmp(body, "hf://", 5) == 0) {
         rc = resolve_hf(ref, body, o, src, err);
+    } else if (has_scheme(body)) {
+        rc = mf_err_set(err, MF_EUNSUPPORTED, "%.300s: only http://, https:// and hf:// "
+                        "sources can be fetched", ref);
     } else {
         rc = resolve_path(ref, body, o, src, err);
     }

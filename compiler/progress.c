@@ -245,16 +245,30 @@ static void shorten(const char *name, int cols, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s\xe2\x80\xa6%s", head, name, name + n - tail);
 }
 
-/* The tty line of an active job, fitted to the width. */
+/* prefix + name + suffix; on a tty the name is cut in the middle so the
+ * line fits the width (the amounts and the status matter more than the
+ * middle of a URL). */
+static void compose(const struct progress *p, const char *prefix, const char *name,
+                    const char *suffix, char *buf, size_t cap)
+{
+    char cut[LINE_MAX / 2];
+    if (p->mode == PROGRESS_TTY) {
+        shorten(name, p->width - 1 - (int)strlen(prefix) - (int)strlen(suffix), cut, sizeof cut);
+        name = cut;
+    }
+    snprintf(buf, cap, "%s%.*s%s", prefix, LINE_MAX / 2, name, suffix);
+}
+
+/* The tty line of an active job. */
 static void tty_line(const struct progress *p, const struct job *j, int64_t now, char *buf,
                      size_t cap)
 {
-    char amounts[160], prefix[64], name[LINE_MAX - 240]; /* all four fit in LINE_MAX */
+    char amounts[160], prefix[64], suffix[200] = "";
     fmt_amounts(j, now, 1, amounts, sizeof amounts);
-    snprintf(prefix, sizeof prefix, "#%d %s ", j->id, j->verb);
-    int room = p->width - 1 - (int)strlen(prefix) - (j->updated ? (int)strlen(amounts) + 1 : 0);
-    shorten(j->name, room, name, sizeof name);
-    snprintf(buf, cap, "%s%s%s%s", prefix, name, j->updated ? " " : "", j->updated ? amounts : "");
+    snprintf(prefix, sizeof prefix, "#%d %.40s ", j->id, j->verb);
+    if (j->updated)
+        snprintf(suffix, sizeof suffix, " %s", amounts);
+    compose(p, prefix, j->name, suffix, buf, cap);
 }
 
 static void redraw(struct progress *p, int64_t now)
@@ -280,7 +294,8 @@ static void redraw(struct progress *p, int64_t now)
     p->last_draw_ns = now;
 }
 
-/* A line that stays: printed now (plain) or above the active ones (tty). */
+/* A line that stays: printed now (plain) or above the active ones (tty).
+ * On a tty it must already fit the width (compose). */
 static void permanent(struct progress *p, const char *line, int64_t now)
 {
     if (p->mode == PROGRESS_PLAIN) {
@@ -288,9 +303,7 @@ static void permanent(struct progress *p, const char *line, int64_t now)
         fflush(p->out);
         return;
     }
-    char cut[LINE_MAX];
-    shorten(line, p->width - 1, cut, sizeof cut);
-    if (mf_buf_printf(&p->pending, NULL, "\x1b[2K%s\n", cut) == 0)
+    if (mf_buf_printf(&p->pending, NULL, "\x1b[2K%s\n", line) == 0)
         redraw(p, now);
 }
 
@@ -397,8 +410,9 @@ void progress_note(struct progress *p, int id, const char *msg)
     if (j && p->mode == PROGRESS_JSON) {
         emit_json(p, j, "note", json_pack("{s:s}", "message", msg));
     } else if (j && p->mode != PROGRESS_QUIET) {
-        char line[LINE_MAX];
-        snprintf(line, sizeof line, "#%d %s", id, msg);
+        char line[LINE_MAX], prefix[32];
+        snprintf(prefix, sizeof prefix, "#%d ", id);
+        compose(p, prefix, msg, "", line, sizeof line);
         permanent(p, line, p->clock(p->clock_arg));
     }
     pthread_mutex_unlock(&p->mu);
@@ -420,15 +434,16 @@ static void finish(struct progress *p, struct job *j, const char *event, const c
     }
     if (p->mode == PROGRESS_QUIET)
         return;
-    char line[LINE_MAX], size[32] = "", took[32];
+    char line[LINE_MAX], prefix[64], suffix[LINE_MAX / 2], size[32] = "", took[32];
     if (j->updated)
         progress_fmt_bytes(j->done, size, sizeof size);
     fmt_duration(secs, took, sizeof took);
+    snprintf(prefix, sizeof prefix, "#%d %.40s ", j->id, j->verb);
     if (strcmp(event, "end") == 0)
-        snprintf(line, sizeof line, "#%d %s %s %s%s%s in %s", j->id, j->verb, j->name, text,
-                 size[0] ? " " : "", size, took);
+        snprintf(suffix, sizeof suffix, " %.40s%s%s in %s", text, size[0] ? " " : "", size, took);
     else
-        snprintf(line, sizeof line, "#%d %s %s ERROR: %s", j->id, j->verb, j->name, text);
+        snprintf(suffix, sizeof suffix, " ERROR: %.400s", text);
+    compose(p, prefix, j->name, suffix, line, sizeof line);
     permanent(p, line, now);
 }
 

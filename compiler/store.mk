@@ -17,3 +17,12 @@ TESTS += tests/unit/test_store
 
 TESTS += tests/cli/store.bats tests/cli/fetch.bats
 EXTRA_DIST += tests/cli/store.bats tests/cli/fetch.bats tests/tools/httpd.py
+
+check_PROGRAMS += tests/unit/test_fetch tests/unit/test_progress
+tests_unit_test_fetch_SOURCES = tests/unit/test_fetch.c
+tests_unit_test_fetch_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_fetch_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+tests_unit_test_progress_SOURCES = tests/unit/test_progress.c
+tests_unit_test_progress_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_progress_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_fetch tests/unit/test_progress

@@ -154,6 +154,14 @@ blob_count() {
     [ "$(requests /acme/tiny/resolve/main/README.md)" = "200 - 12" ]
 }
 
+@test "HF_TOKEN is not sent on to another host when the Hub redirects" {
+    HF_ENDPOINT="http://localhost:$PORT" HF_TOKEN=tok456 run "$MFC" fetch --progress=quiet \
+        hf://acme/tiny@cdn/README.md
+    [ "$status" -eq 0 ]
+    run python3 -c 'import json,sys; print([(json.loads(l)["status"], json.loads(l)["authorization"]) for l in open(sys.argv[1]) if "tok456" in l or "/hf/acme/tiny/main/README.md" in l])' "$SRV_DIR/log"
+    [ "$output" = "[(302, 'Bearer tok456'), (200, None)]" ]
+}
+
 @test "bad hf:// references are rejected before any request" {
     run "$MFC" fetch hf://acme/model.gguf
     [ "$status" -eq 1 ]

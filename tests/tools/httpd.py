@@ -11,6 +11,8 @@ If-None-Match (304), and failures chosen by path prefix:
   /lie/FILE           Content-Length 100 bytes more than the file has, then close
   /auth/FILE          401 unless "Authorization: Bearer $TOKEN" (--token)
   /O/R/resolve/REV/P  the Hugging Face Hub's URL form: serves ROOT/hf/O/R/REV/P
+  /O/R/resolve/cdn/P  302 to http://127.0.0.1:PORT/hf/O/R/main/P (another host
+                      when the request came to localhost)
 
 Each request is logged to --log as one JSON line (method, path, range,
 if_range, if_none_match, authorization, status, sent) so tests can assert
@@ -83,6 +85,12 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(401, [("WWW-Authenticate", 'Bearer realm="test"')])
             return self.serve(path[len("/auth/"):])
         m = re.match(r"^/([^/]+)/([^/]+)/resolve/([^/]+)/(.+)$", path)
+        if m and m.group(3) == "cdn":
+            # like the Hub sending LFS files to its CDN: another host (127.0.0.1
+            # when the request came to localhost), which must not see the token
+            target = "http://127.0.0.1:%d/hf/%s/%s/main/%s" % (
+                (self.server.server_address[1],) + m.group(1, 2, 4))
+            return self.reply(302, [("Location", target)])
         if m:
             return self.serve("hf/%s/%s/%s/%s" % m.groups())
         return self.serve(path.lstrip("/"))

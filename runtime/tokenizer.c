@@ -356,15 +356,16 @@ static void apply_name_quirks(struct tok *t, const char *name)
 }
 
 /* End-of-generation tokens: EOS/EOT/EOM and the texts llama.cpp recognises
- * (special_eog_ids), which it also forces to CONTROL so they are neither
- * matched in plain text nor rendered by default. The first of them found
+ * (special_eog_ids, "</s>" included since paddleocr), which it also forces to
+ * CONTROL so they are neither matched in plain text nor rendered by default
+ * (phi-3's user-defined "</s>" among them). The first of them found
  * becomes EOT when the metadata names none. */
 static void mark_eog(struct tok *t)
 {
     static const char *const eog[] = {
         "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
         "<|eom_id|>",    "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<end_of_utterance>",
-        "<|return|>",    "<|call|>",
+        "<|return|>",    "<|call|>",   "</s>",
     };
     for (size_t i = 0; i < sizeof eog / sizeof eog[0]; i++) {
         int32_t id = tok_lookup(t, eog[i], strlen(eog[i]));

@@ -17,3 +17,15 @@ TESTS += tests/unit/test_tokenizer tests/unit/test_tokenizer_vocab
 
 ## Fuzzing: tests/fuzz/run builds fuzz_tokenizer; its seeds ship with the source.
 EXTRA_DIST += tests/fuzz/fuzz_tokenizer.c tests/fuzz/corpus/tokenizer
+
+## toktool: the tokenizer from the command line (differential tests against
+## llama.cpp through tests/tools/llama-tok.mjs, and the benchmark).
+check_PROGRAMS += tests/tools/toktool
+tests_tools_toktool_SOURCES = tests/tools/toktool.c
+tests_tools_toktool_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_tools_toktool_LDADD = $(MFC_RUNTIME_LIBS)
+EXTRA_DIST += tests/tools/llama-tok.mjs
+
+## Differential test against llama.cpp (node-llama-cpp) on random strings.
+TESTS += tests/cli/tokenizer.bats
+EXTRA_DIST += tests/cli/tokenizer.bats

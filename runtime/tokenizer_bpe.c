@@ -131,27 +131,63 @@ int tok_bpe_pre_adds_bos(const struct tok *t)
 
 /* Unicode White_Space (PropList.txt), as a character-class body. */
 #define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* Its non-ASCII part, as a class. */
+#define WS_NONASCII "[\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}]"
 
-/* Rewrites \s and \S of a llama.cpp regex for PCRE2 (see the header). */
+/* Bytes of the character class starting at re[0] == '[', through its ']'. */
+static size_t class_len(const char *re)
+{
+    size_t i = 1;
+    while (re[i] && re[i] != ']')
+        i += re[i] == '\\' && re[i + 1] ? 2 : 1;
+    return re[i] ? i + 1 : i;
+}
+
+static int has_non_ascii(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80)
+            return 1;
+    return 0;
+}
+
+/*
+ * Rewrites a llama.cpp regex for PCRE2. llama.cpp matches with every
+ * non-ASCII whitespace character replaced by U+000B (std::regex knows only
+ * ASCII \s), so: \s and \S become the White_Space set spelled out, and a
+ * positive class that lists non-ASCII characters (deepseek's CJK range
+ * U+0800-U+4E00, its U+3000-U+3002) gets a look-ahead that keeps non-ASCII
+ * whitespace out of it, as the U+000B stand-in is out of it there.
+ */
 static int translate(const char *re, struct mf_buf *b, struct mf_err *err)
 {
-    int in_class = 0, rc = 0;
+    int rc = 0;
+    const char *end = NULL; /* the ']' of the class being copied, or NULL */
+    int wrapped = 0;        /* that class was opened with a look-ahead group */
     for (const char *p = re; *p && !rc; p++) {
-        if (p[0] == '\\' && (p[1] == 's' || p[1] == 'S')) {
-            if (p[1] == 'S' && in_class)
+        if (!end && p[0] == '[') {
+            size_t n = class_len(p);
+            end = p + n - 1;
+            wrapped = p[1] != '^' && has_non_ascii(p, n);
+            if (wrapped)
+                rc = mf_buf_puts(b, "(?:(?!" WS_NONASCII ")", err);
+            if (!rc)
+                rc = mf_buf_putc(b, '[', err);
+        } else if (p[0] == '\\' && (p[1] == 's' || p[1] == 'S')) {
+            if (p[1] == 'S' && end)
                 return mf_err_set(err, MF_EUNSUPPORTED, "tokenizer: \\S inside [] in '%s'", re);
-            rc = mf_buf_puts(b, in_class ? WS_CLASS : p[1] == 's' ? "[" WS_CLASS "]"
-                                                                   : "[^" WS_CLASS "]", err);
+            rc = mf_buf_puts(b, end ? WS_CLASS : p[1] == 's' ? "[" WS_CLASS "]"
+                                                             : "[^" WS_CLASS "]", err);
             p++;
         } else if (p[0] == '\\' && p[1]) {
             rc = mf_buf_append(b, p, 2, err);
             p++;
         } else {
-            if (p[0] == '[' && !in_class)
-                in_class = 1;
-            else if (p[0] == ']' && in_class)
-                in_class = 0;
             rc = mf_buf_putc(b, p[0], err);
+            if (!rc && p == end && wrapped)
+                rc = mf_buf_putc(b, ')', err);
+            if (p == end)
+                end = NULL;
         }
     }
     return rc;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bats
+# tokenizer.bats: runtime/tokenizer against llama.cpp itself (node-llama-cpp,
+# tests/tools/llama-tok.mjs) on seeded random strings that mix scripts,
+# digits, punctuation, contractions, ASCII and Unicode whitespace, emoji and
+# special-token spellings: every vocabulary GGUF in $MFC_SHARED/data/vocab
+# plus Llama 3 (built by mkmodel), with and without parse_special. The ids
+# must be identical for every string (tests/tools/toktool prints the same
+# JSON as llama-tok.mjs, so the outputs are compared byte for byte).
+
+load helpers
+
+TOKTOOL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/toktool"
+MKMODEL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/mkmodel"
+LLAMA_TOK="$MFC_SRCDIR/tests/tools/llama-tok.mjs"
+VOCAB="$MFC_SHARED/data/vocab"
+COUNT=400 # strings per vocabulary; about 1 s of llama.cpp time each
+
+require_llama() {
+    command -v node >/dev/null || skip "node is not installed"
+    [ -d "$MFC_SRCDIR/tests/tools/node/node_modules/node-llama-cpp" ] ||
+        skip "node-llama-cpp not installed (cd tests/tools/node && npm i)"
+}
+
+setup_file() {
+    if command -v node >/dev/null; then
+        node "$LLAMA_TOK" gen --seed 20260 --count "$COUNT" >"$BATS_FILE_TMPDIR/strings.json"
+    fi
+}
+
+# same_ids GGUF: llama.cpp and toktool agree on every string, with and
+# without parse_special (--both: one line each).
+same_ids() {
+    local gguf=$1
+    local ref="$BATS_FILE_TMPDIR/ref.json" mine="$BATS_FILE_TMPDIR/mine.json"
+    node "$LLAMA_TOK" ids --model "$gguf" --in "$BATS_FILE_TMPDIR/strings.json" --both >"$ref" \
+        2>"$BATS_FILE_TMPDIR/ref.err" || { cat "$BATS_FILE_TMPDIR/ref.err"; return 1; }
+    "$TOKTOOL" ids "$gguf" "$BATS_FILE_TMPDIR/strings.json" --both >"$mine"
+    cmp -s "$ref" "$mine" && return 0
+    python3 - "$BATS_FILE_TMPDIR/strings.json" "$ref" "$mine" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+ref, mine = ([json.loads(l) for l in open(f)] for f in sys.argv[2:])
+for special, (a, b) in enumerate(zip(ref, mine)):
+    bad = [i for i in range(len(a)) if a[i] != b[i]]
+    print(f"parse_special={special}: {len(bad)} of {len(a)} strings differ")
+    for i in bad[:5]:
+        print(repr(s[i]), "\n  llama.cpp", a[i], "\n  mfc      ", b[i])
+EOF
+    return 1
+}
+
+check_vocab() {
+    require_shared
+    require_llama
+    local gguf="$VOCAB/ggml-vocab-$1.gguf"
+    [ -f "$gguf" ] || skip "$gguf not found"
+    same_ids "$gguf"
+}
+
+@test "llama-spm ids are llama.cpp's on random text" { check_vocab llama-spm; }
+@test "phi-3 ids are llama.cpp's on random text" { check_vocab phi-3; }
+@test "gpt-2 ids are llama.cpp's on random text" { check_vocab gpt-2; }
+@test "deepseek-llm ids are llama.cpp's on random text" { check_vocab deepseek-llm; }
+@test "deepseek-coder ids are llama.cpp's on random text" { check_vocab deepseek-coder; }
+@test "falcon ids are llama.cpp's on random text" { check_vocab falcon; }
+@test "starcoder ids are llama.cpp's on random text" { check_vocab starcoder; }
+@test "mpt ids are llama.cpp's on random text" { check_vocab mpt; }
+@test "refact ids are llama.cpp's on random text" { check_vocab refact; }
+
+@test "llama-bpe (Llama 3, through mkmodel) ids are llama.cpp's on random text" {
+    require_shared
+    require_llama
+    [ -f "$VOCAB/llama3-tokenizer.json" ] || skip "llama3-tokenizer.json not found"
+    "$MKMODEL" -o "$BATS_FILE_TMPDIR/llama3.gguf" --vocab-json "$VOCAB/llama3-tokenizer.json" \
+        --layers 1 --embd 32 --ff 32 --heads 1 --kv-heads 1 --type f16 --tied
+    same_ids "$BATS_FILE_TMPDIR/llama3.gguf"
+}

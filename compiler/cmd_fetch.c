@@ -22,8 +22,8 @@
 #include "compiler/store.h"
 
 struct fetch_cli {
-    struct fetch_opts fo;       /* options for every source */
-    enum progress_mode mode;    /* --progress */
+    struct fetch_opts fo;    /* options for every source */
+    enum progress_mode mode; /* --progress */
 };
 
 static void usage(FILE *f)
@@ -57,10 +57,12 @@ static int parse_long(const char *s, long min, long max, long *out)
 /* Returns -1 to go on, or the exit status. */
 static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct fetch_cli *cli)
 {
-    static const struct option opts[] = {
-        {"help", no_argument, NULL, 'h'},          {"checksum", required_argument, NULL, 'c'},
-        {"progress", required_argument, NULL, 'p'}, {"retries", required_argument, NULL, 'r'},
-        {"retry-delay", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"checksum", required_argument, NULL, 'c'},
+                                         {"progress", required_argument, NULL, 'p'},
+                                         {"retries", required_argument, NULL, 'r'},
+                                         {"retry-delay", required_argument, NULL, 'd'},
+                                         {NULL, 0, NULL, 0}};
     struct mf_err err;
     long v;
     int c;
@@ -93,8 +95,8 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct fetch_c
     if (optind >= argc)
         return mfc_usage_error(ctx, "fetch", "no SOURCE given");
     if (cli->fo.checksum && argc - optind > 1)
-        return mfc_usage_error(ctx, "fetch", "--checksum applies to one SOURCE; pin several "
-                               "with SOURCE@sha256:<hex>");
+        return mfc_usage_error(
+            ctx, "fetch", "--checksum applies to one SOURCE; pin several with SOURCE@sha256:<hex>");
     return -1;
 }
 

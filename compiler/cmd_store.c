@@ -31,10 +31,11 @@ static int open_store(struct mfc_ctx *ctx, struct store **s)
     return rc ? mfc_report(ctx, &err) : 0;
 }
 
-/* Parses the options every store command shares: --help, and --json where
- * json is not NULL. Returns -1 to go on, or the exit status. */
-static int common_opts(int argc, char **argv, struct mfc_ctx *ctx, const char *usage, int *json,
-                       int min_args, int max_args)
+/* Parses the options every store command shares (--help, and --json where
+ * json is not NULL), checks the argument count, and opens the store.
+ * Returns -1 with *s open to go on, or the exit status to return. */
+static int start(int argc, char **argv, struct mfc_ctx *ctx, const char *usage, int *json,
+                 int min_args, int max_args, struct store **s)
 {
     static const struct option opts[] = {
         {"help", no_argument, NULL, 'h'}, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
@@ -53,9 +54,10 @@ static int common_opts(int argc, char **argv, struct mfc_ctx *ctx, const char *u
     }
     int n = argc - optind;
     if (n < min_args || n > max_args)
-        return mfc_usage_error(ctx, argv[0], n < min_args ? "missing arguments"
-                                                          : "too many arguments");
-    return -1;
+        return mfc_usage_error(ctx, argv[0],
+                               n < min_args ? "missing arguments" : "too many arguments");
+    int st = open_store(ctx, s);
+    return st ? st : -1;
 }
 
 /* ---- mfc images ------------------------------------------------------------------- */
@@ -79,8 +81,7 @@ static int64_t image_size(struct store *s, const struct store_desc *d)
     return total;
 }
 
-static void images_json(struct mfc_ctx *ctx, struct store *s, const struct store_tag *t,
-                        size_t n)
+static void images_json(struct mfc_ctx *ctx, struct store *s, const struct store_tag *t, size_t n)
 {
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -97,8 +98,7 @@ static void images_json(struct mfc_ctx *ctx, struct store *s, const struct store
     json_decref(arr);
 }
 
-static void images_table(struct mfc_ctx *ctx, struct store *s, const struct store_tag *t,
-                         size_t n)
+static void images_table(struct mfc_ctx *ctx, struct store *s, const struct store_tag *t, size_t n)
 {
     size_t w = 3;
     for (size_t i = 0; i < n; i++)
@@ -109,24 +109,23 @@ static void images_table(struct mfc_ctx *ctx, struct store *s, const struct stor
         int64_t bytes = image_size(s, &t[i].desc);
         if (bytes >= 0)
             progress_fmt_bytes((uint64_t)bytes, size, sizeof size);
-        fprintf(ctx->out, "%-*s  %.12s  %10s  %s\n", (int)w, t[i].name, t[i].desc.digest + 7,
-                size, t[i].created[0] ? t[i].created : "-");
+        fprintf(ctx->out, "%-*s  %.12s  %10s  %s\n", (int)w, t[i].name, t[i].desc.digest + 7, size,
+                t[i].created[0] ? t[i].created : "-");
     }
 }
 
 int mfc_cmd_images(int argc, char **argv, struct mfc_ctx *ctx)
 {
     int json = 0;
-    int st = common_opts(argc, argv, ctx,
-                         "Usage: mfc images [--json]\n\n"
-                         "List the tagged images in the store ($MFC_HOME): tag, digest, size\n"
-                         "(manifest, config and layers) and creation time.\n",
-                         &json, 0, 0);
+    struct store *s;
+    int st = start(argc, argv, ctx,
+                   "Usage: mfc images [--json]\n\n"
+                   "List the tagged images in the store ($MFC_HOME): tag, digest, size\n"
+                   "(manifest, config and layers) and creation time.\n",
+                   &json, 0, 0, &s);
     if (st >= 0)
         return st;
-    struct store *s;
-    if ((st = open_store(ctx, &s)) != 0)
-        return st;
+    st = 0;
     struct mf_err err;
     struct store_tag *tags = NULL;
     size_t n = 0;
@@ -143,8 +142,7 @@ int mfc_cmd_images(int argc, char **argv, struct mfc_ctx *ctx)
 /* ---- mfc tag ---------------------------------------------------------------------- */
 
 /* Finds what SRC (a tag, or a digest some tag points at) names. */
-static int find_source(struct store *s, const char *src, struct store_tag *out,
-                       struct mf_err *err)
+static int find_source(struct store *s, const char *src, struct store_tag *out, struct mf_err *err)
 {
     if (!store_digest_valid(src))
         return store_tag_get(s, src, out, err);
@@ -164,26 +162,28 @@ static int find_source(struct store *s, const char *src, struct store_tag *out,
 
 int mfc_cmd_tag(int argc, char **argv, struct mfc_ctx *ctx)
 {
-    int st = common_opts(argc, argv, ctx,
-                         "Usage: mfc tag SOURCE TARGET\n\n"
-                         "Give the image SOURCE (a tag or a digest) the additional tag TARGET.\n"
-                         "An existing TARGET is moved.\n",
-                         NULL, 2, 2);
+    struct store *s;
+    int st = start(argc, argv, ctx,
+                   "Usage: mfc tag SOURCE TARGET\n\n"
+                   "Give the image SOURCE (a tag or a digest) the additional tag TARGET.\n"
+                   "An existing TARGET is moved.\n",
+                   NULL, 2, 2, &s);
     if (st >= 0)
         return st;
     const char *src = argv[optind], *dst = argv[optind + 1];
-    if (!store_tag_valid(dst))
-        return mfc_usage_error(ctx, "tag", "'%s' is not a valid tag (letters, digits and -._:@+ "
-                               "between them, / between parts)", dst);
-    struct store *s;
-    if ((st = open_store(ctx, &s)) != 0)
-        return st;
     struct mf_err err;
     struct store_tag t;
-    int rc = find_source(s, src, &t, &err);
-    if (!rc)
-        rc = store_tag_set(s, dst, &t.desc, t.created, &err);
-    st = rc ? mfc_report(ctx, &err) : 0;
+    if (!store_tag_valid(dst)) {
+        st = mfc_usage_error(
+            ctx, "tag",
+            "'%s' is not a valid tag (letters, digits and -._:@+ between them, / between parts)",
+            dst);
+    } else if (find_source(s, src, &t, &err) != 0 ||
+               store_tag_set(s, dst, &t.desc, t.created, &err) != 0) {
+        st = mfc_report(ctx, &err);
+    } else {
+        st = 0;
+    }
     store_close(s);
     return st;
 }
@@ -219,16 +219,15 @@ static int untag(struct mfc_ctx *ctx, struct store *s, const char *name, struct 
 
 int mfc_cmd_rmi(int argc, char **argv, struct mfc_ctx *ctx)
 {
-    int st = common_opts(argc, argv, ctx,
-                         "Usage: mfc rmi NAME...\n\n"
-                         "Remove tags (or, for a digest, every tag of that image). The blobs\n"
-                         "stay until 'mfc prune' finds nothing else uses them.\n",
-                         NULL, 1, 1 << 20);
+    struct store *s;
+    int st = start(argc, argv, ctx,
+                   "Usage: mfc rmi NAME...\n\n"
+                   "Remove tags (or, for a digest, every tag of that image). The blobs\n"
+                   "stay until 'mfc prune' finds nothing else uses them.\n",
+                   NULL, 1, 1 << 20, &s);
     if (st >= 0)
         return st;
-    struct store *s;
-    if ((st = open_store(ctx, &s)) != 0)
-        return st;
+    st = 0;
     for (int i = optind; i < argc; i++) {
         struct mf_err err;
         if (untag(ctx, s, argv[i], &err) != 0) {
@@ -252,8 +251,7 @@ static void on_removed(void *arg, const char *kind, const char *name, uint64_t b
     struct prune_out *p = arg;
     char size[32];
     progress_fmt_bytes(bytes, size, sizeof size);
-    fprintf(p->ctx->out, "%s %s %s (%s)\n", p->dry ? "would remove" : "removed", kind, name,
-            size);
+    fprintf(p->ctx->out, "%s %s %s (%s)\n", p->dry ? "would remove" : "removed", kind, name, size);
 }
 
 static int prune_opts(int argc, char **argv, struct mfc_ctx *ctx, unsigned *flags)
@@ -294,7 +292,8 @@ int mfc_cmd_prune(int argc, char **argv, struct mfc_ctx *ctx)
     if (st >= 0)
         return st;
     struct store *s;
-    if ((st = open_store(ctx, &s)) != 0)
+    st = open_store(ctx, &s);
+    if (st)
         return st;
     struct mf_err err;
     struct store_usage u;
@@ -305,8 +304,9 @@ int mfc_cmd_prune(int argc, char **argv, struct mfc_ctx *ctx)
         uint64_t freed = u.unref_bytes + u.cache_bytes + u.tmp_bytes;
         char size[32];
         progress_fmt_bytes(freed, size, sizeof size);
-        fprintf(ctx->out, "%s %s (%" PRIu64 " bytes): %" PRIu64 " blobs, %" PRIu64
-                " cache records, %" PRIu64 " tmp files\n",
+        fprintf(ctx->out,
+                "%s %s (%" PRIu64 " bytes): %" PRIu64 " blobs, %" PRIu64 " cache records, %" PRIu64
+                " tmp files\n",
                 po.dry ? "would free" : "freed", size, freed, u.unref_blobs, u.cache_records,
                 u.tmp_files);
     }
@@ -323,20 +323,17 @@ static void du_row(struct mfc_ctx *ctx, const char *kind, uint64_t count, uint64
     fprintf(ctx->out, "%-22s %8" PRIu64 "  %10s  %" PRIu64 "\n", kind, count, size, bytes);
 }
 
-static void du_print(struct mfc_ctx *ctx, struct store *s, const struct store_usage *u,
-                     int json)
+static void du_print(struct mfc_ctx *ctx, struct store *s, const struct store_usage *u, int json)
 {
     uint64_t total = u->ref_bytes + u->unref_bytes + u->cache_bytes + u->tmp_bytes;
     if (json) {
-        json_t *v = json_pack("{s:s, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, "
-                              "s:I}", "root", store_root(s),
-                              "referenced", "count", (json_int_t)u->ref_blobs, "bytes",
-                              (json_int_t)u->ref_bytes, "unreferenced", "count",
-                              (json_int_t)u->unref_blobs, "bytes", (json_int_t)u->unref_bytes,
-                              "cache", "count", (json_int_t)u->cache_records, "bytes",
-                              (json_int_t)u->cache_bytes, "tmp", "count",
-                              (json_int_t)u->tmp_files, "bytes", (json_int_t)u->tmp_bytes,
-                              "total", (json_int_t)total);
+        json_t *v = json_pack(
+            "{s:s, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:I}", "root",
+            store_root(s), "referenced", "count", (json_int_t)u->ref_blobs, "bytes",
+            (json_int_t)u->ref_bytes, "unreferenced", "count", (json_int_t)u->unref_blobs, "bytes",
+            (json_int_t)u->unref_bytes, "cache", "count", (json_int_t)u->cache_records, "bytes",
+            (json_int_t)u->cache_bytes, "tmp", "count", (json_int_t)u->tmp_files, "bytes",
+            (json_int_t)u->tmp_bytes, "total", (json_int_t)total);
         char *text = v ? json_dumps(v, JSON_INDENT(2)) : NULL;
         if (text)
             fprintf(ctx->out, "%s\n", text);
@@ -356,17 +353,16 @@ static void du_print(struct mfc_ctx *ctx, struct store *s, const struct store_us
 int mfc_cmd_du(int argc, char **argv, struct mfc_ctx *ctx)
 {
     int json = 0;
-    int st = common_opts(argc, argv, ctx,
-                         "Usage: mfc du [--json]\n\n"
-                         "Show the store's disk use: blobs that tags or the build cache\n"
-                         "reference, blobs 'mfc prune' would remove, cache records, and\n"
-                         "tmp files (interrupted writes, resumable downloads).\n",
-                         &json, 0, 0);
+    struct store *s;
+    int st = start(argc, argv, ctx,
+                   "Usage: mfc du [--json]\n\n"
+                   "Show the store's disk use: blobs that tags or the build cache\n"
+                   "reference, blobs 'mfc prune' would remove, cache records, and\n"
+                   "tmp files (interrupted writes, resumable downloads).\n",
+                   &json, 0, 0, &s);
     if (st >= 0)
         return st;
-    struct store *s;
-    if ((st = open_store(ctx, &s)) != 0)
-        return st;
+    st = 0;
     struct mf_err err;
     struct store_usage u;
     if (store_gc_usage(s, &u, &err) != 0)

@@ -80,8 +80,9 @@ static int split_pin(const char *ref, char **body, char pin[STORE_DIGEST_BUF], s
     const char *at = strstr(ref, "@sha256:");
     size_t n = at ? (size_t)(at - ref) : strlen(ref);
     if (at && !store_digest_valid(at + 1))
-        return mf_err_set(err, MF_EINVAL, "%.300s: the pin after @ must be sha256: and 64 "
-                          "lowercase hex digits", ref);
+        return mf_err_set(err, MF_EINVAL,
+                          "%.300s: the pin after @ must be sha256: and 64 lowercase hex digits",
+                          ref);
     pin[0] = '\0';
     if (at)
         snprintf(pin, STORE_DIGEST_BUF, "%s", at + 1);
@@ -148,8 +149,8 @@ static int append_path(struct mf_buf *b, const char *ref, const char *path, stru
         const char *slash = strchr(p, '/');
         size_t n = slash ? (size_t)(slash - p) : strlen(p);
         if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && strncmp(p, "..", 2) == 0))
-            return mf_err_set(err, MF_EINVAL, "%.300s: the file path has an empty, \".\" or "
-                              "\"..\" part", ref);
+            return mf_err_set(err, MF_EINVAL,
+                              "%.300s: the file path has an empty, \".\" or \"..\" part", ref);
         char *esc = curl_easy_escape(NULL, p, (int)n);
         rc = esc ? mf_buf_printf(b, err, "/%s", esc) : mf_err_set(err, MF_ENOMEM, "out of memory");
         curl_free(esc);
@@ -168,18 +169,18 @@ static int resolve_hf(const char *ref, const char *body, const struct fetch_opts
     const char *s1 = strchr(p, '/');
     const char *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
     if (!s1 || !s2 || !s2[1])
-        return mf_err_set(err, MF_EINVAL, "%.300s: expected hf://owner/repo[@revision]/path",
-                          ref);
+        return mf_err_set(err, MF_EINVAL, "%.300s: expected hf://owner/repo[@revision]/path", ref);
     const char *repo = s1 + 1, *at = memchr(repo, '@', (size_t)(s2 - repo));
     size_t repo_n = (size_t)((at ? at : s2) - repo);
     const char *rev = at ? at + 1 : "main";
     size_t rev_n = at ? (size_t)(s2 - rev) : 4;
     if (!hf_name_valid(owner, (size_t)(s1 - owner)) || !hf_name_valid(repo, repo_n))
-        return mf_err_set(err, MF_EINVAL, "%.300s: owner and repo names are letters, digits and "
-                          "._-", ref);
+        return mf_err_set(err, MF_EINVAL,
+                          "%.300s: owner and repo names are letters, digits and ._-", ref);
     if (!hf_name_valid(rev, rev_n))
-        return mf_err_set(err, MF_EINVAL, "%.300s: a revision is a branch, tag or commit "
-                          "(letters, digits and ._-)", ref);
+        return mf_err_set(err, MF_EINVAL,
+                          "%.300s: a revision is a branch, tag or commit (letters, digits and ._-)",
+                          ref);
     const char *endpoint = o->hf_endpoint ? o->hf_endpoint : HF_DEFAULT;
     size_t en = strlen(endpoint);
     while (en && endpoint[en - 1] == '/')
@@ -223,8 +224,7 @@ static int expand_tilde(const char *body, const struct fetch_opts *o, struct mf_
     return mf_buf_printf(b, err, "%s%s", pw.pw_dir, rest);
 }
 
-static int expand_path(const char *body, const struct fetch_opts *o, char **out,
-                       struct mf_err *err)
+static int expand_path(const char *body, const struct fetch_opts *o, char **out, struct mf_err *err)
 {
     struct mf_buf b;
     mf_buf_init(&b, PATH_MAX);
@@ -317,9 +317,8 @@ static int too_many_ggufs(const char *path, struct dir_scan *d, struct mf_err *e
     for (size_t i = 0; i < shown; i++)
         if (mf_buf_printf(&list, NULL, "%s%s", i ? ", " : "", d->gguf[i] ? d->gguf[i] : "?"))
             break;
-    mf_err_set(err, MF_EINVAL, "%s has %zu GGUF files (%s%s); name the one to use", path,
-               d->n_gguf, list.data ? list.data : "", list.len < 300 && shown == d->n_gguf
-                                                          ? "" : ", ...");
+    mf_err_set(err, MF_EINVAL, "%s has %zu GGUF files (%s%s); name the one to use", path, d->n_gguf,
+               list.data ? list.data : "", list.len < 300 && shown == d->n_gguf ? "" : ", ...");
     mf_buf_free(&list);
     return MF_EINVAL;
 }
@@ -346,9 +345,10 @@ static int examine_dir(const char *path, struct fetch_source *src, struct mf_err
         src->kind = FETCH_DIR;
         src->layout = FETCH_LAYOUT_SAFETENSORS;
     } else if (!rc) {
-        rc = mf_err_set(err, MF_ENOTFOUND, "%s has no .gguf file, no safetensors model "
-                        "(config.json + *.safetensors) and no PEFT adapter (adapter_config.json "
-                        "+ adapter_model.safetensors)", path);
+        rc = mf_err_set(err, MF_ENOTFOUND,
+                        "%s has no .gguf file, no safetensors model (config.json + *.safetensors) "
+                        "and no PEFT adapter (adapter_config.json + adapter_model.safetensors)",
+                        path);
     }
     if (!rc && src->kind == FETCH_DIR && !(src->location = strdup(path)))
         rc = mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -405,9 +405,9 @@ int fetch_resolve(const char *ref, const struct fetch_opts *o, struct fetch_sour
 {
     memset(src, 0, sizeof *src);
     char *body = NULL;
-    int rc = strlen(ref) > REF_MAX ? mf_err_set(err, MF_EINVAL, "a source reference is longer "
-                                                "than %d bytes", REF_MAX)
-                                   : 0;
+    int rc = strlen(ref) > REF_MAX
+                 ? mf_err_set(err, MF_EINVAL, "a source reference is longer than %d bytes", REF_MAX)
+                 : 0;
     if (!rc && !*ref)
         rc = mf_err_set(err, MF_EINVAL, "the source reference is empty");
     if (!rc)
@@ -424,8 +424,8 @@ int fetch_resolve(const char *ref, const struct fetch_opts *o, struct fetch_sour
     } else if (strncmp(body, "hf://", 5) == 0) {
         rc = resolve_hf(ref, body, o, src, err);
     } else if (has_scheme(body)) {
-        rc = mf_err_set(err, MF_EUNSUPPORTED, "%.300s: only http://, https:// and hf:// "
-                        "sources can be fetched", ref);
+        rc = mf_err_set(err, MF_EUNSUPPORTED,
+                        "%.300s: only http://, https:// and hf:// sources can be fetched", ref);
     } else {
         rc = resolve_path(ref, body, o, src, err);
     }
@@ -453,9 +453,8 @@ static int run_file(struct store *s, const struct fetch_source *src, const struc
                     struct fetch_result *r, struct mf_err *err)
 {
     struct copy_progress cp = {o->progress, progress_begin(o->progress, "copy", src->display)};
-    struct store_put_opts po = {.expect = src->pin[0] ? src->pin : NULL,
-                                .progress = on_copy,
-                                .progress_arg = &cp};
+    struct store_put_opts po = {
+        .expect = src->pin[0] ? src->pin : NULL, .progress = on_copy, .progress_arg = &cp};
     uint64_t hits = store_stats(s)->stat_hits;
     int rc = store_put_file(s, src->location, &po, r->digest, &r->size, err);
     if (rc) {
@@ -483,6 +482,8 @@ int fetch_run(struct store *s, const struct fetch_source *src, const struct fetc
     case FETCH_NAME:
         break;
     }
-    return mf_err_set(err, MF_EUNSUPPORTED, "%.300s is not a file, directory or URL; pulling "
-                      "models by name is not supported yet", src->location);
+    return mf_err_set(
+        err, MF_EUNSUPPORTED,
+        "%.300s is not a file, directory or URL; pulling models by name is not supported yet",
+        src->location);
 }

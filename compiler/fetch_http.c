@@ -73,18 +73,18 @@ struct dl {
 
 /* One HTTP request and its final response (redirects reset it). */
 struct attempt {
-    struct dl *dl;            /* borrowed */
-    long status;              /* status code of the current response */
-    uint64_t content_length;  /* Content-Length, 0 when absent */
-    int has_length;           /* nonzero when Content-Length was sent */
-    int has_range;            /* nonzero when Content-Range was sent */
-    uint64_t range_start;     /* Content-Range first byte */
-    uint64_t range_total;     /* Content-Range total, 0 when "*" */
-    struct validator got;     /* this response's validator */
-    long retry_after;         /* seconds, or -1 */
-    int body_started;         /* nonzero once the body's treatment was decided */
-    int failed;               /* nonzero: the write callback stopped the transfer */
-    struct mf_err werr;       /* why */
+    struct dl *dl;           /* borrowed */
+    long status;             /* status code of the current response */
+    uint64_t content_length; /* Content-Length, 0 when absent */
+    int has_length;          /* nonzero when Content-Length was sent */
+    int has_range;           /* nonzero when Content-Range was sent */
+    uint64_t range_start;    /* Content-Range first byte */
+    uint64_t range_total;    /* Content-Range total, 0 when "*" */
+    struct validator got;    /* this response's validator */
+    long retry_after;        /* seconds, or -1 */
+    int body_started;        /* nonzero once the body's treatment was decided */
+    int failed;              /* nonzero: the write callback stopped the transfer */
+    struct mf_err werr;      /* why */
 };
 
 enum outcome { OUT_DONE, OUT_NOT_MODIFIED, OUT_RETRY, OUT_FATAL };
@@ -178,9 +178,8 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *arg)
 
 static void meta_save(struct dl *dl)
 {
-    json_t *v = json_pack("{s:s, s:s, s:s, s:I}", "url", dl->src->location, "etag",
-                          dl->have.etag, "last_modified", dl->have.last_modified, "total",
-                          (json_int_t)dl->total);
+    json_t *v = json_pack("{s:s, s:s, s:s, s:I}", "url", dl->src->location, "etag", dl->have.etag,
+                          "last_modified", dl->have.last_modified, "total", (json_int_t)dl->total);
     struct mf_buf b;
     mf_buf_init(&b, META_MAX);
     if (v && mf_json_dump(v, JSON_COMPACT, &b, NULL) == 0)
@@ -227,16 +226,15 @@ static int begin_body(struct attempt *a)
     a->body_started = 1;
     if (a->status == 206 && (!a->has_range || a->range_start != have)) {
         mf_err_set(&a->werr, MF_ENET, "%s: asked for bytes %llu- and got bytes %llu-",
-                   dl->src->display, (unsigned long long)have,
-                   (unsigned long long)a->range_start);
+                   dl->src->display, (unsigned long long)have, (unsigned long long)a->range_start);
         return -1;
     }
     if (a->status == 206) {
         total = a->range_total;
         if (dl->total && total && total != dl->total) {
-            mf_err_set(&a->werr, MF_ENET, "%s: the length changed from %llu to %llu bytes "
-                       "between requests", dl->src->display, (unsigned long long)dl->total,
-                       (unsigned long long)total);
+            mf_err_set(&a->werr, MF_ENET,
+                       "%s: the length changed from %llu to %llu bytes between requests",
+                       dl->src->display, (unsigned long long)dl->total, (unsigned long long)total);
             return -1;
         }
     } else if (have && store_blob_writer_reset(dl->w, &a->werr) != 0) {
@@ -262,8 +260,8 @@ static size_t on_body(char *p, size_t size, size_t nitems, void *arg)
     }
     uint64_t have = store_blob_writer_size(dl->w);
     if (dl->total && have + n > dl->total) {
-        mf_err_set(&a->werr, MF_ENET, "%s: the server sent more than the %llu bytes it "
-                   "announced", dl->src->display, (unsigned long long)dl->total);
+        mf_err_set(&a->werr, MF_ENET, "%s: the server sent more than the %llu bytes it announced",
+                   dl->src->display, (unsigned long long)dl->total);
         a->failed = 1;
         return 0;
     }
@@ -373,7 +371,8 @@ static enum outcome http_error(struct dl *dl, struct attempt *a, struct mf_buf *
     mf_err_set(err, a->status == 404 ? MF_ENOTFOUND : MF_ENET, "%s: HTTP %ld from %s%s",
                dl->src->display, a->status, dl->src->location,
                denied && dl->src->hf && !dl->o->hf_token
-                   ? " (a gated or private repository: set HF_TOKEN)" : "");
+                   ? " (a gated or private repository: set HF_TOKEN)"
+                   : "");
     return OUT_FATAL;
 }
 
@@ -416,8 +415,8 @@ static enum outcome classify(struct dl *dl, struct attempt *a, CURLcode cc, stru
 
 /* What a failed attempt tells the retry loop. */
 struct retry_info {
-    uint64_t moved;     /* bytes this attempt added to the blob */
-    long retry_after;   /* the server's Retry-After in seconds, or -1 */
+    uint64_t moved;   /* bytes this attempt added to the blob */
+    long retry_after; /* the server's Retry-After in seconds, or -1 */
 };
 
 /* Sends one GET (ranged when bytes are kept) and sorts out what came back. */
@@ -431,8 +430,8 @@ static enum outcome request(struct dl *dl, const char *inm, struct mf_buf *why,
     int rc = 0;
     snprintf(range, sizeof range, "%llu-", (unsigned long long)have);
     if (have)
-        rc = add_header(&h, "If-Range", dl->have.etag[0] ? dl->have.etag
-                                                         : dl->have.last_modified, err);
+        rc = add_header(&h, "If-Range", dl->have.etag[0] ? dl->have.etag : dl->have.last_modified,
+                        err);
     if (!rc && inm)
         rc = add_header(&h, "If-None-Match", inm, err);
     if (rc) {
@@ -545,8 +544,8 @@ static void save_record(struct dl *dl, const struct fetch_result *r)
 {
     if (!dl->url_key[0] || !dl->have.etag[0])
         return;
-    json_t *rec = json_pack("{s:s, s:s, s:s, s:I}", "url", dl->src->location, "etag",
-                            dl->have.etag, "digest", r->digest, "size", (json_int_t)r->size);
+    json_t *rec = json_pack("{s:s, s:s, s:s, s:I}", "url", dl->src->location, "etag", dl->have.etag,
+                            "digest", r->digest, "size", (json_int_t)r->size);
     if (rec)
         store_cache_put(dl->s, dl->url_key, rec, NULL); /* only an optimisation */
     json_decref(rec);

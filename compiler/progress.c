@@ -31,38 +31,38 @@
 #include "common/buf.h"
 
 #define NS 1000000000LL
-#define TTY_INTERVAL_NS (NS / 10) /* redraws: smooth to the eye, cheap over ssh */
+#define TTY_INTERVAL_NS (NS / 10)  /* redraws: smooth to the eye, cheap over ssh */
 #define PLAIN_INTERVAL_NS (2 * NS) /* CI logs: a line per job every 2 s is readable */
 #define JSON_INTERVAL_NS NS
 #define RATE_MIN_NS (NS / 2) /* before this, a rate is mostly noise */
 #define LINE_MAX 1024
 
 struct job {
-    int id;              /* #id, from 1 */
-    char *verb;          /* owned: "fetch" */
-    char *name;          /* owned: URL or path */
-    uint64_t done;       /* bytes */
-    uint64_t total;      /* bytes, 0 when unknown */
-    uint64_t base;       /* done at the first update (resumed bytes do not count in the rate) */
-    int64_t start_ns;    /* at begin */
-    int64_t base_ns;     /* at the first update */
-    int64_t last_ns;     /* last plain or json progress line */
-    int updated;         /* nonzero once progress_update was called */
-    int ended;           /* nonzero after end or fail */
+    int id;           /* #id, from 1 */
+    char *verb;       /* owned: "fetch" */
+    char *name;       /* owned: URL or path */
+    uint64_t done;    /* bytes */
+    uint64_t total;   /* bytes, 0 when unknown */
+    uint64_t base;    /* done at the first update (resumed bytes do not count in the rate) */
+    int64_t start_ns; /* at begin */
+    int64_t base_ns;  /* at the first update */
+    int64_t last_ns;  /* last plain or json progress line */
+    int updated;      /* nonzero once progress_update was called */
+    int ended;        /* nonzero after end or fail */
 };
 
 struct progress {
-    FILE *out;                /* borrowed */
-    enum progress_mode mode;  /* resolved: never AUTO */
-    pthread_mutex_t mu;       /* guards everything below */
-    progress_clock_fn clock;  /* monotonic ns */
-    void *clock_arg;          /* for clock */
-    int width;                /* tty columns */
-    struct job *jobs;         /* owned: jobs[id - 1] */
-    size_t n_jobs, cap_jobs;  /* used, allocated */
-    struct mf_buf pending;    /* tty: permanent lines not yet printed */
-    int drawn_lines;          /* tty: active lines currently on screen */
-    int64_t last_draw_ns;     /* tty: last redraw */
+    FILE *out;               /* borrowed */
+    enum progress_mode mode; /* resolved: never AUTO */
+    pthread_mutex_t mu;      /* guards everything below */
+    progress_clock_fn clock; /* monotonic ns */
+    void *clock_arg;         /* for clock */
+    int width;               /* tty columns */
+    struct job *jobs;        /* owned: jobs[id - 1] */
+    size_t n_jobs, cap_jobs; /* used, allocated */
+    struct mf_buf pending;   /* tty: permanent lines not yet printed */
+    int drawn_lines;         /* tty: active lines currently on screen */
+    int64_t last_draw_ns;    /* tty: last redraw */
 };
 
 /* ---- formatting ------------------------------------------------------------------- */
@@ -156,8 +156,7 @@ static int term_width(FILE *out)
     return 80;
 }
 
-int progress_open(struct progress **out, FILE *stream, enum progress_mode mode,
-                  struct mf_err *err)
+int progress_open(struct progress **out, FILE *stream, enum progress_mode mode, struct mf_err *err)
 {
     *out = NULL;
     struct progress *p = calloc(1, sizeof *p);
@@ -374,9 +373,9 @@ static void update_output(struct progress *p, struct job *j, int64_t now)
         permanent(p, line, now);
         j->last_ns = now;
     } else if (p->mode == PROGRESS_JSON && now - j->last_ns >= JSON_INTERVAL_NS) {
-        emit_json(p, j, "progress", json_pack("{s:I, s:I, s:I}", "done", (json_int_t)j->done,
-                                              "total", (json_int_t)j->total, "rate",
-                                              (json_int_t)job_rate(j, now)));
+        emit_json(p, j, "progress",
+                  json_pack("{s:I, s:I, s:I}", "done", (json_int_t)j->done, "total",
+                            (json_int_t)j->total, "rate", (json_int_t)job_rate(j, now)));
         j->last_ns = now;
     }
 }

@@ -20,7 +20,7 @@
 #include "common/err.h"
 
 enum progress_mode {
-    PROGRESS_AUTO,  /* tty when the stream is a terminal, else plain */
+    PROGRESS_AUTO, /* tty when the stream is a terminal, else plain */
     PROGRESS_TTY,
     PROGRESS_PLAIN,
     PROGRESS_JSON,

@@ -72,10 +72,12 @@ int store_digest_check(const char *s, const char *what, struct mf_err *err)
     if (store_digest_valid(s))
         return 0;
     if (s && (strncmp(s, "sha512:", 7) == 0 || strncmp(s, "blake3:", 7) == 0))
-        return mf_err_set(err, MF_EUNSUPPORTED, "%s: digest \"%.80s\" is not sha256; "
-                          "the store only holds sha256 blobs", what, s);
-    return mf_err_set(err, MF_EINVAL, "%s: \"%.80s\" is not a digest (sha256: and 64 lowercase "
-                      "hex digits)", what, s ? s : "(null)");
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "%s: digest \"%.80s\" is not sha256; the store only holds sha256 blobs",
+                          what, s);
+    return mf_err_set(err, MF_EINVAL,
+                      "%s: \"%.80s\" is not a digest (sha256: and 64 lowercase hex digits)", what,
+                      s ? s : "(null)");
 }
 
 void store_digest_format(const uint8_t d[MF_SHA256_LEN], char digest[STORE_DIGEST_BUF])
@@ -153,8 +155,9 @@ int store_default_root(char **root, struct mf_err *err)
     } else {
         home = getenv("HOME");
         if (!home || !*home)
-            return mf_err_set(err, MF_EINVAL, "neither MFC_HOME nor HOME is set; "
-                              "set MFC_HOME to the store directory");
+            return mf_err_set(
+                err, MF_EINVAL,
+                "neither MFC_HOME nor HOME is set; set MFC_HOME to the store directory");
         rc = mf_buf_printf(&b, err, "%s/.local/share/mfc", home);
     }
     if (rc) {
@@ -200,8 +203,8 @@ static int check_layout(struct store *s, struct mf_err *err)
     else if (mf_json_get_str(v, "imageLayoutVersion", path, &ver, err) != 0)
         rc = MF_EFORMAT;
     else if (strcmp(ver, "1.0.0") != 0)
-        rc = mf_err_set(err, MF_EUNSUPPORTED, "%s: imageLayoutVersion \"%.40s\" is not 1.0.0",
-                        path, ver);
+        rc = mf_err_set(err, MF_EUNSUPPORTED, "%s: imageLayoutVersion \"%.40s\" is not 1.0.0", path,
+                        ver);
     json_decref(v);
 out:
     free(text);
@@ -396,8 +399,9 @@ static int verify_fd(struct store *s, int fd, const char *digest, const char *pa
     if (rc)
         return rc;
     if (strcmp(got, digest) != 0)
-        return mf_err_set(err, MF_EINTEGRITY, "blob %s in the store is corrupt: its content "
-                          "hashes to %s; remove %s and fetch or build it again",
+        return mf_err_set(err, MF_EINTEGRITY,
+                          "blob %s in the store is corrupt: its content hashes to %s; remove %s "
+                          "and fetch or build it again",
                           digest, got, path);
     if (lseek(fd, 0, SEEK_SET) != 0)
         return mf_err_sys(err, MF_EIO, errno, "cannot seek %s", path);
@@ -444,8 +448,9 @@ int store_blob_read(struct store *s, const char *digest, size_t max, char **data
         s->stats.hashed_bytes += n;
         store_digest_format(d, got);
         if (strcmp(got, digest) != 0)
-            rc = mf_err_set(err, MF_EINTEGRITY, "blob %s in the store is corrupt: its content "
-                            "hashes to %s", digest, got);
+            rc = mf_err_set(err, MF_EINTEGRITY,
+                            "blob %s in the store is corrupt: its content hashes to %s", digest,
+                            got);
     }
     if (rc) {
         free(text);
@@ -459,8 +464,7 @@ int store_blob_read(struct store *s, const char *digest, size_t max, char **data
 
 /* ---- the blob writer -------------------------------------------------------------- */
 
-static struct store_blob_writer *writer_new(struct store *s, const char *expect,
-                                            struct mf_err *err)
+static struct store_blob_writer *writer_new(struct store *s, const char *expect, struct mf_err *err)
 {
     if (expect && store_digest_check(expect, "expected digest", err) != 0)
         return NULL;
@@ -665,9 +669,9 @@ int store_blob_writer_commit(struct store_blob_writer *w, char digest[STORE_DIGE
     if (!rc) {
         store_digest_format(d, got);
         if (w->expect[0] && strcmp(got, w->expect) != 0)
-            rc = mf_err_set(err, MF_EINTEGRITY, "digest mismatch: expected %s, got %s "
-                            "(%llu bytes); nothing was stored", w->expect, got,
-                            (unsigned long long)w->size);
+            rc = mf_err_set(err, MF_EINTEGRITY,
+                            "digest mismatch: expected %s, got %s (%llu bytes); nothing was stored",
+                            w->expect, got, (unsigned long long)w->size);
     }
     if (!rc)
         rc = publish(w, got, err);
@@ -741,8 +745,8 @@ static int open_source(const char *path, int *fd, struct stat *st, char **abspat
 {
     *fd = open(path, O_RDONLY | O_CLOEXEC);
     if (*fd < 0)
-        return mf_err_sys(err, errno == ENOENT ? MF_ENOTFOUND : MF_EIO, errno,
-                          "cannot open %s", path);
+        return mf_err_sys(err, errno == ENOENT ? MF_ENOTFOUND : MF_EIO, errno, "cannot open %s",
+                          path);
     int rc = 0;
     if (fstat(*fd, st) != 0)
         rc = mf_err_sys(err, MF_EIO, errno, "cannot stat %s", path);
@@ -791,8 +795,9 @@ static int cached_result(struct store *s, const char *cached, const struct store
                          const char *path, struct mf_err *err)
 {
     if (o && o->expect && strcmp(o->expect, cached) != 0)
-        return mf_err_set(err, MF_EINTEGRITY, "%s: digest mismatch: expected %s, got %s; "
-                          "nothing was stored", path, o->expect, cached);
+        return mf_err_set(err, MF_EINTEGRITY,
+                          "%s: digest mismatch: expected %s, got %s; nothing was stored", path,
+                          o->expect, cached);
     s->stats.stat_hits++;
     return 0;
 }

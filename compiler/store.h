@@ -27,13 +27,13 @@
 
 #include "common/err.h"
 
-#define STORE_DIGEST_BUF 72       /* "sha256:" + 64 hex + NUL */
-#define STORE_MEDIA_TYPE_MAX 256  /* RFC 6838: 127 + "/" + 127, plus NUL */
-#define STORE_REF_MAX 256         /* a tag (ref.name), plus NUL */
-#define STORE_TIME_MAX 40         /* an RFC 3339 timestamp, plus NUL */
-#define STORE_INDEX_MAX (16u << 20)   /* bytes of index.json we agree to parse */
-#define STORE_MANIFEST_MAX (4u << 20) /* bytes of one manifest: the distribution spec's
-                                         minimum a registry must accept */
+#define STORE_DIGEST_BUF 72         /* "sha256:" + 64 hex + NUL */
+#define STORE_MEDIA_TYPE_MAX 256    /* RFC 6838: 127 + "/" + 127, plus NUL */
+#define STORE_REF_MAX 256           /* a tag (ref.name), plus NUL */
+#define STORE_TIME_MAX 40           /* an RFC 3339 timestamp, plus NUL */
+#define STORE_INDEX_MAX (16u << 20) /* bytes of index.json we agree to parse */
+/* bytes of one manifest: the minimum the distribution spec makes registries accept */
+#define STORE_MANIFEST_MAX (4u << 20)
 #define STORE_CACHE_RECORD_MAX (1u << 20) /* bytes of one cache record */
 
 #define STORE_MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
@@ -55,16 +55,16 @@ struct store_desc {
 
 /* A tag from index.json. */
 struct store_tag {
-    char name[STORE_REF_MAX];        /* org.opencontainers.image.ref.name */
-    struct store_desc desc;          /* what it points at (a manifest or an index) */
-    char created[STORE_TIME_MAX];    /* org.opencontainers.image.created, or "" */
+    char name[STORE_REF_MAX];     /* org.opencontainers.image.ref.name */
+    struct store_desc desc;       /* what it points at (a manifest or an index) */
+    char created[STORE_TIME_MAX]; /* org.opencontainers.image.created, or "" */
 };
 
 /* Counters for tests and `mfc du`; monotonic over the life of one handle. */
 struct store_stats {
-    uint64_t hashed_bytes;    /* bytes read to compute a digest (files, blobs, partials) */
-    uint64_t stat_hits;       /* files whose digest came from the stat cache */
-    uint64_t blobs_written;   /* blobs that entered blobs/sha256 through this handle */
+    uint64_t hashed_bytes;  /* bytes read to compute a digest (files, blobs, partials) */
+    uint64_t stat_hits;     /* files whose digest came from the stat cache */
+    uint64_t blobs_written; /* blobs that entered blobs/sha256 through this handle */
 };
 
 /* Reports bytes done out of total (0 when unknown) while a file is copied. */
@@ -72,9 +72,9 @@ typedef void (*store_progress_fn)(void *arg, uint64_t done, uint64_t total);
 
 /* Options for store_put_file; a NULL pointer means all defaults. */
 struct store_put_opts {
-    const char *expect;          /* borrowed: "sha256:<hex>" the content must have, or NULL */
-    store_progress_fn progress;  /* called after each chunk, or NULL */
-    void *progress_arg;          /* passed to progress */
+    const char *expect;         /* borrowed: "sha256:<hex>" the content must have, or NULL */
+    store_progress_fn progress; /* called after each chunk, or NULL */
+    void *progress_arg;         /* passed to progress */
 };
 
 /* Open and close a store. */
@@ -201,10 +201,10 @@ enum {
 typedef void (*store_gc_fn)(void *arg, const char *kind, const char *name, uint64_t bytes);
 
 struct store_usage {
-    uint64_t ref_blobs, ref_bytes;         /* blobs reachable from tags and cache records */
-    uint64_t unref_blobs, unref_bytes;     /* blobs nothing references */
-    uint64_t cache_records, cache_bytes;   /* cache/ */
-    uint64_t tmp_files, tmp_bytes;         /* tmp/: writes in progress, partial downloads */
+    uint64_t ref_blobs, ref_bytes;       /* blobs reachable from tags and cache records */
+    uint64_t unref_blobs, unref_bytes;   /* blobs nothing references */
+    uint64_t cache_records, cache_bytes; /* cache/ */
+    uint64_t tmp_files, tmp_bytes;       /* tmp/: writes in progress, partial downloads */
 };
 
 /* Marks blobs from index.json (manifest -> config + layers + subject, index ->
@@ -228,9 +228,8 @@ int store_oci_parse_desc(const json_t *v, const char *what, struct store_desc *d
 /* Lists the blobs a manifest or index blob references (config, layers,
  * subject; or manifests, subject). media_type selects the schema; for other
  * media types *n = 0. *refs is malloc'd (free() it; NULL when *n == 0). */
-int store_oci_manifest_refs(const char *text, size_t len, const char *media_type,
-                            const char *what, struct store_desc **refs, size_t *n,
-                            struct mf_err *err);
+int store_oci_manifest_refs(const char *text, size_t len, const char *media_type, const char *what,
+                            struct store_desc **refs, size_t *n, struct mf_err *err);
 /* 1 for the four manifest/index media types whose children gc must follow. */
 int store_oci_is_manifest(const char *media_type);
 

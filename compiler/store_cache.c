@@ -119,14 +119,14 @@ static int collect(const json_t *v, int depth, char (**list)[STORE_DIGEST_BUF], 
     if (json_is_array(v)) {
         size_t i;
         json_t *e;
-        json_array_foreach(v, i, e) {
+        json_array_foreach (v, i, e) {
             if (!rc)
                 rc = collect(e, depth + 1, list, n, cap, err);
         }
     } else if (json_is_object(v)) {
         const char *k;
         json_t *e;
-        json_object_foreach((json_t *)v, k, e) {
+        json_object_foreach ((json_t *)v, k, e) {
             if (!rc)
                 rc = collect(e, depth + 1, list, n, cap, err);
         }

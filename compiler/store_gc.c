@@ -44,12 +44,12 @@ struct marks {
 };
 
 struct sweep {
-    struct store *s;          /* borrowed */
-    unsigned flags;           /* STORE_GC_*; 0 with count_only for usage */
-    int count_only;           /* nonzero: store_gc_usage, remove nothing, report nothing */
-    store_gc_fn cb;           /* may be NULL */
-    void *arg;                /* for cb */
-    struct store_usage *u;    /* totals being filled */
+    struct store *s;       /* borrowed */
+    unsigned flags;        /* STORE_GC_*; 0 with count_only for usage */
+    int count_only;        /* nonzero: store_gc_usage, remove nothing, report nothing */
+    store_gc_fn cb;        /* may be NULL */
+    void *arg;             /* for cb */
+    struct store_usage *u; /* totals being filled */
 };
 
 /* ---- the mark set ----------------------------------------------------------------- */
@@ -141,7 +141,7 @@ static int mark_roots_index(struct store *s, struct marks *m, struct mf_err *err
     int rc = store_index_load(s, &index, err);
     size_t i;
     json_t *v;
-    json_array_foreach(json_object_get(index, "manifests"), i, v) {
+    json_array_foreach (json_object_get(index, "manifests"), i, v) {
         struct store_desc d;
         if (!rc)
             rc = store_oci_parse_desc(v, "index.json", &d, err);
@@ -154,8 +154,8 @@ static int mark_roots_index(struct store *s, struct marks *m, struct mf_err *err
 
 /* The "mediaType" a small JSON blob declares, for digests with no descriptor.
  * Any failure means "not a manifest": the blob is then a leaf. */
-static int sniff(struct store *s, const char *digest, char mt[STORE_MEDIA_TYPE_MAX],
-                 char **text, size_t *len)
+static int sniff(struct store *s, const char *digest, char mt[STORE_MEDIA_TYPE_MAX], char **text,
+                 size_t *len)
 {
     uint64_t size;
     if (store_blob_size(s, digest, &size, NULL) != 0 || size > STORE_MANIFEST_MAX)
@@ -188,8 +188,7 @@ static int read_known(struct store *s, const struct store_desc *d, char **text, 
     return rc;
 }
 
-static int visit(struct store *s, struct marks *m, const struct store_desc *d,
-                 struct mf_err *err)
+static int visit(struct store *s, struct marks *m, const struct store_desc *d, struct mf_err *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -258,8 +257,8 @@ static int remove_entry(struct sweep *w, int dfd, const char *dir, const char *n
     return 0;
 }
 
-typedef int (*entry_fn)(struct sweep *w, int dfd, const char *dir, const char *name,
-                        uint64_t bytes, void *ctx, struct mf_err *err);
+typedef int (*entry_fn)(struct sweep *w, int dfd, const char *dir, const char *name, uint64_t bytes,
+                        void *ctx, struct mf_err *err);
 
 /* Calls fn for each regular file in root/rel. A missing directory is empty. */
 static int walk(struct sweep *w, const char *rel, entry_fn fn, void *ctx, struct mf_err *err)
@@ -286,8 +285,8 @@ static int walk(struct sweep *w, const char *rel, entry_fn fn, void *ctx, struct
 
 /* ---- sweep ------------------------------------------------------------------------ */
 
-static int sweep_blob(struct sweep *w, int dfd, const char *dir, const char *name,
-                      uint64_t bytes, void *ctx, struct mf_err *err)
+static int sweep_blob(struct sweep *w, int dfd, const char *dir, const char *name, uint64_t bytes,
+                      void *ctx, struct mf_err *err)
 {
     const struct marks *m = ctx;
     if (!is_hex64(name, strlen(name)))
@@ -305,8 +304,8 @@ static int sweep_blob(struct sweep *w, int dfd, const char *dir, const char *nam
     return remove_entry(w, dfd, dir, name, err);
 }
 
-static int sweep_tmp(struct sweep *w, int dfd, const char *dir, const char *name,
-                     uint64_t bytes, void *ctx, struct mf_err *err)
+static int sweep_tmp(struct sweep *w, int dfd, const char *dir, const char *name, uint64_t bytes,
+                     void *ctx, struct mf_err *err)
 {
     int partial = strncmp(name, STORE_PARTIAL_PREFIX, strlen(STORE_PARTIAL_PREFIX)) == 0;
     if (!w->count_only && partial && !(w->flags & STORE_GC_ALL))
@@ -318,8 +317,8 @@ static int sweep_tmp(struct sweep *w, int dfd, const char *dir, const char *name
 }
 
 /* Cache records: marks (a root) or sweeps (with STORE_GC_ALL, or corrupt). */
-static int visit_cache(struct sweep *w, int dfd, const char *dir, const char *name,
-                       uint64_t bytes, void *ctx, struct mf_err *err)
+static int visit_cache(struct sweep *w, int dfd, const char *dir, const char *name, uint64_t bytes,
+                       void *ctx, struct mf_err *err)
 {
     struct marks *m = ctx;
     size_t n = strlen(name);
@@ -331,7 +330,7 @@ static int visit_cache(struct sweep *w, int dfd, const char *dir, const char *na
     int corrupt = store_cache_get(w->s, key, &rec, NULL) != 0;
     int rc = 0;
     if (!corrupt && !(w->flags & STORE_GC_ALL)) {
-        char (*list)[STORE_DIGEST_BUF] = NULL;
+        char(*list)[STORE_DIGEST_BUF] = NULL;
         size_t k = 0, cap = 0;
         rc = store_cache_collect(rec, &list, &k, &cap, err);
         for (size_t i = 0; !rc && i < k; i++)
@@ -395,8 +394,10 @@ static int lock_exclusive(struct store *s, struct mf_err *err)
     while (flock(s->lock_fd, LOCK_SH) != 0 && errno == EINTR)
         ;
     if (e == EWOULDBLOCK)
-        return mf_err_set(err, MF_EBUSY, "the store %s is in use by another mfc process "
-                          "(a build or a fetch); prune when it has finished", s->root);
+        return mf_err_set(err, MF_EBUSY,
+                          "the store %s is in use by another mfc process (a build or a fetch); "
+                          "prune when it has finished",
+                          s->root);
     return mf_err_sys(err, MF_EIO, e, "cannot lock the store %s", s->root);
 }
 

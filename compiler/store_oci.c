@@ -16,14 +16,14 @@
 
 #include "common/json.h"
 
-#define MAX_REFS 65536    /* descriptors in one index or manifest; real ones have < 100 */
+#define MAX_REFS 65536       /* descriptors in one index or manifest; real ones have < 100 */
 #define MAX_ANNOTATION 65536 /* bytes of one annotation value */
 
 int store_oci_is_manifest(const char *mt)
 {
-    return mt && (strcmp(mt, STORE_MT_OCI_MANIFEST) == 0 || strcmp(mt, STORE_MT_OCI_INDEX) == 0 ||
-                  strcmp(mt, STORE_MT_DOCKER_MANIFEST) == 0 ||
-                  strcmp(mt, STORE_MT_DOCKER_LIST) == 0);
+    return mt &&
+           (strcmp(mt, STORE_MT_OCI_MANIFEST) == 0 || strcmp(mt, STORE_MT_OCI_INDEX) == 0 ||
+            strcmp(mt, STORE_MT_DOCKER_MANIFEST) == 0 || strcmp(mt, STORE_MT_DOCKER_LIST) == 0);
 }
 
 static int is_index_type(const char *mt)
@@ -58,10 +58,11 @@ static int check_annotations(const json_t *v, const char *what, struct mf_err *e
         return mf_err_set(err, MF_EFORMAT, "%s: \"annotations\" must be an object", what);
     const char *key;
     json_t *val;
-    json_object_foreach(ann, key, val) {
+    json_object_foreach (ann, key, val) {
         if (!json_is_string(val) || json_string_length(val) > MAX_ANNOTATION)
-            return mf_err_set(err, MF_EFORMAT, "%s: annotation \"%.80s\" must be a string of at "
-                              "most %d bytes", what, key, MAX_ANNOTATION);
+            return mf_err_set(err, MF_EFORMAT,
+                              "%s: annotation \"%.80s\" must be a string of at most %d bytes", what,
+                              key, MAX_ANNOTATION);
     }
     return 0;
 }
@@ -127,7 +128,7 @@ static int parse_desc_array(const json_t *arr, const char *key, const char *what
                           json_array_size(arr), MAX_REFS);
     size_t i;
     json_t *v;
-    json_array_foreach(arr, i, v) {
+    json_array_foreach (arr, i, v) {
         char sub[200];
         snprintf(sub, sizeof sub, "%s: %s[%zu]", what, key, i);
         struct store_desc d;
@@ -153,8 +154,8 @@ int store_oci_parse_index(const char *text, size_t len, const char *what, json_t
     if (!rc && json_object_get(v, "mediaType")) {
         rc = mf_json_get_str(v, "mediaType", what, &mt, err);
         if (!rc && strcmp(mt, STORE_MT_OCI_INDEX) != 0)
-            rc = mf_err_set(err, MF_EFORMAT, "%s: mediaType \"%.80s\" is not an image index",
-                            what, mt);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: mediaType \"%.80s\" is not an image index", what,
+                            mt);
     }
     json_t *m = json_object_get(v, "manifests");
     if (!rc && !m)
@@ -200,9 +201,8 @@ static int collect_refs(const json_t *v, int index, const char *what, struct sto
     return rc;
 }
 
-int store_oci_manifest_refs(const char *text, size_t len, const char *media_type,
-                            const char *what, struct store_desc **refs, size_t *n,
-                            struct mf_err *err)
+int store_oci_manifest_refs(const char *text, size_t len, const char *media_type, const char *what,
+                            struct store_desc **refs, size_t *n, struct mf_err *err)
 {
     *refs = NULL;
     *n = 0;

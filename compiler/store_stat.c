@@ -28,7 +28,7 @@
 #include "common/json.h"
 #include "compiler/store_int.h"
 
-#define MAX_ENTRIES 4096      /* sources remembered; more than any set of builds uses at once */
+#define MAX_ENTRIES 4096         /* sources remembered; more than any set of builds uses at once */
 #define STAT_FILE_MAX (8u << 20) /* bytes: MAX_ENTRIES entries of a long path each */
 
 static int64_t ts_ns(const struct timespec *t)
@@ -39,10 +39,10 @@ static int64_t ts_ns(const struct timespec *t)
 /* The entry as JSON, or NULL when out of memory. */
 static json_t *entry_new(const struct stat *st, const char *digest)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:s}", "size", (json_int_t)st->st_size,
-                     "mtime_ns", (json_int_t)ts_ns(&st->st_mtim), "ctime_ns",
-                     (json_int_t)ts_ns(&st->st_ctim), "ino", (json_int_t)st->st_ino, "dev",
-                     (json_int_t)st->st_dev, "digest", digest);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:s}", "size", (json_int_t)st->st_size, "mtime_ns",
+                     (json_int_t)ts_ns(&st->st_mtim), "ctime_ns", (json_int_t)ts_ns(&st->st_ctim),
+                     "ino", (json_int_t)st->st_ino, "dev", (json_int_t)st->st_dev, "digest",
+                     digest);
 }
 
 static int entry_matches(const json_t *e, const struct stat *st)
@@ -107,7 +107,8 @@ static void save(struct store *s, json_t *cache)
     struct mf_buf b;
     mf_buf_init(&b, STAT_FILE_MAX);
     char *path = store_join(s, STORE_STAT_FILE, NULL);
-    if (path && mf_json_dump(cache, JSON_COMPACT, &b, NULL) == 0 && mf_buf_putc(&b, '\n', NULL) == 0)
+    if (path && mf_json_dump(cache, JSON_COMPACT, &b, NULL) == 0 &&
+        mf_buf_putc(&b, '\n', NULL) == 0)
         mf_file_write_atomic(path, b.data, b.len, NULL);
     mf_buf_free(&b);
     free(path);

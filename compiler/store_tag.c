@@ -89,8 +89,10 @@ int store_index_load(struct store *s, json_t **index, struct mf_err *err)
     if (rc && rc != MF_ENOMEM && err && err->code == rc) {
         char msg[MF_ERR_MSG_MAX];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        mf_err_set(err, rc, "%s (the store's tags are unreadable; index.json was left as it "
-                   "is: repair or remove it)", msg);
+        mf_err_set(err, rc,
+                   "%s (the store's tags are unreadable; index.json was left as it is: repair or "
+                   "remove it)",
+                   msg);
     }
     free(text);
     free(path);
@@ -116,8 +118,8 @@ int store_index_save(struct store *s, json_t *index, struct mf_err *err)
 /* The tag of a descriptor in the index, or NULL (validated by store_oci_parse_index). */
 static const char *desc_tag(const json_t *d)
 {
-    return json_string_value(json_object_get(json_object_get(d, "annotations"),
-                                             STORE_ANN_REF_NAME));
+    return json_string_value(
+        json_object_get(json_object_get(d, "annotations"), STORE_ANN_REF_NAME));
 }
 
 /* Removes every descriptor tagged name; returns how many went. */
@@ -161,9 +163,10 @@ int store_tag_set(struct store *s, const char *name, const struct store_desc *d,
                   const char *created, struct mf_err *err)
 {
     if (!store_tag_valid(name))
-        return mf_err_set(err, MF_EINVAL, "\"%.300s\" is not a valid tag (letters, digits and "
-                          "-._:@+ between them, / between parts, at most %d chars)", name,
-                          STORE_REF_MAX - 1);
+        return mf_err_set(err, MF_EINVAL,
+                          "\"%.300s\" is not a valid tag (letters, digits and -._:@+ between them, "
+                          "/ between parts, at most %d chars)",
+                          name, STORE_REF_MAX - 1);
     json_t *desc = make_desc(name, d, created, err);
     if (!desc)
         return err ? err->code : MF_EINVAL;
@@ -187,8 +190,8 @@ int store_tag_set(struct store *s, const char *name, const struct store_desc *d,
 static void fill_tag(const json_t *v, struct store_tag *t)
 {
     const char *name = desc_tag(v);
-    const char *created = json_string_value(json_object_get(json_object_get(v, "annotations"),
-                                                            STORE_ANN_CREATED));
+    const char *created =
+        json_string_value(json_object_get(json_object_get(v, "annotations"), STORE_ANN_CREATED));
     snprintf(t->name, sizeof t->name, "%s", name ? name : "");
     snprintf(t->created, sizeof t->created, "%s", created ? created : "");
     store_oci_parse_desc(v, "index.json", &t->desc, NULL); /* validated when loaded */
@@ -249,7 +252,7 @@ int store_tag_list(struct store *s, struct store_tag **tags, size_t *n, struct m
         json_decref(index);
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     }
-    json_array_foreach(m, i, v) {
+    json_array_foreach (m, i, v) {
         if (desc_tag(v))
             fill_tag(v, &out[k++]);
     }

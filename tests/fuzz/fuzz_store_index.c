@@ -20,8 +20,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const types[] = {
-    STORE_MT_OCI_MANIFEST, STORE_MT_OCI_INDEX, STORE_MT_DOCKER_MANIFEST,
-    STORE_MT_DOCKER_LIST,  "application/vnd.oci.image.layer.v1.tar",
+    STORE_MT_OCI_MANIFEST,
+    STORE_MT_OCI_INDEX,
+    STORE_MT_DOCKER_MANIFEST,
+    STORE_MT_DOCKER_LIST,
+    "application/vnd.oci.image.layer.v1.tar",
 };
 
 static void check_index(const char *text, size_t size)
@@ -31,7 +34,7 @@ static void check_index(const char *text, size_t size)
         return;
     size_t i;
     json_t *v;
-    json_array_foreach(json_object_get(index, "manifests"), i, v) {
+    json_array_foreach (json_object_get(index, "manifests"), i, v) {
         struct store_desc d;
         if (store_oci_parse_desc(v, "fuzz", &d, NULL) != 0 || !store_digest_valid(d.digest))
             abort(); /* the index was accepted, so each descriptor must be */

@@ -24,9 +24,9 @@
 #define W "486ea46224d1bb4fb680f34f7c9ad96a8f24ec88be73ea8e5a6c65260e9cb8a7"
 
 struct fixture {
-    char dir[64];          /* a temporary base directory */
-    struct fetch_opts o;   /* base_dir = dir, home = dir/home */
-    char home[128];        /* dir/home */
+    char dir[64];        /* a temporary base directory */
+    struct fetch_opts o; /* base_dir = dir, home = dir/home */
+    char home[128];      /* dir/home */
 };
 
 static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
@@ -77,8 +77,8 @@ static void test_hf_maps_to_resolve_url(void **state)
     assert_string_equal(src.location, "http://127.0.0.1:9/acme/tiny/resolve/main/model.gguf");
     assert_string_equal(src.display, "hf://acme/tiny/model.gguf");
     fetch_source_fini(&src);
-    assert_int_equal(fetch_resolve("hf://acme/tiny@v1.0/sub dir/q4 k.gguf@sha256:" H, &fx->o,
-                                   &src, &err), 0);
+    assert_int_equal(
+        fetch_resolve("hf://acme/tiny@v1.0/sub dir/q4 k.gguf@sha256:" H, &fx->o, &src, &err), 0);
     assert_string_equal(src.location,
                         "http://127.0.0.1:9/acme/tiny/resolve/v1.0/sub%20dir/q4%20k.gguf");
     assert_string_equal(src.pin, "sha256:" H);
@@ -93,9 +93,9 @@ static void test_hf_rejects_bad_parts(void **state)
 {
     struct fixture *fx = *state;
     static const char *const bad[] = {
-        "hf://acme/model.gguf",   "hf://acme/tiny/",          "hf://ac me/tiny/x.gguf",
-        "hf://acme/tiny/../x",    "hf://acme/tiny/a//b.gguf", "hf://acme/tiny@/x.gguf",
-        "hf://acme/tiny@a%b/x",   "hf://../tiny/x.gguf",      "hf://acme/tiny/./x",
+        "hf://acme/model.gguf", "hf://acme/tiny/",          "hf://ac me/tiny/x.gguf",
+        "hf://acme/tiny/../x",  "hf://acme/tiny/a//b.gguf", "hf://acme/tiny@/x.gguf",
+        "hf://acme/tiny@a%b/x", "hf://../tiny/x.gguf",      "hf://acme/tiny/./x",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct fetch_source src;
@@ -110,8 +110,7 @@ static void test_pins_and_checksum(void **state)
     struct fixture *fx = *state;
     struct fetch_source src;
     struct mf_err err;
-    assert_int_equal(fetch_resolve("https://example.com/m.gguf@sha256:" H, &fx->o, &src, &err),
-                     0);
+    assert_int_equal(fetch_resolve("https://example.com/m.gguf@sha256:" H, &fx->o, &src, &err), 0);
     assert_string_equal(src.location, "https://example.com/m.gguf");
     assert_string_equal(src.pin, "sha256:" H);
     fetch_source_fini(&src);

@@ -28,9 +28,9 @@ static int64_t fake_clock(void *arg)
 }
 
 struct capture {
-    char *text;        /* what was written, after close_capture */
-    size_t len;        /* its length */
-    FILE *f;           /* open_memstream */
+    char *text; /* what was written, after close_capture */
+    size_t len; /* its length */
+    FILE *f;    /* open_memstream */
     struct progress *p;
 };
 
@@ -151,10 +151,10 @@ static void test_tty_redraws_in_place(void **state)
     close_capture(&c);
     /* each redraw: cursor up one line, clear it, the line with the URL cut
      * in the middle so the amounts fit */
-    assert_non_null(strstr(c.text, "\x1b[1F\x1b[2K#1 fetch https://hugg\xe2\x80\xa6"
-                                   "y-name/m.gguf 0 B / 100 MiB\n"));
-    assert_non_null(strstr(c.text, "\x1b[1F\x1b[2K#1 fetch htt\xe2\x80\xa6gguf "
-                                   "50 MiB / 100 MiB 52 MB/s ETA 1s\n"));
+    assert_non_null(strstr(
+        c.text, "\x1b[1F\x1b[2K#1 fetch https://hugg\xe2\x80\xa6y-name/m.gguf 0 B / 100 MiB\n"));
+    assert_non_null(strstr(
+        c.text, "\x1b[1F\x1b[2K#1 fetch htt\xe2\x80\xa6gguf 50 MiB / 100 MiB 52 MB/s ETA 1s\n"));
     /* no line is wider than the terminal (the ellipsis counts as one column) */
     for (char *l = c.text;;) {
         char *nl = strchr(l, '\n');

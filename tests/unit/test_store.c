@@ -32,8 +32,8 @@
 #define D_WORLD "sha256:486ea46224d1bb4fb680f34f7c9ad96a8f24ec88be73ea8e5a6c65260e9cb8a7"
 
 struct fixture {
-    char dir[64];     /* the temporary store root */
-    struct store *s;  /* open on dir */
+    char dir[64];    /* the temporary store root */
+    struct store *s; /* open on dir */
 };
 
 static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
@@ -152,8 +152,8 @@ static void test_digest_validation(void **state)
     struct fixture *fx = *state;
     struct mf_err err;
     assert_true(store_digest_valid(D_HELLO));
-    assert_false(store_digest_valid("sha256:2CF24DBA5FB0A30E26E83B2AC5B9E29E1B161E5C1FA7425E73043362"
-                                    "938B9824"));
+    assert_false(store_digest_valid(
+        "sha256:2CF24DBA5FB0A30E26E83B2AC5B9E29E1B161E5C1FA7425E73043362938B9824"));
     assert_false(store_digest_valid("sha256:2cf2"));
     assert_false(store_digest_valid(D_HELLO "0"));
     assert_false(store_digest_valid("sha256:../../../../etc/passwd"));
@@ -231,10 +231,10 @@ static void test_partial_blob_resumes(void **state)
 
 static void test_tag_grammar(void **state)
 {
-    static const char *const good[] = {"a", "llama3-lora", "llama3:latest", "ns/model:v1.2",
-                                       "a--b", "x@y", "v1+build"};
-    static const char *const bad[] = {"", "-a", "a-", "a//b", "/a", "a/", "a b", "a:",
-                                      "a..b", "a\n", "../x", "a/../b"};
+    static const char *const good[] = {"a",    "llama3-lora", "llama3:latest", "ns/model:v1.2",
+                                       "a--b", "x@y",         "v1+build"};
+    static const char *const bad[] = {"",    "-a", "a-",   "a//b", "/a",   "a/",
+                                      "a b", "a:", "a..b", "a\n",  "../x", "a/../b"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         assert_true(store_tag_valid(good[i]));
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -299,8 +299,8 @@ static void test_unknown_index_fields_are_kept(void **state)
     struct mf_err err;
     char *p = path_in(fx, "index.json");
     write_file(p, "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"" STORE_MT_OCI_MANIFEST
-                  "\",\"digest\":\"" D_HELLO "\",\"size\":5,\"platform\":{\"os\":\"linux\"}}],"
-                  "\"annotations\":{\"x\":\"y\"}}");
+                  "\",\"digest\":\"" D_HELLO
+                  "\",\"size\":5,\"platform\":{\"os\":\"linux\"}}],\"annotations\":{\"x\":\"y\"}}");
     struct store_desc b = desc_of(D_WORLD, 5);
     assert_int_equal(store_tag_set(fx->s, "t", &b, NULL, &err), 0);
     char *text;
@@ -320,7 +320,8 @@ static void test_corrupt_index_rejected_not_overwritten(void **state)
         "[]",
         "{\"schemaVersion\":1,\"manifests\":[]}",
         "{\"schemaVersion\":2}",
-        "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"a/b\",\"digest\":\"sha256:"
+        "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"a/"
+        "b\",\"digest\":\"sha256:"
         "2CF24DBA5FB0A30E26E83B2AC5B9E29E1B161E5C1FA7425E73043362938B9824\",\"size\":5}]}",
         "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"a/b\",\"digest\":\"" D_HELLO
         "\",\"size\":-1}]}",
@@ -484,12 +485,12 @@ static struct store_desc make_image(struct store *s, const char *tag, const char
     put(s, "{\"architecture\":\"amd64\",\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\"}}", cfg);
     put(s, layer_text, layer);
     char text[1024];
-    snprintf(text, sizeof text,
-             "{\"schemaVersion\":2,\"mediaType\":\"%s\",\"config\":{\"mediaType\":"
-             "\"application/vnd.oci.image.config.v1+json\",\"digest\":\"%s\",\"size\":60},"
-             "\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\","
-             "\"digest\":\"%s\",\"size\":%zu}]}",
-             STORE_MT_OCI_MANIFEST, cfg, layer, strlen(layer_text));
+    snprintf(
+        text, sizeof text,
+        "{\"schemaVersion\":2,\"mediaType\":\"%s\",\"config\":{\"mediaType\":\"application/"
+        "vnd.oci.image.config.v1+json\",\"digest\":\"%s\",\"size\":60},\"layers\":[{\"mediaType\":"
+        "\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"%s\",\"size\":%zu}]}",
+        STORE_MT_OCI_MANIFEST, cfg, layer, strlen(layer_text));
     put(s, text, man);
     struct store_desc d = desc_of(man, strlen(text));
     struct mf_err err;
@@ -499,8 +500,8 @@ static struct store_desc make_image(struct store *s, const char *tag, const char
 }
 
 struct seen {
-    int blobs;          /* "blob" callbacks */
-    uint64_t bytes;     /* their sizes */
+    int blobs;      /* "blob" callbacks */
+    uint64_t bytes; /* their sizes */
 };
 
 static void on_remove(void *arg, const char *kind, const char *name, uint64_t bytes)
@@ -623,20 +624,22 @@ static void test_manifest_refs(void **state)
     struct store_desc *refs;
     size_t n;
     const char *idx = "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"" STORE_MT_OCI_MANIFEST
-                      "\",\"digest\":\"" D_HELLO "\",\"size\":5}],\"subject\":{\"mediaType\":"
-                      "\"a/b\",\"digest\":\"" D_WORLD "\",\"size\":5}}";
-    assert_int_equal(store_oci_manifest_refs(idx, strlen(idx), STORE_MT_OCI_INDEX, "i", &refs,
-                                             &n, &err), 0);
+                      "\",\"digest\":\"" D_HELLO
+                      "\",\"size\":5}],\"subject\":{\"mediaType\":\"a/b\",\"digest\":\"" D_WORLD
+                      "\",\"size\":5}}";
+    assert_int_equal(
+        store_oci_manifest_refs(idx, strlen(idx), STORE_MT_OCI_INDEX, "i", &refs, &n, &err), 0);
     assert_int_equal(n, 2);
     assert_string_equal(refs[0].digest, D_HELLO);
     assert_string_equal(refs[1].digest, D_WORLD);
     free(refs);
-    assert_int_equal(store_oci_manifest_refs(idx, strlen(idx), "text/plain", "i", &refs, &n,
-                                             &err), 0);
+    assert_int_equal(store_oci_manifest_refs(idx, strlen(idx), "text/plain", "i", &refs, &n, &err),
+                     0);
     assert_int_equal(n, 0);
     const char *no_config = "{\"schemaVersion\":2,\"layers\":[]}";
     assert_int_equal(store_oci_manifest_refs(no_config, strlen(no_config), STORE_MT_OCI_MANIFEST,
-                                             "m", &refs, &n, &err), MF_EFORMAT);
+                                             "m", &refs, &n, &err),
+                     MF_EFORMAT);
     assert_non_null(strstr(err.msg, "config"));
 }
 

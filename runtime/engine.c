@@ -36,6 +36,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/tokenizer.h"
+
 #define ENGINE_BUCKETS 1024      /* id table chains; ids are sequential */
 #define ENGINE_DEFAULT_EVENTS 64 /* per-request queue when the config says 0 */
 #define ENGINE_MAX_EVENTS 65536  /* per-request queue limit */
@@ -54,7 +56,7 @@ struct engine_req {
     pthread_cond_t cv;                /* consumers wait here for events */
     int32_t finished;                 /* 1: final event queued (or dropped when released) */
     int32_t released;                 /* 1: the consumer is gone */
-    int32_t cancel_pending;           /* 1: cancel when the running step ends */
+    int32_t cancel_pending;           /* sched_finish to apply when the step ends; 0: none */
     int32_t paused;                   /* 1: queue full, not scheduled */
     double paused_at;                 /* when it paused, seconds */
     int32_t ignore_eos;               /* eos ids don't finish it */
@@ -274,19 +276,19 @@ static void fail_req(struct engine *e, struct engine_req *r, const struct mf_err
     finish_req(e, r, SCHED_FINISH_ERROR, -1);
 }
 
-/* Finishes now, or at the end of the running step if r is in it. */
-static void cancel_req(struct engine *e, struct engine_req *r)
+/* Finishes for why (CANCELLED or STOP) now, or at the end of the running
+ * step if r is in it. */
+static void cancel_req(struct engine *e, struct engine_req *r, enum sched_finish why)
 {
     if (r->finished)
         return;
     if (e->in_step && sched_req_state(r->sr) == SCHED_RUNNING) {
-        if (!r->cancel_pending) {
-            r->cancel_pending = 1;
+        if (!r->cancel_pending)
             e->n_cancel_pending++;
-        }
+        r->cancel_pending = (int32_t)why;
         return;
     }
-    finish_req(e, r, SCHED_FINISH_CANCELLED, -1);
+    finish_req(e, r, why, -1);
 }
 
 /* ---------------------------------------------------------------- the step */
@@ -454,7 +456,7 @@ static void apply_pending_cancels(struct engine *e)
     while (r && e->n_cancel_pending > 0) {
         struct engine_req *next = r->next; /* finish_req may free r */
         if (r->cancel_pending)
-            finish_req(e, r, SCHED_FINISH_CANCELLED, -1);
+            finish_req(e, r, (enum sched_finish)r->cancel_pending, -1);
         r = next;
     }
 }
@@ -708,7 +710,7 @@ int engine_next(struct engine *e, uint64_t id, int timeout_ms, struct engine_eve
     return rc;
 }
 
-int engine_cancel(struct engine *e, uint64_t id, struct mf_err *err)
+static int end_request(struct engine *e, uint64_t id, enum sched_finish why, struct mf_err *err)
 {
     struct engine_req *r;
     int rc = 0;
@@ -716,11 +718,21 @@ int engine_cancel(struct engine *e, uint64_t id, struct mf_err *err)
     pthread_mutex_lock(&e->mu);
     r = find_req(e, id);
     if (r)
-        cancel_req(e, r);
+        cancel_req(e, r, why);
     else
         rc = not_found(id, err);
     pthread_mutex_unlock(&e->mu);
     return rc;
+}
+
+int engine_cancel(struct engine *e, uint64_t id, struct mf_err *err)
+{
+    return end_request(e, id, SCHED_FINISH_CANCELLED, err);
+}
+
+int engine_stop(struct engine *e, uint64_t id, struct mf_err *err)
+{
+    return end_request(e, id, SCHED_FINISH_STOP, err);
 }
 
 int engine_release(struct engine *e, uint64_t id, struct mf_err *err)
@@ -737,7 +749,7 @@ int engine_release(struct engine *e, uint64_t id, struct mf_err *err)
     if (r->finished) {
         free_req(e, r);
     } else {
-        cancel_req(e, r);
+        cancel_req(e, r, SCHED_FINISH_CANCELLED);
         /* In the running step the step thread may still call on_token with
          * r->user: wait for the step to end so the caller may free user. */
         while (e->in_step && find_req(e, id))
@@ -756,6 +768,20 @@ void engine_metrics(struct engine *e, struct engine_metrics *m)
     m->preemptions = sched_n_preemptions(e->s);
     pthread_mutex_unlock(&e->mu);
     m->kv_usage = m->kv.blocks_total ? (double)m->kv.blocks_used / m->kv.blocks_total : 0;
+}
+
+int32_t engine_eos_from_tok(const struct tok *t, int32_t *ids, int32_t max)
+{
+    int32_t n = 0;
+    uint32_t n_vocab = tok_n_vocab(t);
+    for (uint32_t id = 0; id < n_vocab; id++) {
+        if (!tok_is_eog(t, (int32_t)id))
+            continue;
+        if (n < max)
+            ids[n] = (int32_t)id;
+        n++;
+    }
+    return n;
 }
 
 int engine_check(struct engine *e, struct mf_err *err)

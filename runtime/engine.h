@@ -7,6 +7,12 @@
  * event with finish != SCHED_FINISH_NONE (that pops the request for good),
  * or engine_release to walk away; engine_cancel from anywhere; engine_metrics
  * for /metrics; engine_close when no thread is inside engine_* any more.
+ *
+ * Text and stop strings are the consumer's, as in vLLM V1 (whose output
+ * processor detokenizes and aborts the request in the engine core): per
+ * event, tok_stream_push(token) gives UTF-8; when a stop string completes,
+ * call engine_stop and keep reading to the final event, dropping text after
+ * the stop. The on_token hook does the same synchronously on the step thread.
  */
 #ifndef MFC_ENGINE_H
 #define MFC_ENGINE_H
@@ -19,6 +25,7 @@
 #include "runtime/sched.h"
 
 struct engine;
+struct tok;
 
 /* The model as the engine drives it (runtime/model.h adapts to this). */
 struct engine_model {
@@ -157,6 +164,8 @@ int engine_next(struct engine *e, uint64_t id, int timeout_ms, struct engine_eve
  * final event. Returns 0 (also when it had finished already) or
  * MF_ENOTFOUND. */
 int engine_cancel(struct engine *e, uint64_t id, struct mf_err *err);
+/* As engine_cancel, finishing with STOP: the consumer matched a stop string. */
+int engine_stop(struct engine *e, uint64_t id, struct mf_err *err);
 /* The consumer walks away: cancels request id if needed and forgets it
  * without delivering anything more. Returns 0 or MF_ENOTFOUND. */
 int engine_release(struct engine *e, uint64_t id, struct mf_err *err);
@@ -164,6 +173,10 @@ int engine_release(struct engine *e, uint64_t id, struct mf_err *err);
 /* Observation */
 
 void engine_metrics(struct engine *e, struct engine_metrics *m);
+/* The end-of-generation ids of t (tok_is_eog: EOS, EOT, EOM, <|im_end|>...)
+ * for engine_model.eos: writes up to max into ids and returns how many
+ * there are (more than max: call again with a bigger array). */
+int32_t engine_eos_from_tok(const struct tok *t, int32_t *ids, int32_t max);
 /* sched_check (and so kv_check) under the lock: for tests and debug builds. */
 int engine_check(struct engine *e, struct mf_err *err);
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "runtime/engine.h"
+#include "runtime/tokenizer.h"
 #include "tests/unit/fake_model.h"
 
 #define VOCAB 512
@@ -609,6 +610,66 @@ static void test_many_threads_submit_and_cancel(void **state)
     rig_close(&r);
 }
 
+/* The consumer matched a stop string mid-stream: engine_stop ends it with
+ * STOP; tokens already queued still arrive, all of them right. */
+static void test_engine_stop_mid_stream(void **state)
+{
+    struct rig r;
+    struct job a;
+    uint64_t id;
+    struct mf_err err;
+    int32_t want[MAX_OUT];
+
+    rig_open(&r, 64, 4, 64);
+    job_init(&a, 20, 9, 200, -1);
+    a.ignore_eos = 1;
+    assert_int_equal(submit_job(r.e, &a, &id), 0);
+    assert_int_equal(consume(r.e, id, &a, 3), 1);
+    assert_int_equal(engine_stop(r.e, id, &err), 0);
+    consume(r.e, id, &a, MAX_OUT);
+    assert_int_equal(a.sum.finish, SCHED_FINISH_STOP);
+    assert_true(a.n_out >= 3 && a.n_out < 200);
+    solo(&a, want);
+    assert_memory_equal(a.out, want, (size_t)a.n_out * sizeof want[0]);
+    rig_close(&r);
+}
+
+/* The eos list comes from the tokenizer's end-of-generation set. */
+static void test_eos_from_tokenizer(void **state)
+{
+    static const struct tok_str texts[] = {{"<unk>", 5},
+                                           {"<s>", 3},
+                                           {"</s>", 4},
+                                           {"\xe2\x96\x81"
+                                            "a",
+                                            4},
+                                           {"<|im_end|>", 10},
+                                           {"b", 1}};
+    static const int32_t types[] = {TOK_TYPE_UNKNOWN, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL,
+                                    TOK_TYPE_NORMAL,  TOK_TYPE_CONTROL, TOK_TYPE_NORMAL};
+    struct tok_desc d;
+    struct tok *t;
+    struct mf_err err;
+    int32_t ids[4] = {-1, -1, -1, -1};
+
+    tok_desc_init(&d);
+    d.model = "llama";
+    d.tokens = texts;
+    d.n_tokens = 6;
+    d.types = types;
+    d.n_types = 6;
+    d.special[TOK_ID_UNK] = 0;
+    d.special[TOK_ID_BOS] = 1;
+    d.special[TOK_ID_EOS] = 2;
+    if (tok_new(&d, &t, &err))
+        fail_msg("tok_new: %s", err.msg);
+    assert_int_equal(engine_eos_from_tok(t, ids, 4), 2);
+    assert_int_equal(ids[0], 2);
+    assert_int_equal(ids[1], 4);
+    assert_int_equal(engine_eos_from_tok(t, ids, 1), 2); /* counts past max */
+    tok_free(t);
+}
+
 /* n_kv_blocks 0: the pool comes from MFC_KV_CACHE_GB and the block size. */
 static void test_kv_budget_from_config(void **state)
 {
@@ -644,6 +705,8 @@ int main(void)
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_many_threads_submit_and_cancel),
         cmocka_unit_test(test_kv_budget_from_config),
+        cmocka_unit_test(test_engine_stop_mid_stream),
+        cmocka_unit_test(test_eos_from_tokenizer),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }

@@ -116,19 +116,26 @@ void mf_modelfile_vec_free(struct mf_vec *v)
 
 /* ------------------------------------------------------------ diagnostics */
 
+/* vprintf into the arena; NULL (and p->oom set) on failure. */
+static char *arena_vfmt(struct mf_modelfile_parser *p, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *s = n >= 0 ? mf_modelfile_alloc(p->arena, (size_t)n + 1) : NULL;
+    if (s)
+        vsnprintf(s, (size_t)n + 1, fmt, again);
+    else
+        p->oom = 1;
+    va_end(again);
+    return s;
+}
+
 char *mf_modelfile_fmt(struct mf_modelfile_parser *p, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *s = n >= 0 ? mf_modelfile_alloc(p->arena, (size_t)n + 1) : NULL;
-    if (!s) {
-        p->oom = 1;
-        return NULL;
-    }
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    char *s = arena_vfmt(p, fmt, ap);
     va_end(ap);
     return s;
 }
@@ -142,16 +149,10 @@ void mf_modelfile_diag(struct mf_modelfile_parser *p, enum mf_severity sev, int 
     if (p->stopped || (sev == MF_DIAG_WARNING && p->mf->n_warnings >= MF_MODELFILE_MAX_WARNINGS))
         return;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *m = arena_vfmt(p, fmt, ap);
     va_end(ap);
-    char *m = n >= 0 ? mf_modelfile_alloc(p->arena, (size_t)n + 1) : NULL;
-    if (!m) {
-        p->oom = 1;
+    if (!m)
         return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(m, (size_t)n + 1, fmt, ap);
-    va_end(ap);
     d.message = m;
     if (mf_modelfile_vec_push(&p->diags, &d) != 0)
         p->oom = 1;

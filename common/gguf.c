@@ -877,44 +877,46 @@ static int kv_range_error(const struct gguf_file *gf, const struct gguf_kv *kv, 
                       gguf_type_name(kv->type), want);
 }
 
-/* An integer KV (not BOOL) as unsigned/signed; see decode_scalar. */
-static int kv_integer(const struct gguf_file *gf, const struct gguf_kv *kv, uint64_t *u, int64_t *s,
-                      int *is_signed, struct mf_err *err)
+/* An integer KV (not BOOL) as a sign and a magnitude's bits: *neg is set
+ * for a negative signed value, and *bits holds the value as uint64. */
+static int kv_integer(const struct gguf_file *gf, const struct gguf_kv *kv, int *neg,
+                      uint64_t *bits, struct mf_err *err)
 {
+    uint64_t u = 0;
+    int64_t s = 0;
     double f;
-    if (kv->type == GGUF_TYPE_BOOL || decode_scalar(kv->type, kv->val, u, s, &f, is_signed) != 0)
+    int is_signed;
+    if (kv->type == GGUF_TYPE_BOOL || decode_scalar(kv->type, kv->val, &u, &s, &f, &is_signed) != 0)
         return kv_type_error(gf, kv, "an integer", err);
+    *neg = is_signed && s < 0;
+    *bits = is_signed ? (uint64_t)s : u;
     return 0;
 }
 
 int gguf_kv_u64(const struct gguf_file *gf, const struct gguf_kv *kv, uint64_t *out,
                 struct mf_err *err)
 {
-    uint64_t u = 0;
-    int64_t s = 0;
-    int is_signed;
-    int rc = kv_integer(gf, kv, &u, &s, &is_signed, err);
-    if (rc)
-        return rc;
-    if (is_signed && s < 0)
-        return kv_range_error(gf, kv, "an unsigned integer", err);
-    *out = is_signed ? (uint64_t)s : u;
-    return 0;
+    int neg = 0;
+    uint64_t v = 0;
+    int rc = kv_integer(gf, kv, &neg, &v, err);
+    if (!rc && neg)
+        rc = kv_range_error(gf, kv, "an unsigned integer", err);
+    if (!rc)
+        *out = v;
+    return rc;
 }
 
 int gguf_kv_i64(const struct gguf_file *gf, const struct gguf_kv *kv, int64_t *out,
                 struct mf_err *err)
 {
-    uint64_t u = 0;
-    int64_t s = 0;
-    int is_signed;
-    int rc = kv_integer(gf, kv, &u, &s, &is_signed, err);
-    if (rc)
-        return rc;
-    if (!is_signed && u > (uint64_t)INT64_MAX)
-        return kv_range_error(gf, kv, "i64", err);
-    *out = is_signed ? s : (int64_t)u;
-    return 0;
+    int neg = 0;
+    uint64_t v = 0;
+    int rc = kv_integer(gf, kv, &neg, &v, err);
+    if (!rc && !neg && v > (uint64_t)INT64_MAX)
+        rc = kv_range_error(gf, kv, "i64", err);
+    if (!rc)
+        *out = (int64_t)v;
+    return rc;
 }
 
 int gguf_kv_f64(const struct gguf_file *gf, const struct gguf_kv *kv, double *out,

@@ -562,6 +562,47 @@ static void free_vocab(struct vocab *v)
     json_decref(v->js);
 }
 
+/* The tokenizer.ggml.* KVs of a vocabulary built here. */
+struct vocab_kvs {
+    const char *model;             /* tokenizer.ggml.model */
+    const char *pre;               /* tokenizer.ggml.pre */
+    const struct gguf_str *toks;   /* n tokens */
+    uint64_t n;                    /* tokens */
+    const int32_t *types;          /* n token types */
+    const float *scores;           /* n scores, or NULL */
+    const struct gguf_str *merges; /* n_merges merges, or NULL */
+    uint64_t n_merges;             /* merges */
+    int64_t bos, eos, unk;         /* token ids; -1 for none */
+};
+
+static int emit_vocab(struct gguf_writer *w, const struct vocab_kvs *v, struct mf_err *err)
+{
+    const char *const id_keys[3] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                    "tokenizer.ggml.unknown_token_id"};
+    const int64_t ids[3] = {v->bos, v->eos, v->unk};
+    int rc = gguf_writer_add_cstr(w, "tokenizer.ggml.model", v->model, err);
+    if (!rc)
+        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.pre", v->pre, err);
+    if (!rc)
+        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", v->toks, v->n, err);
+    if (!rc && v->scores)
+        rc = gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v->scores, v->n,
+                                 err);
+    if (!rc)
+        rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->types, v->n,
+                                 err);
+    if (!rc && v->merges)
+        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", v->merges, v->n_merges, err);
+    for (int i = 0; i < 3 && !rc; i++)
+        if (ids[i] >= 0)
+            rc = gguf_writer_add_u32(w, id_keys[i], (uint32_t)ids[i], err);
+    if (!rc)
+        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", v->bos >= 0, err);
+    if (!rc)
+        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", 0, err);
+    return rc;
+}
+
 /* A byte-level SPM vocabulary: <unk> <s> </s>, 256 byte tokens, then fillers. */
 static int write_spm_vocab(struct gguf_writer *w, uint32_t n, struct mf_err *err)
 {
@@ -584,26 +625,9 @@ static int write_spm_vocab(struct gguf_writer *w, uint32_t n, struct mf_err *err
         types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
         scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
     }
+    struct vocab_kvs v = {"llama", "default", toks, n, types, scores, NULL, 0, 1, 2, 0};
     if (!rc)
-        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.model", "llama", err);
-    if (!rc)
-        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.pre", "default", err);
-    if (!rc)
-        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n, err);
-    if (!rc)
-        rc = gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n, err);
-    if (!rc)
-        rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, err);
-    if (!rc)
-        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 1, err);
-    if (!rc)
-        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", 0, err);
+        rc = emit_vocab(w, &v, err);
     free(toks);
     free(pool);
     free(scores);
@@ -774,22 +798,10 @@ static int write_hf_vocab(struct gguf_writer *w, const json_t *js, uint32_t n, s
     if (!rc)
         rc = json_strings(jm, &merges, &pool, err);
     int64_t b = hf_token_id(js, bos), e = hf_token_id(js, eos);
+    struct vocab_kvs v = {"gpt2", "llama-bpe",         toks, n, types, NULL,
+                          merges, json_array_size(jm), b,    e, -1};
     if (!rc)
-        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.model", "gpt2", err);
-    if (!rc)
-        rc = gguf_writer_add_cstr(w, "tokenizer.ggml.pre", "llama-bpe", err);
-    if (!rc)
-        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n, err);
-    if (!rc)
-        rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n, err);
-    if (!rc)
-        rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, json_array_size(jm), err);
-    if (!rc && b >= 0)
-        rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)b, err);
-    if (!rc && e >= 0)
-        rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)e, err);
-    if (!rc)
-        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", b >= 0, err);
+        rc = emit_vocab(w, &v, err);
     free(toks);
     free(types);
     free(holes);

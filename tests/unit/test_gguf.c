@@ -665,16 +665,23 @@ static void check_arrays(const struct gguf_file *gf)
     assert_memory_equal(gguf_arr_str(a, 2).p, "x\0y", 3);
 }
 
-static void test_roundtrip_all_types(void **state)
+/* Writes every KV type to tmpdir/name and opens it again. */
+static struct gguf_file *all_types_file(const char *name)
 {
     struct gguf_writer *w;
-    const char *path = tpath("types.gguf");
+    struct gguf_file *gf;
+    const char *path = tpath(name);
     OK(gguf_writer_open(path, &w, E));
     write_all_types(w);
     OK(gguf_writer_finish(w, E));
     gguf_writer_free(w);
-    struct gguf_file *gf;
     OK(gguf_open(path, &gf, E));
+    return gf;
+}
+
+static void test_roundtrip_all_types(void **state)
+{
+    struct gguf_file *gf = all_types_file("types.gguf");
     assert_int_equal(gguf_n_kv(gf), 20);
     assert_string_equal(gguf_kv_at(gf, 0)->key, "t.u8"); /* insertion order kept */
     assert_string_equal(gguf_kv_at(gf, 19)->key, "a.str");
@@ -685,14 +692,7 @@ static void test_roundtrip_all_types(void **state)
 
 static void test_getter_conversions(void **state)
 {
-    struct gguf_writer *w;
-    const char *path = tpath("conv.gguf");
-    OK(gguf_writer_open(path, &w, E));
-    write_all_types(w);
-    OK(gguf_writer_finish(w, E));
-    gguf_writer_free(w);
-    struct gguf_file *gf;
-    OK(gguf_open(path, &gf, E));
+    struct gguf_file *gf = all_types_file("conv.gguf");
     struct mf_err err;
     uint32_t u32 = 77;
     int32_t i32 = 77;

@@ -447,6 +447,11 @@ static enum outcome request(struct dl *dl, const char *inm, struct mf_buf *why,
     CURLcode cc = curl_easy_perform(dl->curl);
     curl_easy_setopt(dl->curl, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(h);
+    /* An empty body never reached on_body, yet a 200 still says "the whole
+     * resource is this": drop kept bytes and take its validator. */
+    if (cc == CURLE_OK && a.status >= 200 && a.status < 300 && !a.body_started && !a.failed &&
+        begin_body(&a) != 0)
+        a.failed = 1;
     uint64_t base = a.status == 206 ? have : 0; /* a 200 rewrote the blob from zero */
     uint64_t now = store_blob_writer_size(dl->w);
     ri->moved = a.body_started && now > base ? now - base : 0;

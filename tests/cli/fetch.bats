@@ -93,6 +93,33 @@ blob_count() {
     [ -z "$(ls "$MFC_HOME/tmp")" ]
 }
 
+@test "a file that changed on the server since the partial download starts over" {
+    head -c 50000 "$SRV_DIR/root/model.gguf" >"$SRV_DIR/root/changing.bin"
+    run "$MFC" fetch --progress=quiet --retries=0 "$BASE/drop/20000/changing.bin"
+    [ "$status" -eq 1 ]
+    echo "new content" >"$SRV_DIR/root/changing.bin"
+    run "$MFC" fetch --progress=quiet "$BASE/drop/20000/changing.bin"
+    [ "$status" -eq 0 ]
+    [ "$output" = "sha256:$(sha256sum "$SRV_DIR/root/changing.bin" | cut -d' ' -f1) 12 $BASE/drop/20000/changing.bin" ]
+    run requests /drop/20000/changing.bin
+    [ "${lines[1]}" = "200 bytes=20000- 12" ] # If-Range no longer matched: the whole file
+}
+
+@test "an empty file is a valid blob, also when it replaced a partly fetched one" {
+    empty=sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+    : >"$SRV_DIR/root/empty.bin"
+    run "$MFC" fetch --progress=quiet "$BASE/empty.bin"
+    [ "$status" -eq 0 ]
+    [ "$output" = "$empty 0 $BASE/empty.bin" ]
+    head -c 9000 "$SRV_DIR/root/model.gguf" >"$SRV_DIR/root/emptied.bin"
+    run "$MFC" fetch --progress=quiet --retries=0 "$BASE/drop/3000/emptied.bin"
+    [ "$status" -eq 1 ]
+    : >"$SRV_DIR/root/emptied.bin"
+    run "$MFC" fetch --progress=quiet "$BASE/drop/3000/emptied.bin"
+    [ "$status" -eq 0 ]
+    [ "$output" = "$empty 0 $BASE/drop/3000/emptied.bin" ]
+}
+
 @test "a 503 is retried and the download then succeeds" {
     run "$MFC" fetch --progress=plain --retry-delay=10 "$BASE/fail503/1/model.gguf"
     [ "$status" -eq 0 ]

@@ -204,16 +204,16 @@ int store_tag_get(struct store *s, const char *name, struct store_tag *t, struct
     if (rc)
         return rc;
     json_t *m = json_object_get(index, "manifests");
-    rc = mf_err_set(err, MF_ENOTFOUND, "no image tagged %.300s in %s", name, s->root);
-    for (size_t i = json_array_size(m); i-- > 0;) {
+    const json_t *found = NULL;
+    for (size_t i = 0; i < json_array_size(m); i++) {
         const char *tag = desc_tag(json_array_get(m, i));
-        if (tag && strcmp(tag, name) == 0) {
-            fill_tag(json_array_get(m, i), t);
-            mf_err_clear(err);
-            rc = 0;
-            break;
-        }
+        if (tag && strcmp(tag, name) == 0)
+            found = json_array_get(m, i); /* the last one, if a hand-made index repeats it */
     }
+    if (found)
+        fill_tag(found, t);
+    else
+        rc = mf_err_set(err, MF_ENOTFOUND, "no image tagged %.300s in %s", name, s->root);
     json_decref(index);
     return rc;
 }

@@ -67,7 +67,7 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct fetch_c
     long v;
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'h':
             usage(ctx->out);

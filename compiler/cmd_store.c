@@ -41,7 +41,7 @@ static int start(int argc, char **argv, struct mfc_ctx *ctx, const char *usage, 
         {"help", no_argument, NULL, 'h'}, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'h') {
             fputs(usage, ctx->out);
             return 0;
@@ -262,7 +262,7 @@ static int prune_opts(int argc, char **argv, struct mfc_ctx *ctx, unsigned *flag
                                          {NULL, 0, NULL, 0}};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+hna", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hna", opts, NULL)) != -1) {
         if (c == 'n') {
             *flags |= STORE_GC_DRY_RUN;
         } else if (c == 'a') {

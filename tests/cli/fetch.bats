@@ -229,7 +229,7 @@ assert ev[-1]["event"] == "end" and ev[-1]["status"] == "done" and ev[-1]["done"
     mkdir -p "$BATS_TEST_TMPDIR/home/models"
     cp "$SRV_DIR/root/model.gguf" "$BATS_TEST_TMPDIR/home/models/m.gguf"
     cd "$BATS_TEST_TMPDIR/home"
-    run "$MFC" fetch --progress=quiet models/m.gguf
+    run "$MFC" fetch models/m.gguf --progress=quiet # options may follow the sources
     [ "$status" -eq 0 ]
     [ "$output" = "$SUM 300000 models/m.gguf" ]
     HOME="$BATS_TEST_TMPDIR/home" run "$MFC" fetch --progress=quiet "~/models/m.gguf@$SUM"

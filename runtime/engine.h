@@ -27,7 +27,10 @@
 struct engine;
 struct tok;
 
-/* The model as the engine drives it (runtime/model.h adapts to this). */
+/* The model as the engine drives it. A compute backend (runtime/backend.h)
+ * fits as ctx = the backend, step = a call to backend_step, with
+ * n_kv_blocks = what backend_kv_alloc made and the backend's max_tokens /
+ * max_seqs at least the scheduler's max_num_batched_tokens / max_num_seqs. */
 struct engine_model {
     void *ctx;          /* borrowed: handed to step */
     int32_t n_vocab;    /* floats per logits row */

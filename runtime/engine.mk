@@ -15,3 +15,6 @@ tests_unit_test_engine_SOURCES = tests/unit/test_engine.c tests/unit/fake_model.
 tests_unit_test_engine_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_engine_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
 TESTS += tests/unit/test_kv tests/unit/test_sched tests/unit/test_engine
+
+## Fuzzing: tests/fuzz/run builds fuzz_sched (sched + kv + the fake model).
+EXTRA_DIST += tests/fuzz/fuzz_sched.c tests/fuzz/corpus/sched

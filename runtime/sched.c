@@ -622,8 +622,7 @@ int sched_has_work(const struct sched *s)
 }
 
 /* One request's own invariants, given the list it was found on. */
-static int check_req(const struct sched *s, const struct sched_req *r, int on_running,
-                     struct mf_err *err)
+static int check_req(const struct sched_req *r, int on_running, struct mf_err *err)
 {
     int32_t held = kv_seq_n_blocks(r->seq) * KV_BLOCK_TOKENS;
     int waiting = r->state == SCHED_WAITING || r->state == SCHED_PREEMPTED;
@@ -637,7 +636,6 @@ static int check_req(const struct sched *s, const struct sched_req *r, int on_ru
                           "request %" PRIu64 ": %" PRId32 " tokens, %" PRId32 " computed, %" PRId32
                           " token slots held",
                           r->id, r->n_tokens, r->n_computed, held);
-    (void)s;
     return 0;
 }
 
@@ -649,9 +647,9 @@ int sched_check(const struct sched *s, struct mf_err *err)
     int rc = kv_check(s->kv, err);
 
     for (int32_t i = 0; !rc && i < s->n_running; i++)
-        rc = check_req(s, s->running[i], 1, err);
+        rc = check_req(s->running[i], 1, err);
     for (const struct sched_req *r = s->wait_head; !rc && r; r = r->next, n_wait++)
-        rc = check_req(s, r, 0, err);
+        rc = check_req(r, 0, err);
     for (const struct sched_req *r = s->all; !rc && r; r = r->anext, n_all++) {
         if (r->state != SCHED_FINISHED)
             continue;

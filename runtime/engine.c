@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -602,12 +603,12 @@ void engine_close(struct engine *e)
 
 /* ---------------------------------------------------------------- API */
 
-static int new_req(const struct engine *e, const struct engine_request *rq, struct engine_req **out,
-                   struct mf_err *err)
+/* What the model would reject inside a step, which would fail every other
+ * request in that step too: refused here instead. */
+static int check_input(const struct engine *e, const struct engine_request *rq, struct mf_err *err)
 {
-    struct engine_req *r;
+    const struct batch_lora *l = &rq->lora;
 
-    *out = NULL;
     for (int32_t i = 0; i < rq->n_prompt; i++) {
         if (rq->prompt[i] < 0 || rq->prompt[i] >= e->model.n_vocab)
             return mf_err_set(err, MF_EINVAL,
@@ -615,6 +616,28 @@ static int new_req(const struct engine *e, const struct engine_request *rq, stru
                               " is outside the vocabulary of %" PRId32,
                               rq->prompt[i], i, e->model.n_vocab);
     }
+    if (l->n < 0 || l->n > BATCH_MAX_LORAS)
+        return mf_err_set(err, MF_EINVAL, "%" PRId32 " adapters on one request (limit %d)", l->n,
+                          BATCH_MAX_LORAS);
+    for (int32_t i = 0; i < l->n; i++) {
+        if (l->ids[i] < 0 || l->ids[i] >= e->model.n_loras || !isfinite(l->scales[i]))
+            return mf_err_set(err, MF_EINVAL,
+                              "adapter %" PRId32 " with scale %g: the model has %" PRId32
+                              " adapters and scales must be finite",
+                              l->ids[i], (double)l->scales[i], e->model.n_loras);
+    }
+    return 0;
+}
+
+static int new_req(const struct engine *e, const struct engine_request *rq, struct engine_req **out,
+                   struct mf_err *err)
+{
+    struct engine_req *r;
+    int rc = check_input(e, rq, err);
+
+    *out = NULL;
+    if (rc)
+        return rc;
     r = calloc(1, sizeof *r);
     if (r)
         r->q = calloc((size_t)e->cfg.queue_events, sizeof *r->q);

@@ -36,6 +36,7 @@ struct engine_model {
     int32_t n_vocab;    /* floats per logits row */
     const int32_t *eos; /* borrowed: end-of-generation ids (EOS, EOT, ...) */
     int32_t n_eos;      /* entries in eos */
+    int32_t n_loras;    /* adapters loaded: batch_lora ids must be below this */
     /* Runs one step (runtime/batch.h): appends K/V, writes one row of logits
      * per want_logits sequence into b->logits (engine-owned). Called on the
      * step thread only, without the engine lock. Returns 0 or MF_E* with err. */

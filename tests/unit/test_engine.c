@@ -52,7 +52,8 @@ static struct engine_config config(int32_t blocks, int32_t seqs, int32_t budget)
 static void rig_open_with(struct rig *r, const struct engine_config *c,
                           const struct engine_sampler *sampler)
 {
-    struct engine_model m = {.n_vocab = VOCAB, .eos = eos_ids, .n_eos = 1, .step = fake_step};
+    struct engine_model m = {
+        .n_vocab = VOCAB, .eos = eos_ids, .n_eos = 1, .n_loras = 2, .step = fake_step};
     struct mf_err err;
     assert_int_equal(fake_model_init(&r->fm, c->n_kv_blocks, 1024, VOCAB), 0);
     m.ctx = &r->fm;
@@ -387,6 +388,12 @@ static void test_overload_and_oversize(void **state)
     rq.prompt = bad_tok;
     rq.n_prompt = 2;
     assert_int_equal(engine_submit(r.e, &rq, &id[3], &err), MF_EINVAL);
+    rq.prompt = j[3].prompt;
+    rq.lora.n = 1;
+    rq.lora.ids[0] = 2; /* the model has adapters 0 and 1 */
+    rq.lora.scales[0] = 1.0f;
+    assert_int_equal(engine_submit(r.e, &rq, &id[3], &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "the model has 2 adapters"));
     for (int i = 0; i < 3; i++)
         assert_int_equal(engine_release(r.e, id[i], &err), 0);
     rig_close(&r);

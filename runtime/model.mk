@@ -1,1 +1,13 @@
 ### Model loader, CPU backend, runtime LoRA (runtime/model*, backend*, cpu*, lora*)
+libmfc_runtime_a_SOURCES += \
+	runtime/model.c runtime/model.h \
+	runtime/lora.c runtime/lora.h \
+	runtime/backend.c runtime/backend.h \
+	runtime/cpu.c runtime/cpu_fwd.c runtime/cpu_pool.c runtime/cpu_int.h \
+	runtime/cpu_dot.c runtime/cpu_dot_avx2.c runtime/cpu_dot_avx512.c runtime/cpu_dot_x86.h
+
+## mfc-eval: runs token ids through the engine, prints logits as JSON (numerics tests, bench).
+check_PROGRAMS += tests/tools/mfc-eval
+tests_tools_mfc_eval_SOURCES = tests/tools/mfc-eval.c
+tests_tools_mfc_eval_LDADD = $(MFC_RUNTIME_LIBS)
+EXTRA_DIST += tests/tools/llama-logits.mjs

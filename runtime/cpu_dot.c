@@ -1,0 +1,413 @@
+/*
+ * cpu_dot.c: the portable dot kernels, the activation quantizers and the
+ * choice of SIMD table.
+ *
+ * Every weight type has a plain-C dot product against its activation format
+ * (cpu_int.h); the AVX2 and AVX-512 files must agree with these within float
+ * rounding (tests/unit/test_model.c checks every type, odd block counts
+ * included). The integer part of each block's dot product is exact in every
+ * implementation; only the order in which block results are summed in
+ * float differs between tables.
+ *
+ * No state: cpu_dot_best() asks cpuid each time (a few nanoseconds; the
+ * backend calls it once at create) and returns one of the const tables.
+ */
+#include "runtime/cpu_int.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common/quant.h"
+#include "common/quant_int.h"
+
+/* ------------------------------------------------------------------------
+ * Activation quantizers
+ * ---------------------------------------------------------------------- */
+
+enum cpu_act cpu_dot_act(enum ggml_type wt)
+{
+    switch (wt) {
+    case GGML_TYPE_F16:
+        return CPU_ACT_F16;
+    case GGML_TYPE_BF16:
+        return CPU_ACT_BF16;
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q8_0:
+        return CPU_ACT_Q8_0;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+        return CPU_ACT_Q8_K;
+    default:
+        return CPU_ACT_F32;
+    }
+}
+
+size_t cpu_dot_act_bytes(enum cpu_act a, int64_t n)
+{
+    switch (a) {
+    case CPU_ACT_Q8_0:
+        return (size_t)(n / CPU_Q8_0_N) * sizeof(struct cpu_q8_0);
+    case CPU_ACT_Q8_K:
+        return (size_t)(n / CPU_Q8_K_N) * sizeof(struct cpu_q8_K);
+    default:
+        return (size_t)n * sizeof(float);
+    }
+}
+
+void cpu_dot_act_row(const struct cpu_dot *d, enum cpu_act a, const float *x, void *y,
+                     int64_t n)
+{
+    float *f = y;
+
+    switch (a) {
+    case CPU_ACT_Q8_0:
+        cpu_dot_quantize_q8_0(x, y, n);
+        break;
+    case CPU_ACT_Q8_K:
+        cpu_dot_quantize_q8_K(x, y, n);
+        break;
+    case CPU_ACT_F16:
+        memcpy(f, x, (size_t)n * sizeof *f);
+        d->round_f16(f, n);
+        break;
+    case CPU_ACT_BF16:
+        for (int64_t i = 0; i < n; i++)
+            f[i] = quant_bf16_to_f32(quant_f32_to_bf16(x[i]));
+        break;
+    default:
+        memcpy(f, x, (size_t)n * sizeof *f);
+        break;
+    }
+}
+
+/* ggml's quantize_row_q8_0 (its AVX2 path): codes round(x * 127 / amax) to
+ * nearest even, and the scale amax / 127 rounded to fp16 as ggml stores it,
+ * so the integer codes and the scale are exactly llama.cpp's. */
+void cpu_dot_quantize_q8_0(const float *x, struct cpu_q8_0 *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / CPU_Q8_0_N; i++, x += CPU_Q8_0_N) {
+        float amax = 0.0f, id;
+        int32_t s = 0;
+
+        for (int j = 0; j < CPU_Q8_0_N; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        y[i].d = quant_f16_to_f32(quant_f32_to_f16(amax / 127.0f));
+        id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < CPU_Q8_0_N; j++) {
+            int v = (int)nearbyintf(x[j] * id);
+            y[i].qs[j] = (int8_t)v;
+            s += v;
+        }
+        y[i].s = s;
+    }
+}
+
+/* ggml's quantize_row_q8_K_ref: the scale comes from the element of largest
+ * magnitude with its sign, so that element maps to exactly -127. */
+void cpu_dot_quantize_q8_K(const float *x, struct cpu_q8_K *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / CPU_Q8_K_N; i++, x += CPU_Q8_K_N) {
+        float amax = 0.0f, max = 0.0f, iscale;
+
+        for (int j = 0; j < CPU_Q8_K_N; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        y[i].pad = 0;
+        if (amax == 0.0f) {
+            y[i].d = 0.0f;
+            memset(y[i].qs, 0, sizeof y[i].qs);
+            memset(y[i].bsums, 0, sizeof y[i].bsums);
+            continue;
+        }
+        iscale = -127.0f / max;
+        for (int j = 0; j < CPU_Q8_K_N; j++) {
+            int v = (int)nearbyintf(iscale * x[j]);
+            y[i].qs[j] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int j = 0; j < CPU_Q8_K_N / 16; j++) {
+            int sum = 0;
+            for (int k = 0; k < 16; k++)
+                sum += y[i].qs[j * 16 + k];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Scalar dot products, one weight row against one activation row
+ * ---------------------------------------------------------------------- */
+
+static float dot_f32(int64_t n, const void *w, const void *x)
+{
+    const float *a = x;
+    float sum = 0.0f, v;
+
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(&v, (const uint8_t *)w + 4 * i, 4);
+        sum += v * a[i];
+    }
+    return sum;
+}
+
+static float dot_f16(int64_t n, const void *w, const void *x)
+{
+    const uint8_t *p = w;
+    const float *a = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n; i++)
+        sum += quant_f16_to_f32(quant_rd16(p + 2 * i)) * a[i];
+    return sum;
+}
+
+static float dot_bf16(int64_t n, const void *w, const void *x)
+{
+    const uint8_t *p = w;
+    const float *a = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n; i++)
+        sum += quant_bf16_to_f32(quant_rd16(p + 2 * i)) * a[i];
+    return sum;
+}
+
+static float dot_q4_0(int64_t n, const void *w, const void *x)
+{
+    const struct quant_blk_q4_0 *b = w;
+    const struct cpu_q8_0 *y = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += ((b[i].qs[j] & 15) - 8) * y[i].qs[j] + ((b[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+        sum += (float)s * (quant_rdh(b[i].d) * y[i].d);
+    }
+    return sum;
+}
+
+static float dot_q8_0(int64_t n, const void *w, const void *x)
+{
+    const struct quant_blk_q8_0 *b = w;
+    const struct cpu_q8_0 *y = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++)
+            s += (int8_t)b[i].qs[j] * y[i].qs[j];
+        sum += (float)s * (quant_rdh(b[i].d) * y[i].d);
+    }
+    return sum;
+}
+
+/* Q4_K and Q5_K: sub-block j of 32 has a 6-bit scale and min; the 4 (5)
+ * bit codes are unsigned, so x ~= d*sc*q - dmin*m and the min term only
+ * needs the activation's block sums. */
+static float dot_q4_K(int64_t n, const void *w, const void *x)
+{
+    const struct quant_blk_q4_K *b = w;
+    const struct cpu_q8_K *y = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = b[i].qs + 32 * (j / 2);
+            const int8_t *a = y[i].qs + 32 * j;
+            int shift = 4 * (j % 2), s = 0;
+            uint8_t sc, m;
+
+            quant_scale_min_k4(j, b[i].scales, &sc, &m);
+            for (int l = 0; l < 32; l++)
+                s += ((q[l] >> shift) & 15) * a[l];
+            isum += sc * s;
+            msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        sum += y[i].d * quant_rdh(b[i].d) * (float)isum - y[i].d * quant_rdh(b[i].dmin) * (float)msum;
+    }
+    return sum;
+}
+
+static float dot_q5_K(int64_t n, const void *w, const void *x)
+{
+    const struct quant_blk_q5_K *b = w;
+    const struct cpu_q8_K *y = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = b[i].qs + 32 * (j / 2);
+            const int8_t *a = y[i].qs + 32 * j;
+            int shift = 4 * (j % 2), s = 0;
+            uint8_t sc, m;
+
+            quant_scale_min_k4(j, b[i].scales, &sc, &m);
+            for (int l = 0; l < 32; l++)
+                s += (((q[l] >> shift) & 15) | (((b[i].qh[l] >> j) & 1) << 4)) * a[l];
+            isum += sc * s;
+            msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        sum += y[i].d * quant_rdh(b[i].d) * (float)isum - y[i].d * quant_rdh(b[i].dmin) * (float)msum;
+    }
+    return sum;
+}
+
+/* Q6_K: 16 signed scales per block of 256; codes 0..63 stand for q - 32.
+ * Element e of a 128-half h lives in ql/qh as quant_ref.c's deq_q6_K says. */
+static float dot_q6_K(int64_t n, const void *w, const void *x)
+{
+    const struct quant_blk_q6_K *b = w;
+    const struct cpu_q8_K *y = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int32_t isum = 0;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
+            const int8_t *sc = b[i].scales + 8 * h, *a = y[i].qs + 128 * h;
+            int32_t s[8] = {0};
+
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                s[is + 0] += (((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32) * a[l];
+                s[is + 2] += (((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32) * a[l + 32];
+                s[is + 4] += (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32) * a[l + 64];
+                s[is + 6] += (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32) * a[l + 96];
+            }
+            for (int k = 0; k < 8; k++)
+                isum += sc[k] * s[k];
+        }
+        sum += y[i].d * quant_rdh(b[i].d) * (float)isum;
+    }
+    return sum;
+}
+
+/* ------------------------------------------------------------------------
+ * Scalar gemm wrappers and attention helpers
+ * ---------------------------------------------------------------------- */
+
+typedef float row_dot_fn(int64_t n, const void *w, const void *x);
+
+/* The loop every scalar gemm shares: one dot per (row, column). */
+static inline void gemm_loop(row_dot_fn *dot, int64_t n, int32_t nr, int32_t nc, const void *w,
+                             size_t wb, const void *x, size_t xb, float *y, size_t ys, int add)
+{
+    for (int32_t c = 0; c < nc; c++) {
+        const void *xc = (const uint8_t *)x + (size_t)c * xb;
+        float *yc = y + (size_t)c * ys;
+        for (int32_t r = 0; r < nr; r++) {
+            float v = dot(n, (const uint8_t *)w + (size_t)r * wb, xc);
+            yc[r] = add ? yc[r] + v : v;
+        }
+    }
+}
+
+#define SCALAR_GEMM(T)                                                                           \
+    static void gemm_##T(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb,            \
+                         const void *x, size_t xb, float *y, size_t ys, int add)                 \
+    {                                                                                            \
+        gemm_loop(dot_##T, n, nr, nc, w, wb, x, xb, y, ys, add);                                 \
+    }
+SCALAR_GEMM(f32)
+SCALAR_GEMM(f16)
+SCALAR_GEMM(bf16)
+SCALAR_GEMM(q4_0)
+SCALAR_GEMM(q8_0)
+SCALAR_GEMM(q4_K)
+SCALAR_GEMM(q5_K)
+SCALAR_GEMM(q6_K)
+
+static float kv_at(const void *v, int64_t i, int f16)
+{
+    uint16_t h;
+    float f;
+
+    if (f16) {
+        memcpy(&h, (const uint8_t *)v + 2 * i, 2);
+        return quant_f16_to_f32(h);
+    }
+    memcpy(&f, (const uint8_t *)v + 4 * i, 4);
+    return f;
+}
+
+static float dot_kv(const float *q, const void *k, int64_t n, int f16)
+{
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += q[i] * kv_at(k, i, f16);
+    return sum;
+}
+
+static void axpy_kv(float a, const void *v, float *y, int64_t n, int f16)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * kv_at(v, i, f16);
+}
+
+static void round_f16(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
+}
+
+const struct cpu_dot cpu_dot_scalar = {
+    .isa = CPU_ISA_SCALAR,
+    .name = "scalar",
+    .gemm =
+        {
+            [GGML_TYPE_F32] = gemm_f32,
+            [GGML_TYPE_F16] = gemm_f16,
+            [GGML_TYPE_BF16] = gemm_bf16,
+            [GGML_TYPE_Q4_0] = gemm_q4_0,
+            [GGML_TYPE_Q8_0] = gemm_q8_0,
+            [GGML_TYPE_Q4_K] = gemm_q4_K,
+            [GGML_TYPE_Q5_K] = gemm_q5_K,
+            [GGML_TYPE_Q6_K] = gemm_q6_K,
+        },
+    .dot_kv = dot_kv,
+    .axpy_kv = axpy_kv,
+    .round_f16 = round_f16,
+};
+
+/* ------------------------------------------------------------------------
+ * Dispatch
+ * ---------------------------------------------------------------------- */
+
+const struct cpu_dot *cpu_dot_for(enum cpu_isa isa)
+{
+    switch (isa) {
+    case CPU_ISA_SCALAR:
+        return &cpu_dot_scalar;
+#if defined(__x86_64__)
+    case CPU_ISA_AVX2:
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c"))
+            return &cpu_dot_avx2;
+        return NULL;
+    case CPU_ISA_AVX512:
+        if (cpu_dot_for(CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512vnni"))
+            return &cpu_dot_avx512;
+        return NULL;
+#endif
+    default:
+        return NULL;
+    }
+}
+
+const struct cpu_dot *cpu_dot_best(void)
+{
+    for (int isa = CPU_ISA_COUNT - 1; isa > 0; isa--) {
+        const struct cpu_dot *d = cpu_dot_for((enum cpu_isa)isa);
+        if (d)
+            return d;
+    }
+    return &cpu_dot_scalar;
+}

@@ -1,0 +1,21 @@
+/*
+ * cpu_dot_avx2.c: the gemm tiles of cpu_dot_x86.h built for AVX2 + FMA +
+ * F16C (Haswell, Zen 1 and later).
+ *
+ * Only the target attribute changes, so the library still runs on any
+ * x86-64: cpu_dot_for() hands this table out after cpuid says the CPU has
+ * these extensions. 2 x 2 tiles for prefill keep the 16 ymm registers of
+ * AVX2 from spilling (4 accumulators, 2 weight and 2 activation vectors).
+ */
+#if defined(__x86_64__)
+
+#define X86_T __attribute__((target("avx2,fma,f16c")))
+#define X86_VNNI 0
+#define X86_RB 2
+#define X86_CB 2
+#define X86_TABLE cpu_dot_avx2
+#define X86_ISA CPU_ISA_AVX2
+#define X86_NAME "avx2"
+#include "runtime/cpu_dot_x86.h"
+
+#endif

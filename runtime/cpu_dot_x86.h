@@ -1,0 +1,554 @@
+/*
+ * cpu_dot_x86.h: the x86 gemm tiles, written once and compiled twice:
+ * cpu_dot_avx2.c (AVX2 + FMA + F16C) and cpu_dot_avx512.c (the same plus
+ * AVX-512 VL/BW and VNNI, which turn the u8 x s8 and s16 x s16 dot steps
+ * into single vpdpbusd / vpdpwssd instructions and give 32 registers).
+ *
+ * The includer defines, before including this once:
+ *   X86_T        __attribute__((target("..."))) for every function here
+ *   X86_VNNI     1 to use AVX-512 VNNI dot instructions, else 0
+ *   X86_RB, X86_CB   rows x columns of the multi-column tile (X86_RB <= 4,
+ *                X86_CB <= 4); single-column work uses 4 x 1 tiles
+ *   X86_TABLE    the name of the struct cpu_dot to define
+ *   X86_ISA, X86_NAME  its isa and name
+ *
+ * Tiles compute RB x CB (row, column) dot products at once so a weight
+ * block is decoded once per tile and an activation block loaded once per
+ * tile. Each pair keeps its own accumulator and sees exactly the same
+ * instruction sequence whatever the tile shape, which is what makes a
+ * token's logits independent of what else is in the batch.
+ *
+ * Loads go through the unaligned intrinsics or memcpy: weight blocks sit at
+ * any byte offset in the GGUF map (a Q8_0 block is 34 bytes).
+ */
+#ifndef MFC_CPU_DOT_X86_H
+#define MFC_CPU_DOT_X86_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "common/quant_int.h"
+#include "runtime/cpu_int.h"
+
+#define AI inline __attribute__((always_inline))
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static AI X86_T float hsum8(__m256 v)
+{
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static AI X86_T float h2f(const uint8_t *p)
+{
+    return _cvtsh_ss(quant_rd16(p));
+}
+
+static AI X86_T __m256i ld256(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i_u *)p);
+}
+
+static AI X86_T __m128i ld128(const void *p)
+{
+    return _mm_loadu_si128((const __m128i_u *)p);
+}
+
+/* Stores (or, with add, accumulates) one result. */
+static AI X86_T void put(float *y, int add, float v)
+{
+    *y = add ? *y + v : v;
+}
+
+/* Sum over i of u[i] * s[i] for 32 unsigned (u) and signed (s) bytes,
+ * folded into src as 8 int32 lanes. maddubs cannot saturate here: every
+ * unsigned operand mfc passes is <= 63 (or <= 255 with s >= -127 under
+ * VNNI, which has no 16-bit stage). */
+static AI X86_T __m256i dot_u8s8(__m256i src, __m256i u, __m256i s)
+{
+#if X86_VNNI
+    return _mm256_dpbusd_epi32(src, u, s);
+#else
+    return _mm256_add_epi32(src, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                   _mm256_set1_epi16(1)));
+#endif
+}
+
+/* src + sum of sc[k] * (sum of u*s over byte pair k), as 8 int32 lanes: the
+ * K-quant step "scale a sub-block's integer dot product and accumulate". */
+static AI X86_T __m256i dot_scaled(__m256i src, __m256i sc16, __m256i u, __m256i s)
+{
+#if X86_VNNI
+    return _mm256_dpwssd_epi32(src, sc16, _mm256_maddubs_epi16(u, s));
+#else
+    return _mm256_add_epi32(src, _mm256_madd_epi16(sc16, _mm256_maddubs_epi16(u, s)));
+#endif
+}
+
+/* ---- Q8_0 weights x Q8_0 activations ----------------------------------- */
+
+static AI X86_T void tile_q8_0(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    __m256 acc[4][4];
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i wq[4];
+        float dw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            const uint8_t *b = w + (size_t)r * wb + (size_t)i * 34;
+            dw[r] = h2f(b);
+            wq[r] = ld256(b + 2);
+#if X86_VNNI
+            wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80)); /* w + 128 */
+#endif
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++) {
+            const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
+            __m256i aq = ld256(a->qs);
+#if X86_VNNI
+            /* sum (w+128)*a = sum w*a + 128*s: start each of 8 lanes at -16*s */
+            __m256i init = _mm256_set1_epi32(-16 * a->s);
+#endif
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) {
+#if X86_VNNI
+                __m256i p = _mm256_dpbusd_epi32(init, wq[r], aq);
+#else
+                __m256i p = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]), _mm256_sign_epi8(aq, wq[r])),
+                    _mm256_set1_epi16(1));
+#endif
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
+                                            acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < CB; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
+}
+
+/* ---- Q4_0 weights x Q8_0 activations ----------------------------------- */
+
+static AI X86_T void tile_q4_0(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc[4][4];
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i wq[4];
+        float dw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            const uint8_t *b = w + (size_t)r * wb + (size_t)i * 18;
+            __m128i t = ld128(b + 2);
+            dw[r] = h2f(b);
+            /* low nibbles are elements 0..15, high nibbles 16..31; codes 0..15 */
+            wq[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++) {
+            const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
+            __m256i aq = ld256(a->qs);
+            /* sum (q-8)*a = sum q*a - 8*s: start each of 8 lanes at -s */
+            __m256i init = _mm256_set1_epi32(-a->s);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) {
+                __m256i p = dot_u8s8(init, wq[r], aq);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
+                                            acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < CB; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
+}
+
+/* ---- K-quants x Q8_K activations --------------------------------------- */
+
+/* Q4_K/Q5_K scales and mins of one block as bytes: s[0..8) scales,
+ * s[8..16) mins (ggml's get_scale_min_k4 for all eight at once). */
+static AI X86_T void k4_scales(const uint8_t *packed, uint8_t s[16])
+{
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    uint32_t u[4], aux;
+
+    memcpy(u, packed, 12);
+    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    aux = u[1] & km1;
+    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    u[2] = aux;
+    u[0] &= km1;
+    memcpy(s, u, 16);
+}
+
+/* The activation's 16-element sums folded to 8 sums of 32 (one per K-quant
+ * sub-block), as 8 int16. */
+static AI X86_T __m128i bsums32(const struct cpu_q8_K *a)
+{
+    return _mm_hadd_epi16(ld128(a->bsums), ld128(a->bsums + 8));
+}
+
+/* Q4_K (q5 == 0) and Q5_K (q5 == 1): per block d*sum_j sc_j*(q.a)_j -
+ * dmin*sum_j m_j*bsum_j, the integer parts exact. */
+static AI X86_T void tile_q45_K(const int q5, const int RB, const int CB, int64_t n,
+                                const uint8_t *w, size_t wb, const uint8_t *x, size_t xb, float *y,
+                                size_t ys, int add)
+{
+    const size_t bsz = q5 ? sizeof(struct quant_blk_q5_K) : sizeof(struct quant_blk_q4_K);
+    const size_t qs_off = q5 ? offsetof(struct quant_blk_q5_K, qs) : offsetof(struct quant_blk_q4_K, qs);
+    const __m256i m4 = _mm256_set1_epi8(15), m1 = _mm256_set1_epi8(1);
+    __m256 acc[4][4];
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi[4][4], hb[4];
+        uint8_t s[4][16];
+        float dw[4], dm[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            const uint8_t *b = w + (size_t)r * wb + (size_t)i * bsz;
+            dw[r] = h2f(b);
+            dm[r] = h2f(b + 2);
+            k4_scales(b + 4, s[r]);
+            hb[r] = q5 ? ld256(b + 16) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int c = 0; c < CB; c++)
+                sumi[r][c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; j++) {
+            __m256i lo[4], hi[4], sl[4], sh[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) {
+                __m256i q = ld256(w + (size_t)r * wb + (size_t)i * bsz + qs_off + 32 * j);
+                lo[r] = _mm256_and_si256(q, m4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (q5) {
+                    /* fifth bits: bit 2j for the low half, 2j+1 for the high */
+                    lo[r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(_mm256_and_si256(hb[r], m1), 4));
+                    hi[r] = _mm256_or_si256(
+                        hi[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb[r], 1), m1), 4));
+                    hb[r] = _mm256_srli_epi16(hb[r], 2);
+                }
+                sl[r] = _mm256_set1_epi16(s[r][2 * j]);
+                sh[r] = _mm256_set1_epi16(s[r][2 * j + 1]);
+            }
+#pragma GCC unroll 4
+            for (int c = 0; c < CB; c++) {
+                const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
+                __m256i al = ld256(a->qs + 64 * j), ah = ld256(a->qs + 64 * j + 32);
+#pragma GCC unroll 4
+                for (int r = 0; r < RB; r++)
+                    sumi[r][c] = dot_scaled(dot_scaled(sumi[r][c], sl[r], lo[r], al), sh[r], hi[r], ah);
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++) {
+            const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
+            __m128i bs = bsums32(a);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) {
+                __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i_u *)(s[r] + 8)));
+                __m256 mp = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bs)));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d),
+                                            _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
+                acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(dm[r] * a->d), mp, acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < CB; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
+}
+
+static AI X86_T void tile_q4_K(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    tile_q45_K(0, RB, CB, n, w, wb, x, xb, y, ys, add);
+}
+
+static AI X86_T void tile_q5_K(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    tile_q45_K(1, RB, CB, n, w, wb, x, xb, y, ys, add);
+}
+
+/* Q6_K: codes 0..63 stand for q - 32; the -32 is taken out once per block
+ * as 32 * sum_k sc_k * bsum_k instead of per element. */
+static AI X86_T void tile_q6_K(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    __m256 acc[4][4];
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi[4][4];
+        __m128i sc8[4];
+        float dw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            const struct quant_blk_q6_K *b =
+                (const struct quant_blk_q6_K *)(w + (size_t)r * wb) + i;
+            dw[r] = h2f(b->d);
+            sc8[r] = ld128(b->scales);
+#pragma GCC unroll 4
+            for (int c = 0; c < CB; c++)
+                sumi[r][c] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 4; k++) {
+                /* vector k of half h: elements 128h + 32k ..; scales 8h + 2k, +1 */
+                const __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (8 * h + 2 * k + 1),
+                                                    0x0101010101010101LL * (8 * h + 2 * k));
+                __m256i q[4], sc[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < RB; r++) {
+                    const struct quant_blk_q6_K *b =
+                        (const struct quant_blk_q6_K *)(w + (size_t)r * wb) + i;
+                    __m256i ql = ld256(b->ql + 64 * h + 32 * (k & 1));
+                    __m256i qh = ld256(b->qh + 32 * h);
+                    if (k >= 2)
+                        ql = _mm256_srli_epi16(ql, 4);
+                    qh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
+                    q[r] = _mm256_or_si256(_mm256_and_si256(ql, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+                    sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8[r], shuf));
+                }
+#pragma GCC unroll 4
+                for (int c = 0; c < CB; c++) {
+                    const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
+                    __m256i aq = ld256(a->qs + 128 * h + 32 * k);
+#pragma GCC unroll 4
+                    for (int r = 0; r < RB; r++)
+                        sumi[r][c] = dot_scaled(sumi[r][c], sc[r], q[r], aq);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++) {
+            const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
+            __m256i bs = ld256(a->bsums);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) {
+                __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8[r]), bs);
+                __m256i si = _mm256_sub_epi32(sumi[r][c], _mm256_slli_epi32(corr, 5));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(si),
+                                            acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < CB; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
+}
+
+/* ---- float weights x float activations --------------------------------- */
+
+/* 8 weights at element k of a row, as floats: kind 0 F32, 1 F16, 2 BF16. */
+static AI X86_T __m256 ld_w8(const int kind, const uint8_t *row, int64_t k)
+{
+    if (kind == 0)
+        return _mm256_loadu_ps((const float *)(const void *)(row + 4 * k));
+    if (kind == 1)
+        return _mm256_cvtph_ps(ld128(row + 2 * k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(row + 2 * k)), 16));
+}
+
+/* One weight as a float (the tail past the last multiple of 8). */
+static AI X86_T float ld_w1(const int kind, const uint8_t *row, int64_t k)
+{
+    float f;
+    if (kind == 0) {
+        memcpy(&f, row + 4 * k, 4);
+        return f;
+    }
+    if (kind == 1)
+        return h2f(row + 2 * k);
+    return quant_bf16_to_f32(quant_rd16(row + 2 * k));
+}
+
+static AI X86_T void tile_float(const int kind, const int RB, const int CB, int64_t n,
+                                const uint8_t *w, size_t wb, const uint8_t *x, size_t xb, float *y,
+                                size_t ys, int add)
+{
+    __m256 acc[4][4];
+    int64_t k = 0;
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (; k + 8 <= n; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            wv[r] = ld_w8(kind, w + (size_t)r * wb, k);
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++) {
+            __m256 xv = _mm256_loadu_ps((const float *)(const void *)(x + (size_t)c * xb) + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++)
+                acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < CB; c++) {
+        const float *xc = (const float *)(const void *)(x + (size_t)c * xb);
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            float v = hsum8(acc[r][c]);
+            for (int64_t t = k; t < n; t++)
+                v += ld_w1(kind, w + (size_t)r * wb, t) * xc[t];
+            put(y + (size_t)c * ys + r, add, v);
+        }
+    }
+}
+
+static AI X86_T void tile_f32(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                              const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    tile_float(0, RB, CB, n, w, wb, x, xb, y, ys, add);
+}
+
+static AI X86_T void tile_f16(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                              const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    tile_float(1, RB, CB, n, w, wb, x, xb, y, ys, add);
+}
+
+static AI X86_T void tile_bf16(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
+                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+{
+    tile_float(2, RB, CB, n, w, wb, x, xb, y, ys, add);
+}
+
+/* ---- drivers ------------------------------------------------------------ */
+
+/* Covers the nr x nc output with X86_RB x X86_CB tiles, then 4 x 1 tiles
+ * for leftover columns and 1 x 1 for leftover rows. */
+#define X86_GEMM(T)                                                                              \
+    static X86_T void gemm_##T(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb,      \
+                               const void *x, size_t xb, float *y, size_t ys, int add)           \
+    {                                                                                            \
+        const uint8_t *W = w, *X = x;                                                            \
+        int32_t c = 0, r;                                                                        \
+        for (; X86_CB > 1 && c + X86_CB <= nc; c += X86_CB) {                                    \
+            for (r = 0; r + X86_RB <= nr; r += X86_RB)                                           \
+                tile_##T(X86_RB, X86_CB, n, W + r * wb, wb, X + c * xb, xb, y + c * ys + r, ys,  \
+                         add);                                                                   \
+            for (; r < nr; r++)                                                                  \
+                tile_##T(1, X86_CB, n, W + r * wb, wb, X + c * xb, xb, y + c * ys + r, ys, add); \
+        }                                                                                        \
+        for (; c < nc; c++) {                                                                    \
+            for (r = 0; r + 4 <= nr; r += 4)                                                     \
+                tile_##T(4, 1, n, W + r * wb, wb, X + c * xb, xb, y + c * ys + r, ys, add);      \
+            for (; r < nr; r++)                                                                  \
+                tile_##T(1, 1, n, W + r * wb, wb, X + c * xb, xb, y + c * ys + r, ys, add);      \
+        }                                                                                        \
+    }
+
+X86_GEMM(f32)
+X86_GEMM(f16)
+X86_GEMM(bf16)
+X86_GEMM(q4_0)
+X86_GEMM(q8_0)
+X86_GEMM(q4_K)
+X86_GEMM(q5_K)
+X86_GEMM(q6_K)
+
+/* ---- attention helpers --------------------------------------------------- */
+
+static X86_T float dot_kv(const float *q, const void *k, int64_t n, int f16)
+{
+    const uint8_t *p = k;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    float v;
+
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld_w8(f16 ? 1 : 0, p, i), acc);
+    v = hsum8(acc);
+    for (; i < n; i++)
+        v += q[i] * ld_w1(f16 ? 1 : 0, p, i);
+    return v;
+}
+
+static X86_T void axpy_kv(float a, const void *v, float *y, int64_t n, int f16)
+{
+    const uint8_t *p = v;
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ld_w8(f16 ? 1 : 0, p, i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * ld_w1(f16 ? 1 : 0, p, i);
+}
+
+static X86_T void round_f16(float *x, int64_t n)
+{
+    int64_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                 _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++)
+        x[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+const struct cpu_dot X86_TABLE = {
+    .isa = X86_ISA,
+    .name = X86_NAME,
+    .gemm =
+        {
+            [GGML_TYPE_F32] = gemm_f32,
+            [GGML_TYPE_F16] = gemm_f16,
+            [GGML_TYPE_BF16] = gemm_bf16,
+            [GGML_TYPE_Q4_0] = gemm_q4_0,
+            [GGML_TYPE_Q8_0] = gemm_q8_0,
+            [GGML_TYPE_Q4_K] = gemm_q4_K,
+            [GGML_TYPE_Q5_K] = gemm_q5_K,
+            [GGML_TYPE_Q6_K] = gemm_q6_K,
+        },
+    .dot_kv = dot_kv,
+    .axpy_kv = axpy_kv,
+    .round_f16 = round_f16,
+};
+
+#endif

@@ -28,6 +28,9 @@
 #define TOK_MAX_TEXT ((size_t)256 << 20) /* bytes of one text to encode: keeps every
                                             symbol index of an SPM word in int32 */
 #define SP_BUCKETS 4096                  /* hash buckets of the special-token prefilter */
+#define MEMO_MIN_TEXT 4096               /* bytes of text from which a call keeps a memo */
+#define MEMO_SLOTS 65536                 /* most memo entries (used up to 3/4) */
+#define MEMO_MAX_PIECE 64                /* bytes of the longest piece remembered */
 
 /* ---------------------------------------------------------------------------
  * text -> id map
@@ -62,14 +65,18 @@ int32_t tok_lookup(const struct tok *t, const char *s, size_t len)
 {
     if (len == 0 || len > t->max_token_len)
         return -1;
-    for (uint64_t i = hash_bytes(s, len) & t->map_mask;; i = (i + 1) & t->map_mask) {
-        uint32_t slot = t->map[i];
-        if (slot == 0)
+    uint64_t h = hash_bytes(s, len);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t i = h & t->map_mask;; i = (i + 1) & t->map_mask) {
+        const struct tok_slot *slot = &t->map[i];
+        if (slot->id1 == 0)
             return -1;
+        if (slot->tag != tag)
+            continue; /* the tag spares a text compare (a cache miss) per probe */
         size_t n;
-        const char *p = token_text(t, (int32_t)(slot - 1), &n);
+        const char *p = token_text(t, (int32_t)(slot->id1 - 1), &n);
         if (n == len && memcmp(p, s, len) == 0)
-            return (int32_t)(slot - 1);
+            return (int32_t)(slot->id1 - 1);
     }
 }
 
@@ -95,14 +102,14 @@ static int build_map(struct tok *t, struct mf_err *err)
         const char *s = token_text(t, (int32_t)id, &len);
         if (len == 0)
             continue; /* never looked up; llama.cpp renames these [EMPTY_i] */
-        uint64_t i = hash_bytes(s, len) & t->map_mask;
-        for (; t->map[i]; i = (i + 1) & t->map_mask) {
+        uint64_t h = hash_bytes(s, len), i = h & t->map_mask;
+        for (; t->map[i].id1; i = (i + 1) & t->map_mask) {
             size_t n;
-            const char *p = token_text(t, (int32_t)(t->map[i] - 1), &n);
+            const char *p = token_text(t, (int32_t)(t->map[i].id1 - 1), &n);
             if (n == len && memcmp(p, s, len) == 0)
                 break;
         }
-        t->map[i] = id + 1;
+        t->map[i] = (struct tok_slot){id + 1, (uint32_t)(h >> 32)};
     }
     return 0;
 }
@@ -287,11 +294,41 @@ static uint32_t sp_bucket(const char *s, size_t len)
     return (b0 * 257u + b1) % SP_BUCKETS;
 }
 
+/* The bucket index of the specials that `all` selects (else only the
+ * user-defined ones): a counting sort, so each bucket keeps priority order. */
+static int build_sp_index(struct tok *t, int all, struct mf_err *err)
+{
+    struct tok_sp_index *ix = &t->sp_ix[all];
+    ix->start = calloc(SP_BUCKETS + 1, sizeof *ix->start);
+    ix->idx = malloc(((size_t)t->n_specials + 1) * sizeof *ix->idx);
+    if (!ix->start || !ix->idx)
+        return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory for %u special tokens",
+                          t->n_specials);
+    size_t len;
+    for (uint32_t i = 0; i < t->n_specials; i++) {
+        const char *s = token_text(t, t->specials[i], &len);
+        if (all || t->type[t->specials[i]] == TOK_TYPE_USER_DEFINED)
+            ix->start[sp_bucket(s, len) + 1]++;
+    }
+    for (uint32_t b = 0; b < SP_BUCKETS; b++)
+        ix->start[b + 1] += ix->start[b];
+    ix->n = ix->start[SP_BUCKETS];
+    uint32_t pos[SP_BUCKETS];
+    memcpy(pos, ix->start, sizeof pos);
+    for (uint32_t i = 0; i < t->n_specials; i++) {
+        const char *s = token_text(t, t->specials[i], &len);
+        if (all || t->type[t->specials[i]] == TOK_TYPE_USER_DEFINED)
+            ix->idx[pos[sp_bucket(s, len)]++] = i;
+    }
+    return 0;
+}
+
 /*
  * The partition list: control, user-defined and unknown tokens, longest
  * first (llama.cpp's cache_special_tokens; it breaks ties arbitrarily, this
- * by id), plus a bucket index by their first two bytes so tok_encode can
- * skip the ones a text does not contain in one pass.
+ * by id), plus two bucket indexes by their first two bytes (user-defined
+ * only, for plain encoding; all, for parse_special) so tok_encode finds the
+ * ones a text contains in one pass.
  */
 static int sort_specials(struct tok *t, struct mf_err *err)
 {
@@ -299,13 +336,11 @@ static int sort_specials(struct tok *t, struct mf_err *err)
     for (uint32_t id = 0; id < t->n_vocab; id++)
         n += is_special_type(t->type[id]) && t->text_off[id + 1] - t->text_off[id] > 1;
     t->specials = malloc(((size_t)n + 1) * sizeof *t->specials);
-    t->sp_start = calloc(SP_BUCKETS + 1, sizeof *t->sp_start);
-    t->sp_index = malloc(((size_t)n + 1) * sizeof *t->sp_index);
-    if (!t->specials || !t->sp_start || !t->sp_index)
-        return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory for %u special tokens", n);
     struct sp_sort *order = malloc(((size_t)n + 1) * sizeof *order);
-    if (!order)
+    if (!t->specials || !order) {
+        free(order);
         return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory for %u special tokens", n);
+    }
     n = 0;
     for (uint32_t id = 0; id < t->n_vocab; id++)
         if (is_special_type(t->type[id]) && t->text_off[id + 1] - t->text_off[id] > 1)
@@ -315,21 +350,8 @@ static int sort_specials(struct tok *t, struct mf_err *err)
         t->specials[i] = order[i].id;
     free(order);
     t->n_specials = n;
-    size_t len;
-    for (uint32_t i = 0; i < n; i++) {
-        const char *s = token_text(t, t->specials[i], &len);
-        t->sp_start[sp_bucket(s, len) + 1]++;
-    }
-    for (uint32_t b = 0; b < SP_BUCKETS; b++)
-        t->sp_start[b + 1] += t->sp_start[b];
-    uint32_t *fill = t->sp_index; /* counting sort; keeps priority order per bucket */
-    uint32_t pos[SP_BUCKETS];
-    memcpy(pos, t->sp_start, sizeof pos);
-    for (uint32_t i = 0; i < n; i++) {
-        const char *s = token_text(t, t->specials[i], &len);
-        fill[pos[sp_bucket(s, len)]++] = i;
-    }
-    return 0;
+    int rc = build_sp_index(t, 0, err);
+    return rc ? rc : build_sp_index(t, 1, err);
 }
 
 /* llama.cpp sets RSTRIP on phi-3's added tokens by model name (llama-vocab.cpp
@@ -450,8 +472,10 @@ void tok_free(struct tok *t)
     free(t->flags);
     free(t->map);
     free(t->specials);
-    free(t->sp_start);
-    free(t->sp_index);
+    for (int i = 0; i < 2; i++) {
+        free(t->sp_ix[i].start);
+        free(t->sp_ix[i].idx);
+    }
     free(t);
 }
 
@@ -629,8 +653,117 @@ int tok_heap_pop(struct tok_scratch *s, struct tok_pair *out)
     return 1;
 }
 
+/* ---------------------------------------------------------------------------
+ * per-call memo: natural text repeats its words, and a remembered word
+ * costs one probe in a small hot table instead of a merge over cold vocab
+ * and merge tables (3-4x on English prose). Per call, so struct tok stays
+ * immutable and shared between threads.
+ * ------------------------------------------------------------------------- */
+
+struct tok_memo_ent {
+    uint64_t hash;    /* of the piece; 0 marks an empty slot */
+    uint32_t key;     /* offset of the piece's bytes in keys */
+    uint32_t len;     /* bytes of the piece */
+    uint32_t ids;     /* offset of its ids in idv */
+    uint32_t n_ids;   /* ids */
+};
+
+struct tok_memo {
+    struct tok_memo_ent *slot; /* owned: n_slots entries, open addressing */
+    uint32_t n_slots;          /* a power of two; used up to 3/4 */
+    uint32_t used;             /* slots taken */
+    char *keys;                /* owned: piece bytes */
+    uint32_t keys_cap;         /* bytes allocated (n_slots * 12: words average < 8) */
+    uint32_t keys_used;        /* bytes taken */
+    int32_t *idv;              /* owned: ids of every piece */
+    uint32_t idv_cap;          /* entries allocated (n_slots * 3) */
+    uint32_t idv_used;         /* entries taken */
+};
+
+/* A memo sized for a text of len bytes (about one slot per 4 bytes, at most
+ * MEMO_SLOTS), or NULL: the memo is optional, so failing to get one is not
+ * an error. */
+static struct tok_memo *memo_new(size_t len)
+{
+    uint32_t n = 1024;
+    while (n < MEMO_SLOTS && n < len / 4)
+        n *= 2;
+    struct tok_memo *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->n_slots = n;
+    m->keys_cap = n * 12;
+    m->idv_cap = n * 3;
+    m->slot = calloc(n, sizeof *m->slot);
+    m->keys = malloc(m->keys_cap);
+    m->idv = malloc(m->idv_cap * sizeof *m->idv);
+    if (!m->slot || !m->keys || !m->idv) {
+        free(m->slot);
+        free(m->keys);
+        free(m->idv);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void memo_free(struct tok_memo *m)
+{
+    if (!m)
+        return;
+    free(m->slot);
+    free(m->keys);
+    free(m->idv);
+    free(m);
+}
+
+static uint64_t memo_hash(const char *p, size_t n)
+{
+    return hash_bytes(p, n) | 1; /* never 0, the empty mark */
+}
+
+int tok_memo_get(struct tok_scratch *s, const char *p, size_t n, struct tok_ids *out,
+                 struct mf_err *err, int *rc)
+{
+    struct tok_memo *m = s->memo;
+    if (!m || n > MEMO_MAX_PIECE)
+        return 0;
+    uint64_t h = memo_hash(p, n);
+    for (uint32_t i = (uint32_t)h & (m->n_slots - 1);; i = (i + 1) & (m->n_slots - 1)) {
+        const struct tok_memo_ent *e = &m->slot[i];
+        if (e->hash == 0)
+            return 0;
+        if (e->hash == h && e->len == n && memcmp(m->keys + e->key, p, n) == 0) {
+            *rc = 0;
+            for (uint32_t k = 0; k < e->n_ids && !*rc; k++)
+                *rc = tok_ids_push(out, m->idv[e->ids + k], err);
+            return 1;
+        }
+    }
+}
+
+void tok_memo_put(struct tok_scratch *s, const char *p, size_t n, const int32_t *ids,
+                  size_t n_ids)
+{
+    struct tok_memo *m = s->memo;
+    if (!m || n > MEMO_MAX_PIECE || n_ids > MEMO_MAX_PIECE || m->used >= m->n_slots / 4 * 3 ||
+        m->keys_used + n > m->keys_cap || m->idv_used + n_ids > m->idv_cap)
+        return;
+    uint64_t h = memo_hash(p, n);
+    uint32_t i = (uint32_t)h & (m->n_slots - 1);
+    while (m->slot[i].hash)
+        i = (i + 1) & (m->n_slots - 1);
+    m->slot[i] = (struct tok_memo_ent){h, m->keys_used, (uint32_t)n, m->idv_used, (uint32_t)n_ids};
+    memcpy(m->keys + m->keys_used, p, n);
+    memcpy(m->idv + m->idv_used, ids, n_ids * sizeof *ids);
+    m->keys_used += (uint32_t)n;
+    m->idv_used += (uint32_t)n_ids;
+    m->used++;
+}
+
 static void scratch_fini(struct tok_scratch *s)
 {
+    memo_free(s->memo);
     free(s->buf);
     free(s->word);
     free(s->sym);
@@ -662,30 +795,24 @@ static int frag_push(struct tok_scratch *s, int k, int32_t id, size_t off, size_
     return 0;
 }
 
-/* Marks in s->present the specials that occur anywhere in text: one pass over
- * the text, each position checked only against its two-byte bucket. */
-static int find_present(const struct tok *t, struct tok_scratch *s, const char *text,
-                        size_t len, int parse_special, struct mf_err *err)
+/* Marks in s->present the specials of index ix that occur anywhere in text:
+ * one pass over the text, each position checked only against its buckets. */
+static int find_present(const struct tok *t, const struct tok_sp_index *ix,
+                        struct tok_scratch *s, const char *text, size_t len, struct mf_err *err)
 {
     free(s->present);
     s->present = calloc(t->n_specials + 1, 1);
     if (!s->present)
         return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory");
     for (size_t i = 0; i < len; i++) {
-        for (int two = 0; two < 2; two++) {
-            if (two && i + 1 >= len)
-                break;
+        for (int two = 0; two < 2 && i + two < len; two++) {
             uint32_t b = sp_bucket(text + i, two ? 2 : 1);
-            for (uint32_t k = t->sp_start[b]; k < t->sp_start[b + 1]; k++) {
-                uint32_t sp = t->sp_index[k];
-                int32_t id = t->specials[sp];
+            for (uint32_t k = ix->start[b]; k < ix->start[b + 1]; k++) {
+                uint32_t sp = ix->idx[k];
                 size_t n;
-                const char *p = token_text(t, id, &n);
-                if (s->present[sp] || n > len - i || (n > 1) != two)
-                    continue;
-                if (!parse_special && t->type[id] != TOK_TYPE_USER_DEFINED)
-                    continue; /* control and unknown only when asked */
-                if (memcmp(p, text + i, n) == 0)
+                const char *p = token_text(t, t->specials[sp], &n);
+                if (!s->present[sp] && (n > 1) == two && n <= len - i &&
+                    memcmp(p, text + i, n) == 0)
                     s->present[sp] = 1;
             }
         }
@@ -734,10 +861,11 @@ static int partition(const struct tok *t, struct tok_scratch *s, const char *tex
 {
     int cur = 0, rc;
     s->frag_n[0] = 0;
+    const struct tok_sp_index *ix = &t->sp_ix[parse_special != 0];
     rc = frag_push(s, 0, -1, 0, len, err);
-    if (rc || t->n_specials == 0)
+    if (rc || ix->n == 0)
         goto done;
-    rc = find_present(t, s, text, len, parse_special, err);
+    rc = find_present(t, ix, s, text, len, err);
     for (uint32_t i = 0; i < t->n_specials && !rc; i++) {
         if (!s->present[i])
             continue;
@@ -796,6 +924,8 @@ int tok_encode(const struct tok *t, const char *text, size_t len, unsigned flags
                           len, TOK_MAX_TEXT);
     struct tok_scratch s;
     memset(&s, 0, sizeof s);
+    if (len >= MEMO_MIN_TEXT)
+        s.memo = memo_new(len); /* optional: without it every piece is merged */
     int k = 0, rc = 0;
     if (bos)
         rc = tok_ids_push(out, t->special[TOK_ID_BOS], err);

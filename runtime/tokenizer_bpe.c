@@ -599,8 +599,8 @@ static int emit_unknown(const struct tok *t, struct tok_scratch *s, const char *
     return rc;
 }
 
-static int encode_word(const struct tok *t, struct tok_scratch *s, const char *w, size_t n,
-                       struct tok_ids *out, struct mf_err *err)
+static int merge_and_emit(const struct tok *t, struct tok_scratch *s, const char *w, size_t n,
+                          struct tok_ids *out, struct mf_err *err)
 {
     int rc;
     if (t->pre->ignore_merges && n <= t->max_token_len) {
@@ -620,6 +620,19 @@ static int encode_word(const struct tok *t, struct tok_scratch *s, const char *w
         else
             rc = emit_unknown(t, s, w + s->sym[i].off, s->sym[i].len, out, err);
     }
+    return rc;
+}
+
+static int encode_word(const struct tok *t, struct tok_scratch *s, const char *w, size_t n,
+                       struct tok_ids *out, struct mf_err *err)
+{
+    int rc;
+    if (tok_memo_get(s, w, n, out, err, &rc))
+        return rc;
+    size_t first = out->n;
+    rc = merge_and_emit(t, s, w, n, out, err);
+    if (!rc)
+        tok_memo_put(s, w, n, out->v + first, out->n - first);
     return rc;
 }
 

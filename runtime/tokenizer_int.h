@@ -33,6 +33,20 @@ struct tok_merge {
 
 struct tok_pre_def; /* tokenizer_bpe.c: one pre-tokenizer's regexes */
 
+/* Special tokens grouped by a hash of their first two bytes (one byte for a
+ * one-byte token), for finding the ones a text contains. */
+struct tok_sp_index {
+    uint32_t *start; /* owned: 4097 offsets into idx, one run per bucket */
+    uint32_t *idx;   /* owned: indices into struct tok's specials, by bucket */
+    uint32_t n;      /* entries in idx */
+};
+
+/* One slot of the text -> id map. */
+struct tok_slot {
+    uint32_t id1; /* token id + 1; 0 for an empty slot */
+    uint32_t tag; /* high half of the text's hash */
+};
+
 struct tok {
     enum tok_model model;         /* SPM or BPE */
     const struct tok_pre_def *pre; /* BPE pre-tokenizer; NULL for SPM */
@@ -45,8 +59,8 @@ struct tok {
     float *scores;                /* owned: n_vocab SPM scores */
     uint8_t *type;                /* owned: n_vocab enum tok_type */
     uint8_t *flags;               /* owned: n_vocab TOKF_* */
-    uint32_t *map;                /* owned: text -> id hash, open addressing; slot = id + 1,
-                                     0 empty; (map_mask + 1) slots, at most 3/4 full */
+    struct tok_slot *map;         /* owned: text -> id hash, open addressing, linear
+                                     probing; (map_mask + 1) slots, at most 3/4 full */
     uint32_t map_mask;            /* slots - 1 (a power of two minus one) */
     uint32_t max_token_len;       /* bytes of the longest token text */
     struct tok_merge *merges;     /* owned: BPE (left, right) -> rank; NULL for SPM */
@@ -61,12 +75,12 @@ struct tok {
     int add_eos;                  /* TOK_ADD_SPECIAL adds EOS */
     int add_space_prefix;         /* SPM: a space goes in front of the text (and after
                                      each special token), as sentencepiece does */
+    int spm_split;                /* SPM: no token has U+2581 after another character, so
+                                     a text can be merged word by word (see tokenizer_spm.c) */
     int32_t *specials;            /* owned: control, user-defined and unknown ids, longest
                                      text first (ties by id), for the partition */
     uint32_t n_specials;          /* entries in specials */
-    uint32_t *sp_start;           /* owned: 4097 offsets into sp_index, one run per hash
-                                     bucket of a special's first two bytes */
-    uint32_t *sp_index;           /* owned: n_specials indices into specials, by bucket */
+    struct tok_sp_index sp_ix[2]; /* [0]: the user-defined specials, [1]: all of them */
     void **re;                    /* owned: BPE pre-tokenizer regexes (pcre2_code *) */
     uint32_t n_re;                /* entries in re */
 };
@@ -102,6 +116,7 @@ struct tok_scratch {
     size_t frag_n[2];     /* entries used */
     size_t frag_cap[2];   /* entries allocated */
     unsigned char *present; /* owned: n_specials flags: occurs in the text */
+    struct tok_memo *memo; /* owned: piece -> ids for this call, NULL for short texts */
     void *md;             /* owned: pcre2_match_data * */
 };
 
@@ -127,6 +142,14 @@ struct tok_pair {
 };
 
 /* tokenizer.c */
+/* Appends the ids remembered for piece p[0..n) and returns 1, or returns 0
+ * (not remembered, or no memo for this call). */
+int tok_memo_get(struct tok_scratch *s, const char *p, size_t n, struct tok_ids *out,
+                 struct mf_err *err, int *rc);
+/* Remembers that p[0..n) encodes to ids[0..n_ids); silently does nothing
+ * when the memo is absent or full. */
+void tok_memo_put(struct tok_scratch *s, const char *p, size_t n, const int32_t *ids,
+                  size_t n_ids);
 int32_t tok_lookup(const struct tok *t, const char *s, size_t len);
 /* Grows *buf to at least need bytes (MF_ENOMEM on failure, *buf kept). */
 int tok_scratch_buf(char **buf, size_t *cap, size_t need, struct mf_err *err);

@@ -14,7 +14,8 @@
 //
 // usage: node llama-ref.mjs --model M.gguf [--lora A.gguf [--lora-scale S]]
 //          [--prompt TEXT | --tokens 1,2,3] [--no-bos] [--n N] [--top K]
-//          [--ctx N] [--threads N]
+//          [--ctx N] [--threads N (default 1: tiny models lose more to thread
+//          hand-offs on a shared machine than they gain)]
 // Exit status: 0, or 1 with the reason on stderr (llama.cpp refused the file).
 // Run it from anywhere: node_modules is found next to this script (node/).
 import {createRequire} from "node:module";
@@ -26,7 +27,7 @@ const require = createRequire(path.join(here, "node", "package.json"));
 const {getLlama, LlamaLogLevel} = await import(pathToFileURL(require.resolve("node-llama-cpp")).href);
 
 function parseArgs(argv) {
-    const o = {lora: [], loraScale: 1, prompt: "Hello world", n: 8, top: 10, ctx: 256, threads: 2, bos: true};
+    const o = {lora: [], loraScale: 1, prompt: "Hello world", n: 8, top: 10, ctx: 256, threads: 1, bos: true};
     for (let i = 0; i < argv.length; i++) {
         const a = argv[i], v = () => {
             if (i + 1 >= argv.length) throw new Error(`${a} needs a value`);

@@ -107,6 +107,31 @@ print(sys.argv[1], s["file_type"], s["tensor_types"])' "$t"
     [[ "$output" == *"incorrect shape"* || "$output" == *"LoRA"* ]]
 }
 
+@test "mkmodel builds a gpt2 vocabulary from an HF tokenizer.json" {
+    cat >"$BATS_FILE_TMPDIR/tokenizer.json" <<'JSON'
+{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3, "\u0120ab": 4},
+           "merges": ["a b", ["\u0120", "ab"]]},
+ "added_tokens": [{"id": 6, "content": "<|begin_of_text|>", "special": true},
+                  {"id": 7, "content": "<|end_of_text|>", "special": true},
+                  {"id": 8, "content": "<tool>", "special": false}]}
+JSON
+    mk hf --vocab-json "$BATS_FILE_TMPDIR/tokenizer.json" --layers 1
+    run "$MFC" inspect --json "$BATS_FILE_TMPDIR/hf.gguf"
+    [ "$status" -eq 0 ]
+    echo "$output" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["tokenizer"]
+assert (t["model"], t["pre"], t["tokens"], t["merges"]) == ("gpt2", "llama-bpe", 9, 2), t
+assert (t["bos_token_id"], t["eos_token_id"], t["add_bos_token"]) == (6, 7, True), t'
+    python3 - "$BATS_FILE_TMPDIR/hf.gguf" <<'PY'
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+i = d.index(b"tokenizer.ggml.token_type") + len(b"tokenizer.ggml.token_type") + 4 + 4 + 8
+assert list(struct.unpack_from("<9i", d, i)) == [1, 1, 1, 1, 1, 5, 3, 3, 4]
+assert b"<unused_5>" in d and b"\x04\x00\x00\x00\x00\x00\x00\x00\xc4\xa0ab" in d
+PY
+}
+
 @test "mfc inspect shows LoRA adapter metadata" {
     mk adapter --lora 8 --targets q,v --lora-alpha 16 --layers 3
     run "$MFC" inspect "$BATS_FILE_TMPDIR/adapter.gguf"

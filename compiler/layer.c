@@ -1,0 +1,551 @@
+/*
+ * layer.c: deterministic tar layers streamed into the content store.
+ *
+ * One layer_write call is one pass:
+ *
+ *   entries --sort, add parents--> libarchive (pax restricted, no blocking)
+ *     --tar bytes--> sink: [sha256 of the tar = diff_id] --> [zlib gzip] -->
+ *     store_blob_writer (hashes the blob, tmp file, commit = rename)
+ *
+ * State of the sink: OPEN (layer_write set it up) -> WRITING (sink_write,
+ * from libarchive's callback) -> FINISHED (sink_finish: gzip trailer, diff_id,
+ * blob committed) or FAILED (first error kept in sink.rc; sink_abort drops the
+ * tmp file). Invariants: the blob writer only ever sees complete, ordered
+ * bytes; nothing enters blobs/sha256 unless every entry was written in full.
+ * What makes two runs byte-identical is listed in layer.h.
+ */
+#include "compiler/layer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <zlib.h>
+
+#include "common/buf.h"
+#include "common/num.h"
+#include "common/sha256.h"
+
+#define COPY_CHUNK (1u << 20)  /* bytes per read while copying a file into the tar */
+#define ZOUT_CHUNK (64u << 10) /* bytes of compressed output per deflate round */
+#define LDD_OUT_MAX (64u << 10) /* bytes of `ldd` output we agree to read */
+
+extern char **environ;
+
+/* ---- the sink: tar bytes -> (diff_id, gzip) -> blob writer ---- */
+
+struct sink {
+    struct store_blob_writer *w; /* owned until commit/abort */
+    struct mf_sha256 raw;        /* digest of the tar (diff_id); ctx NULL when unused */
+    int gzip;                    /* nonzero: deflate before the blob writer */
+    int z_live;                  /* nonzero: z needs deflateEnd */
+    z_stream z;                  /* gzip state (windowBits 31: gzip header, mtime 0) */
+    unsigned char *zout;         /* owned: ZOUT_CHUNK bytes */
+    int rc;                      /* first error, or 0 */
+    struct mf_err err;           /* its message */
+};
+
+static int sink_deflate(struct sink *k, const void *p, size_t n, int flush)
+{
+    k->z.next_in = (unsigned char *)(uintptr_t)p;
+    k->z.avail_in = (uInt)n;
+    int zr;
+    do {
+        k->z.next_out = k->zout;
+        k->z.avail_out = ZOUT_CHUNK;
+        zr = deflate(&k->z, flush);
+        if (zr == Z_STREAM_ERROR)
+            return mf_err_set(&k->err, MF_EIO, "gzip: deflate failed");
+        size_t got = ZOUT_CHUNK - k->z.avail_out;
+        if (got && store_blob_writer_write(k->w, k->zout, got, &k->err) != 0)
+            return k->err.code;
+    } while (k->z.avail_out == 0 || (flush == Z_FINISH && zr != Z_STREAM_END));
+    return 0;
+}
+
+static int sink_write(struct sink *k, const void *p, size_t n)
+{
+    if (k->rc)
+        return k->rc;
+    if (!k->gzip)
+        k->rc = store_blob_writer_write(k->w, p, n, &k->err);
+    else if ((k->rc = mf_sha256_update(&k->raw, p, n, &k->err)) == 0) {
+        /* deflate takes a uInt; libarchive never hands us more than a few blocks */
+        k->rc = n > UINT32_MAX ? mf_err_set(&k->err, MF_ERANGE, "tar write too large")
+                               : sink_deflate(k, p, n, Z_NO_FLUSH);
+    }
+    return k->rc;
+}
+
+/* Where libarchive's bytes go: a layer_out_fn and the first error it gave. */
+struct tap {
+    layer_out_fn fn;   /* the consumer */
+    void *arg;         /* its argument */
+    int rc;            /* first error, or 0 */
+    struct mf_err err; /* its message */
+};
+
+static la_ssize_t archive_cb(struct archive *a, void *arg, const void *p, size_t n)
+{
+    struct tap *t = arg;
+    (void)a;
+    if (t->rc == 0)
+        t->rc = t->fn(t->arg, p, n, &t->err);
+    return t->rc ? -1 : (la_ssize_t)n;
+}
+
+static int sink_out(void *arg, const void *p, size_t n, struct mf_err *err)
+{
+    struct sink *k = arg;
+    int rc = sink_write(k, p, n);
+    return rc ? mf_err_set(err, rc, "%s", k->err.msg) : 0;
+}
+
+static int sink_open(struct sink *k, struct store *s, int gzip)
+{
+    memset(k, 0, sizeof *k);
+    k->gzip = gzip;
+    int rc = store_blob_writer_open(s, NULL, &k->w, &k->err);
+    if (rc == 0 && gzip) {
+        rc = mf_sha256_init(&k->raw, &k->err);
+        k->zout = malloc(ZOUT_CHUNK);
+        if (rc == 0 && !k->zout)
+            rc = mf_err_set(&k->err, MF_ENOMEM, "out of memory for gzip output");
+        /* level 6 (zlib's default), 32 KiB window, 8 memLevel: fixed, so fixed output */
+        if (rc == 0 && deflateInit2(&k->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+            rc = mf_err_set(&k->err, MF_ENOMEM, "gzip: cannot start deflate");
+        k->z_live = rc == 0;
+    }
+    k->rc = rc;
+    return rc;
+}
+
+static void sink_abort(struct sink *k)
+{
+    store_blob_writer_discard(k->w);
+    k->w = NULL;
+    mf_sha256_abort(&k->raw);
+    if (k->z_live)
+        deflateEnd(&k->z);
+    k->z_live = 0;
+    free(k->zout);
+    k->zout = NULL;
+}
+
+/* Ends the gzip stream, commits the blob, fills out. Always releases k. */
+static int sink_finish(struct sink *k, struct layer_result *out)
+{
+    uint8_t d[MF_SHA256_LEN];
+    char hex[MF_SHA256_HEX_LEN + 1];
+    struct layer_result r = {0};
+    if (!k->rc && k->gzip && (k->rc = sink_deflate(k, NULL, 0, Z_FINISH)) == 0)
+        k->rc = mf_sha256_final(&k->raw, d, &k->err);
+    if (!k->rc) {
+        k->rc = store_blob_writer_commit(k->w, r.desc.digest, &r.desc.size, &k->err);
+        k->w = NULL;
+    }
+    if (!k->rc) {
+        if (k->gzip) {
+            mf_sha256_hex(d, hex);
+            memcpy(r.diff_id, "sha256:", 7);
+            memcpy(r.diff_id + 7, hex, sizeof hex);
+        } else
+            memcpy(r.diff_id, r.desc.digest, sizeof r.diff_id);
+        const char *mt = k->gzip ? LAYER_MT_TAR_GZIP : LAYER_MT_TAR;
+        memcpy(r.desc.media_type, mt, strlen(mt) + 1);
+        *out = r;
+    }
+    int rc = k->rc;
+    sink_abort(k);
+    return rc;
+}
+
+/* ---- entries: validation, parents, order ---- */
+
+struct item {
+    char *path;                   /* owned: "usr/bin" (dirs) or "usr/bin/x" */
+    const struct layer_entry *e;  /* borrowed: the file, or NULL for a directory */
+};
+
+int layer_path_check(const char *path, struct mf_err *err)
+{
+    size_t n = path ? strlen(path) : 0;
+    if (n == 0 || n >= LAYER_PATH_MAX || path[0] == '/' || path[n - 1] == '/')
+        return mf_err_set(err, MF_EINVAL, "layer path '%s' must be relative, non-empty, "
+                          "and shorter than %d bytes", path ? path : "", LAYER_PATH_MAX);
+    for (const char *c = path; c;) {
+        const char *end = strchr(c, '/');
+        size_t len = end ? (size_t)(end - c) : strlen(c);
+        if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+            return mf_err_set(err, MF_EINVAL, "layer path '%s' has an empty, '.' or '..' "
+                              "component", path);
+        c = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+static int item_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct item *)a)->path, ((const struct item *)b)->path);
+}
+
+static void items_free(struct item *it, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(it[i].path);
+    free(it);
+}
+
+static int items_push(struct item *it, size_t *n, const char *p, size_t len,
+                      const struct layer_entry *e, struct mf_err *err)
+{
+    char *s = strndup(p, len);
+    if (!s)
+        return mf_err_set(err, MF_ENOMEM, "out of memory for layer entries");
+    it[*n].path = s;
+    it[*n].e = e;
+    (*n)++;
+    return 0;
+}
+
+/* Sorted files plus their parent directories, each directory once. Parents
+ * sort before children because a prefix sorts before its extensions. */
+static int items_build(const struct layer_entry *e, size_t n, struct item **out, size_t *nout,
+                       struct mf_err *err)
+{
+    size_t cap = 0, k = 0;
+    int rc = 0;
+    if (n == 0 || n > LAYER_MAX_ENTRIES)
+        return mf_err_set(err, MF_EINVAL, "a layer needs 1 to %d entries, not %zu",
+                          LAYER_MAX_ENTRIES, n);
+    for (size_t i = 0; i < n; i++) {
+        if ((rc = layer_path_check(e[i].path, err)) != 0)
+            return rc;
+        if (e[i].mode != 0644 && e[i].mode != 0755)
+            return mf_err_set(err, MF_EINVAL, "layer entry '%s': mode %o is not 0644 or 0755",
+                              e[i].path, e[i].mode);
+        cap++;
+        for (const char *c = strchr(e[i].path, '/'); c; c = strchr(c + 1, '/'))
+            cap++; /* one parent directory per '/' */
+    }
+    struct item *it = calloc(cap, sizeof *it);
+    if (!it)
+        return mf_err_set(err, MF_ENOMEM, "out of memory for layer entries");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *p = e[i].path;
+        for (const char *sl = strchr(p, '/'); sl && rc == 0; sl = strchr(sl + 1, '/'))
+            rc = items_push(it, &k, p, (size_t)(sl - p), NULL, err);
+        if (rc == 0)
+            rc = items_push(it, &k, p, strlen(p), &e[i], err);
+    }
+    if (rc == 0)
+        qsort(it, k, sizeof *it, item_cmp);
+    /* drop repeated directories; slots in [w, i) are moved or freed, [i, k) untouched */
+    size_t w = 0, i = 0;
+    for (; i < k && rc == 0; i++) {
+        if (w > 0 && strcmp(it[w - 1].path, it[i].path) == 0) {
+            if (it[i].e || it[w - 1].e)
+                rc = mf_err_set(err, MF_EINVAL, "layer path '%s' appears twice", it[i].path);
+            free(it[i].path);
+            continue;
+        }
+        it[w++] = it[i];
+    }
+    if (rc != 0) {
+        for (; i < k; i++)
+            free(it[i].path);
+        items_free(it, w);
+        return rc;
+    }
+    *out = it;
+    *nout = w;
+    return 0;
+}
+
+/* ---- writing entries ---- */
+
+static struct archive_entry *entry_new(const char *path, int dir, unsigned mode, uint64_t size,
+                                       int64_t mtime)
+{
+    struct archive_entry *ae = archive_entry_new();
+    if (!ae)
+        return NULL;
+    archive_entry_set_pathname(ae, path);
+    archive_entry_set_filetype(ae, dir ? AE_IFDIR : AE_IFREG);
+    archive_entry_set_perm(ae, dir ? 0755 : mode);
+    archive_entry_set_size(ae, dir ? 0 : (la_int64_t)size);
+    archive_entry_set_mtime(ae, mtime, 0);
+    archive_entry_set_uid(ae, 0);
+    archive_entry_set_gid(ae, 0);
+    return ae;
+}
+
+static int arch_fail(struct archive *a, struct tap *k, const char *path, struct mf_err *err)
+{
+    if (k->rc)
+        return mf_err_set(err, k->err.code, "%s", k->err.msg);
+    return mf_err_set(err, MF_EIO, "layer entry '%s': %s", path, archive_error_string(a));
+}
+
+static int copy_file(struct archive *a, struct tap *k, int fd, const char *src, uint64_t size,
+                     struct mf_err *err)
+{
+    char *buf = malloc(COPY_CHUNK);
+    if (!buf)
+        return mf_err_set(err, MF_ENOMEM, "out of memory copying %s", src);
+    uint64_t done = 0;
+    int rc = 0;
+    while (rc == 0 && done < size) {
+        size_t want = size - done < COPY_CHUNK ? (size_t)(size - done) : COPY_CHUNK;
+        ssize_t got = read(fd, buf, want);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = mf_err_sys(err, MF_EIO, errno, "cannot read %s", src);
+        else if (got == 0)
+            rc = mf_err_set(err, MF_EIO, "%s shrank while it was being copied", src);
+        else if (archive_write_data(a, buf, (size_t)got) != got)
+            rc = arch_fail(a, k, src, err);
+        else
+            done += (uint64_t)got;
+    }
+    free(buf);
+    return rc;
+}
+
+static int write_item(struct archive *a, struct tap *k, const struct item *it, int64_t mtime,
+                      struct mf_err *err)
+{
+    const struct layer_entry *e = it->e;
+    int fd = -1, rc = 0;
+    uint64_t size = e ? e->len : 0;
+    if (e && e->src) {
+        struct stat st;
+        fd = open(e->src, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            rc = mf_err_sys(err, MF_EIO, fd < 0 ? errno : EINVAL, "cannot read %s", e->src);
+            goto fail;
+        }
+        size = (uint64_t)st.st_size;
+    }
+    char name[LAYER_PATH_MAX + 1];
+    size_t len = strlen(it->path);
+    memcpy(name, it->path, len);
+    name[len] = e ? '\0' : '/'; /* directories end in '/' like every tar tool's */
+    name[len + 1] = '\0';
+    struct archive_entry *ae = entry_new(name, !e, e ? e->mode : 0755, size, mtime);
+    if (!ae) {
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory for a tar header");
+        goto fail;
+    }
+    if (archive_write_header(a, ae) != ARCHIVE_OK)
+        rc = arch_fail(a, k, it->path, err);
+    archive_entry_free(ae);
+    if (rc == 0 && fd >= 0)
+        rc = copy_file(a, k, fd, e->src, size, err);
+    else if (rc == 0 && e && e->len && archive_write_data(a, e->data, e->len) != (la_ssize_t)e->len)
+        rc = arch_fail(a, k, it->path, err);
+fail:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static struct archive *archive_open(struct tap *k, struct mf_err *err)
+{
+    struct archive *a = archive_write_new();
+    if (!a) {
+        mf_err_set(err, MF_ENOMEM, "out of memory for a tar writer");
+        return NULL;
+    }
+    /* 0 = no blocking: libarchive's default pads to 10 KiB, which is host-independent
+     * but pointless; plain 512-byte records are what docker and buildkit emit */
+    if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+        archive_write_set_bytes_per_block(a, 0) != ARCHIVE_OK ||
+        archive_write_open2(a, k, NULL, archive_cb, NULL, NULL) != ARCHIVE_OK) {
+        mf_err_set(err, MF_EIO, "cannot start a tar writer: %s", archive_error_string(a));
+        archive_write_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+int layer_source_date(int64_t *mtime, struct mf_err *err)
+{
+    const char *v = getenv("SOURCE_DATE_EPOCH");
+    int64_t t = 0;
+    if (v && *v && (mf_num_parse_i64(v, &t) != 0 || t < 0))
+        return mf_err_set(err, MF_EINVAL, "SOURCE_DATE_EPOCH='%s' is not a non-negative integer",
+                          v);
+    *mtime = t;
+    return 0;
+}
+
+int layer_tar_stream(const struct layer_entry *e, size_t n, int64_t mtime, layer_out_fn fn,
+                     void *arg, struct mf_err *err)
+{
+    struct item *it = NULL;
+    size_t nit = 0;
+    struct tap t = {.fn = fn, .arg = arg};
+    int rc = items_build(e, n, &it, &nit, err);
+    if (rc != 0)
+        return rc;
+    struct archive *a = archive_open(&t, err);
+    rc = a ? 0 : err->code;
+    for (size_t i = 0; i < nit && rc == 0; i++)
+        rc = write_item(a, &t, &it[i], mtime, err);
+    if (a && rc == 0 && archive_write_close(a) != ARCHIVE_OK)
+        rc = arch_fail(a, &t, "(end of archive)", err);
+    if (a)
+        archive_write_free(a);
+    items_free(it, nit);
+    return rc;
+}
+
+int layer_write(struct store *s, const struct layer_entry *e, size_t n,
+                enum layer_compression comp, int64_t mtime, struct layer_result *out,
+                struct mf_err *err)
+{
+    struct sink k;
+    struct layer_result r = {0};
+    int rc = sink_open(&k, s, comp == LAYER_GZIP);
+    if (rc != 0)
+        mf_err_set(err, k.err.code, "%s", k.err.msg);
+    if (rc == 0)
+        rc = layer_tar_stream(e, n, mtime, sink_out, &k, err);
+    if (rc == 0 && (rc = sink_finish(&k, &r)) != 0)
+        mf_err_set(err, k.err.code, "%s", k.err.msg);
+    if (rc == 0 && n == 1) {
+        r.filepath[0] = '/';
+        memcpy(r.filepath + 1, e[0].path, strlen(e[0].path) + 1);
+    }
+    if (rc == 0)
+        *out = r;
+    sink_abort(&k);
+    return rc;
+}
+
+/* ---- the runtime closure (ldd) ---- */
+
+static int paths_add(char ***paths, size_t *n, const char *p, size_t len, struct mf_err *err)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strlen((*paths)[i]) == len && memcmp((*paths)[i], p, len) == 0)
+            return 0;
+    char **grown = realloc(*paths, (*n + 1) * sizeof *grown);
+    char *s = grown ? strndup(p, len) : NULL;
+    if (grown)
+        *paths = grown;
+    if (!s)
+        return mf_err_set(err, MF_ENOMEM, "out of memory reading ldd output");
+    grown[(*n)++] = s;
+    return 0;
+}
+
+/* One line of ldd: "\tname => /path (0x..)", "\t/path (0x..)", "\tlinux-vdso.so.1 (0x..)". */
+static int ldd_line(const char *line, size_t len, char ***paths, size_t *n, struct mf_err *err)
+{
+    const char *end = line + len;
+    const char *arrow = memmem(line, len, "=> ", 3);
+    const char *p = arrow ? arrow + 3 : line;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    if (end - p >= 9 && memcmp(p, "not found", 9) == 0)
+        return mf_err_set(err, MF_ENOTFOUND, "runtime library not found: %.*s", (int)len, line);
+    if (p >= end || *p != '/')
+        return 0; /* the vDSO, "statically linked", "not a dynamic executable" */
+    const char *q = memmem(p, (size_t)(end - p), " (", 2);
+    return paths_add(paths, n, p, q ? (size_t)(q - p) : (size_t)(end - p), err);
+}
+
+int layer_parse_ldd(const char *text, char ***paths, size_t *n, struct mf_err *err)
+{
+    char **ps = NULL;
+    size_t k = 0;
+    int rc = 0;
+    for (const char *l = text; rc == 0 && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        rc = ldd_line(l, len, &ps, &k, err);
+        l += len + (nl != NULL);
+    }
+    if (rc != 0) {
+        for (size_t i = 0; i < k; i++)
+            free(ps[i]);
+        free(ps);
+        return rc;
+    }
+    *paths = ps;
+    *n = k;
+    return 0;
+}
+
+/* Runs `ldd binary` (argv, no shell) and collects its stdout, at most LDD_OUT_MAX. */
+static int run_ldd(const char *binary, struct mf_buf *out, struct mf_err *err)
+{
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0)
+        return mf_err_sys(err, MF_EIO, errno, "cannot run ldd on %s", binary);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+    char *argv[] = {"ldd", (char *)binary, NULL};
+    pid_t pid;
+    int sr = posix_spawnp(&pid, "ldd", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    int rc = sr ? mf_err_sys(err, MF_EIO, sr, "cannot run ldd on %s", binary) : 0;
+    char buf[4096];
+    ssize_t got;
+    while (rc == 0 && ((got = read(pfd[0], buf, sizeof buf)) > 0 || (got < 0 && errno == EINTR)))
+        if (got > 0)
+            rc = mf_buf_append(out, buf, (size_t)got, err);
+    close(pfd[0]);
+    int status = 0;
+    while (sr == 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    /* ldd exits 1 for a static binary ("not a dynamic executable"): not an error */
+    return rc;
+}
+
+int layer_write_runtime(struct store *s, const char *binary, const char *name, int64_t mtime,
+                        struct layer_result *out, struct mf_err *err)
+{
+    struct mf_buf b;
+    mf_buf_init(&b, LDD_OUT_MAX);
+    char **libs = NULL, bin_path[LAYER_PATH_MAX];
+    size_t n = 0;
+    struct layer_entry *e = NULL;
+    int rc = run_ldd(binary, &b, err);
+    if (rc == 0)
+        rc = layer_parse_ldd(b.data ? b.data : "", &libs, &n, err);
+    if (rc == 0 && !(e = calloc(n + 1, sizeof *e)))
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory for the runtime layer");
+    int pn = snprintf(bin_path, sizeof bin_path, "usr/bin/%s", name);
+    if (rc == 0 && (pn < 0 || (size_t)pn >= sizeof bin_path || strchr(name, '/')))
+        rc = mf_err_set(err, MF_EINVAL, "runtime name '%s' is too long or has a '/'", name);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        e[i] = (struct layer_entry){.path = libs[i] + 1, .src = libs[i], .mode = 0755};
+    if (rc == 0) {
+        e[n] = (struct layer_entry){.path = bin_path, .src = binary, .mode = 0755};
+        rc = layer_write(s, e, n + 1, LAYER_GZIP, mtime, out, err);
+        if (rc == 0)
+            out->filepath[0] = '\0';
+    }
+    if (rc != 0)
+        mf_err_prefix(err, "runtime layer for %s", binary);
+    free(e);
+    for (size_t i = 0; i < n; i++)
+        free(libs[i]);
+    free(libs);
+    mf_buf_free(&b);
+    return rc;
+}

@@ -1,0 +1,191 @@
+/*
+ * test_layer.c: unit tests for compiler/layer.c: two writes of the same
+ * entries give the same digest (plain and gzip), the tar holds what was
+ * asked with fixed metadata, paths are checked, and ldd output is parsed.
+ * Each test gets a fresh store in a temporary directory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include "compiler/layer.h"
+#include "compiler/store.h"
+
+struct fixture {
+    char dir[64];    /* the temporary store root */
+    struct store *s; /* open on dir */
+    char file[96];   /* a host file with known content */
+};
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    return remove(p);
+}
+
+static int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof *fx);
+    struct mf_err err;
+    if (!fx)
+        return -1;
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/test-layer-XXXXXX");
+    if (!mkdtemp(fx->dir) || store_open(&fx->s, fx->dir, &err) != 0)
+        return -1;
+    snprintf(fx->file, sizeof fx->file, "%s/weights.gguf", fx->dir);
+    FILE *f = fopen(fx->file, "w");
+    if (!f)
+        return -1;
+    for (int i = 0; i < 300000; i++)
+        fputc("GGUF"[i % 4], f);
+    fclose(f);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+    store_close(fx->s);
+    nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(fx);
+    return 0;
+}
+
+static void write_two(struct fixture *fx, enum layer_compression c, struct layer_result *r)
+{
+    struct mf_err err;
+    struct layer_entry e[] = {
+        {.path = "etc/mfc/model.yaml", .data = "a: 1\n", .len = 5, .mode = 0644},
+        {.path = "models/m.gguf", .src = fx->file, .mode = 0644},
+    };
+    assert_int_equal(layer_write(fx->s, e, 2, c, 0, r, &err), 0);
+}
+
+static void test_deterministic(void **state)
+{
+    struct fixture *fx = *state;
+    struct layer_result a, b, g1, g2;
+    write_two(fx, LAYER_NONE, &a);
+    write_two(fx, LAYER_NONE, &b);
+    assert_string_equal(a.desc.digest, b.desc.digest);
+    assert_string_equal(a.diff_id, a.desc.digest);
+    assert_string_equal(a.desc.media_type, LAYER_MT_TAR);
+    assert_string_equal(a.filepath, "");
+    write_two(fx, LAYER_GZIP, &g1);
+    write_two(fx, LAYER_GZIP, &g2);
+    assert_string_equal(g1.desc.digest, g2.desc.digest);
+    assert_string_equal(g1.diff_id, a.diff_id); /* the same tar inside */
+    assert_string_not_equal(g1.desc.digest, g1.diff_id);
+    assert_string_equal(g1.desc.media_type, LAYER_MT_TAR_GZIP);
+    assert_true(g1.desc.size < a.desc.size);
+}
+
+/* Reads the layer back: entries in order, with fixed metadata. */
+static void test_contents(void **state)
+{
+    struct fixture *fx = *state;
+    struct layer_result r;
+    struct mf_err err;
+    struct layer_entry e = {.path = "models/m.gguf", .src = fx->file, .mode = 0644};
+    assert_int_equal(layer_write(fx->s, &e, 1, LAYER_NONE, 1700000000, &r, &err), 0);
+    assert_string_equal(r.filepath, "/models/m.gguf");
+    char *path;
+    assert_int_equal(store_blob_path(fx->s, r.desc.digest, &path, &err), 0);
+    struct archive *a = archive_read_new();
+    archive_read_support_format_tar(a);
+    assert_int_equal(archive_read_open_filename(a, path, 65536), ARCHIVE_OK);
+    struct archive_entry *ae;
+    const char *want[] = {"models/", "models/m.gguf"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(archive_read_next_header(a, &ae), ARCHIVE_OK);
+        assert_string_equal(archive_entry_pathname(ae), want[i]);
+        assert_int_equal(archive_entry_uid(ae), 0);
+        assert_int_equal(archive_entry_mtime(ae), 1700000000);
+        assert_int_equal(archive_entry_perm(ae), i ? 0644 : 0755);
+        assert_false(archive_entry_atime_is_set(ae));
+    }
+    assert_int_equal(archive_entry_size(ae), 300000);
+    assert_int_equal(archive_read_next_header(a, &ae), ARCHIVE_EOF);
+    archive_read_free(a);
+    free(path);
+    /* 512 header + 512 header + 300000 rounded to 512 + 1024 end */
+    assert_int_equal(r.desc.size, 512 + 512 + 300032 + 1024);
+}
+
+static void test_bad_entries(void **state)
+{
+    struct fixture *fx = *state;
+    struct layer_result r;
+    struct mf_err err;
+    const char *bad[] = {"/abs", "a/../b", "a//b", "./a", "a/", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct layer_entry e = {.path = bad[i], .data = "x", .len = 1, .mode = 0644};
+        assert_int_equal(layer_write(fx->s, &e, 1, LAYER_NONE, 0, &r, &err), MF_EINVAL);
+    }
+    struct layer_entry dup[] = {
+        {.path = "a/b", .data = "x", .len = 1, .mode = 0644},
+        {.path = "a", .data = "y", .len = 1, .mode = 0644},
+    };
+    assert_int_equal(layer_write(fx->s, dup, 2, LAYER_NONE, 0, &r, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "twice"));
+    struct layer_entry mode = {.path = "x", .data = "x", .len = 1, .mode = 04755};
+    assert_int_equal(layer_write(fx->s, &mode, 1, LAYER_NONE, 0, &r, &err), MF_EINVAL);
+    struct layer_entry missing = {.path = "x", .src = "/nonexistent/file", .mode = 0644};
+    assert_int_equal(layer_write(fx->s, &missing, 1, LAYER_NONE, 0, &r, &err), MF_EIO);
+    assert_int_equal(store_stats(fx->s)->blobs_written, 0);
+}
+
+static void test_parse_ldd(void **state)
+{
+    (void)state;
+    const char *out = "\tlinux-vdso.so.1 (0x00007ffd)\n"
+                      "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n"
+                      "\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n"
+                      "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n";
+    char **p;
+    size_t n;
+    struct mf_err err;
+    assert_int_equal(layer_parse_ldd(out, &p, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(p[0], "/lib/x86_64-linux-gnu/libc.so.6");
+    assert_string_equal(p[1], "/lib64/ld-linux-x86-64.so.2");
+    for (size_t i = 0; i < n; i++)
+        free(p[i]);
+    free(p);
+    assert_int_equal(layer_parse_ldd("\tnot a dynamic executable\n", &p, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(layer_parse_ldd("\tlibx.so => not found\n", &p, &n, &err), MF_ENOTFOUND);
+}
+
+static void test_runtime(void **state)
+{
+    struct fixture *fx = *state;
+    struct layer_result r;
+    struct mf_err err;
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, &r, &err), 0);
+    assert_string_equal(r.desc.media_type, LAYER_MT_TAR_GZIP);
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "a/b", 0, &r, &err), MF_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_deterministic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_contents, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_entries, setup, teardown),
+        cmocka_unit_test(test_parse_ldd),
+        cmocka_unit_test_setup_teardown(test_runtime, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("layer", tests, NULL, NULL);
+}

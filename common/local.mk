@@ -9,7 +9,8 @@ libmfc_common_a_SOURCES = \
 	common/sha256.c common/sha256.h \
 	common/file.c common/file.h \
 	common/json.c common/json.h \
-	common/ggml_type.c common/ggml_type.h
+	common/ggml_type.c common/ggml_type.h \
+	common/cpu.c common/cpu.h
 libmfc_common_a_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(CRYPTO_CFLAGS)
 ## Link line for any program using libmfc_common.
 MFC_COMMON_LIBS = libmfc_common.a $(JANSSON_LIBS) $(CRYPTO_LIBS) -lm $(PTHREAD_LIBS)

@@ -20,9 +20,9 @@
 #include <string.h>
 
 #include "quant_int.h"
+#include "cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #endif
 
 /* ---- fp16 / bf16 --------------------------------------------------------- */
@@ -114,31 +114,14 @@ static void overlay(struct quant_ops *out, const struct quant_ops *base,
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-/* F16C (CPUID.1:ECX bit 29). Asked of CPUID directly because clang before
- * 16 does not know "f16c" in __builtin_cpu_supports; the OS side (saving
- * ymm state) is the one AVX2 already needs. */
-static int cpu_has_f16c(void)
-{
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
-#endif
-
-/* Whether the CPU and OS run AVX2+FMA+F16C, and AVX-512 F/BW/VL on top.
- * __builtin_cpu_supports also checks that the OS saves the wider registers
- * (XGETBV), so a kernel without AVX-512 support reads as "no". */
+/* Whether the CPU and OS run AVX2+FMA+F16C, and AVX-512 F/BW/VL on top. */
 static void cpu_features(int have[QUANT_ISA_COUNT])
 {
+    struct mf_cpu_features f;
+    mf_cpu_detect(&f);
     have[QUANT_ISA_SCALAR] = 1;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    have[QUANT_ISA_AVX2] =
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-    have[QUANT_ISA_AVX512] = have[QUANT_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl");
-#endif
+    have[QUANT_ISA_AVX2] = f.avx2 && f.fma && f.f16c;
+    have[QUANT_ISA_AVX512] = have[QUANT_ISA_AVX2] && f.avx512f && f.avx512bw && f.avx512vl;
 }
 
 static void dispatch_init(void)

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "common/quant.h"
 #include "common/quant_int.h"
 
@@ -379,6 +380,22 @@ const struct cpu_dot cpu_dot_scalar = {
  * Dispatch
  * ---------------------------------------------------------------------- */
 
+#if defined(__x86_64__)
+static int cpu_x86_has_avx2(void)
+{
+    struct mf_cpu_features f;
+    mf_cpu_detect(&f);
+    return f.avx2 && f.fma && f.f16c;
+}
+
+static int cpu_x86_has_avx512(void)
+{
+    struct mf_cpu_features f;
+    mf_cpu_detect(&f);
+    return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+}
+#endif
+
 const struct cpu_dot *cpu_dot_for(enum cpu_isa isa)
 {
     switch (isa) {
@@ -386,14 +403,11 @@ const struct cpu_dot *cpu_dot_for(enum cpu_isa isa)
         return &cpu_dot_scalar;
 #if defined(__x86_64__)
     case CPU_ISA_AVX2:
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c"))
+        if (cpu_x86_has_avx2())
             return &cpu_dot_avx2;
         return NULL;
     case CPU_ISA_AVX512:
-        if (cpu_dot_for(CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
-            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-            __builtin_cpu_supports("avx512vnni"))
+        if (cpu_x86_has_avx512())
             return &cpu_dot_avx512;
         return NULL;
 #endif

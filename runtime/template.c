@@ -611,6 +611,21 @@ static int term(struct parser *p, struct tmpl_node **out)
     return rc;
 }
 
+/* "unexpected . after term", quoting the term as Go's %q does. */
+static int unexpected_dot(struct parser *p, const struct tmpl_node *n)
+{
+    char q[96];
+    size_t k = 0;
+    for (uint32_t i = n->pos; i < n->end && k + 3 < sizeof q; i++) {
+        char c = p->t->src[i];
+        if (c == '"' || c == '\\')
+            q[k++] = '\\';
+        q[k++] = c;
+    }
+    q[k] = '\0';
+    return perr(p, n->pos, "unexpected . after term \"%s\"", q);
+}
+
 /* Go's operand(): a term followed by .Field chains. */
 static int operand(struct parser *p, struct tmpl_node **out)
 {
@@ -625,8 +640,7 @@ static int operand(struct parser *p, struct tmpl_node **out)
     case TN_NUMBER:
     case TN_NIL:
     case TN_DOT:
-        return perr(p, n->pos, "unexpected . after term \"%.*s\"", (int)(n->end - n->pos),
-                    p->t->src + n->pos);
+        return unexpected_dot(p, n);
     case TN_FIELD:
     case TN_VAR:
         break;
@@ -670,7 +684,7 @@ static int command(struct parser *p, struct tmpl_node **out)
     if (!rc && args.n == 0)
         rc = perr(p, cmd->pos, "empty command");
     if (!rc)
-        cmd->end = last_end(p);
+        cmd->end = args.v[args.n - 1]->end;
     int frc = cmd ? vec_finish(p, &args, cmd) : (free(args.v), 0);
     *out = cmd;
     return rc ? rc : frc;
@@ -779,7 +793,7 @@ static int pipeline(struct parser *p, const char *context, enum tmpl_tok end,
             rc = unexpected(p, tk, context);
         }
     }
-    pipe->end = last_end(p);
+    pipe->end = cmds.n ? cmds.v[cmds.n - 1]->end : pipe->pos;
     int frc = vec_finish(p, &cmds, pipe);
     if (!rc)
         rc = frc;

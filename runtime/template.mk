@@ -10,3 +10,10 @@ tests_unit_test_template_jinja_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_template_jinja_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_template_jinja
 EXTRA_DIST += tests/tools/jinja-render.mjs tests/data/chat-templates
+
+check_PROGRAMS += tests/unit/test_template
+tests_unit_test_template_SOURCES = tests/unit/test_template.c
+tests_unit_test_template_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_template_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_template
+EXTRA_DIST += tests/data/template tests/tools/gotmpl/main.go

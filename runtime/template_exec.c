@@ -182,7 +182,8 @@ static int eval_field(struct exec *x, const struct tmpl_node *n, const char *nam
     case TMPL_STRUCT:
         v = tmpl_value_get(recv, name, strlen(name));
         if (!v)
-            break;
+            return xerr(x, n, MF_EINVAL, "can't evaluate field %s in type %s", name,
+                        tmpl_value_type(recv));
         if (has_args)
             return xerr(x, n, MF_EINVAL, "%s has arguments but cannot be invoked as function",
                         name);
@@ -197,8 +198,9 @@ static int eval_field(struct exec *x, const struct tmpl_node *n, const char *nam
     default:
         break;
     }
-    return xerr(x, n, MF_EINVAL, "can't evaluate field %s in type %s", name,
-                tmpl_value_type(recv));
+    /* Go names the static type, and a value taken from map[string]any is an
+     * interface {} whatever it holds */
+    return xerr(x, n, MF_EINVAL, "can't evaluate field %s in type interface {}", name);
 }
 
 static int eval_field_chain(struct exec *x, const struct tmpl_node *n, struct tmpl_value *recv,
@@ -522,8 +524,8 @@ static int eval_function(struct exec *x, struct tmpl_value *dot, const struct tm
     if (!vals)
         return nomem(x, ident);
     int rc = eval_args(x, dot, fn, args, nargs, final, has_final, ident, vals);
-    if (!rc)
-        rc = call_builtin(x, ident, fn, vals, total, out);
+    if (!rc) /* Go shows the whole command in "executing at <...>" */
+        rc = call_builtin(x, cmd ? cmd : ident, fn, vals, total, out);
     for (size_t i = 0; i < total; i++)
         tmpl_value_unref(vals[i]);
     if (vals != small)
@@ -675,9 +677,14 @@ static int walk_range(struct exec *x, struct tmpl_value *dot, const struct tmpl_
             ran = v->i > 0;
             rc = range_int(x, r, v);
             break;
-        default:
-            rc = xerr(x, r, MF_EINVAL, "range can't iterate over value of type %s",
-                      tmpl_value_type(v));
+        default: {
+            struct mf_buf b;
+            struct mf_err perr;
+            mf_buf_init(&b, 64);
+            tmpl_value_print(&b, v, 0, &perr);
+            rc = xerr(x, r, MF_EINVAL, "range can't iterate over %s", b.data ? b.data : "");
+            mf_buf_free(&b);
+        }
         }
     }
     if (rc == WALK_BREAK)

@@ -99,7 +99,15 @@ static int eq2(struct call *c, const struct tmpl_value *a, const struct tmpl_val
         *truth = a == b;
         return 0;
     }
-    return fail(c, "non-comparable type %s", tmpl_value_type(a->kind == TMPL_STRUCT ? b : a));
+    const struct tmpl_value *bad = a->kind == TMPL_STRUCT ? b : a;
+    struct mf_buf text;
+    struct mf_err err;
+    mf_buf_init(&text, 64);
+    tmpl_value_print(&text, bad, 0, &err); /* cut at 64 bytes is fine here */
+    int rc = fail(c, "non-comparable type %s: %s", text.data ? text.data : "",
+                  tmpl_value_type(bad));
+    mf_buf_free(&text);
+    return rc;
 }
 
 static int lt2(struct call *c, const struct tmpl_value *a, const struct tmpl_value *b, int *truth)

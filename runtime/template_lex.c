@@ -38,6 +38,8 @@ static int is_space(int c)
 
 static int is_alnum(int c)
 {
+    if (c < 0)
+        return 0; /* end of input */
     unsigned char u = (unsigned char)c;
     return u == '_' || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
            (u >= '0' && u <= '9') || u >= 0x80;
@@ -322,10 +324,14 @@ static int lex_punct(struct lex *l, int c)
     case '(':
         l->paren++;
         return emit(l, TK_LPAREN);
-    case ')':
-        if (--l->paren < 0)
+    case ')': {
+        /* the token first, as Go 1.19 does, so the parser's "unexpected ")""
+         * comes before the lexer's complaint */
+        int rc = emit(l, TK_RPAREN);
+        if (rc == 0 && --l->paren < 0)
             return lex_error(l, "unexpected right paren");
-        return emit(l, TK_RPAREN);
+        return rc;
+    }
     }
     if (c >= 0x20 && c < 0x7f)
         return emit(l, TK_SYM);

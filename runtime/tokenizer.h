@@ -169,9 +169,13 @@ enum tok_encode_flags {
 
 /*
  * Appends the tokens of text[0..len) to out. Text is taken as UTF-8; for
- * BPE an invalid byte becomes U+FFFD before pre-tokenization (as llama.cpp
- * does), for SPM it falls back to its <0xXX> byte token, so invalid input
- * never fails, it only may not decode back to the same bytes. Fails only
+ * BPE an invalid byte becomes U+FFFD before pre-tokenization, for SPM it
+ * falls back to its <0xXX> byte token (SPM cuts characters by lead byte, so
+ * a space right after a truncated sequence may come back as U+2581's
+ * bytes); both as llama.cpp does. Invalid input never fails, it only may not
+ * decode back to the same bytes; valid UTF-8 does (SPM: after
+ * TOK_STRIP_SPACE, and unless the text holds U+2581 or an added token,
+ * which SPM puts a space after). Fails only
  * with MF_ENOMEM (out's limit or memory; out keeps the ids appended before)
  * or MF_EINVAL (TOK_BOS/TOK_EOS with no such token; out untouched).
  */

@@ -631,7 +631,7 @@ static int encode_word(const struct tok *t, struct tok_scratch *s, const char *w
         return rc;
     size_t first = out->n;
     rc = merge_and_emit(t, s, w, n, out, err);
-    if (!rc)
+    if (!rc && out->n > first) /* a word may yield no ids (bytes the vocabulary lacks) */
         tok_memo_put(s, w, n, out->v + first, out->n - first);
     return rc;
 }

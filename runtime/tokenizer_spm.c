@@ -176,7 +176,7 @@ static int encode_piece(const struct tok *t, struct tok_scratch *s, const char *
     rc = merge(t, s, text, len, err);
     for (int32_t i = 0; !rc && i >= 0; i = s->sym[i].next)
         rc = emit(t, text + s->sym[i].off, s->sym[i].len, out, err);
-    if (!rc)
+    if (!rc && out->n > first)
         tok_memo_put(s, text, len, out->v + first, out->n - first);
     return rc;
 }

@@ -5,7 +5,8 @@
  * For ggml-vocab-NAME.gguf, every string of NAME.gguf.inp must encode (no
  * special tokens added, special tokens not parsed: llama.cpp's
  * test-tokenizer-0) to exactly the ids on its line of NAME.gguf.out, and
- * decode back to itself (SPM with its prefix space stripped). llama-bpe has
+ * decode back to itself (SPM with its prefix space stripped), both at once
+ * and through the streaming detokenizer one id at a time. llama-bpe has
  * no vocabulary GGUF: it is built from llama3-tokenizer.json twice, once
  * straight into a struct tok_desc with jansson, once into a GGUF by
  * tests/tools/mkmodel and loaded with tok_load_gguf. Each test prints its
@@ -29,6 +30,7 @@
 #include "common/gguf.h"
 #include "common/json.h"
 #include "common/num.h"
+#include "common/utf8.h"
 #include "runtime/tokenizer.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
@@ -142,6 +144,23 @@ static void print_ids(const char *what, const int32_t *ids, size_t n)
     print_message("#   %s:%s\n", what, line);
 }
 
+/* The text the streaming detokenizer makes of ids (caller frees); every
+ * prefix it hands out must be valid UTF-8. */
+static char *stream_ids(const struct tok *t, const int32_t *ids, size_t n, unsigned flags)
+{
+    struct tok_stream st;
+    struct mf_buf b;
+    struct mf_err err;
+    mf_buf_init(&b, 1 << 20);
+    tok_stream_init(&st, t, flags);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(tok_stream_push(&st, ids[i], &b, &err), 0);
+        assert_true(mf_utf8_valid(b.data ? b.data : "", b.len, NULL));
+    }
+    assert_int_equal(tok_stream_flush(&st, &b, &err), 0);
+    return mf_buf_take(&b);
+}
+
 /* Runs every case; prints and checks the counts. */
 static void check_vectors(const struct tok *t, const char *name)
 {
@@ -166,11 +185,14 @@ static void check_vectors(const struct tok *t, const char *name)
         }
         unsigned df = tok_model(t) == TOK_MODEL_SPM ? TOK_STRIP_SPACE : 0;
         assert_int_equal(tok_decode(t, ids.v, ids.n, df, &back, &err), 0);
-        if (back.len == v.len[i] && memcmp(back.data ? back.data : "", v.text[i], back.len) == 0)
+        char *streamed = stream_ids(t, ids.v, ids.n, df);
+        if (back.len == v.len[i] && memcmp(back.data ? back.data : "", v.text[i], back.len) == 0 &&
+            strlen(streamed) == v.len[i] && memcmp(streamed, v.text[i], v.len[i]) == 0)
             round++;
         else
             print_message("# %s case %zu does not round-trip: '%.*s' -> '%s'\n", name, i,
                           (int)v.len[i], v.text[i], back.data ? back.data : "");
+        free(streamed);
         tok_ids_free(&ids);
         mf_buf_free(&back);
     }
@@ -243,6 +265,65 @@ static void test_mpt(void **state)
 static void test_refact(void **state)
 {
     check_gguf_vocab("refact");
+}
+
+/* Opens ggml-vocab-NAME.gguf (skipping without it). */
+static struct tok *open_vocab(const char *name)
+{
+    char file[256], path[4096];
+    snprintf(file, sizeof file, "ggml-vocab-%s.gguf", name);
+    skip_without(file);
+    assert_true(vocab_path(path, sizeof path, file));
+    struct gguf_file *gf;
+    struct tok *t;
+    struct mf_err err;
+    assert_int_equal(gguf_open(path, &gf, &err), 0);
+    assert_int_equal(tok_load_gguf(gf, &t, &err), 0);
+    gguf_close(gf);
+    return t;
+}
+
+static void expect_ids(const struct tok *t, const char *text, unsigned flags, const int32_t *want,
+                       size_t n)
+{
+    struct tok_ids ids;
+    struct mf_err err;
+    tok_ids_init(&ids, 4096);
+    assert_int_equal(tok_encode(t, text, strlen(text), flags, &ids, &err), 0);
+    if (ids.n != n || memcmp(ids.v, want, n * sizeof *want) != 0) {
+        print_message("# '%s':\n", text);
+        print_ids("want", want, n);
+        print_ids("got ", ids.v, ids.n);
+    }
+    assert_int_equal(ids.n, n);
+    assert_memory_equal(ids.v, want, n * sizeof *want);
+    tok_ids_free(&ids);
+}
+
+#define EXPECT(t, text, flags, ...)                                                               \
+    do {                                                                                          \
+        const int32_t w_[] = {__VA_ARGS__};                                                       \
+        expect_ids(t, text, flags, w_, sizeof w_ / sizeof w_[0]);                                 \
+    } while (0)
+
+/* Control tokens only with parse_special; BOS per metadata; phi-3's added
+ * tokens eat the whitespace to their right. Expected ids are llama.cpp's
+ * (node-llama-cpp 3.21.1). */
+static void test_special_tokens(void **state)
+{
+    struct tok *t = open_vocab("llama-spm");
+    EXPECT(t, "<s>Hello", 0, 529, 29879, 29958, 10994);
+    EXPECT(t, "<s>Hello", TOK_PARSE_SPECIAL, 1, 15043);
+    EXPECT(t, "Hello</s>", TOK_PARSE_SPECIAL | TOK_ADD_SPECIAL, 1, 15043, 2);
+    EXPECT(t, "Hello", TOK_ADD_SPECIAL | TOK_EOS, 1, 15043, 2);
+    assert_true(tok_is_eog(t, 2));
+    tok_free(t);
+    t = open_vocab("phi-3");
+    EXPECT(t, "<|user|>\nHi<|end|>\n<|assistant|>", TOK_PARSE_SPECIAL, 32010, 6324, 32007, 32001);
+    EXPECT(t, "Hello</s>", 0, 15043, 829, 29879, 29958); /* "</s>" is EOG, hence control */
+    assert_true(tok_is_eog(t, 32007));                    /* <|end|> */
+    assert_int_equal(tok_special_id(t, TOK_ID_EOT), 32007);
+    tok_free(t);
 }
 
 /* llama3-tokenizer.json holds GGUF key names: tokens, token_type, merges,
@@ -361,7 +442,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_coder), cmocka_unit_test(test_falcon),
         cmocka_unit_test(test_starcoder),      cmocka_unit_test(test_mpt),
         cmocka_unit_test(test_refact),         cmocka_unit_test(test_llama_bpe_json),
-        cmocka_unit_test(test_llama_bpe_gguf),
+        cmocka_unit_test(test_llama_bpe_gguf),  cmocka_unit_test(test_special_tokens),
     };
     return cmocka_run_group_tests_name("tokenizer_vocab", tests, NULL, NULL);
 }

@@ -2,11 +2,8 @@
 libmfc_common_a_SOURCES += \
 	common/gguf.c common/gguf.h common/gguf_int.h \
 	common/gguf_write.c
-## mfc inspect. These belong in libmfc_compiler.a, but this fragment is
-## included before compiler/local.mk sets libmfc_compiler_a_SOURCES (automake
-## wants '=' before '+='), so they ride in libmfc_common.a, which mfc links
-## after libmfc_compiler.a; the runtime never pulls them in (static archive).
-libmfc_common_a_SOURCES += \
+## mfc inspect (a compiler command).
+libmfc_compiler_a_SOURCES += \
 	compiler/inspect.c compiler/inspect.h \
 	compiler/cmd_inspect.c
 

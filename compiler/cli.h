@@ -45,5 +45,8 @@ int mfc_cmd_rmi(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_store.c *
 int mfc_cmd_prune(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_store.c */
 int mfc_cmd_du(int argc, char **argv, struct mfc_ctx *ctx);     /* cmd_store.c */
 int mfc_cmd_fetch(int argc, char **argv, struct mfc_ctx *ctx);
+int mfc_cmd_save(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_image.c */
+int mfc_cmd_load(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_image.c */
+int mfc_image_inspect(const char *ref, struct mfc_ctx *ctx);     /* cmd_image.c: mfc inspect IMAGE */
 
 #endif

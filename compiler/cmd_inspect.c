@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/gguf.h"
@@ -228,6 +229,8 @@ int mfc_cmd_inspect(int argc, char **argv, struct mfc_ctx *ctx)
         return mfc_usage_error(ctx, "inspect", "expects one GGUF file");
     struct mf_err err;
     struct gguf_file *gf;
+    if (access(argv[optind], F_OK) != 0 && !strstr(argv[optind], ".gguf")) /* an image ref */
+        return mfc_image_inspect(argv[optind], ctx);
     if (gguf_open(argv[optind], &gf, &err) != 0)
         return mfc_report(ctx, &err);
     json_t *s = mf_inspect_gguf(gf, with_tensors, &err);

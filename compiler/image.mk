@@ -10,3 +10,19 @@ tests_unit_test_layer_SOURCES = tests/unit/test_layer.c
 tests_unit_test_layer_CFLAGS = $(MFC_TEST_CFLAGS) $(ARCHIVE_CFLAGS)
 tests_unit_test_layer_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_layer
+libmfc_compiler_a_SOURCES += compiler/oci.c compiler/oci.h compiler/cmd_image.c
+
+check_PROGRAMS += tests/unit/test_oci
+tests_unit_test_oci_SOURCES = tests/unit/test_oci.c
+tests_unit_test_oci_CFLAGS = $(MFC_TEST_CFLAGS) $(ARCHIVE_CFLAGS)
+tests_unit_test_oci_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_oci
+
+## mkimage: an image from files through layer.h + oci.h, for image.bats
+check_PROGRAMS += tests/tools/mkimage
+tests_tools_mkimage_SOURCES = tests/tools/mkimage.c
+tests_tools_mkimage_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_tools_mkimage_LDADD = $(MFC_COMPILER_LIBS)
+
+TESTS += tests/cli/image.bats
+EXTRA_DIST += tests/cli/image.bats

@@ -29,6 +29,8 @@ static const struct mfc_cmd commands[] = {
     {"rmi", mfc_cmd_rmi, "remove image tags"},
     {"prune", mfc_cmd_prune, "remove unreferenced blobs from the store"},
     {"du", mfc_cmd_du, "show the store's disk use"},
+    {"save", mfc_cmd_save, "write an image to a docker/OCI archive or an OCI layout"},
+    {"load", mfc_cmd_load, "load a docker/OCI archive into the store"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

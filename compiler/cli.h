@@ -48,5 +48,7 @@ int mfc_cmd_fetch(int argc, char **argv, struct mfc_ctx *ctx);
 int mfc_cmd_save(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_image.c */
 int mfc_cmd_load(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_image.c */
 int mfc_image_inspect(const char *ref, struct mfc_ctx *ctx);     /* cmd_image.c: mfc inspect IMAGE */
+int mfc_cmd_build(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_build.c */
+int mfc_cmd_plan(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_build.c */
 
 #endif

@@ -23,6 +23,8 @@ static const struct mfc_cmd commands[] = {
     {"check", mfc_cmd_check, "validate a Modelfile and show what it holds"},
     {"fmt", mfc_cmd_fmt, "print a Modelfile in canonical form"},
     {"inspect", mfc_cmd_inspect, "show what a GGUF model or adapter holds"},
+    {"build", mfc_cmd_build, "build an image from a Modelfile"},
+    {"plan", mfc_cmd_plan, "print the build steps of a Modelfile without running them"},
     {"fetch", mfc_cmd_fetch, "fetch model sources (files, URLs, hf://) into the store"},
     {"images", mfc_cmd_images, "list the images in the store"},
     {"tag", mfc_cmd_tag, "give an image another tag"},

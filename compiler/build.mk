@@ -1,0 +1,17 @@
+### Build planner and executor (compiler/plan*, exec*), `mfc build` and
+### `mfc plan`, and their tests
+libmfc_compiler_a_SOURCES += \
+	compiler/plan.c compiler/plan.h compiler/plan_config.c compiler/plan_print.c \
+	compiler/exec.c compiler/exec.h compiler/exec_int.h compiler/exec_ops.c \
+	compiler/cmd_build.c
+libmfc_compiler_a_CFLAGS += $(YAML_CFLAGS)
+MFC_COMPILER_LIBS += $(YAML_LIBS) -lpthread
+
+check_PROGRAMS += tests/unit/test_plan
+tests_unit_test_plan_SOURCES = tests/unit/test_plan.c
+tests_unit_test_plan_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_plan_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_plan
+
+TESTS += tests/cli/build.bats
+EXTRA_DIST += tests/cli/build.bats bench/build

@@ -1,0 +1,389 @@
+/*
+ * cmd_build.c: `mfc build` (plan, execute, tag) and `mfc plan` (print the DAG).
+ *
+ * Options follow docker build: PATH is a Modelfile or a directory holding
+ * one (the build context is the Modelfile's directory unless PATH is a
+ * directory); -f, -t (repeatable), --build-arg (repeatable), --no-cache,
+ * --progress, -q. Progress and diagnostics go to stderr; stdout gets the
+ * image digest (with -q, nothing else is printed). Exit status: 0, 1 (bad
+ * Modelfile or failed build), 2 (usage).
+ *
+ * Owns the parsed Modelfile, the plan and the store handle for one command;
+ * a tag is set only after every node succeeded (compiler/exec.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/file.h"
+#include "common/num.h"
+#include "compiler/cli.h"
+#include "compiler/exec.h"
+#include "compiler/plan.h"
+
+#define BUILD_MAX_ARGS 256 /* -t and --build-arg entries: far more than a command line needs */
+
+struct build_cli {
+    const char *cmd;                              /* "build" or "plan" */
+    const char *path;                             /* PATH, or "." */
+    const char *file;                             /* -f, or NULL */
+    const char *tags[BUILD_MAX_ARGS];             /* -t values */
+    size_t n_tags;                                /* entries in tags */
+    struct mf_build_arg args[BUILD_MAX_ARGS];     /* --build-arg (value points into argv) */
+    char *arg_names[BUILD_MAX_ARGS];              /* owned: names cut from NAME=VALUE */
+    size_t n_args;                                /* entries in args */
+    int no_cache;                                 /* --no-cache */
+    int quiet;                                    /* -q */
+    int jobs;                                     /* --jobs (0: default) */
+    enum progress_mode mode;                      /* --progress */
+    enum plan_format format;                      /* mfc plan --format */
+    char *modelfile;                              /* owned: the Modelfile's path */
+    char *context;                                /* owned: the build context directory */
+};
+
+static void usage(FILE *f, const char *cmd)
+{
+    if (strcmp(cmd, "plan") == 0) {
+        fputs("Usage: mfc plan [OPTIONS] [PATH]\n\n"
+              "Print the build DAG of a Modelfile without executing anything.\n\n"
+              "  -f, --file=FILE        the Modelfile (default PATH/Modelfile)\n"
+              "      --build-arg=K=V    set a build argument (ARG)\n"
+              "      --format=FMT       text, json or dot (default text)\n",
+              f);
+        return;
+    }
+    fputs("Usage: mfc build [OPTIONS] [PATH]\n\n"
+          "Build an image from a Modelfile. PATH is a Modelfile or a directory holding\n"
+          "one (default .); relative sources resolve in the Modelfile's directory.\n\n"
+          "  -f, --file=FILE        the Modelfile (default PATH/Modelfile)\n"
+          "  -t, --tag=NAME         tag the image (repeatable)\n"
+          "      --build-arg=K=V    set a build argument (ARG; repeatable)\n"
+          "      --no-cache         run every step, ignoring the build cache\n"
+          "      --progress=MODE    auto, tty, plain, json or quiet (default auto)\n"
+          "  -q, --quiet            print only the image digest\n"
+          "  -j, --jobs=N           steps run at once (default 4)\n\n"
+          "Environment: MFC_HOME (the store), HF_TOKEN, HF_ENDPOINT,\n"
+          "MFC_FETCH_TIMEOUT (seconds a download may stall, default 60).\n",
+          f);
+}
+
+/* NAME=VALUE, or NAME alone (the value comes from the environment, as in docker). */
+static int add_build_arg(struct build_cli *cli, char *s)
+{
+    if (cli->n_args == BUILD_MAX_ARGS)
+        return -1;
+    char *eq = strchr(s, '=');
+    char *name = eq ? strndup(s, (size_t)(eq - s)) : strdup(s);
+    if (!name || !name[0]) {
+        free(name);
+        return -1;
+    }
+    cli->arg_names[cli->n_args] = name;
+    cli->args[cli->n_args].name = name;
+    cli->args[cli->n_args++].value = eq ? eq + 1 : getenv(name);
+    return 0;
+}
+
+static int parse_int(const char *s, int min, int max, int *out)
+{
+    int64_t v;
+    if (mf_num_parse_i64(s, &v) != 0 || v < min || v > max)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_one(struct build_cli *cli, int c, struct mfc_ctx *ctx)
+{
+    struct mf_err err;
+    switch (c) {
+    case 'f':
+        cli->file = optarg;
+        return -1;
+    case 't':
+        if (cli->n_tags == BUILD_MAX_ARGS || !store_tag_valid(optarg))
+            return mfc_usage_error(ctx, cli->cmd, "invalid tag '%s'", optarg);
+        cli->tags[cli->n_tags++] = optarg;
+        return -1;
+    case 'a':
+        if (add_build_arg(cli, optarg) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "--build-arg takes NAME=VALUE");
+        return -1;
+    case 'n':
+        cli->no_cache = 1;
+        return -1;
+    case 'q':
+        cli->quiet = 1;
+        cli->mode = PROGRESS_QUIET;
+        return -1;
+    case 'j':
+        if (parse_int(optarg, 1, EXEC_MAX_JOBS, &cli->jobs) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "--jobs takes 1 to %d", EXEC_MAX_JOBS);
+        return -1;
+    case 'p':
+        if (progress_parse_mode(optarg, &cli->mode, &err) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
+        return -1;
+    case 'F':
+        if (plan_parse_format(optarg, &cli->format, &err) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
+        return -1;
+    case 'h':
+        usage(ctx->out, cli->cmd);
+        return 0;
+    default:
+        return mfc_usage_error(ctx, cli->cmd, "unknown option");
+    }
+}
+
+/* Returns -1 to go on, or the exit status. */
+static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_cli *cli)
+{
+    static const struct option build_opts[] = {
+        {"help", no_argument, NULL, 'h'},          {"file", required_argument, NULL, 'f'},
+        {"tag", required_argument, NULL, 't'},     {"build-arg", required_argument, NULL, 'a'},
+        {"no-cache", no_argument, NULL, 'n'},      {"progress", required_argument, NULL, 'p'},
+        {"quiet", no_argument, NULL, 'q'},         {"jobs", required_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0}};
+    static const struct option plan_opts[] = {{"help", no_argument, NULL, 'h'},
+                                              {"file", required_argument, NULL, 'f'},
+                                              {"build-arg", required_argument, NULL, 'a'},
+                                              {"format", required_argument, NULL, 'F'},
+                                              {NULL, 0, NULL, 0}};
+    int is_plan = strcmp(cli->cmd, "plan") == 0, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, is_plan ? "hf:" : "hf:t:qj:", is_plan ? plan_opts : build_opts,
+                            NULL)) != -1) {
+        if (c == '?')
+            return mfc_usage_error(ctx, cli->cmd, "unknown option or missing value: '%s'",
+                                   argv[optind - 1]);
+        int st = parse_one(cli, c, ctx);
+        if (st >= 0)
+            return st;
+    }
+    if (argc - optind > 1)
+        return mfc_usage_error(ctx, cli->cmd, "takes one PATH (a Modelfile or a directory)");
+    cli->path = optind < argc ? argv[optind] : ".";
+    return -1;
+}
+
+/* The Modelfile and the context from PATH and -f (docker's rules). */
+static int locate(struct build_cli *cli, struct mf_err *err)
+{
+    struct stat st;
+    if (stat(cli->path, &st) != 0)
+        return mf_err_sys(err, MF_ENOTFOUND, errno, "%s", cli->path);
+    int is_dir = S_ISDIR(st.st_mode);
+    size_t n = strlen(cli->path) + 16;
+    cli->modelfile = malloc(n);
+    if (!cli->modelfile)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    if (cli->file)
+        snprintf(cli->modelfile, n, "%s", cli->file);
+    else if (is_dir)
+        snprintf(cli->modelfile, n, "%s/Modelfile", cli->path);
+    else
+        snprintf(cli->modelfile, n, "%s", cli->path);
+    char *copy = strdup(is_dir ? cli->path : cli->modelfile);
+    if (!copy)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    char *dir = is_dir ? copy : dirname(copy);
+    cli->context = realpath(dir, NULL);
+    free(copy);
+    if (!cli->context)
+        return mf_err_sys(err, MF_ENOTFOUND, errno, "%s", cli->path);
+    return 0;
+}
+
+/* Reads, parses and plans. Returns -1 to go on, or the exit status. */
+static int load_plan(struct build_cli *cli, struct mfc_ctx *ctx, const struct fetch_opts *fo,
+                     struct plan **plan)
+{
+    struct mf_err err;
+    struct mf_modelfile *mf = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    int rc = locate(cli, &err);
+    if (!rc)
+        rc = mf_file_read(cli->modelfile, MF_MODELFILE_MAX_BYTES, &data, &len, &err);
+    if (rc)
+        return mfc_report(ctx, &err);
+    /* messages say "Modelfile:3: ...", as docker names "Dockerfile:3" */
+    const char *slash = strrchr(cli->modelfile, '/');
+    const char *name = slash ? slash + 1 : cli->modelfile;
+    struct mf_modelfile_opts mo = {
+        .name = name, .build_args = cli->args, .n_build_args = cli->n_args};
+    rc = mf_modelfile_parse(data, len, &mo, &mf, &err);
+    free(data);
+    if (rc == MF_EINVAL || (!rc && mf->n_warnings)) {
+        struct mf_buf out;
+        mf_buf_init(&out, 1u << 20);
+        if (mf_modelfile_render_diags(mf, ctx->color, &out, &err) == 0 && out.data)
+            fputs(out.data, ctx->err);
+        mf_buf_free(&out);
+    }
+    if (rc) {
+        mf_modelfile_free(mf);
+        return rc == MF_EINVAL ? 1 : mfc_report(ctx, &err);
+    }
+    struct fetch_opts pfo = *fo;
+    pfo.base_dir = cli->context;
+    struct plan_opts po = {.modelfile = name, .fo = &pfo};
+    rc = plan_build(mf, &po, plan, &err);
+    mf_modelfile_free(mf);
+    return rc ? mfc_report(ctx, &err) : -1;
+}
+
+static void cli_fini(struct build_cli *cli)
+{
+    for (size_t i = 0; i < cli->n_args; i++)
+        free(cli->arg_names[i]);
+    free(cli->modelfile);
+    free(cli->context);
+}
+
+/* Points every -t at the image manifest; a tag is all or nothing per name. */
+static int tag_image(struct store *s, const struct build_cli *cli, const struct exec_node *img,
+                     struct mf_err *err)
+{
+    struct store_desc d = {.size = img->size};
+    char created[STORE_TIME_MAX];
+    struct tm tm;
+    time_t t = time(NULL);
+    snprintf(d.media_type, sizeof d.media_type, "%s", STORE_MT_OCI_MANIFEST);
+    snprintf(d.digest, sizeof d.digest, "%s", img->digest);
+    if (!gmtime_r(&t, &tm) || !strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        created[0] = '\0';
+    for (size_t i = 0; i < cli->n_tags; i++) {
+        int rc = store_tag_set(s, cli->tags[i], &d, created, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The BuildKit-style summary line, and every failure with its Modelfile line. */
+static void report_build(struct mfc_ctx *ctx, const struct plan *p, const struct exec_build *b,
+                         enum progress_mode mode, double secs)
+{
+    size_t finished = b->n_done + b->n_cached;
+    if (mode == PROGRESS_JSON) {
+        fprintf(ctx->err,
+                "{\"event\":\"build\",\"status\":\"%s\",\"steps\":%zu,\"done\":%zu,"
+                "\"cached\":%zu,\"failed\":%zu,\"cancelled\":%zu,\"ms\":%.0f}\n",
+                b->n_failed ? "error" : "done", p->n_nodes, b->n_done, b->n_cached, b->n_failed,
+                b->n_cancelled, secs * 1000);
+    } else if (mode != PROGRESS_QUIET) {
+        fprintf(ctx->err, "[+] Building %.1fs (%zu/%zu) %s\n", secs, finished, p->n_nodes,
+                b->n_failed ? "ERROR" : "FINISHED");
+    }
+    for (size_t i = 0; i < b->n_nodes; i++)
+        if (b->nodes[i].state == EXEC_FAILED)
+            mfc_report(ctx, &b->nodes[i].err);
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan *p,
+                   struct fetch_opts *fo, struct store *s, const char *root)
+{
+    struct mf_err err;
+    struct progress *pr = NULL;
+    struct exec_build b = {0};
+    double t0 = mono_s();
+    if (progress_open(&pr, ctx->err, cli->mode, &err) != 0)
+        return mfc_report(ctx, &err);
+    fo->progress = pr;
+    fo->base_dir = cli->context;
+    struct exec_opts eo = {
+        .store_root = root, .fo = fo, .progress = pr, .jobs = cli->jobs, .no_cache = cli->no_cache};
+    int rc = exec_run(p, &eo, &b, &err);
+    enum progress_mode mode = progress_get_mode(pr);
+    progress_close(pr);
+    if (rc && !b.n_failed) /* the executor itself failed (store, threads) */
+        mfc_report(ctx, &err);
+    report_build(ctx, p, &b, mode, mono_s() - t0);
+    if (!rc && (rc = tag_image(s, cli, &b.nodes[p->image], &err)) != 0)
+        mfc_report(ctx, &err);
+    if (!rc)
+        fprintf(ctx->out, "%s\n", b.nodes[p->image].digest);
+    exec_build_fini(&b);
+    return rc ? 1 : 0;
+}
+
+static int build(struct mfc_ctx *ctx, struct build_cli *cli, struct fetch_opts *fo)
+{
+    struct mf_err err;
+    struct plan *p = NULL;
+    struct store *s = NULL;
+    char *root = NULL;
+    int st = load_plan(cli, ctx, fo, &p);
+    if (st >= 0)
+        return st;
+    int rc = store_default_root(&root, &err);
+    if (!rc)
+        rc = store_open(&s, root, &err);
+    if (!rc)
+        rc = fetch_global_init(&err);
+    st = rc ? mfc_report(ctx, &err) : execute(ctx, cli, p, fo, s, root);
+    if (!rc)
+        fetch_global_cleanup();
+    store_close(s);
+    free(root);
+    plan_free(p);
+    return st;
+}
+
+static void fetch_env(struct fetch_opts *fo)
+{
+    const char *v = getenv("MFC_FETCH_TIMEOUT");
+    int64_t n;
+    if (v && mf_num_parse_i64(v, &n) == 0 && n > 0 && n < 86400)
+        fo->stall_timeout_s = (long)n;
+    v = getenv("MFC_FETCH_RETRY_DELAY_MS");
+    if (v && mf_num_parse_i64(v, &n) == 0 && n >= 0 && n < 600000)
+        fo->retry_base_ms = (long)n;
+}
+
+int mfc_cmd_build(int argc, char **argv, struct mfc_ctx *ctx)
+{
+    struct build_cli cli = {.cmd = "build", .mode = PROGRESS_AUTO};
+    struct fetch_opts fo;
+    fetch_opts_init(&fo);
+    fo.user_agent = "mfc/" PACKAGE_VERSION;
+    fetch_env(&fo);
+    int st = parse_opts(argc, argv, ctx, &cli);
+    if (st < 0)
+        st = build(ctx, &cli, &fo);
+    cli_fini(&cli);
+    return st;
+}
+
+int mfc_cmd_plan(int argc, char **argv, struct mfc_ctx *ctx)
+{
+    struct build_cli cli = {.cmd = "plan", .format = PLAN_FMT_TEXT};
+    struct fetch_opts fo;
+    struct plan *p = NULL;
+    struct mf_err err;
+    fetch_opts_init(&fo);
+    int st = parse_opts(argc, argv, ctx, &cli);
+    if (st < 0)
+        st = load_plan(&cli, ctx, &fo, &p);
+    if (st < 0)
+        st = plan_print(p, cli.format, ctx->out, &err) ? mfc_report(ctx, &err) : 0;
+    plan_free(p);
+    cli_fini(&cli);
+    return st;
+}

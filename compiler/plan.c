@@ -1,0 +1,386 @@
+/*
+ * plan.c: the build planner: Modelfile AST -> DAG of typed steps (plan.h).
+ *
+ * Owns the nodes, their names and argument objects and the resolved sources;
+ * borrows nothing from the modelfile after plan_build returns (every string
+ * is copied). Does not execute anything (compiler/exec.c does) and does not
+ * open the store.
+ *
+ * Invariants: node ids are a topological order (inputs are created first);
+ * the image node is the last node; every node but the image names the
+ * Modelfile line it came from; args are JSON objects whose canonical dump
+ * (sorted keys) is part of the node's cache key, so anything that changes a
+ * node's output must be in its args or its inputs, and nothing else may be
+ * (a file's path is not: a moved but unchanged file is a cache hit).
+ *
+ * Multiple FROM lines: the last one wins, as in `ollama create`. A RUN step
+ * feeds every local FROM/ADAPTER/DRAFT source that follows it.
+ */
+#include "compiler/plan.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/json.h"
+#include "common/sha256.h"
+
+#define NO_NODE SIZE_MAX
+#define PLAN_KEY_SALT "mfc-plan-key/v1" /* bump when a key's meaning changes */
+#define PLAN_TEXT_MAX (1u << 20)        /* bytes of one node's args when hashed */
+
+static const char *const op_names[PLAN_OP_COUNT] = {
+    "source", "convert", "check", "merge", "quantize", "run", "config", "layer", "image",
+};
+
+const char *plan_op_name(enum plan_op op)
+{
+    return (unsigned)op < PLAN_OP_COUNT ? op_names[op] : "?";
+}
+
+const char *plan_role_name(enum plan_role role)
+{
+    static const char *const names[] = {"", "base", "adapter", "draft", "config"};
+    return (unsigned)role < sizeof names / sizeof names[0] ? names[role] : "";
+}
+
+/* ---- building ------------------------------------------------------------------- */
+
+/* What plan_build collects from one pass over the instructions. */
+struct walk {
+    const struct mf_instr *from;     /* borrowed: the FROM in effect (the last) */
+    size_t from_run;                 /* the RUN node before it, or NO_NODE */
+    const struct mf_instr **extra;   /* owned array of borrowed ADAPTER/DRAFT instrs */
+    size_t *extra_run;               /* owned: the RUN node before each */
+    size_t n_extra;                  /* entries in extra and extra_run */
+    int config_line;                 /* first line that feeds the config, or 0 */
+};
+
+/* Appends a node; args is stolen (also on failure). Returns its id, or
+ * NO_NODE when memory ran out. */
+static size_t node_add(struct plan *p, enum plan_op op, enum plan_role role, int line,
+                       const char *name, const char *instr, json_t *args, const size_t *inputs,
+                       size_t n_inputs)
+{
+    struct plan_node *a = realloc(p->nodes, (p->n_nodes + 1) * sizeof *a);
+    if (!a || !args) {
+        json_decref(args);
+        return NO_NODE;
+    }
+    p->nodes = a;
+    struct plan_node *n = &a[p->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->id = p->n_nodes++;
+    n->op = op;
+    n->role = role;
+    n->line = line;
+    n->args = args;
+    n->name = strdup(name);
+    n->instr = strdup(instr);
+    n->inputs = n_inputs ? malloc(n_inputs * sizeof *n->inputs) : NULL;
+    if (!n->name || !n->instr || (n_inputs && !n->inputs))
+        return NO_NODE; /* plan_free releases the half-built node */
+    for (size_t i = 0; i < n_inputs; i++)
+        n->inputs[n->n_inputs++] = inputs[i];
+    return n->id;
+}
+
+static int collect(const struct mf_modelfile *mf, struct plan *p, struct walk *w,
+                   struct mf_err *err)
+{
+    size_t last_run = NO_NODE;
+    w->from_run = NO_NODE;
+    for (size_t i = 0; i < mf->n_instrs; i++) {
+        const struct mf_instr *in = &mf->instrs[i];
+        if (in->ignored)
+            continue;
+        if (in->kind == MF_INSTR_RUN) {
+            char name[160];
+            snprintf(name, sizeof name, "RUN %.150s", in->value);
+            json_t *args = json_pack("{s:s, s:I}", "command", in->value, "timeout_ms",
+                                     (json_int_t)in->u.run.timeout_ms);
+            last_run = node_add(p, PLAN_RUN, PLAN_ROLE_NONE, in->line, name, name, args,
+                                &last_run, last_run == NO_NODE ? 0 : 1);
+            if (last_run == NO_NODE)
+                return mf_err_set(err, MF_ENOMEM, "%s:%d: out of memory", p->modelfile,
+                                  in->line);
+        } else if (in->kind == MF_INSTR_FROM) {
+            w->from = in;
+            w->from_run = last_run;
+        } else if (in->kind == MF_INSTR_ADAPTER || in->kind == MF_INSTR_DRAFT) {
+            const struct mf_instr **e = realloc(w->extra, (w->n_extra + 1) * sizeof *e);
+            size_t *r = e ? realloc(w->extra_run, (w->n_extra + 1) * sizeof *r) : NULL;
+            if (e)
+                w->extra = e;
+            if (!r)
+                return mf_err_set(err, MF_ENOMEM, "%s: out of memory", p->modelfile);
+            w->extra_run = r;
+            w->extra[w->n_extra] = in;
+            w->extra_run[w->n_extra++] = last_run;
+        } else if (in->kind != MF_INSTR_ARG && !w->config_line) {
+            w->config_line = in->line;
+        }
+    }
+    if (!w->from)
+        return mf_err_set(err, MF_EINVAL, "%s: no FROM instruction", p->modelfile);
+    return 0;
+}
+
+static enum plan_role role_of(const struct mf_instr *in)
+{
+    return in->kind == MF_INSTR_FROM      ? PLAN_ROLE_BASE
+           : in->kind == MF_INSTR_ADAPTER ? PLAN_ROLE_ADAPTER
+                                          : PLAN_ROLE_DRAFT;
+}
+
+/* The source's args: a file is keyed by its content (added by the executor),
+ * not its path; a URL by its location and pin. */
+static json_t *source_args(const struct fetch_source *src)
+{
+    static const char *const kinds[] = {"file", "dir", "url", "name"};
+    json_t *a = json_pack("{s:s, s:s}", "kind", kinds[src->kind], "pin", src->pin);
+    if (a && src->kind != FETCH_FILE)
+        json_object_set_new(a, "location", json_string(src->location));
+    return a;
+}
+
+/* Plans the source of in (source, or convert for a safetensors directory);
+ * *out gets the node whose output is a GGUF blob. */
+static int plan_source(struct plan *p, const struct mf_instr *in, size_t run,
+                       const struct fetch_opts *fo, size_t *out, struct mf_err *err)
+{
+    struct fetch_source src;
+    char ref[4096], name[4200];
+    enum plan_role role = role_of(in);
+    snprintf(ref, sizeof ref, "%s%s%s", in->u.src.ref, in->u.src.digest ? "@" : "",
+             in->u.src.digest ? in->u.src.digest : "");
+    int rc = fetch_resolve(ref, fo, &src, err);
+    if (rc)
+        return mf_err_prefix(err, "%s:%d: %s %s", p->modelfile, in->line,
+                             mf_modelfile_kind_name(in->kind), in->u.src.ref);
+    snprintf(name, sizeof name, "%s %s", mf_modelfile_kind_name(in->kind), src.display);
+    /* a RUN may write a local file; a URL or name cannot come from one */
+    int after_run = run != NO_NODE && (src.kind == FETCH_FILE || src.kind == FETCH_DIR);
+    enum plan_op op = src.kind == FETCH_DIR ? PLAN_CONVERT : PLAN_SOURCE;
+    size_t id = node_add(p, op, role, in->line, name, name, source_args(&src), &run, after_run);
+    if (id == NO_NODE) {
+        fetch_source_fini(&src);
+        return mf_err_set(err, MF_ENOMEM, "%s:%d: out of memory", p->modelfile, in->line);
+    }
+    p->nodes[id].src = src;
+    *out = id;
+    return 0;
+}
+
+/* source -> check; returns the check node in *out. */
+static int plan_checked(struct plan *p, const struct mf_instr *in, size_t run, size_t base_check,
+                        const struct fetch_opts *fo, size_t *out, struct mf_err *err)
+{
+    size_t src, ins[2];
+    int rc = plan_source(p, in, run, fo, &src, err);
+    if (rc)
+        return rc;
+    const struct plan_node *s = &p->nodes[src];
+    ins[0] = src;
+    ins[1] = base_check; /* hook: the LoRA issue validates an adapter against its base */
+    json_t *args = json_pack("{s:s}", "role", plan_role_name(s->role));
+    *out = node_add(p, PLAN_CHECK, s->role, in->line, s->name, s->instr, args, ins,
+                    base_check == NO_NODE ? 1 : 2);
+    return *out == NO_NODE ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
+}
+
+static size_t layer_add(struct plan *p, size_t input, const char *path, const char *media_type)
+{
+    const struct plan_node *in = &p->nodes[input];
+    json_t *args = json_pack("{s:s, s:s, s:s}", "role", plan_role_name(in->role), "path", path,
+                             "mediaType", media_type);
+    return node_add(p, PLAN_LAYER, in->role, in->line, path, in->instr, args, &input, 1);
+}
+
+/* Adapters and drafts: check each, merge or layer it; appends layer ids. */
+static int plan_extras(struct plan *p, const struct walk *w, const struct fetch_opts *fo,
+                       size_t base_check, size_t *weights, size_t *layers, size_t *n_layers,
+                       struct mf_err *err)
+{
+    size_t n_adapters = 0;
+    for (size_t i = 0; i < w->n_extra; i++) {
+        const struct mf_instr *in = w->extra[i];
+        int adapter = in->kind == MF_INSTR_ADAPTER;
+        size_t chk, ins[2], id;
+        int rc = plan_checked(p, in, w->extra_run[i], adapter ? base_check : NO_NODE, fo, &chk,
+                              err);
+        if (rc)
+            return rc;
+        if (adapter && in->u.src.merge) {
+            ins[0] = *weights;
+            ins[1] = chk;
+            id = node_add(p, PLAN_MERGE, PLAN_ROLE_BASE, in->line, p->nodes[chk].name,
+                          p->nodes[chk].instr, json_pack("{s:f}", "scale", in->u.src.scale),
+                          ins, 2);
+            *weights = id;
+        } else {
+            char path[64];
+            if (adapter)
+                snprintf(path, sizeof path, "models/adapters/%zu.gguf", n_adapters++);
+            else
+                snprintf(path, sizeof path, "models/draft.gguf");
+            id = layer_add(p, chk, path, adapter ? PLAN_MT_ADAPTER : PLAN_MT_GGUF);
+            layers[(*n_layers)++] = id;
+        }
+        if (id == NO_NODE)
+            return mf_err_set(err, MF_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int plan_image(struct plan *p, const struct walk *w, size_t *layers, size_t n_layers,
+                      struct mf_err *err)
+{
+    json_t *cargs = json_pack("{s:s, s:O}", "format", "yaml", "document", p->config);
+    size_t cfg = node_add(p, PLAN_CONFIG, PLAN_ROLE_CONFIG, w->config_line, PLAN_CONFIG_PATH,
+                          "config", cargs, NULL, 0);
+    if (cfg == NO_NODE)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    layers[n_layers] = layer_add(p, cfg, PLAN_CONFIG_PATH, PLAN_MT_CONFIG);
+    if (layers[n_layers++] == NO_NODE)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    json_t *iargs = json_pack("{s:s, s:O, s:s}", "modelfile", p->modelfile_digest, "labels",
+                              p->labels, "artifactType", PLAN_ARTIFACT_TYPE);
+    p->image = node_add(p, PLAN_IMAGE, PLAN_ROLE_NONE, 0, "image", "image", iargs, layers,
+                        n_layers);
+    return p->image == NO_NODE ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
+}
+
+static int plan_nodes(struct plan *p, const struct walk *w, const struct fetch_opts *fo,
+                      struct mf_err *err)
+{
+    size_t base_check, weights, n_layers = 0;
+    /* one layer per adapter or draft, plus the weights and the config */
+    size_t *layers = malloc((w->n_extra + 2) * sizeof *layers);
+    if (!layers)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    int rc = plan_checked(p, w->from, w->from_run, NO_NODE, fo, &base_check, err);
+    weights = base_check;
+    if (!rc)
+        rc = plan_extras(p, w, fo, base_check, &weights, layers + 1, &n_layers, err);
+    if (!rc) {
+        layers[0] = layer_add(p, weights, "models/model.gguf", PLAN_MT_GGUF);
+        n_layers++;
+        rc = layers[0] == NO_NODE ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
+    }
+    if (!rc)
+        rc = plan_image(p, w, layers, n_layers, err);
+    free(layers);
+    return rc;
+}
+
+static int plan_meta(struct plan *p, const struct mf_modelfile *mf, const struct plan_opts *o,
+                     struct mf_err *err)
+{
+    uint8_t d[MF_SHA256_LEN];
+    char hex[MF_SHA256_HEX_LEN + 1];
+    p->modelfile = strdup(o->modelfile ? o->modelfile : "Modelfile");
+    p->config = plan_config_doc(mf);
+    p->labels = p->config ? json_incref(json_object_get(p->config, "labels")) : NULL;
+    if (!p->modelfile || !p->labels)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    int rc = mf_sha256_mem(mf->text, mf->text_len, d, err);
+    if (rc)
+        return rc;
+    mf_sha256_hex(d, hex);
+    snprintf(p->modelfile_digest, sizeof p->modelfile_digest, "sha256:%s", hex);
+    return 0;
+}
+
+int plan_build(const struct mf_modelfile *mf, const struct plan_opts *o, struct plan **out,
+               struct mf_err *err)
+{
+    struct walk w = {0};
+    struct plan *p = calloc(1, sizeof *p);
+    *out = NULL;
+    if (!p)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    int rc = plan_meta(p, mf, o, err);
+    if (!rc)
+        rc = collect(mf, p, &w, err);
+    if (!rc)
+        rc = plan_nodes(p, &w, o->fo, err);
+    free(w.extra);
+    free(w.extra_run);
+    if (rc) {
+        plan_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+void plan_free(struct plan *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n_nodes; i++) {
+        struct plan_node *n = &p->nodes[i];
+        free(n->name);
+        free(n->instr);
+        json_decref(n->args);
+        free(n->inputs);
+        fetch_source_fini(&n->src);
+    }
+    free(p->nodes);
+    free(p->modelfile);
+    json_decref(p->config);
+    json_decref(p->labels);
+    free(p);
+}
+
+/* ---- cache keys ----------------------------------------------------------------- */
+
+static int hash_str(struct mf_sha256 *h, const char *s, struct mf_err *err)
+{
+    /* the NUL separates fields, so ("ab","c") and ("a","bc") differ */
+    return mf_sha256_update(h, s ? s : "", strlen(s ? s : "") + 1, err);
+}
+
+int plan_node_key(const struct plan_node *n, const char *const *input_keys,
+                  const char *const *input_digests, const char *content,
+                  char key[STORE_DIGEST_BUF], struct mf_err *err)
+{
+    struct mf_sha256 h;
+    struct mf_buf args;
+    uint8_t d[MF_SHA256_LEN];
+    char hex[MF_SHA256_HEX_LEN + 1];
+    mf_buf_init(&args, PLAN_TEXT_MAX);
+    int rc = mf_json_dump(n->args, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17), &args,
+                          err);
+    if (!rc)
+        rc = mf_sha256_init(&h, err);
+    if (rc) {
+        mf_buf_free(&args);
+        return rc;
+    }
+    rc = hash_str(&h, PLAN_KEY_SALT, err);
+    if (!rc)
+        rc = hash_str(&h, plan_op_name(n->op), err);
+    if (!rc)
+        rc = hash_str(&h, args.data, err);
+    for (size_t i = 0; !rc && i < n->n_inputs; i++) {
+        rc = hash_str(&h, input_keys[i], err);
+        if (!rc)
+            rc = hash_str(&h, input_digests[i], err);
+    }
+    if (!rc)
+        rc = hash_str(&h, content, err);
+    mf_buf_free(&args);
+    if (rc) {
+        mf_sha256_abort(&h);
+        return rc;
+    }
+    rc = mf_sha256_final(&h, d, err);
+    if (rc)
+        return rc;
+    mf_sha256_hex(d, hex);
+    snprintf(key, STORE_DIGEST_BUF, "sha256:%s", hex);
+    return 0;
+}

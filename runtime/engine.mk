@@ -2,7 +2,8 @@
 libmfc_runtime_a_SOURCES += runtime/kv.c runtime/kv.h runtime/sched.c runtime/sched.h \
 	runtime/engine.c runtime/engine.h
 
-check_PROGRAMS += tests/unit/test_kv tests/unit/test_sched tests/unit/test_engine
+check_PROGRAMS += tests/unit/test_kv tests/unit/test_sched tests/unit/test_engine \
+	tests/unit/test_engine_model
 tests_unit_test_kv_SOURCES = tests/unit/test_kv.c
 tests_unit_test_kv_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_kv_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
@@ -14,7 +15,12 @@ tests_unit_test_engine_SOURCES = tests/unit/test_engine.c tests/unit/fake_model.
 	tests/unit/fake_model.h
 tests_unit_test_engine_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_engine_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
-TESTS += tests/unit/test_kv tests/unit/test_sched tests/unit/test_engine
+## The engine over the real model and CPU backend, on mkmodel's toy llama.
+tests_unit_test_engine_model_SOURCES = tests/unit/test_engine_model.c
+tests_unit_test_engine_model_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_engine_model_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
+TESTS += tests/unit/test_kv tests/unit/test_sched tests/unit/test_engine \
+	tests/unit/test_engine_model
 
 ## Fuzzing: tests/fuzz/run builds fuzz_sched (sched + kv + the fake model).
 EXTRA_DIST += tests/fuzz/fuzz_sched.c tests/fuzz/corpus/sched

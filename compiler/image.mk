@@ -3,7 +3,7 @@
 libmfc_compiler_a_SOURCES += \
 	compiler/layer.c compiler/layer.h
 libmfc_compiler_a_CFLAGS += $(ARCHIVE_CFLAGS)
-MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) -lz
+MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) $(ZLIB_LIBS)
 
 check_PROGRAMS += tests/unit/test_layer
 tests_unit_test_layer_SOURCES = tests/unit/test_layer.c

@@ -31,6 +31,7 @@
 #include "runtime/cpu_int.h"
 
 #define AI inline __attribute__((always_inline))
+#define X86_PREFETCH 512 /* bytes ahead of the current weight block */
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -55,6 +56,16 @@ static AI X86_T __m256i ld256(const void *p)
 static AI X86_T __m128i ld128(const void *p)
 {
     return _mm_loadu_si128((const __m128i_u *)p);
+}
+
+/* Touches p ahead of use. A single weight row read front to back runs at
+ * full DRAM speed with this; the hardware prefetcher alone manages about
+ * half of it, and several rows read side by side do worse still (measured
+ * on Zen 4: 31, 14 and 6-8 GB/s), which is why decode walks rows one by
+ * one (the 1 x 1 tiles of X86_GEMM). */
+static AI X86_T void prefetch(const uint8_t *p)
+{
+    _mm_prefetch((const char *)p + X86_PREFETCH, _MM_HINT_T0);
 }
 
 /* Stores (or, with add, accumulates) one result. */
@@ -88,103 +99,112 @@ static AI X86_T __m256i dot_scaled(__m256i src, __m256i sc16, __m256i u, __m256i
 #endif
 }
 
+/*
+ * Every quantized tile is a block step blk_T(RB, CB, i, ..., acc) that adds
+ * block i of RB weight rows dotted with CB activation rows into acc[r][c],
+ * driven by X86_TILE: even blocks go to one accumulator set, odd blocks to
+ * another, summed at the end. Two independent FMA chains per (row, column)
+ * keep a single-row decode tile from waiting on FMA latency, and every tile
+ * shape runs the same sequence per pair, so results stay batch-independent.
+ */
+#define X86_TILE(T, BLOCK)                                                                       \
+    static AI X86_T void tile_##T(const int RB, const int CB, int64_t n, const uint8_t *w,       \
+                                  size_t wb, const uint8_t *x, size_t xb, float *y, size_t ys,   \
+                                  int add)                                                       \
+    {                                                                                            \
+        __m256 a0[4][4], a1[4][4];                                                               \
+        int64_t i = 0, nb = n / (BLOCK);                                                         \
+        _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                     \
+            _Pragma("GCC unroll 4") for (int c = 0; c < CB; c++)                                 \
+        {                                                                                        \
+            a0[r][c] = _mm256_setzero_ps();                                                      \
+            a1[r][c] = _mm256_setzero_ps();                                                      \
+        }                                                                                        \
+        for (; i + 1 < nb; i += 2) {                                                             \
+            blk_##T(RB, CB, i, w, wb, x, xb, a0);                                                \
+            blk_##T(RB, CB, i + 1, w, wb, x, xb, a1);                                            \
+        }                                                                                        \
+        if (i < nb)                                                                              \
+            blk_##T(RB, CB, i, w, wb, x, xb, a0);                                                \
+        _Pragma("GCC unroll 4") for (int c = 0; c < CB; c++)                                     \
+            _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                 \
+                put(y + (size_t)c * ys + r, add, hsum8(_mm256_add_ps(a0[r][c], a1[r][c])));      \
+    }
+
 /* ---- Q8_0 weights x Q8_0 activations ----------------------------------- */
 
-static AI X86_T void tile_q8_0(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+static AI X86_T void blk_q8_0(const int RB, const int CB, int64_t i, const uint8_t *w, size_t wb,
+                              const uint8_t *x, size_t xb, __m256 acc[4][4])
 {
-    __m256 acc[4][4];
+    __m256i wq[4];
+    float dw[4];
 
 #pragma GCC unroll 4
-    for (int r = 0; r < RB; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i wq[4];
-        float dw[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < RB; r++) {
-            const uint8_t *b = w + (size_t)r * wb + (size_t)i * 34;
-            dw[r] = h2f(b);
-            wq[r] = ld256(b + 2);
+    for (int r = 0; r < RB; r++) {
+        const uint8_t *b = w + (size_t)r * wb + (size_t)i * 34;
+        prefetch(b);
+        dw[r] = h2f(b);
+        wq[r] = ld256(b + 2);
 #if X86_VNNI
-            wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80)); /* w + 128 */
+        wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80)); /* w + 128 */
 #endif
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++) {
-            const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
-            __m256i aq = ld256(a->qs);
-#if X86_VNNI
-            /* sum (w+128)*a = sum w*a + 128*s: start each of 8 lanes at -16*s */
-            __m256i init = _mm256_set1_epi32(-16 * a->s);
-#endif
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) {
-#if X86_VNNI
-                __m256i p = _mm256_dpbusd_epi32(init, wq[r], aq);
-#else
-                __m256i p = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]), _mm256_sign_epi8(aq, wq[r])),
-                    _mm256_set1_epi16(1));
-#endif
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
-                                            acc[r][c]);
-            }
-        }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < CB; c++)
+    for (int c = 0; c < CB; c++) {
+        const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
+        __m256i aq = ld256(a->qs);
+#if X86_VNNI
+        /* sum (w+128)*a = sum w*a + 128*s: start each of 8 lanes at -16*s */
+        __m256i init = _mm256_set1_epi32(-16 * a->s);
+#endif
 #pragma GCC unroll 4
-        for (int r = 0; r < RB; r++)
-            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
+        for (int r = 0; r < RB; r++) {
+#if X86_VNNI
+            __m256i p = _mm256_dpbusd_epi32(init, wq[r], aq);
+#else
+            __m256i p = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]), _mm256_sign_epi8(aq, wq[r])),
+                _mm256_set1_epi16(1));
+#endif
+            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
+                                        acc[r][c]);
+        }
+    }
 }
+X86_TILE(q8_0, 32)
 
 /* ---- Q4_0 weights x Q8_0 activations ----------------------------------- */
 
-static AI X86_T void tile_q4_0(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
+static AI X86_T void blk_q4_0(const int RB, const int CB, int64_t i, const uint8_t *w, size_t wb,
+                              const uint8_t *x, size_t xb, __m256 acc[4][4])
 {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256 acc[4][4];
+    __m256i wq[4];
+    float dw[4];
 
 #pragma GCC unroll 4
-    for (int r = 0; r < RB; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i wq[4];
-        float dw[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < RB; r++) {
-            const uint8_t *b = w + (size_t)r * wb + (size_t)i * 18;
-            __m128i t = ld128(b + 2);
-            dw[r] = h2f(b);
-            /* low nibbles are elements 0..15, high nibbles 16..31; codes 0..15 */
-            wq[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++) {
-            const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
-            __m256i aq = ld256(a->qs);
-            /* sum (q-8)*a = sum q*a - 8*s: start each of 8 lanes at -s */
-            __m256i init = _mm256_set1_epi32(-a->s);
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) {
-                __m256i p = dot_u8s8(init, wq[r], aq);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
-                                            acc[r][c]);
-            }
-        }
+    for (int r = 0; r < RB; r++) {
+        const uint8_t *b = w + (size_t)r * wb + (size_t)i * 18;
+        __m128i t = ld128(b + 2);
+        prefetch(b);
+        dw[r] = h2f(b);
+        /* low nibbles are elements 0..15, high nibbles 16..31; codes 0..15 */
+        wq[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < CB; c++)
+    for (int c = 0; c < CB; c++) {
+        const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
+        __m256i aq = ld256(a->qs);
+        /* sum (q-8)*a = sum q*a - 8*s: start each of 8 lanes at -s */
+        __m256i init = _mm256_set1_epi32(-a->s);
 #pragma GCC unroll 4
-        for (int r = 0; r < RB; r++)
-            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
+        for (int r = 0; r < RB; r++) {
+            __m256i p = dot_u8s8(init, wq[r], aq);
+            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
+                                        acc[r][c]);
+        }
+    }
 }
+X86_TILE(q4_0, 32)
 
 /* ---- K-quants x Q8_K activations --------------------------------------- */
 
@@ -211,171 +231,154 @@ static AI X86_T __m128i bsums32(const struct cpu_q8_K *a)
     return _mm_hadd_epi16(ld128(a->bsums), ld128(a->bsums + 8));
 }
 
-/* Q4_K (q5 == 0) and Q5_K (q5 == 1): per block d*sum_j sc_j*(q.a)_j -
+/* Q4_K (q5 == 0) and Q5_K (q5 == 1) block i: d*sum_j sc_j*(q.a)_j -
  * dmin*sum_j m_j*bsum_j, the integer parts exact. */
-static AI X86_T void tile_q45_K(const int q5, const int RB, const int CB, int64_t n,
-                                const uint8_t *w, size_t wb, const uint8_t *x, size_t xb, float *y,
-                                size_t ys, int add)
+static AI X86_T void blk_q45_K(const int q5, const int RB, const int CB, int64_t i,
+                               const uint8_t *w, size_t wb, const uint8_t *x, size_t xb,
+                               __m256 acc[4][4])
 {
     const size_t bsz = q5 ? sizeof(struct quant_blk_q5_K) : sizeof(struct quant_blk_q4_K);
     const size_t qs_off = q5 ? offsetof(struct quant_blk_q5_K, qs) : offsetof(struct quant_blk_q4_K, qs);
     const __m256i m4 = _mm256_set1_epi8(15), m1 = _mm256_set1_epi8(1);
-    __m256 acc[4][4];
+    __m256i sumi[4][4], hb[4];
+    uint8_t s[4][16];
+    float dw[4], dm[4];
 
 #pragma GCC unroll 4
-    for (int r = 0; r < RB; r++)
+    for (int r = 0; r < RB; r++) {
+        const uint8_t *b = w + (size_t)r * wb + (size_t)i * bsz;
+        prefetch(b);
+        prefetch(b + 64);
+        prefetch(b + 128);
+        dw[r] = h2f(b);
+        dm[r] = h2f(b + 2);
+        k4_scales(b + 4, s[r]);
+        hb[r] = q5 ? ld256(b + 16) : _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < CB; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi[4][4], hb[4];
-        uint8_t s[4][16];
-        float dw[4], dm[4];
+            sumi[r][c] = _mm256_setzero_si256();
+    }
+    for (int j = 0; j < 4; j++) {
+        __m256i lo[4], hi[4], sl[4], sh[4];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
-            const uint8_t *b = w + (size_t)r * wb + (size_t)i * bsz;
-            dw[r] = h2f(b);
-            dm[r] = h2f(b + 2);
-            k4_scales(b + 4, s[r]);
-            hb[r] = q5 ? ld256(b + 16) : _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int c = 0; c < CB; c++)
-                sumi[r][c] = _mm256_setzero_si256();
+            __m256i q = ld256(w + (size_t)r * wb + (size_t)i * bsz + qs_off + 32 * j);
+            lo[r] = _mm256_and_si256(q, m4);
+            hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (q5) {
+                /* fifth bits: bit 2j for the low half, 2j+1 for the high */
+                lo[r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(_mm256_and_si256(hb[r], m1), 4));
+                hi[r] = _mm256_or_si256(
+                    hi[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb[r], 1), m1), 4));
+                hb[r] = _mm256_srli_epi16(hb[r], 2);
+            }
+            sl[r] = _mm256_set1_epi16(s[r][2 * j]);
+            sh[r] = _mm256_set1_epi16(s[r][2 * j + 1]);
         }
-        for (int j = 0; j < 4; j++) {
-            __m256i lo[4], hi[4], sl[4], sh[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++) {
+            const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
+            __m256i al = ld256(a->qs + 64 * j), ah = ld256(a->qs + 64 * j + 32);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++)
+                sumi[r][c] = dot_scaled(dot_scaled(sumi[r][c], sl[r], lo[r], al), sh[r], hi[r], ah);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < CB; c++) {
+        const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
+        __m128i bs = bsums32(a);
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i_u *)(s[r] + 8)));
+            __m256 mp = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bs)));
+            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d),
+                                        _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
+            acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(dm[r] * a->d), mp, acc[r][c]);
+        }
+    }
+}
+
+static AI X86_T void blk_q4_K(const int RB, const int CB, int64_t i, const uint8_t *w, size_t wb,
+                              const uint8_t *x, size_t xb, __m256 acc[4][4])
+{
+    blk_q45_K(0, RB, CB, i, w, wb, x, xb, acc);
+}
+X86_TILE(q4_K, QK_K)
+
+static AI X86_T void blk_q5_K(const int RB, const int CB, int64_t i, const uint8_t *w, size_t wb,
+                              const uint8_t *x, size_t xb, __m256 acc[4][4])
+{
+    blk_q45_K(1, RB, CB, i, w, wb, x, xb, acc);
+}
+X86_TILE(q5_K, QK_K)
+
+/* Q6_K block i: codes 0..63 stand for q - 32; the -32 is taken out once per
+ * block as 32 * sum_k sc_k * bsum_k instead of per element. */
+static AI X86_T void blk_q6_K(const int RB, const int CB, int64_t i, const uint8_t *w, size_t wb,
+                              const uint8_t *x, size_t xb, __m256 acc[4][4])
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    __m256i sumi[4][4];
+    __m128i sc8[4];
+    float dw[4];
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++) {
+        const struct quant_blk_q6_K *b = (const struct quant_blk_q6_K *)(w + (size_t)r * wb) + i;
+        dw[r] = h2f(b->d);
+        sc8[r] = ld128(b->scales);
+        prefetch(b->ql);
+        prefetch(b->ql + 64);
+        prefetch(b->ql + 128);
+        prefetch(b->ql + 192);
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; c++)
+            sumi[r][c] = _mm256_setzero_si256();
+    }
+    for (int h = 0; h < 2; h++) {
+        for (int k = 0; k < 4; k++) {
+            /* vector k of half h: elements 128h + 32k ..; scales 8h + 2k, +1 */
+            const __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (8 * h + 2 * k + 1),
+                                                0x0101010101010101LL * (8 * h + 2 * k));
+            __m256i q[4], sc[4];
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) {
-                __m256i q = ld256(w + (size_t)r * wb + (size_t)i * bsz + qs_off + 32 * j);
-                lo[r] = _mm256_and_si256(q, m4);
-                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                if (q5) {
-                    /* fifth bits: bit 2j for the low half, 2j+1 for the high */
-                    lo[r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(_mm256_and_si256(hb[r], m1), 4));
-                    hi[r] = _mm256_or_si256(
-                        hi[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb[r], 1), m1), 4));
-                    hb[r] = _mm256_srli_epi16(hb[r], 2);
-                }
-                sl[r] = _mm256_set1_epi16(s[r][2 * j]);
-                sh[r] = _mm256_set1_epi16(s[r][2 * j + 1]);
+                const struct quant_blk_q6_K *b =
+                    (const struct quant_blk_q6_K *)(w + (size_t)r * wb) + i;
+                __m256i ql = ld256(b->ql + 64 * h + 32 * (k & 1));
+                __m256i qh = ld256(b->qh + 32 * h);
+                if (k >= 2)
+                    ql = _mm256_srli_epi16(ql, 4);
+                qh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
+                q[r] = _mm256_or_si256(_mm256_and_si256(ql, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+                sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8[r], shuf));
             }
 #pragma GCC unroll 4
             for (int c = 0; c < CB; c++) {
                 const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
-                __m256i al = ld256(a->qs + 64 * j), ah = ld256(a->qs + 64 * j + 32);
+                __m256i aq = ld256(a->qs + 128 * h + 32 * k);
 #pragma GCC unroll 4
                 for (int r = 0; r < RB; r++)
-                    sumi[r][c] = dot_scaled(dot_scaled(sumi[r][c], sl[r], lo[r], al), sh[r], hi[r], ah);
-            }
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++) {
-            const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
-            __m128i bs = bsums32(a);
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) {
-                __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i_u *)(s[r] + 8)));
-                __m256 mp = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bs)));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d),
-                                            _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
-                acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(dm[r] * a->d), mp, acc[r][c]);
+                    sumi[r][c] = dot_scaled(sumi[r][c], sc[r], q[r], aq);
             }
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < CB; c++)
-#pragma GCC unroll 4
-        for (int r = 0; r < RB; r++)
-            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
-}
-
-static AI X86_T void tile_q4_K(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
-{
-    tile_q45_K(0, RB, CB, n, w, wb, x, xb, y, ys, add);
-}
-
-static AI X86_T void tile_q5_K(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
-{
-    tile_q45_K(1, RB, CB, n, w, wb, x, xb, y, ys, add);
-}
-
-/* Q6_K: codes 0..63 stand for q - 32; the -32 is taken out once per block
- * as 32 * sum_k sc_k * bsum_k instead of per element. */
-static AI X86_T void tile_q6_K(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
-{
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    __m256 acc[4][4];
-
-#pragma GCC unroll 4
-    for (int r = 0; r < RB; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi[4][4];
-        __m128i sc8[4];
-        float dw[4];
+    for (int c = 0; c < CB; c++) {
+        const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
+        __m256i bs = ld256(a->bsums);
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
-            const struct quant_blk_q6_K *b =
-                (const struct quant_blk_q6_K *)(w + (size_t)r * wb) + i;
-            dw[r] = h2f(b->d);
-            sc8[r] = ld128(b->scales);
-#pragma GCC unroll 4
-            for (int c = 0; c < CB; c++)
-                sumi[r][c] = _mm256_setzero_si256();
-        }
-        for (int h = 0; h < 2; h++) {
-            for (int k = 0; k < 4; k++) {
-                /* vector k of half h: elements 128h + 32k ..; scales 8h + 2k, +1 */
-                const __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (8 * h + 2 * k + 1),
-                                                    0x0101010101010101LL * (8 * h + 2 * k));
-                __m256i q[4], sc[4];
-#pragma GCC unroll 4
-                for (int r = 0; r < RB; r++) {
-                    const struct quant_blk_q6_K *b =
-                        (const struct quant_blk_q6_K *)(w + (size_t)r * wb) + i;
-                    __m256i ql = ld256(b->ql + 64 * h + 32 * (k & 1));
-                    __m256i qh = ld256(b->qh + 32 * h);
-                    if (k >= 2)
-                        ql = _mm256_srli_epi16(ql, 4);
-                    qh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
-                    q[r] = _mm256_or_si256(_mm256_and_si256(ql, m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-                    sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8[r], shuf));
-                }
-#pragma GCC unroll 4
-                for (int c = 0; c < CB; c++) {
-                    const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
-                    __m256i aq = ld256(a->qs + 128 * h + 32 * k);
-#pragma GCC unroll 4
-                    for (int r = 0; r < RB; r++)
-                        sumi[r][c] = dot_scaled(sumi[r][c], sc[r], q[r], aq);
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++) {
-            const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
-            __m256i bs = ld256(a->bsums);
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) {
-                __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8[r]), bs);
-                __m256i si = _mm256_sub_epi32(sumi[r][c], _mm256_slli_epi32(corr, 5));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(si),
-                                            acc[r][c]);
-            }
+            __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8[r]), bs);
+            __m256i si = _mm256_sub_epi32(sumi[r][c], _mm256_slli_epi32(corr, 5));
+            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(si),
+                                        acc[r][c]);
         }
     }
-#pragma GCC unroll 4
-    for (int c = 0; c < CB; c++)
-#pragma GCC unroll 4
-        for (int r = 0; r < RB; r++)
-            put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));
 }
+X86_TILE(q6_K, QK_K)
 
 /* ---- float weights x float activations --------------------------------- */
 
@@ -402,66 +405,58 @@ static AI X86_T float ld_w1(const int kind, const uint8_t *row, int64_t k)
     return quant_bf16_to_f32(quant_rd16(row + 2 * k));
 }
 
-static AI X86_T void tile_float(const int kind, const int RB, const int CB, int64_t n,
-                                const uint8_t *w, size_t wb, const uint8_t *x, size_t xb, float *y,
-                                size_t ys, int add)
+/* Block i of a float row is its elements 8i .. 8i+7. */
+static AI X86_T void blk_float(const int kind, const int RB, const int CB, int64_t i,
+                               const uint8_t *w, size_t wb, const uint8_t *x, size_t xb,
+                               __m256 acc[4][4])
 {
-    __m256 acc[4][4];
-    int64_t k = 0;
+    __m256 wv[4];
 
 #pragma GCC unroll 4
-    for (int r = 0; r < RB; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    for (; k + 8 <= n; k += 8) {
-        __m256 wv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < RB; r++)
-            wv[r] = ld_w8(kind, w + (size_t)r * wb, k);
-#pragma GCC unroll 4
-        for (int c = 0; c < CB; c++) {
-            __m256 xv = _mm256_loadu_ps((const float *)(const void *)(x + (size_t)c * xb) + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++)
-                acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
-        }
+    for (int r = 0; r < RB; r++) {
+        if (i % 8 == 0)
+            prefetch(w + (size_t)r * wb + (size_t)(8 * i) * (kind ? 2 : 4));
+        wv[r] = ld_w8(kind, w + (size_t)r * wb, 8 * i);
     }
 #pragma GCC unroll 4
     for (int c = 0; c < CB; c++) {
-        const float *xc = (const float *)(const void *)(x + (size_t)c * xb);
+        __m256 xv = _mm256_loadu_ps((const float *)(const void *)(x + (size_t)c * xb) + 8 * i);
 #pragma GCC unroll 4
-        for (int r = 0; r < RB; r++) {
-            float v = hsum8(acc[r][c]);
-            for (int64_t t = k; t < n; t++)
-                v += ld_w1(kind, w + (size_t)r * wb, t) * xc[t];
-            put(y + (size_t)c * ys + r, add, v);
-        }
+        for (int r = 0; r < RB; r++)
+            acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
     }
 }
 
-static AI X86_T void tile_f32(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                              const uint8_t *x, size_t xb, float *y, size_t ys, int add)
-{
-    tile_float(0, RB, CB, n, w, wb, x, xb, y, ys, add);
-}
-
-static AI X86_T void tile_f16(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                              const uint8_t *x, size_t xb, float *y, size_t ys, int add)
-{
-    tile_float(1, RB, CB, n, w, wb, x, xb, y, ys, add);
-}
-
-static AI X86_T void tile_bf16(const int RB, const int CB, int64_t n, const uint8_t *w, size_t wb,
-                               const uint8_t *x, size_t xb, float *y, size_t ys, int add)
-{
-    tile_float(2, RB, CB, n, w, wb, x, xb, y, ys, add);
-}
+/* Float rows: the 8-element blocks through X86_TILE (into y), then the
+ * n % 8 tail added in order. */
+#define X86_FLOAT_TILE(T, KIND)                                                                  \
+    static AI X86_T void blk_##T##_body(const int RB, const int CB, int64_t i, const uint8_t *w, \
+                                        size_t wb, const uint8_t *x, size_t xb,                  \
+                                        __m256 acc[4][4])                                        \
+    {                                                                                            \
+        blk_float(KIND, RB, CB, i, w, wb, x, xb, acc);                                           \
+    }                                                                                            \
+    X86_TILE(T##_body, 8)                                                                        \
+    static AI X86_T void tile_##T(const int RB, const int CB, int64_t n, const uint8_t *w,       \
+                                  size_t wb, const uint8_t *x, size_t xb, float *y, size_t ys,   \
+                                  int add)                                                       \
+    {                                                                                            \
+        tile_##T##_body(RB, CB, n, w, wb, x, xb, y, ys, add);                                    \
+        for (int c = 0; c < CB; c++)                                                             \
+            for (int r = 0; r < RB; r++)                                                         \
+                for (int64_t t = n / 8 * 8; t < n; t++)                                          \
+                    y[(size_t)c * ys + r] += ld_w1(KIND, w + (size_t)r * wb, t) *                \
+                                             ((const float *)(const void *)(x + (size_t)c * xb))[t]; \
+    }
+X86_FLOAT_TILE(f32, 0)
+X86_FLOAT_TILE(f16, 1)
+X86_FLOAT_TILE(bf16, 2)
 
 /* ---- drivers ------------------------------------------------------------ */
 
-/* Covers the nr x nc output with X86_RB x X86_CB tiles, then 4 x 1 tiles
- * for leftover columns and 1 x 1 for leftover rows. */
+/* Covers the nr x nc output with X86_RB x X86_CB tiles, then 1 x 1 tiles
+ * (one weight row streamed at a time) for leftover columns: that is all of
+ * a decode step. */
 #define X86_GEMM(T)                                                                              \
     static X86_T void gemm_##T(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb,      \
                                const void *x, size_t xb, float *y, size_t ys, int add)           \
@@ -475,12 +470,9 @@ static AI X86_T void tile_bf16(const int RB, const int CB, int64_t n, const uint
             for (; r < nr; r++)                                                                  \
                 tile_##T(1, X86_CB, n, W + r * wb, wb, X + c * xb, xb, y + c * ys + r, ys, add); \
         }                                                                                        \
-        for (; c < nc; c++) {                                                                    \
-            for (r = 0; r + 4 <= nr; r += 4)                                                     \
-                tile_##T(4, 1, n, W + r * wb, wb, X + c * xb, xb, y + c * ys + r, ys, add);      \
-            for (; r < nr; r++)                                                                  \
+        for (; c < nc; c++)                                                                      \
+            for (r = 0; r < nr; r++)                                                             \
                 tile_##T(1, 1, n, W + r * wb, wb, X + c * xb, xb, y + c * ys + r, ys, add);      \
-        }                                                                                        \
     }
 
 X86_GEMM(f32)

@@ -11,3 +11,10 @@ check_PROGRAMS += tests/tools/mfc-eval
 tests_tools_mfc_eval_SOURCES = tests/tools/mfc-eval.c
 tests_tools_mfc_eval_LDADD = $(MFC_RUNTIME_LIBS)
 EXTRA_DIST += tests/tools/llama-logits.mjs
+
+## Unit tests: loader refusals, SIMD vs scalar kernels, batch and chunk invariance.
+check_PROGRAMS += tests/unit/test_model
+tests_unit_test_model_SOURCES = tests/unit/test_model.c
+tests_unit_test_model_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_model_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_model

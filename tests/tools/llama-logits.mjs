@@ -59,6 +59,12 @@ function benchTokens(n, nVocab) {
     return out;
 }
 
+// Rows of token_embd.weight: the vocabulary size as llama.cpp sees it.
+function vocabSize(model) {
+    const t = model.fileInfo.tensorInfo.find((x) => x.name === "token_embd.weight");
+    return Number(t.dimensions[1]);
+}
+
 async function logprobsAfter(seq, tokens, nVocab) {
     const sampling = {temperature: 1, topK: 0, topP: 1, minP: 0};
     const input = [...tokens.slice(0, -1), [tokens.at(-1), {generateNext: {probabilities: true, options: sampling}}]];
@@ -80,7 +86,7 @@ async function greedy(seq, tokens, n) {
 }
 
 async function bench(model, seq, pp, tg) {
-    const toks = benchTokens(pp, model.tokens.nVocab ?? model.fileInsights.vocabularySize);
+    const toks = benchTokens(pp, vocabSize(model));
     let t0 = performance.now();
     await seq.evaluateWithoutGeneratingNewTokens(toks);
     let t1 = performance.now();
@@ -113,8 +119,7 @@ async function main() {
     if (o.bench) {
         result = await bench(model, seq, o.bench[0], o.bench[1]);
     } else {
-        const nVocab = model.fileInsights.vocabularySize ?? model.tokens.nVocab;
-        const logprobs = await logprobsAfter(seq, o.tokens, nVocab);
+        const logprobs = await logprobsAfter(seq, o.tokens, vocabSize(model));
         const generated = o.n > 0 ? await greedy(seq, o.tokens, o.n) : [];
         result = {n_vocab: logprobs.length, logprobs, generated};
     }

@@ -175,14 +175,15 @@ static void check_ids(const struct tok *t, const char *s, unsigned flags, const 
     struct mf_err err;
     tok_ids_init(&ids, 1 << 20);
     assert_int_equal(tok_encode(t, s, strlen(s), flags, &ids, &err), 0);
-    if (ids.n != n || memcmp(ids.v, want, n * sizeof *want) != 0) {
+    if (ids.n != n || (n && memcmp(ids.v, want, n * sizeof *want) != 0)) {
         print_message("# '%s' gave", s);
         for (size_t i = 0; i < ids.n; i++)
             print_message(" %d", (int)ids.v[i]);
         print_message("\n");
     }
     assert_int_equal(ids.n, n);
-    assert_memory_equal(ids.v, want, n * sizeof *want);
+    if (n)
+        assert_memory_equal(ids.v, want, n * sizeof *want);
     tok_ids_free(&ids);
 }
 
@@ -194,7 +195,8 @@ static void check_decode(const struct tok *t, const int32_t *ids, size_t n, unsi
     mf_buf_init(&b, 1 << 20);
     assert_int_equal(tok_decode(t, ids, n, flags, &b, &err), 0);
     assert_int_equal(b.len, strlen(want));
-    assert_memory_equal(b.data ? b.data : "", want, b.len);
+    if (b.len)
+        assert_memory_equal(b.data, want, b.len);
     mf_buf_free(&b);
 }
 

@@ -176,7 +176,7 @@ static void check_vectors(const struct tok *t, const char *name)
         mf_buf_init(&back, 1 << 20);
         assert_int_equal(tok_encode(t, v.text[i], v.len[i], 0, &ids, &err), 0);
         size_t n = parse_ids(v.ids[i], want, 4096);
-        if (n == ids.n && memcmp(want, ids.v, n * sizeof *want) == 0) {
+        if (n == ids.n && (n == 0 || memcmp(want, ids.v, n * sizeof *want) == 0)) {
             same++;
         } else {
             print_message("# %s case %zu differs: '%.*s'\n", name, i, (int)v.len[i], v.text[i]);
@@ -290,13 +290,14 @@ static void expect_ids(const struct tok *t, const char *text, unsigned flags, co
     struct mf_err err;
     tok_ids_init(&ids, 4096);
     assert_int_equal(tok_encode(t, text, strlen(text), flags, &ids, &err), 0);
-    if (ids.n != n || memcmp(ids.v, want, n * sizeof *want) != 0) {
+    if (ids.n != n || (n && memcmp(ids.v, want, n * sizeof *want) != 0)) {
         print_message("# '%s':\n", text);
         print_ids("want", want, n);
         print_ids("got ", ids.v, ids.n);
     }
     assert_int_equal(ids.n, n);
-    assert_memory_equal(ids.v, want, n * sizeof *want);
+    if (n)
+        assert_memory_equal(ids.v, want, n * sizeof *want);
     tok_ids_free(&ids);
 }
 

@@ -581,19 +581,24 @@ int tok_ids_push(struct tok_ids *ids, int32_t id, struct mf_err *err)
     return 0;
 }
 
+int tok_grow(void **arr, size_t *cap, size_t n, size_t size, struct mf_err *err)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c <= n)
+        c *= 2;
+    void *p = realloc(*arr, c * size);
+    if (!p)
+        return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory for %zu entries", c);
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
 int tok_scratch_buf(char **buf, size_t *cap, size_t need, struct mf_err *err)
 {
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    char *p = realloc(*buf, n);
-    if (!p)
-        return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory for %zu bytes of text", need);
-    *buf = p;
-    *cap = n;
-    return 0;
+    return need ? tok_grow((void **)buf, cap, need - 1, 1, err) : 0;
 }
 
 int tok_scratch_reserve(struct tok_scratch *s, size_t n, struct mf_err *err)
@@ -783,16 +788,10 @@ static void scratch_fini(struct tok_scratch *s)
 static int frag_push(struct tok_scratch *s, int k, int32_t id, size_t off, size_t len,
                      struct mf_err *err)
 {
-    if (s->frag_n[k] == s->frag_cap[k]) {
-        size_t cap = s->frag_cap[k] ? s->frag_cap[k] * 2 : 16;
-        struct tok_frag *f = realloc(s->frag[k], cap * sizeof *f);
-        if (!f)
-            return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory for %zu text pieces", cap);
-        s->frag[k] = f;
-        s->frag_cap[k] = cap;
-    }
-    s->frag[k][s->frag_n[k]++] = (struct tok_frag){.id = id, .off = off, .len = len};
-    return 0;
+    int rc = tok_grow((void **)&s->frag[k], &s->frag_cap[k], s->frag_n[k], sizeof *s->frag[k], err);
+    if (!rc)
+        s->frag[k][s->frag_n[k]++] = (struct tok_frag){.id = id, .off = off, .len = len};
+    return rc;
 }
 
 /* Marks in s->present the specials of index ix that occur anywhere in text:

@@ -453,16 +453,10 @@ static int sanitise(struct tok_scratch *s, const char **text, size_t *len, struc
 
 static int span_push(struct tok_scratch *s, int k, size_t off, size_t len, struct mf_err *err)
 {
-    if (s->span_n[k] == s->span_cap[k]) {
-        size_t cap = s->span_cap[k] ? s->span_cap[k] * 2 : 64;
-        struct tok_span *p = realloc(s->span[k], cap * sizeof *p);
-        if (!p)
-            return mf_err_set(err, MF_ENOMEM, "tokenizer: no memory for %zu pieces", cap);
-        s->span[k] = p;
-        s->span_cap[k] = cap;
-    }
-    s->span[k][s->span_n[k]++] = (struct tok_span){off, len};
-    return 0;
+    int rc = tok_grow((void **)&s->span[k], &s->span_cap[k], s->span_n[k], sizeof *s->span[k], err);
+    if (!rc)
+        s->span[k][s->span_n[k]++] = (struct tok_span){off, len};
+    return rc;
 }
 
 /* Splits the piece sp of text by regex re into list k: matches and the gaps

@@ -53,23 +53,54 @@ static int get_str(const struct gguf_file *gf, const char *key, char *out, size_
     return 0;
 }
 
-/* An array key whose elements are strings, as tok_str views; *n = 0 and
- * *out = NULL when absent. */
+static int is_string_type(uint32_t type)
+{
+    return type == GGUF_TYPE_STRING;
+}
+
+static int is_float_type(uint32_t type)
+{
+    return type == GGUF_TYPE_FLOAT32 || type == GGUF_TYPE_FLOAT64;
+}
+
+static int is_int_type(uint32_t type)
+{
+    return type <= GGUF_TYPE_INT32 ? type != GGUF_TYPE_FLOAT32
+                                   : type == GGUF_TYPE_UINT64 || type == GGUF_TYPE_INT64;
+}
+
+/* The array at key when its elements pass elem_ok and there are at most
+ * limit of them; *out = NULL when the key is absent. `what` names the
+ * element kind in the message. */
+static int get_arr(const struct gguf_file *gf, const char *key, int (*elem_ok)(uint32_t),
+                   const char *what, uint64_t limit, const struct gguf_array **out,
+                   struct mf_err *err)
+{
+    *out = NULL;
+    int rc = gguf_get_arr(gf, key, out, err);
+    if (rc == MF_ENOTFOUND) {
+        *out = NULL;
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (!elem_ok((*out)->type))
+        return mf_err_set(err, MF_EFORMAT, "%s: %s is an array of %s, not of %s", gguf_name(gf),
+                          key, gguf_type_name((*out)->type), what);
+    if ((*out)->n > limit)
+        return mf_err_set(err, MF_ENOMEM, "%s: %s has %llu entries (limit %llu)", gguf_name(gf),
+                          key, (unsigned long long)(*out)->n, (unsigned long long)limit);
+    return 0;
+}
+
+/* A string array as tok_str views into the map; *n = 0 when absent. */
 static int get_strings(const struct gguf_file *gf, const char *key, struct tok_str **out,
                        uint32_t *n, uint64_t limit, struct mf_err *err)
 {
     const struct gguf_array *a;
-    int rc = gguf_get_arr(gf, key, &a, err);
-    if (rc == MF_ENOTFOUND)
-        return 0;
-    if (rc)
+    int rc = get_arr(gf, key, is_string_type, "strings", limit, &a, err);
+    if (rc || !a)
         return rc;
-    if (a->type != GGUF_TYPE_STRING)
-        return mf_err_set(err, MF_EFORMAT, "%s: %s is an array of %s, not of strings",
-                          gguf_name(gf), key, gguf_type_name(a->type));
-    if (a->n > limit)
-        return mf_err_set(err, MF_ENOMEM, "%s: %s has %llu entries (limit %llu)", gguf_name(gf),
-                          key, (unsigned long long)a->n, (unsigned long long)limit);
     *out = malloc((a->n + 1) * sizeof **out);
     if (!*out)
         return mf_err_set(err, MF_ENOMEM, "%s: no memory for %s", gguf_name(gf), key);
@@ -86,17 +117,9 @@ static int get_scores(const struct gguf_file *gf, struct loaded *l, struct tok_d
 {
     static const char key[] = "tokenizer.ggml.scores";
     const struct gguf_array *a;
-    int rc = gguf_get_arr(gf, key, &a, err);
-    if (rc == MF_ENOTFOUND)
-        return 0;
-    if (rc)
+    int rc = get_arr(gf, key, is_float_type, "floats", TOK_MAX_VOCAB, &a, err);
+    if (rc || !a)
         return rc;
-    if (a->type != GGUF_TYPE_FLOAT32 && a->type != GGUF_TYPE_FLOAT64)
-        return mf_err_set(err, MF_EFORMAT, "%s: %s is an array of %s, not of floats",
-                          gguf_name(gf), key, gguf_type_name(a->type));
-    if (a->n > TOK_MAX_VOCAB)
-        return mf_err_set(err, MF_ENOMEM, "%s: %s has %llu entries", gguf_name(gf), key,
-                          (unsigned long long)a->n);
     l->scores = malloc((a->n + 1) * sizeof *l->scores);
     if (!l->scores)
         return mf_err_set(err, MF_ENOMEM, "%s: no memory for %s", gguf_name(gf), key);
@@ -107,28 +130,14 @@ static int get_scores(const struct gguf_file *gf, struct loaded *l, struct tok_d
     return 0;
 }
 
-static int is_int_type(uint32_t type)
-{
-    return type <= GGUF_TYPE_INT32 ? type != GGUF_TYPE_FLOAT32
-                                   : type == GGUF_TYPE_UINT64 || type == GGUF_TYPE_INT64;
-}
-
 static int get_types(const struct gguf_file *gf, struct loaded *l, struct tok_desc *d,
                      struct mf_err *err)
 {
     static const char key[] = "tokenizer.ggml.token_type";
     const struct gguf_array *a;
-    int rc = gguf_get_arr(gf, key, &a, err);
-    if (rc == MF_ENOTFOUND)
-        return 0;
-    if (rc)
+    int rc = get_arr(gf, key, is_int_type, "integers", TOK_MAX_VOCAB, &a, err);
+    if (rc || !a)
         return rc;
-    if (!is_int_type(a->type))
-        return mf_err_set(err, MF_EFORMAT, "%s: %s is an array of %s, not of integers",
-                          gguf_name(gf), key, gguf_type_name(a->type));
-    if (a->n > TOK_MAX_VOCAB)
-        return mf_err_set(err, MF_ENOMEM, "%s: %s has %llu entries", gguf_name(gf), key,
-                          (unsigned long long)a->n);
     l->types = malloc((a->n + 1) * sizeof *l->types);
     if (!l->types)
         return mf_err_set(err, MF_ENOMEM, "%s: no memory for %s", gguf_name(gf), key);

@@ -151,6 +151,9 @@ int tok_memo_get(struct tok_scratch *s, const char *p, size_t n, struct tok_ids 
 void tok_memo_put(struct tok_scratch *s, const char *p, size_t n, const int32_t *ids,
                   size_t n_ids);
 int32_t tok_lookup(const struct tok *t, const char *s, size_t len);
+/* Makes room in the array *arr (of *cap elements of size bytes) for
+ * element index n, doubling; MF_ENOMEM on failure with *arr kept. */
+int tok_grow(void **arr, size_t *cap, size_t n, size_t size, struct mf_err *err);
 /* Grows *buf to at least need bytes (MF_ENOMEM on failure, *buf kept). */
 int tok_scratch_buf(char **buf, size_t *cap, size_t need, struct mf_err *err);
 /* Makes room for a word of n symbols: n tok_sym and 3n heap pairs (n - 1

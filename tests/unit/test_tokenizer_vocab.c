@@ -203,7 +203,8 @@ static void check_vectors(const struct tok *t, const char *name)
     free_vectors(&v);
 }
 
-static void check_gguf_vocab(const char *name)
+/* Opens ggml-vocab-NAME.gguf (skipping without it). */
+static struct tok *open_vocab(const char *name)
 {
     char file[256], path[4096];
     snprintf(file, sizeof file, "ggml-vocab-%s.gguf", name);
@@ -217,71 +218,24 @@ static void check_gguf_vocab(const char *name)
     if (rc)
         print_message("# %s\n", err.msg);
     assert_int_equal(rc, 0);
-    gguf_close(gf); /* the tokenizer keeps nothing of the file */
+    gguf_close(gf);
+    return t;
+}
+
+static void check_gguf_vocab(const char *name)
+{
+    struct tok *t = open_vocab(name); /* the GGUF is closed: the tokenizer keeps nothing of it */
     check_vectors(t, name);
     tok_free(t);
 }
 
-static void test_llama_spm(void **state)
+/* One test per vocabulary GGUF, named after it; the state is the name. */
+static void test_vocab(void **state)
 {
-    check_gguf_vocab("llama-spm");
+    check_gguf_vocab(*state);
 }
 
-static void test_phi_3(void **state)
-{
-    check_gguf_vocab("phi-3");
-}
-
-static void test_gpt_2(void **state)
-{
-    check_gguf_vocab("gpt-2");
-}
-
-static void test_deepseek_llm(void **state)
-{
-    check_gguf_vocab("deepseek-llm");
-}
-
-static void test_deepseek_coder(void **state)
-{
-    check_gguf_vocab("deepseek-coder");
-}
-
-static void test_falcon(void **state)
-{
-    check_gguf_vocab("falcon");
-}
-
-static void test_starcoder(void **state)
-{
-    check_gguf_vocab("starcoder");
-}
-
-static void test_mpt(void **state)
-{
-    check_gguf_vocab("mpt");
-}
-
-static void test_refact(void **state)
-{
-    check_gguf_vocab("refact");
-}
-
-/* Opens ggml-vocab-NAME.gguf (skipping without it). */
-static struct tok *open_vocab(const char *name)
-{
-    char file[256], path[4096];
-    snprintf(file, sizeof file, "ggml-vocab-%s.gguf", name);
-    skip_without(file);
-    assert_true(vocab_path(path, sizeof path, file));
-    struct gguf_file *gf;
-    struct tok *t;
-    struct mf_err err;
-    assert_int_equal(gguf_open(path, &gf, &err), 0);
-    assert_int_equal(tok_load_gguf(gf, &t, &err), 0);
-    gguf_close(gf);
-    return t;
-}
+#define VOCAB_TEST(name) {"vocab " name, test_vocab, NULL, NULL, name}
 
 static void expect_ids(const struct tok *t, const char *text, unsigned flags, const int32_t *want,
                        size_t n)
@@ -438,12 +392,18 @@ static void test_llama_bpe_gguf(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_spm),      cmocka_unit_test(test_phi_3),
-        cmocka_unit_test(test_gpt_2),          cmocka_unit_test(test_deepseek_llm),
-        cmocka_unit_test(test_deepseek_coder), cmocka_unit_test(test_falcon),
-        cmocka_unit_test(test_starcoder),      cmocka_unit_test(test_mpt),
-        cmocka_unit_test(test_refact),         cmocka_unit_test(test_llama_bpe_json),
-        cmocka_unit_test(test_llama_bpe_gguf),  cmocka_unit_test(test_special_tokens),
+        VOCAB_TEST("llama-spm"),
+        VOCAB_TEST("phi-3"),
+        VOCAB_TEST("gpt-2"),
+        VOCAB_TEST("deepseek-llm"),
+        VOCAB_TEST("deepseek-coder"),
+        VOCAB_TEST("falcon"),
+        VOCAB_TEST("starcoder"),
+        VOCAB_TEST("mpt"),
+        VOCAB_TEST("refact"),
+        cmocka_unit_test(test_llama_bpe_json),
+        cmocka_unit_test(test_llama_bpe_gguf),
+        cmocka_unit_test(test_special_tokens),
     };
     return cmocka_run_group_tests_name("tokenizer_vocab", tests, NULL, NULL);
 }

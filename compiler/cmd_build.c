@@ -4,28 +4,40 @@
  * Options follow docker build: PATH is a Modelfile or a directory holding
  * one (the build context is the Modelfile's directory unless PATH is a
  * directory); -f, -t (repeatable), --build-arg (repeatable), --no-cache,
- * --progress, -q. Progress and diagnostics go to stderr; stdout gets the
- * image digest (with -q, nothing else is printed). Exit status: 0, 1 (bad
- * Modelfile or failed build), 2 (usage).
+ * --progress, -q, -o/--output (type=oci|docker,dest=...). Progress and
+ * diagnostics go to stderr; stdout gets the image digest (with -q, nothing
+ * else is printed). Exit status: 0, 1 (bad Modelfile or failed build), 2
+ * (usage).
+ *
+ * The image's runtime layer is the mfc-serve binary from $MFC_SERVE or next
+ * to this executable; without one the image is built with no runtime layer
+ * (and a warning), its entrypoint set all the same.
  *
  * Owns the parsed Modelfile, the plan and the store handle for one command;
- * a tag is set only after every node succeeded (compiler/exec.h).
+ * a tag is set only after every node succeeded and the --output was written
+ * (compiler/exec.h), and an output is written to a temporary name and
+ * renamed into place, so a failed build moves no tag and leaves no half
+ * output.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/file.h"
 #include "common/num.h"
 #include "compiler/cli.h"
 #include "compiler/exec.h"
+#include "compiler/oci.h"
 #include "compiler/plan.h"
 
 #define BUILD_MAX_ARGS 256 /* -t and --build-arg entries: far more than a command line needs */
@@ -44,6 +56,7 @@ struct build_cli {
     int jobs;                                     /* --jobs (0: default) */
     enum progress_mode mode;                      /* --progress */
     enum plan_format format;                      /* mfc plan --format */
+    struct oci_output output;                     /* --output; type 0: the store only */
     char *modelfile;                              /* owned: the Modelfile's path */
     char *context;                                /* owned: the build context directory */
 };
@@ -68,9 +81,12 @@ static void usage(FILE *f, const char *cmd)
           "      --no-cache         run every step, ignoring the build cache\n"
           "      --progress=MODE    auto, tty, plain, json or quiet (default auto)\n"
           "  -q, --quiet            print only the image digest\n"
-          "  -j, --jobs=N           steps run at once (default 4)\n\n"
-          "Environment: MFC_HOME (the store), HF_TOKEN, HF_ENDPOINT,\n"
-          "MFC_FETCH_TIMEOUT (seconds a download may stall, default 60).\n",
+          "  -j, --jobs=N           steps run at once (default 4)\n"
+          "  -o, --output=SPEC      also write the image: type=oci,dest=DIR|FILE.tar or\n"
+          "                         type=docker,dest=FILE.tar\n\n"
+          "Environment: MFC_HOME (the store), MFC_SERVE (the runtime binary; empty: none),\n"
+          "HF_TOKEN, HF_ENDPOINT, MFC_FETCH_TIMEOUT (seconds a download may stall,\n"
+          "default 60), SOURCE_DATE_EPOCH (layer and image times, default 0).\n",
           f);
 }
 
@@ -131,6 +147,13 @@ static int parse_one(struct build_cli *cli, int c, struct mfc_ctx *ctx)
         if (progress_parse_mode(optarg, &cli->mode, &err) != 0)
             return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
         return -1;
+    case 'o':
+        if (oci_output_parse(optarg, &cli->output, &err) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "--output: %s", err.msg);
+        if (cli->output.type == OCI_OUT_REGISTRY)
+            return mfc_usage_error(ctx, cli->cmd,
+                                   "--output type=registry is not supported yet (mfc push)");
+        return -1;
     case 'F':
         if (plan_parse_format(optarg, &cli->format, &err) != 0)
             return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
@@ -151,7 +174,7 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_c
         {"tag", required_argument, NULL, 't'},     {"build-arg", required_argument, NULL, 'a'},
         {"no-cache", no_argument, NULL, 'n'},      {"progress", required_argument, NULL, 'p'},
         {"quiet", no_argument, NULL, 'q'},         {"jobs", required_argument, NULL, 'j'},
-        {NULL, 0, NULL, 0}};
+        {"output", required_argument, NULL, 'o'},  {NULL, 0, NULL, 0}};
     static const struct option plan_opts[] = {{"help", no_argument, NULL, 'h'},
                                               {"file", required_argument, NULL, 'f'},
                                               {"build-arg", required_argument, NULL, 'a'},
@@ -159,7 +182,7 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_c
                                               {NULL, 0, NULL, 0}};
     int is_plan = strcmp(cli->cmd, "plan") == 0, c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, is_plan ? "hf:" : "hf:t:qj:", is_plan ? plan_opts : build_opts,
+    while ((c = getopt_long(argc, argv, is_plan ? "hf:" : "hf:t:qj:o:", is_plan ? plan_opts : build_opts,
                             NULL)) != -1) {
         if (c == '?')
             return mfc_usage_error(ctx, cli->cmd, "unknown option or missing value: '%s'",
@@ -269,6 +292,78 @@ static int tag_image(struct store *s, const struct build_cli *cli, const struct 
     return 0;
 }
 
+/* ---- runtime and --output ---- */
+
+#define RUNTIME_BIN "mfc-serve"
+
+static int is_exec_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* The runtime binary for the image: $MFC_SERVE (set but empty: none), else
+ * mfc-serve next to this executable. *path is malloc'd, or NULL when there
+ * is none. MF_ENOTFOUND when $MFC_SERVE names no executable file: a typo
+ * must not silently drop the runtime. */
+static int find_runtime(char **path, struct mf_err *err)
+{
+    const char *env = getenv("MFC_SERVE");
+    *path = NULL;
+    if (env) {
+        if (!env[0])
+            return 0;
+        if (!is_exec_file(env))
+            return mf_err_set(err, MF_ENOTFOUND, "MFC_SERVE=%s is not an executable file", env);
+        *path = strdup(env);
+        return *path ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+    }
+    char *self = realpath("/proc/self/exe", NULL);
+    char *slash = self ? strrchr(self, '/') : NULL;
+    if (slash) {
+        size_t n = (size_t)(slash - self) + sizeof "/" RUNTIME_BIN;
+        *path = malloc(n);
+        if (*path)
+            snprintf(*path, n, "%.*s/%s", (int)(slash - self), self, RUNTIME_BIN);
+        if (*path && !is_exec_file(*path)) {
+            free(*path);
+            *path = NULL;
+        }
+    }
+    free(self);
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Writes the image to --output. A tar goes through oci_export's temporary
+ * file and rename. A new directory is written as DEST.tmp-PID, renamed into
+ * place, and removed on failure; an existing one is written in place
+ * (index.json last, so it holds the old layout or the complete new one). */
+static int write_output(struct store *s, const struct build_cli *cli, const char *digest,
+                        struct mf_err *err)
+{
+    const struct oci_output *o = &cli->output;
+    const char *name = cli->n_tags ? cli->tags[0] : NULL;
+    struct oci_output tmp = *o;
+    struct stat st;
+    if (o->tar || stat(o->dest, &st) == 0)
+        return oci_export(s, digest, name, o, err);
+    int n = snprintf(tmp.dest, sizeof tmp.dest, "%s.tmp-%ld", o->dest, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof tmp.dest)
+        return mf_err_set(err, MF_EINVAL, "--output dest=%s: the path is too long", o->dest);
+    int rc = oci_export(s, digest, name, &tmp, err);
+    if (!rc && rename(tmp.dest, o->dest) != 0)
+        rc = mf_err_sys(err, MF_EIO, errno, "renaming %s to %s", tmp.dest, o->dest);
+    if (rc)
+        nftw(tmp.dest, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
+
 /* The BuildKit-style summary line, and every failure with its Modelfile line. */
 static void report_build(struct mfc_ctx *ctx, const struct plan *p, const struct exec_build *b,
                          enum progress_mode mode, double secs)
@@ -297,7 +392,7 @@ static double mono_s(void)
 }
 
 static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan *p,
-                   struct fetch_opts *fo, struct store *s, const char *root)
+                   struct fetch_opts *fo, struct store *s, const char *root, const char *runtime)
 {
     struct mf_err err;
     struct progress *pr = NULL;
@@ -308,13 +403,17 @@ static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan
     fo->progress = pr;
     fo->base_dir = cli->context;
     struct exec_opts eo = {
-        .store_root = root, .fo = fo, .progress = pr, .jobs = cli->jobs, .no_cache = cli->no_cache};
+        .store_root = root, .fo = fo,           .progress = pr,     .jobs = cli->jobs,
+        .no_cache = cli->no_cache, .runtime = runtime};
     int rc = exec_run(p, &eo, &b, &err);
     enum progress_mode mode = progress_get_mode(pr);
     progress_close(pr);
     if (rc && !b.n_failed) /* the executor itself failed (store, threads) */
         mfc_report(ctx, &err);
     report_build(ctx, p, &b, mode, mono_s() - t0);
+    if (!rc && cli->output.type &&
+        (rc = write_output(s, cli, b.nodes[p->image].digest, &err)) != 0)
+        mfc_report(ctx, &err);
     if (!rc && (rc = tag_image(s, cli, &b.nodes[p->image], &err)) != 0)
         mfc_report(ctx, &err);
     if (!rc)
@@ -328,19 +427,26 @@ static int build(struct mfc_ctx *ctx, struct build_cli *cli, struct fetch_opts *
     struct mf_err err;
     struct plan *p = NULL;
     struct store *s = NULL;
-    char *root = NULL;
+    char *root = NULL, *runtime = NULL;
     int st = load_plan(cli, ctx, fo, &p);
     if (st >= 0)
         return st;
-    int rc = store_default_root(&root, &err);
+    int rc = find_runtime(&runtime, &err);
+    if (!rc && !runtime)
+        fputs("mfc: warning: no " RUNTIME_BIN " found; the image has no runtime yet "
+              "(set MFC_SERVE to add one)\n",
+              ctx->err);
+    if (!rc)
+        rc = store_default_root(&root, &err);
     if (!rc)
         rc = store_open(&s, root, &err);
     if (!rc)
         rc = fetch_global_init(&err);
-    st = rc ? mfc_report(ctx, &err) : execute(ctx, cli, p, fo, s, root);
+    st = rc ? mfc_report(ctx, &err) : execute(ctx, cli, p, fo, s, root, runtime);
     if (!rc)
         fetch_global_cleanup();
     store_close(s);
+    free(runtime);
     free(root);
     plan_free(p);
     return st;

@@ -55,6 +55,8 @@ struct exec_opts {
     struct progress *progress;   /* borrowed, may be NULL */
     int jobs;                    /* worker threads; 0: EXEC_DEFAULT_JOBS */
     int no_cache;                /* nonzero: ignore cache records (still write them) */
+    const char *runtime;         /* borrowed: the mfc-serve binary for the runtime layer;
+                                    NULL: the image gets no runtime layer */
 };
 
 /* What happened to one plan node. */

@@ -5,27 +5,43 @@
  *   check    gguf_open on the blob: a base needs general.architecture, an
  *            adapter general.type=adapter (the LoRA issue adds the check
  *            against the base, whose check node is already an input)
- *   layer    records the descriptor of its input blob (media type, path in the
- *            image); the image issue replaces this with a deterministic tar
+ *   layer    layer_write: its input blob as a deterministic one-file tar at the
+ *            node's path (weights and adapters plain, the config gzip'd); the
+ *            weights' layer also records the GGUF header facts the labels need
  *   config   the config document as YAML, stored as a blob
- *   image    a build record (config, layers, Modelfile digest, labels) and an
- *            OCI artifact manifest over it, so the store stays a valid OCI
- *            layout and gc keeps the layers; the caller tags the manifest
+ *   image    oci_image_write: the runtime layer (layer_write_runtime, when the
+ *            caller found an mfc-serve), the input layers, and a config with
+ *            entrypoint, env, labels and history; the caller tags the manifest
  *   convert, merge, quantize, run: not yet (a clear error naming the line)
  *
  * Owns nothing past one call; every blob enters the store through the store's
  * atomic writers, so a failure here leaves no partial blob.
+ *
+ * Layers and the image depend on more than their inputs: the mtime of every
+ * tar entry and the image's created time (SOURCE_DATE_EPOCH), and the runtime
+ * binary. exec_op_content hashes those into the key, so an unchanged rebuild
+ * is all CACHED and gives the same digest, and a new mfc-serve re-runs only
+ * the image node.
  */
 #include "compiler/exec_int.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/buf.h"
 #include "common/gguf.h"
 #include "common/json.h"
+#include "common/sha256.h"
+#include "compiler/inspect.h"
+#include "compiler/layer.h"
+#include "compiler/oci.h"
 
-#define RECORD_MAX (16u << 20) /* a build record or manifest: tens of layers at most */
+#define IMAGE_MAX_LAYERS 64 /* runtime + weights + adapters + config; ADAPTER lines are few */
+#define IMAGE_MAX_KV 256    /* labels or env entries of one image */
+#define RUNTIME_NAME "mfc-serve"
+#define CONFIG_IN_IMAGE "/" PLAN_CONFIG_PATH
 
 static const struct exec_node *input(const struct exec_job *j, size_t i)
 {
@@ -34,6 +50,29 @@ static const struct exec_node *input(const struct exec_job *j, size_t i)
 
 /* ---- source ---------------------------------------------------------------------- */
 
+/* The key content of a layer or the image: sha256 of the entries' mtime and,
+ * for the image, the runtime binary's digest (stat-cached) or "none". */
+static int build_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
+                         struct mf_err *err)
+{
+    char runtime[STORE_DIGEST_BUF] = "none", text[160], hex[MF_SHA256_HEX_LEN + 1];
+    uint8_t d[MF_SHA256_LEN];
+    uint64_t size;
+    int64_t mtime;
+    int rc = layer_source_date(&mtime, err);
+    if (!rc && j->node->op == PLAN_IMAGE && j->o->runtime)
+        rc = store_digest_file(j->s, j->o->runtime, runtime, &size, err);
+    if (rc)
+        return rc;
+    int n = snprintf(text, sizeof text, "mtime=%" PRId64 " runtime=%s", mtime, runtime);
+    rc = mf_sha256_mem(text, (size_t)n, d, err);
+    if (rc)
+        return rc;
+    mf_sha256_hex(d, hex);
+    snprintf(content, STORE_DIGEST_BUF, "sha256:%s", hex);
+    return 0;
+}
+
 int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], int *cacheable,
                     struct mf_err *err)
 {
@@ -41,6 +80,8 @@ int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], in
     uint64_t size;
     *cacheable = 1;
     content[0] = '\0';
+    if (j->node->op == PLAN_LAYER || j->node->op == PLAN_IMAGE)
+        return build_content(j, content, err);
     if (j->node->op != PLAN_SOURCE)
         return 0;
     if (src->kind == FETCH_URL) {
@@ -129,18 +170,66 @@ static int op_check(const struct exec_job *j, struct exec_node *r, struct mf_err
 
 /* ---- layer, config ----------------------------------------------------------------- */
 
+/* The GGUF header facts the image labels need, read from the weights (the
+ * header only: tensor data is never touched). *out is a new object. */
+static int model_facts(const char *path, json_t **out, struct mf_err *err)
+{
+    struct gguf_file *gf = NULL;
+    struct gguf_str lic;
+    struct mf_err ignored;
+    json_t *sum = NULL;
+    int rc = gguf_open(path, &gf, err);
+    if (!rc && !(sum = mf_inspect_gguf(gf, 0, err)))
+        rc = err->code ? err->code : MF_ENOMEM;
+    if (!rc) {
+        *out = json_pack("{s:O?, s:O?, s:O?, s:O?, s:O?}", "architecture",
+                         json_object_get(sum, "architecture"), "parameters",
+                         json_object_get(sum, "parameters"), "quantization",
+                         json_object_get(json_object_get(sum, "file_type"), "name"),
+                         "context_length", json_object_get(sum, "context_length"), "name",
+                         json_object_get(sum, "name"));
+        if (*out && gguf_get_str(gf, "general.license", &lic, &ignored) == 0)
+            json_object_set_new(*out, "license", json_stringn(lic.p, lic.len));
+        rc = *out ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+    }
+    json_decref(sum);
+    gguf_close(gf);
+    return rc;
+}
+
+/* The node's input blob as a one-file layer at args.path. */
 static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
-    const struct exec_node *in = input(j, 0);
     const json_t *a = j->node->args;
-    r->result = json_pack("{s:s, s:I, s:O, s:O, s:O}", "digest", in->digest, "size",
-                          (json_int_t)in->size, "mediaType", json_object_get(a, "mediaType"),
-                          "path", json_object_get(a, "path"), "role", json_object_get(a, "role"));
-    if (!r->result)
-        return mf_err_set(err, MF_ENOMEM, "out of memory");
-    snprintf(r->digest, sizeof r->digest, "%s", in->digest);
-    r->size = in->size;
-    return 0;
+    struct layer_entry e = {.path = json_string_value(json_object_get(a, "path")), .mode = 0644};
+    enum layer_compression comp = j->node->role == PLAN_ROLE_CONFIG ? LAYER_GZIP : LAYER_NONE;
+    struct layer_result lr;
+    json_t *facts = NULL;
+    char *src = NULL;
+    int64_t mtime;
+    int rc = layer_source_date(&mtime, err);
+    if (!rc)
+        rc = store_blob_path(j->s, input(j, 0)->digest, &src, err);
+    if (!rc && j->node->role == PLAN_ROLE_BASE)
+        rc = model_facts(src, &facts, err);
+    e.src = src;
+    if (!rc)
+        rc = layer_write(j->s, &e, 1, comp, mtime, &lr, err);
+    if (!rc) {
+        r->result = json_pack("{s:s, s:I, s:s, s:s, s:s, s:O}", "digest", lr.desc.digest, "size",
+                              (json_int_t)lr.desc.size, "mediaType", lr.desc.media_type,
+                              "diffId", lr.diff_id, "filepath", lr.filepath, "role",
+                              json_object_get(a, "role"));
+        if (!r->result || (facts && json_object_set(r->result, "model", facts) != 0))
+            rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        snprintf(r->digest, sizeof r->digest, "%s", lr.desc.digest);
+        r->size = lr.desc.size;
+    }
+    json_decref(facts);
+    free(src);
+    return rc;
 }
 
 static int op_config(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
@@ -161,72 +250,201 @@ static int op_config(const struct exec_job *j, struct exec_node *r, struct mf_er
 
 /* ---- image -------------------------------------------------------------------------- */
 
-/* Stores v as canonical JSON (sorted keys, compact): equal inputs, equal digests. */
-static int put_json(struct store *s, const json_t *v, char digest[STORE_DIGEST_BUF],
-                    uint64_t *size, struct mf_err *err)
+/* What op_image assembles (too big for a worker's stack: heap-allocated). */
+struct image_parts {
+    struct layer_result res[IMAGE_MAX_LAYERS]; /* runtime (optional), then the inputs' */
+    struct oci_layer layers[IMAGE_MAX_LAYERS]; /* res[i] with its history line */
+    char by[IMAGE_MAX_LAYERS][512];            /* history: "Modelfile:1: FROM ./b.gguf" */
+    size_t n_layers;                           /* entries used in the three above */
+    struct oci_kv labels[IMAGE_MAX_KV];        /* borrowed strings; a later key wins */
+    size_t n_labels;                           /* entries in labels */
+    struct oci_kv env[IMAGE_MAX_KV];           /* borrowed strings */
+    size_t n_env;                              /* entries in env */
+    char created[32];                          /* RFC 3339 of SOURCE_DATE_EPOCH */
+    char params[24], ctx_len[24];              /* decimal label values */
+    char adapters[2048];                       /* "sql,chat": the adapters' names */
+};
+
+static void kv_add(struct oci_kv *kv, size_t *n, const char *key, const char *value)
 {
-    struct mf_buf b;
-    mf_buf_init(&b, RECORD_MAX);
-    int rc = mf_json_dump(v, JSON_SORT_KEYS | JSON_COMPACT, &b, err);
-    if (!rc)
-        rc = store_put_mem(s, b.data, b.len, digest, err);
-    if (!rc)
-        *size = b.len;
-    mf_buf_free(&b);
-    return rc;
+    if (value && *n < IMAGE_MAX_KV)
+        kv[(*n)++] = (struct oci_kv){key, value};
 }
 
-/* The layer descriptors, config layer included, in input order. */
-static json_t *layer_descs(const struct exec_job *j)
+/* A layer as its node's cache record describes it; MF_EFORMAT if the record
+ * lacks a field (written by an older mfc). */
+static int layer_from_record(const json_t *rec, struct layer_result *l, struct mf_err *err)
 {
-    json_t *layers = json_array();
-    for (size_t i = 0; layers && i < j->node->n_inputs; i++) {
-        const json_t *res = input(j, i)->result;
-        json_t *d = json_pack("{s:O, s:O, s:O, s:{s:O, s:O}}", "mediaType",
-                              json_object_get(res, "mediaType"), "digest",
-                              json_object_get(res, "digest"), "size", json_object_get(res, "size"),
-                              "annotations", "org.opencontainers.image.title",
-                              json_object_get(res, "path"), "dev.mfc.role",
-                              json_object_get(res, "role"));
-        if (json_array_append_new(layers, d) != 0) {
-            json_decref(layers);
-            return NULL;
-        }
+    const char *mt = json_string_value(json_object_get(rec, "mediaType"));
+    const char *d = json_string_value(json_object_get(rec, "digest"));
+    const char *diff = json_string_value(json_object_get(rec, "diffId"));
+    const char *fp = json_string_value(json_object_get(rec, "filepath"));
+    if (!mt || !d || !diff || !fp)
+        return mf_err_set(err, MF_EFORMAT, "the layer's cache record is incomplete "
+                          "(rebuild with --no-cache)");
+    memset(l, 0, sizeof *l);
+    snprintf(l->desc.media_type, sizeof l->desc.media_type, "%s", mt);
+    snprintf(l->desc.digest, sizeof l->desc.digest, "%s", d);
+    l->desc.size = (uint64_t)json_integer_value(json_object_get(rec, "size"));
+    snprintf(l->diff_id, sizeof l->diff_id, "%s", diff);
+    snprintf(l->filepath, sizeof l->filepath, "%s", fp);
+    return 0;
+}
+
+/* The runtime layer (when there is a runtime), then one per input, base first. */
+static int image_layers(const struct exec_job *j, struct image_parts *P, int64_t mtime,
+                        struct mf_err *err)
+{
+    if (j->o->runtime) {
+        int rc = layer_write_runtime(j->s, j->o->runtime, RUNTIME_NAME, mtime, &P->res[0], err);
+        if (rc)
+            return mf_err_prefix(err, "runtime %s", j->o->runtime);
+        snprintf(P->by[0], sizeof P->by[0], "COPY %s /usr/bin/%s", RUNTIME_NAME, RUNTIME_NAME);
+        P->n_layers = 1;
     }
-    return layers;
+    if (P->n_layers + j->node->n_inputs > IMAGE_MAX_LAYERS)
+        return mf_err_set(err, MF_EINVAL, "an image has at most %d layers", IMAGE_MAX_LAYERS);
+    for (size_t i = 0; i < j->node->n_inputs; i++) {
+        const struct plan_node *pn = &j->plan->nodes[j->node->inputs[i]];
+        size_t k = P->n_layers++;
+        int rc = layer_from_record(input(j, i)->result, &P->res[k], err);
+        if (rc)
+            return mf_err_prefix(err, "%s", pn->name);
+        if (pn->role == PLAN_ROLE_CONFIG)
+            snprintf(P->by[k], sizeof P->by[k], "%s: PARAMETER, TEMPLATE, SYSTEM, ... -> %s",
+                     j->plan->modelfile, CONFIG_IN_IMAGE);
+        else
+            snprintf(P->by[k], sizeof P->by[k], "%s:%d: %s", j->plan->modelfile, pn->line,
+                     pn->instr);
+    }
+    for (size_t i = 0; i < P->n_layers; i++)
+        P->layers[i] = (struct oci_layer){&P->res[i], P->by[i]};
+    return 0;
+}
+
+/* "sql,chat": each adapter's name, or its file name without .gguf. */
+static void adapter_names(const json_t *adapters, char *out, size_t cap)
+{
+    size_t i, len = 0;
+    json_t *a;
+    out[0] = '\0';
+    json_array_foreach (adapters, i, a) {
+        const char *name = json_string_value(json_object_get(a, "name"));
+        const char *path = json_string_value(json_object_get(a, "path"));
+        const char *base = path ? strrchr(path, '/') : NULL;
+        int n = name ? snprintf(out + len, cap - len, "%s%s", i ? "," : "", name)
+                     : snprintf(out + len, cap - len, "%s%.*s", i ? "," : "",
+                                base ? (int)strcspn(base + 1, ".") : 0, base ? base + 1 : "");
+        if (n < 0 || (size_t)n >= cap - len)
+            break; /* a label is a summary; the YAML has every adapter */
+        len += (size_t)n;
+    }
+}
+
+/* LICENSE as an SPDX-ish label: a one-line LICENSE of up to 128 bytes is
+ * taken as the licence's identifier; a full licence text is NOASSERTION
+ * (SPDX's word for "not stated here"); the text stays in the YAML. */
+static const char *license_label(const json_t *license)
+{
+    const char *first = json_string_value(json_array_get(license, 0));
+    if (!first)
+        return NULL;
+    return json_array_size(license) == 1 && strlen(first) <= 128 && !strchr(first, '\n')
+               ? first
+               : "NOASSERTION";
+}
+
+/* Labels: defaults from the build and the base GGUF, then the Modelfile's
+ * LABELs (which win over the defaults: oci.c sets them in order). */
+static void image_labels(const struct exec_job *j, struct image_parts *P, const json_t *facts)
+{
+    const json_t *cfg = j->plan->config;
+    const json_t *v;
+    const char *key;
+    json_t *val;
+    kv_add(P->labels, &P->n_labels, "org.opencontainers.image.created", P->created);
+    kv_add(P->labels, &P->n_labels, "org.opencontainers.image.title",
+           json_string_value(json_object_get(facts, "name")));
+    kv_add(P->labels, &P->n_labels, "org.opencontainers.image.licenses",
+           json_string_value(json_object_get(facts, "license")));
+    kv_add(P->labels, &P->n_labels, "org.opencontainers.image.licenses",
+           license_label(json_object_get(cfg, "license")));
+    kv_add(P->labels, &P->n_labels, "dev.mfc.architecture",
+           json_string_value(json_object_get(facts, "architecture")));
+    if (json_is_integer(v = json_object_get(facts, "parameters"))) {
+        snprintf(P->params, sizeof P->params, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        kv_add(P->labels, &P->n_labels, "dev.mfc.parameters", P->params);
+    }
+    kv_add(P->labels, &P->n_labels, "dev.mfc.quantization",
+           json_string_value(json_object_get(facts, "quantization")));
+    if (json_is_integer(v = json_object_get(facts, "context_length"))) {
+        snprintf(P->ctx_len, sizeof P->ctx_len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        kv_add(P->labels, &P->n_labels, "dev.mfc.context_length", P->ctx_len);
+    }
+    adapter_names(json_object_get(cfg, "adapters"), P->adapters, sizeof P->adapters);
+    if (P->adapters[0])
+        kv_add(P->labels, &P->n_labels, "dev.mfc.adapters", P->adapters);
+    json_object_foreach ((json_t *)json_object_get(j->node->args, "labels"), key, val)
+        kv_add(P->labels, &P->n_labels, key, json_string_value(val));
+}
+
+/* Env: the runtime's defaults unless ENV sets them, then ENV in order. */
+static void image_env(const struct exec_job *j, struct image_parts *P)
+{
+    static const struct oci_kv defaults[] = {{"MFC_CONFIG", CONFIG_IN_IMAGE},
+                                             {"MFC_PORT", "8080"}};
+    json_t *env = json_object_get(j->plan->config, "env"), *val;
+    const char *key;
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (!json_object_get(env, defaults[i].key))
+            kv_add(P->env, &P->n_env, defaults[i].key, defaults[i].value);
+    json_object_foreach (env, key, val)
+        kv_add(P->env, &P->n_env, key, json_string_value(val));
+}
+
+/* The base's facts, from the weights layer's record (NULL when absent). */
+static const json_t *base_facts(const struct exec_job *j)
+{
+    for (size_t i = 0; i < j->node->n_inputs; i++)
+        if (j->plan->nodes[j->node->inputs[i]].role == PLAN_ROLE_BASE)
+            return json_object_get(input(j, i)->result, "model");
+    return NULL;
 }
 
 static int op_image(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
-    char rec_digest[STORE_DIGEST_BUF];
-    uint64_t rec_size = 0;
-    const json_t *a = j->node->args;
-    json_t *layers = layer_descs(j), *man = NULL;
-    json_t *rec = json_pack("{s:s, s:O, s:O, s:O}", "schema", "mfc.build-record/v1", "modelfile",
-                            json_object_get(a, "modelfile"), "labels",
-                            json_object_get(a, "labels"), "layers", layers);
-    int rc = rec ? put_json(j->s, rec, rec_digest, &rec_size, err)
-                 : mf_err_set(err, MF_ENOMEM, "out of memory");
+    static const char *const entrypoint[] = {"/usr/bin/" RUNTIME_NAME, "--config",
+                                             CONFIG_IN_IMAGE};
+    struct image_parts *P = calloc(1, sizeof *P);
+    struct store_desc md;
+    int64_t mtime;
+    if (!P)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    int rc = layer_source_date(&mtime, err);
+    if (!rc)
+        rc = image_layers(j, P, mtime, err);
     if (!rc) {
-        man = json_pack("{s:i, s:s, s:O, s:{s:s, s:s, s:I}, s:O}", "schemaVersion", 2,
-                        "mediaType", STORE_MT_OCI_MANIFEST, "artifactType",
-                        json_object_get(a, "artifactType"), "config", "mediaType",
-                        PLAN_MT_RECORD, "digest", rec_digest, "size", (json_int_t)rec_size,
-                        "layers", layers);
-        if (man && json_object_size(json_object_get(a, "labels")))
-            json_object_set(man, "annotations", json_object_get(a, "labels"));
-        rc = man ? put_json(j->s, man, r->digest, &r->size, err)
-                 : mf_err_set(err, MF_ENOMEM, "out of memory");
+        time_t t = (time_t)mtime;
+        struct tm tm;
+        if (!gmtime_r(&t, &tm) || !strftime(P->created, sizeof P->created, "%Y-%m-%dT%H:%M:%SZ", &tm))
+            snprintf(P->created, sizeof P->created, "1970-01-01T00:00:00Z");
+        image_labels(j, P, base_facts(j));
+        image_env(j, P);
+        struct oci_image img = {
+            .entrypoint = entrypoint, .n_entrypoint = 3, .env = P->env, .n_env = P->n_env,
+            .labels = P->labels, .n_labels = P->n_labels, .layers = P->layers,
+            .n_layers = P->n_layers, .created = mtime};
+        rc = oci_image_write(j->s, &img, NULL, &md, err);
     }
     if (!rc) {
-        r->result = json_pack("{s:s, s:I, s:s, s:s}", "digest", r->digest, "size",
-                              (json_int_t)r->size, "mediaType", STORE_MT_OCI_MANIFEST, "record",
-                              rec_digest);
+        snprintf(r->digest, sizeof r->digest, "%s", md.digest);
+        r->size = md.size;
+        r->result = json_pack("{s:s, s:I, s:s, s:b}", "digest", md.digest, "size",
+                              (json_int_t)md.size, "mediaType", md.media_type, "runtime",
+                              j->o->runtime != NULL);
         rc = r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
     }
-    json_decref(man);
-    json_decref(rec);
-    json_decref(layers);
+    free(P);
     return rc;
 }
 

@@ -18,6 +18,7 @@
  */
 #include "compiler/plan.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,15 @@ static size_t layer_add(struct plan *p, size_t input, const char *path, const ch
     return node_add(p, PLAN_LAYER, in->role, in->line, path, in->instr, args, &input, 1);
 }
 
+/* The i-th unmerged adapter's path in the image, as the config document
+ * names it (without the leading "/"), so the YAML and the layer agree. */
+static const char *adapter_path(const struct plan *p, size_t i)
+{
+    const json_t *a = json_array_get(json_object_get(p->config, "adapters"), i);
+    const char *path = json_string_value(json_object_get(a, "path"));
+    return path && path[0] == '/' ? path + 1 : NULL;
+}
+
 /* Adapters and drafts: check each, merge or layer it; appends layer ids. */
 static int plan_extras(struct plan *p, const struct walk *w, const struct fetch_opts *fo,
                        size_t base_check, size_t *weights, size_t *layers, size_t *n_layers,
@@ -220,11 +230,8 @@ static int plan_extras(struct plan *p, const struct walk *w, const struct fetch_
                           ins, 2);
             *weights = id;
         } else {
-            char path[64];
-            if (adapter)
-                snprintf(path, sizeof path, "models/adapters/%zu.gguf", n_adapters++);
-            else
-                snprintf(path, sizeof path, "models/draft.gguf");
+            const char *path = adapter ? adapter_path(p, n_adapters++) : PLAN_DRAFT_PATH;
+            assert(path); /* plan_config_doc lists every unmerged ADAPTER, in order */
             id = layer_add(p, chk, path, adapter ? PLAN_MT_ADAPTER : PLAN_MT_GGUF);
             layers[(*n_layers)++] = id;
         }
@@ -265,7 +272,7 @@ static int plan_nodes(struct plan *p, const struct walk *w, const struct fetch_o
     if (!rc)
         rc = plan_extras(p, w, fo, base_check, &weights, layers + 1, &n_layers, err);
     if (!rc) {
-        layers[0] = layer_add(p, weights, "models/model.gguf", PLAN_MT_GGUF);
+        layers[0] = layer_add(p, weights, PLAN_MODEL_PATH, PLAN_MT_GGUF);
         n_layers++;
         rc = layers[0] == NO_NODE ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
     }

@@ -64,7 +64,12 @@ enum plan_role {
 #define PLAN_MT_CONFIG "application/vnd.mfc.config.v1+yaml"
 #define PLAN_MT_RECORD "application/vnd.mfc.build-record.v1+json"
 #define PLAN_ARTIFACT_TYPE "application/vnd.mfc.build.v1"
+/* Paths inside the image (layer entries; the config document names them
+ * with a leading "/"). Adapters go to adapters/<name|index>.gguf, chosen by
+ * plan_config_doc. */
 #define PLAN_CONFIG_PATH "etc/mfc/model.yaml"
+#define PLAN_MODEL_PATH "models/model.gguf"
+#define PLAN_DRAFT_PATH "models/draft.gguf"
 
 struct plan_node {
     size_t id;               /* index in plan->nodes; printed as #id+1 */

@@ -69,13 +69,38 @@ static int add_kv(json_t *obj, const struct mf_instr *in)
     return 0;
 }
 
+/* A name usable as a file name as is: 1 to 64 of [A-Za-z0-9._-], starting
+ * with a letter or digit, not all digits (those are the unnamed adapters'). */
+static int plain_name(const char *s)
+{
+    static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
+    size_t n = strlen(s);
+    return n > 0 && n <= 64 && strspn(s, ok) == n && strspn(s, "0123456789") < n &&
+           s[0] != '.' && s[0] != '_' && s[0] != '-';
+}
+
+static int path_taken(const json_t *adapters, const char *path)
+{
+    size_t i;
+    json_t *a;
+    json_array_foreach (adapters, i, a)
+        if (strcmp(json_string_value(json_object_get(a, "path")), path) == 0)
+            return 1;
+    return 0;
+}
+
+/* The path is the one the adapter's layer gets (plan.c reads it from here):
+ * /adapters/<name>.gguf for a plain --name not taken yet, else
+ * /adapters/<index>.gguf. */
 static int add_adapter(json_t *adapters, const struct mf_instr *in)
 {
-    char path[64];
-    snprintf(path, sizeof path, "models/adapters/%zu.gguf", json_array_size(adapters));
-    json_t *a = json_pack("{s:o, s:f, s:s}", "name",
-                          in->u.src.name ? json_string(in->u.src.name) : json_null(), "scale",
-                          in->u.src.scale, "path", path);
+    char path[96];
+    const char *name = in->u.src.name;
+    snprintf(path, sizeof path, "/adapters/%s.gguf", name ? name : "");
+    if (!name || !plain_name(name) || path_taken(adapters, path))
+        snprintf(path, sizeof path, "/adapters/%zu.gguf", json_array_size(adapters));
+    json_t *a = json_pack("{s:o, s:f, s:s}", "name", name ? json_string(name) : json_null(),
+                          "scale", in->u.src.scale, "path", path);
     return json_array_append_new(adapters, a);
 }
 
@@ -95,7 +120,7 @@ static int add_instr(json_t *doc, const struct mf_instr *in)
     case MF_INSTR_ADAPTER:
         return in->u.src.merge ? 0 : add_adapter(json_object_get(doc, "adapters"), in);
     case MF_INSTR_DRAFT:
-        return json_object_set_new(doc, "draft", json_pack("{s:s}", "path", "models/draft.gguf"));
+        return json_object_set_new(doc, "draft", json_pack("{s:s}", "path", "/" PLAN_DRAFT_PATH));
     case MF_INSTR_TEMPLATE:
         return json_object_set_new(doc, "template", json_string(in->value));
     case MF_INSTR_SYSTEM:
@@ -122,7 +147,7 @@ static int add_instr(json_t *doc, const struct mf_instr *in)
 json_t *plan_config_doc(const struct mf_modelfile *mf)
 {
     json_t *doc = json_pack("{s:s, s:{s:s}, s:[], s:{}, s:[], s:[], s:{}, s:{}}", "schema",
-                            CONFIG_SCHEMA, "model", "path", "models/model.gguf", "adapters",
+                            CONFIG_SCHEMA, "model", "path", "/" PLAN_MODEL_PATH, "adapters",
                             "params", "messages", "license", "labels", "env");
     if (!doc)
         return NULL;

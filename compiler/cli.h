@@ -50,5 +50,9 @@ int mfc_cmd_load(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_image.c 
 int mfc_image_inspect(const char *ref, struct mfc_ctx *ctx);     /* cmd_image.c: mfc inspect IMAGE */
 int mfc_cmd_build(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_build.c */
 int mfc_cmd_plan(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_build.c */
+int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_registry.c */
+int mfc_cmd_pull(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_registry.c */
+int mfc_cmd_login(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_registry.c */
+int mfc_cmd_logout(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_registry.c */
 
 #endif

@@ -33,6 +33,10 @@ static const struct mfc_cmd commands[] = {
     {"du", mfc_cmd_du, "show the store's disk use"},
     {"save", mfc_cmd_save, "write an image to a docker/OCI archive or an OCI layout"},
     {"load", mfc_cmd_load, "load a docker/OCI archive into the store"},
+    {"push", mfc_cmd_push, "push an image to a registry"},
+    {"pull", mfc_cmd_pull, "pull an image from a registry into the store"},
+    {"login", mfc_cmd_login, "store credentials for a registry"},
+    {"logout", mfc_cmd_logout, "remove stored credentials for a registry"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

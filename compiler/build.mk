@@ -15,3 +15,7 @@ TESTS += tests/unit/test_plan
 
 TESTS += tests/cli/build.bats
 EXTRA_DIST += tests/cli/build.bats bench/build
+
+## build-image.bats: what `mfc build` makes, checked with skopeo, umoci, podman
+TESTS += tests/cli/build-image.bats
+EXTRA_DIST += tests/cli/build-image.bats

@@ -432,7 +432,7 @@ static int build(struct mfc_ctx *ctx, struct build_cli *cli, struct fetch_opts *
     if (st >= 0)
         return st;
     int rc = find_runtime(&runtime, &err);
-    if (!rc && !runtime)
+    if (!rc && !runtime && !cli->quiet) /* -q: the digest and errors only */
         fputs("mfc: warning: no " RUNTIME_BIN " found; the image has no runtime yet "
               "(set MFC_SERVE to add one)\n",
               ctx->err);

@@ -193,6 +193,10 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_c
     }
     if (argc - optind > 1)
         return mfc_usage_error(ctx, cli->cmd, "takes one PATH (a Modelfile or a directory)");
+    /* a docker archive names its image in manifest.json's RepoTags; a digest is no tag */
+    if (cli->output.type == OCI_OUT_DOCKER && !cli->n_tags)
+        return mfc_usage_error(ctx, cli->cmd, "--output type=docker needs a -t NAME for the "
+                               "archive's image name");
     cli->path = optind < argc ? argv[optind] : ".";
     return -1;
 }

@@ -144,6 +144,9 @@ print(json.dumps(yaml.safe_load(open(sys.argv[1]))))' "$r/etc/mfc/model.yaml" >"
     run "$MFC" build -t x --output "type=bogus,dest=$T/o" "$CTX"
     [ "$status" -eq 2 ]
     [[ "$output" == *"--output"* ]]
+    run "$MFC" build --output "type=docker,dest=$T/d.tar" "$CTX"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"type=docker needs a -t NAME"* ]]
     run "$MFC" build -t x --output type=registry "$CTX"
     [ "$status" -eq 2 ]
     [[ "$output" == *"type=registry is not supported yet"* ]]

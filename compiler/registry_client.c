@@ -172,8 +172,8 @@ static struct curl_slist *build_headers(struct registry_client *c, struct regist
         bad |= add_header(&h, line);
     }
     /* invariant (2): our Authorization only goes to our registry's base URL */
-    if (c->authz && strncmp(r->url, c->base, strlen(c->base)) == 0 &&
-        (r->url[strlen(c->base)] == '/' || r->url[strlen(c->base)] == '\0')) {
+    size_t bl = strlen(c->base);
+    if (c->authz && strncmp(r->url, c->base, bl) == 0 && strchr("/?", r->url[bl])) {
         struct mf_buf a;
         mf_buf_init(&a, REGISTRY_TOKEN_MAX + 64);
         bad |= mf_buf_printf(&a, NULL, "Authorization: %s", c->authz) != 0 ||

@@ -1,0 +1,186 @@
+#!/usr/bin/env bats
+# registry.bats: mfc push / pull / login / logout against the Debian
+# docker-registry (distribution 2.8) started here on 127.0.0.1 with htpasswd
+# auth, checked with skopeo; plus a tiny Bearer-token registry (inline
+# python) that answers every blob upload with 413.
+load helpers
+
+MKIMAGE="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/mkimage"
+PW=s3cret-Pw-417
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+# Starts docker-registry with its config, htpasswd and storage under $T.
+start_registry() {
+    PORT=$(free_port)
+    R="127.0.0.1:$PORT"
+    htpasswd -Bbn alice "$PW" >"$T/htpasswd"
+    cat >"$T/config.yml" <<YML
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $T/storage
+  delete:
+    enabled: true
+http:
+  addr: $R
+auth:
+  htpasswd:
+    realm: basic-realm
+    path: $T/htpasswd
+YML
+    # REGISTRY_* variables override the registry's own config (REGISTRY_AUTH_FILE would be auth.file)
+    env -u REGISTRY_AUTH_FILE timeout 300 docker-registry serve "$T/config.yml" >"$T/registry.log" 2>&1 &
+    echo $! >"$T/registry.pid"
+    for _ in $(seq 100); do
+        [ "$(curl -s -m 1 -o /dev/null -w '%{http_code}' "http://$R/v2/")" = 401 ] && return 0
+        sleep 0.1
+    done
+    echo "docker-registry did not start"; cat "$T/registry.log"; return 1
+}
+
+setup() {
+    T="$BATS_TEST_TMPDIR"
+    export MFC_HOME="$T/home" REGISTRY_AUTH_FILE="$T/auth.json" HOME="$T"
+    head -c 300000 /dev/urandom >"$T/base.gguf"
+    head -c 5000 /dev/urandom >"$T/lora.gguf"
+    start_registry
+}
+
+teardown() {
+    for f in "$T/registry.pid" "$T/bearer.pid"; do
+        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
+    done
+    true
+}
+
+mk() { "$MKIMAGE" "$@" --runtime /bin/echo --weights "$T/base.gguf"; }
+login() { echo "$PW" | "$MFC" login -u alice --password-stdin "$R"; }
+# the store's tags and their targets, to prove a failure left them alone
+tags() { jq -cS '[.manifests[] | {t: .annotations."org.opencontainers.image.ref.name", d: .digest}]' "$MFC_HOME/index.json"; }
+
+@test "login, push, skopeo reads it back, pull into an empty store gives identical digests" {
+    d=$(mk demo:1)
+    run login
+    [ "$status" -eq 0 ] && [[ "$output" == *"Login Succeeded"* ]]
+    [ "$(stat -c %a "$T/auth.json")" = 600 ]
+    run "$MFC" push demo:1 "$R/team/demo:v1"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"$d"* ]]
+    [ "$(skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/team/demo:v1" | sha256sum | cut -d' ' -f1)" = "${d#sha256:}" ]
+    skopeo inspect --tls-verify=false --creds "alice:$PW" "docker://$R/team/demo:v1" | jq -e '(.Layers | length) == 3'
+    export MFC_HOME="$T/home2"
+    run "$MFC" pull "$R/team/demo:v1"
+    [ "$status" -eq 0 ]
+    [ "$("$MFC" inspect "$R/team/demo:v1" | jq -r .digest)" = "$d" ]
+    MFC_HOME="$T/home" "$MFC" inspect demo:1 | jq -S '[.manifest.layers[].digest, .manifest.config.digest]' >"$T/a"
+    "$MFC" inspect "$R/team/demo:v1" | jq -S '[.manifest.layers[].digest, .manifest.config.digest]' >"$T/b"
+    cmp "$T/a" "$T/b"
+    # credentials never appear in anything mfc printed or the auth file's plain text
+    ! grep -rq -- "$PW" "$BATS_TEST_TMPDIR"/*.log "$T/auth.json" 2>/dev/null
+    [[ "$output" != *"$PW"* ]]
+    run "$MFC" logout "$R"
+    [ "$status" -eq 0 ]
+    [ "$(jq '.auths | length' "$T/auth.json")" = 0 ]
+}
+
+@test "a second image sharing the base uploads only its small layers; chunked uploads; mounts" {
+    mk demo:1 >/dev/null
+    mk demo:lora --adapter "$T/lora.gguf" >/dev/null
+    login
+    # chunks of 64 KiB: the 300 KB weight layer goes up in PATCHes
+    MFC_PUSH_CHUNK_SIZE=65536 run "$MFC" push demo:1 "$R/team/demo:v1"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"4 uploaded"* ]]
+    [[ "$output" =~ ([1-9][0-9]*)\ PATCH ]]
+    run "$MFC" push demo:lora "$R/team/demo:lora"
+    [ "$status" -eq 0 ]
+    # config + adapter layer go up; weights, runtime and config layer are already there
+    [[ "$output" == *"2 uploaded (2 PUT, 0 PATCH"* ]]
+    [[ "$output" == *"3 present"* ]]
+    w=$(skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/team/demo:v1" | jq -r '.layers[1].digest')
+    [ "$(skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/team/demo:lora" | jq -r '.layers[1].digest')" = "$w" ]
+    # another repository on the same registry: blobs are mounted, not uploaded
+    run "$MFC" push demo:1 "$R/other/demo:v1"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"0 uploaded"* && "$output" == *"4 mounted"* ]]
+    # the registry's access log agrees: one blob-bytes PUT for the lora image's 2 new blobs
+    [ "$(grep -c 'PUT /v2/team/demo/blobs/uploads/' "$T/registry.log")" -eq 6 ]
+}
+
+@test "wrong credentials, an unreachable registry, a tampered blob: clear errors, store unchanged" {
+    d=$(mk demo:1)
+    login
+    "$MFC" push demo:1 "$R/team/demo:v1" 2>/dev/null
+    export REGISTRY_AUTH_FILE="$T/bad.json"
+    echo "{\"auths\":{\"$R\":{\"auth\":\"$(printf 'alice:wrong' | base64)\"}}}" >"$T/bad.json"
+    run "$MFC" push demo:1 "$R/team/demo:v2"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"authentication failed for $R (check mfc login)"* ]]
+    [[ "$output" != *wrong* ]]
+    run bash -c "echo wrong | '$MFC' login -u alice --password-stdin $R"
+    [ "$status" -eq 1 ] && [[ "$output" == *"authentication failed"* ]]
+    [ "$(jq -r ".auths.\"$R\".auth" "$T/bad.json" | base64 -d)" = alice:wrong ]
+    export REGISTRY_AUTH_FILE="$T/auth.json"
+    before=$(tags)
+    run "$MFC" pull "127.0.0.1:$(free_port)/team/demo:v1"
+    [ "$status" -eq 1 ] && [[ "$output" == *"cannot reach the registry 127.0.0.1:"* ]]
+    # tamper with the weight blob in the registry's storage (same size, other bytes)
+    w=$(skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/team/demo:v1" | jq -r '.layers[1].digest')
+    f="$T/storage/docker/registry/v2/blobs/sha256/${w:7:2}/${w#sha256:}/data"
+    printf 'XXXXXXXX' | dd of="$f" bs=1 seek=1000 conv=notrunc 2>/dev/null
+    export MFC_HOME="$T/home2"
+    "$MKIMAGE" keep:1 --runtime /bin/echo --weights "$T/lora.gguf" >/dev/null # not sharing w
+    before=$(tags)
+    run "$MFC" pull "$R/team/demo:v1"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"$w"* && "$output" == *"match"* ]]
+    [ "$(tags)" = "$before" ]
+    [ ! -e "$MFC_HOME/blobs/sha256/${w#sha256:}" ]
+}
+
+@test "a Bearer-token registry: token fetched with Basic creds; a 413 is a clear error" {
+    mk demo:1 >/dev/null
+    BPORT=$(free_port)
+    echo "{\"auths\":{\"127.0.0.1:$BPORT\":{\"auth\":\"$(printf 'bob:tokpw' | base64)\"}}}" >"$T/auth.json"
+    timeout 120 python3 - "$BPORT" "$T/bearer.log" <<'PY' &
+import base64, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, log = int(sys.argv[1]), open(sys.argv[2], "a", buffering=1)
+class H(BaseHTTPRequestHandler):
+    def reply(self, code, body=b"", hdrs=()):
+        self.send_response(code)
+        for k, v in hdrs: self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body))); self.end_headers()
+        if self.command != "HEAD": self.wfile.write(body)
+    def handle_any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n: self.rfile.read(n)
+        a = self.headers.get("Authorization", "")
+        log.write("%s %s %s\n" % (self.command, self.path, a.split(" ")[0]))
+        if self.path.startswith("/token"):
+            ok = a == "Basic " + base64.b64encode(b"bob:tokpw").decode() and "scope=repository%3Ateam%2Fdemo%3Apull%2Cpush" in self.path
+            return self.reply(200, b'{"token":"tok-42"}') if ok else self.reply(401)
+        if a != "Bearer tok-42":
+            return self.reply(401, b"", [("WWW-Authenticate", 'Bearer realm="http://127.0.0.1:%d/token",service="reg"' % port)])
+        if self.path == "/v2/": return self.reply(200, b"{}")
+        if self.command == "HEAD": return self.reply(404)
+        if self.command == "POST": return self.reply(202, b"", [("Location", "/v2/team/demo/blobs/uploads/u1")])
+        return self.reply(413, b'{"errors":[{"code":"SIZE_INVALID","message":"too big"}]}')
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = handle_any
+    def log_message(self, *a): pass
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+    echo $! >"$T/bearer.pid"
+    for _ in $(seq 50); do curl -s -m 1 -o /dev/null "http://127.0.0.1:$BPORT/v2/" && break; sleep 0.1; done
+    before=$(tags)
+    run "$MFC" push demo:1 "127.0.0.1:$BPORT/team/demo:v1"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"refused blob sha256:"*"as too large (HTTP 413)"* ]]
+    grep -q '^GET /token' "$T/bearer.log"
+    grep -q 'Bearer$' "$T/bearer.log"
+    [ "$(tags)" = "$before" ]
+    [[ "$output" != *tokpw* && "$output" != *tok-42* ]]
+}

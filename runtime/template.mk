@@ -17,3 +17,15 @@ tests_unit_test_template_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_template_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_template
 EXTRA_DIST += tests/data/template tests/tools/gotmpl/main.go
+
+libmfc_runtime_a_SOURCES += runtime/sampler.c runtime/sampler.h runtime/stop.c runtime/stop.h
+
+check_PROGRAMS += tests/unit/test_sampler tests/unit/test_stop
+tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c
+tests_unit_test_sampler_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_sampler_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+tests_unit_test_stop_SOURCES = tests/unit/test_stop.c
+tests_unit_test_stop_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_stop_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_sampler tests/unit/test_stop
+EXTRA_DIST += tests/fuzz/corpus/template

@@ -1,0 +1,97 @@
+/*
+ * sampler.h: picks the next token from a row of logits, llama.cpp style.
+ *
+ * One sampler per request: it owns the request's parameters, its PRNG state
+ * (seeded from params.seed, so a seed replays the same tokens on any run) and
+ * the penalty history. The chain, in llama.cpp's default order
+ * (common_sampler_init):
+ *
+ *   logit bias -> repetition/presence/frequency penalties -> top_k ->
+ *   typical_p -> top_p -> min_p -> temperature -> draw
+ *
+ * top_p, min_p and typical_p therefore see the distribution before
+ * temperature, as in llama.cpp. temperature <= 0 is greedy: bias and
+ * penalties still apply, then the highest logit wins (ties: lowest id).
+ * Cost is O(n_vocab) per token plus O(k log k) for what survives top_k; a
+ * full sort happens only for typical_p, or for top_p without top_k when the
+ * top few thousand candidates do not reach p.
+ */
+#ifndef MFC_RUNTIME_SAMPLER_H
+#define MFC_RUNTIME_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define SAMPLER_MAX_LOGPROBS 20      /* OpenAI's top_logprobs limit */
+#define SAMPLER_MAX_HISTORY (1 << 20) /* repeat_last_n cap, tokens */
+
+struct sampler_bias {
+    int32_t token; /* vocabulary id */
+    float bias;    /* added to the logit; -INFINITY bans the token */
+};
+
+struct sampler_params {
+    float temperature;       /* <= 0: greedy */
+    int32_t top_k;           /* <= 0: off */
+    float top_p;             /* 1: off; in (0, 1] */
+    float min_p;             /* 0: off; in [0, 1] */
+    float typical_p;         /* 1: off; in (0, 1] */
+    float repeat_penalty;    /* 1: off; > 0 */
+    float presence_penalty;  /* 0: off */
+    float frequency_penalty; /* 0: off */
+    int32_t repeat_last_n;   /* tokens of history penalised, 0..SAMPLER_MAX_HISTORY
+                                (resolve Ollama's -1 to num_ctx before) */
+    uint64_t seed;           /* PRNG seed */
+    const struct sampler_bias *bias; /* borrowed for sampler_new only (copied) */
+    size_t n_bias;
+    int32_t n_logprobs;      /* alternatives reported per token, 0..SAMPLER_MAX_LOGPROBS */
+};
+
+/* Ollama's defaults: temperature 0.8, top_k 40, top_p 0.9, min_p 0,
+ * typical_p 1, repeat_penalty 1.1, repeat_last_n 64, no presence/frequency
+ * penalty, seed 0, no bias, no logprobs. */
+void sampler_params_default(struct sampler_params *p);
+
+struct sampler;
+
+/* Checks p against n_vocab and builds a sampler (free with sampler_free).
+ * On failure returns MF_ERANGE/MF_EINVAL/MF_ENOMEM naming the bad parameter
+ * and leaves *out NULL. */
+int sampler_new(struct sampler **out, int32_t n_vocab, const struct sampler_params *p,
+                struct mf_err *err);
+/* Accepts NULL. */
+void sampler_free(struct sampler *s);
+
+/* Adds a token to the penalty history (prompt tokens, then each sampled
+ * token); only the last repeat_last_n are kept. Ignores ids out of range. */
+void sampler_accept(struct sampler *s, int32_t token);
+
+struct sampler_logprob {
+    int32_t token;
+    float logprob; /* natural log */
+};
+
+struct sampler_result {
+    int32_t token;   /* the sampled token */
+    float logprob;   /* its log-probability under the model (log-softmax of the raw
+                        logits, as OpenAI and vLLM report them) */
+    int32_t n_top;   /* entries in top, = params.n_logprobs */
+    struct sampler_logprob top[SAMPLER_MAX_LOGPROBS]; /* most likely first */
+};
+
+/* Samples from logits[0..n_vocab) (not modified). Does not record the token:
+ * call sampler_accept. Fails with MF_EINVAL when no token survives (every
+ * logit -inf or NaN); res is then untouched. */
+int sampler_sample(struct sampler *s, const float *logits, struct sampler_result *res,
+                   struct mf_err *err);
+
+/* Runs the chain without the draw: *n candidates survive, their ids in
+ * ids[] and their final logits (after temperature) in out_logits[] (either
+ * may be NULL), sorted by logit, highest first. Both arrays need n_vocab
+ * entries. For tests and for explaining a sampler's choices. */
+int sampler_survivors(struct sampler *s, const float *logits, int32_t *ids, float *out_logits,
+                      size_t *n, struct mf_err *err);
+
+#endif

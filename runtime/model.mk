@@ -18,3 +18,7 @@ tests_unit_test_model_SOURCES = tests/unit/test_model.c
 tests_unit_test_model_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_model_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_model
+
+## Numerics against llama.cpp (node-llama-cpp; skips without it or mkmodel).
+TESTS += tests/cli/engine-numerics.bats
+EXTRA_DIST += tests/cli/engine-numerics.bats tests/cli/engine_numerics.py

@@ -12,9 +12,17 @@
 // the way mfc-eval --bench does: PP seeded-random tokens evaluated in one
 // call (n_batch 512), then TG greedy tokens.
 //
+// Jobs mode (--jobs FILE) runs one job per line of FILE, each a JSON object
+// {"out": PATH, "args": [...the arguments above...]}, writing each result
+// to its "out" file: one process (llama.cpp's backends load once, ~1 s)
+// serves a whole test file.
+//
 // usage: node llama-logits.mjs --model M.gguf [--lora A.gguf [--lora-scale S]]
 //          --tokens 1,2,3 [--n N] [--kv f16|f32] [--threads N] [--ctx N]
+//          [--flash-attn on|off]
 //        node llama-logits.mjs --model M.gguf --bench PP,TG [--threads N]
+//        node llama-logits.mjs --jobs FILE
+import fs from "node:fs";
 import {createRequire} from "node:module";
 import path from "node:path";
 import {fileURLToPath, pathToFileURL} from "node:url";
@@ -102,9 +110,7 @@ async function bench(model, seq, pp, tg) {
             prefill_s: (t1 - t0) / 1000, decode_s: (t2 - tStart) / 1000};
 }
 
-async function main() {
-    const o = parseArgs(process.argv.slice(2));
-    const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
+async function run(llama, o) {
     const model = await llama.loadModel({modelPath: o.model, gpuLayers: 0});
     const kvType = o.kv === "f32" ? "F32" : "F16";
     const need = o.bench ? o.bench[0] + o.bench[1] + 8 : o.tokens.length + o.n + 8;
@@ -123,9 +129,23 @@ async function main() {
         const generated = o.n > 0 ? await greedy(seq, o.tokens, o.n) : [];
         result = {n_vocab: logprobs.length, logprobs, generated};
     }
-    process.stdout.write(JSON.stringify(result) + "\n");
     await context.dispose();
     await model.dispose();
+    return JSON.stringify(result) + "\n";
+}
+
+async function main() {
+    const argv = process.argv.slice(2);
+    const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
+    if (argv[0] === "--jobs") {
+        const lines = fs.readFileSync(argv[1], "utf8").split("\n").filter((l) => l.trim());
+        for (const line of lines) {
+            const job = JSON.parse(line);
+            fs.writeFileSync(job.out, await run(llama, parseArgs(job.args)));
+        }
+    } else {
+        process.stdout.write(await run(llama, parseArgs(argv)));
+    }
     await llama.dispose();
 }
 

@@ -29,3 +29,10 @@ EXTRA_DIST += tests/tools/llama-tok.mjs
 ## Differential test against llama.cpp (node-llama-cpp) on random strings.
 TESTS += tests/cli/tokenizer.bats
 EXTRA_DIST += tests/cli/tokenizer.bats
+
+## `make bench-tokenizer`: encode MB/s against llama.cpp; never part of make
+## check. See bench/README.md ("Tokenizer").
+EXTRA_DIST += bench/tokenizer.sh
+.PHONY: bench-tokenizer
+bench-tokenizer: tests/tools/toktool$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
+	MFC_BUILDDIR='$(abs_top_builddir)' $(top_srcdir)/bench/tokenizer.sh

@@ -8,9 +8,10 @@
 //                                                        ids of each string, JSON array
 //                                                        (--both: a line without, then
 //                                                        a line with --special)
-//   node llama-tok.mjs bench --model V.gguf --in TEXT [--seconds S]
+//   node llama-tok.mjs bench --model V.gguf --in TEXT [--seconds S] [--chunk N]
 //                                                        {"bytes", "tokens", "mb_per_s"}
-//                                                        (MB per CPU second of the process)
+//                                                        (MB per CPU second of the process;
+//                                                        --chunk: as texts of ~N characters)
 // ids and bench tokenize with add_special = false (node-llama-cpp's
 // model.tokenize), parse_special = --special; the model is loaded
 // vocab-only. gen mixes the character classes that pre-tokenizers split on:
@@ -39,6 +40,7 @@ function parseArgs(argv) {
         else if (a === "--seconds") o.seconds = Number(v());
         else if (a === "--special") o.special = true;
         else if (a === "--both") o.both = true;
+        else if (a === "--chunk") o.chunk = Number(v());
         else throw new Error(`unknown argument ${a}`);
     }
     if (!["gen", "ids", "bench"].includes(o.mode)) throw new Error("mode must be gen, ids or bench");
@@ -112,8 +114,12 @@ async function main() {
     }
     const text = fs.readFileSync(o.in, "utf8");
     const bytes = Buffer.byteLength(text, "utf8");
+    const pieces = [];
+    for (let i = 0; i < text.length; i += o.chunk || text.length)
+        pieces.push(text.slice(i, i + (o.chunk || text.length)));
+    const encode = () => pieces.reduce((n, p) => n + model.tokenize(p, false).length, 0);
     let runs = 0, tokens = 0;
-    model.tokenize(text, false); /* warm-up */
+    encode(); /* warm-up */
     /* CPU time, not wall time: the build machines are shared */
     const cpu = () => {
         const u = process.cpuUsage();
@@ -122,7 +128,7 @@ async function main() {
     const t0 = cpu();
     let el = 0;
     do {
-        tokens = model.tokenize(text, false).length;
+        tokens = encode();
         runs++;
         el = cpu() - t0;
     } while (el < o.seconds);

@@ -7,9 +7,11 @@
  *       the ids of each string of a JSON array, as a JSON array of arrays
  *       (no BOS/EOS; --special parses control tokens; --both prints a line
  *       without, then one with), byte for byte what llama-tok.mjs prints
- *   toktool bench VOCAB.gguf TEXT [--seconds S]
+ *   toktool bench VOCAB.gguf TEXT [--seconds S] [--chunk BYTES]
  *       encodes the file repeatedly for S CPU seconds (default 3) and prints
- *       {"bytes","tokens","runs","mb_per_s"} (MB per CPU second)
+ *       {"bytes","tokens","runs","mb_per_s"} (MB per CPU second); --chunk
+ *       encodes it as separate texts of about BYTES each (cut at character
+ *       boundaries), like a stream of short prompts
  *
  * Exit status: 0, 1 on any error (named on stderr), 2 for usage.
  */
@@ -92,7 +94,24 @@ static int ids_of_file(const struct tok *t, const char *file, int both, unsigned
     return rc;
 }
 
-static int bench(const struct tok *t, const char *file, double seconds, struct mf_err *err)
+/* Encodes text[0..len) as one text, or in pieces of about chunk bytes. */
+static int encode_all(const struct tok *t, const char *text, size_t len, size_t chunk,
+                      struct tok_ids *ids, struct mf_err *err)
+{
+    int rc = 0;
+    ids->n = 0;
+    for (size_t off = 0; off < len && !rc;) {
+        size_t n = chunk && chunk < len - off ? chunk : len - off;
+        while (off + n < len && ((unsigned char)text[off + n] & 0xC0) == 0x80)
+            n++; /* do not cut a character */
+        rc = tok_encode(t, text + off, n, 0, ids, err);
+        off += n;
+    }
+    return rc;
+}
+
+static int bench(const struct tok *t, const char *file, double seconds, size_t chunk,
+                 struct mf_err *err)
 {
     char *text;
     size_t len;
@@ -101,12 +120,11 @@ static int bench(const struct tok *t, const char *file, double seconds, struct m
         return rc;
     struct tok_ids ids;
     tok_ids_init(&ids, MAX_INPUT);
-    rc = tok_encode(t, text, len, 0, &ids, err); /* warm-up */
+    rc = encode_all(t, text, len, chunk, &ids, err); /* warm-up */
     double t0 = now(), el = 0;
     long runs = 0;
     while (!rc && el < seconds) {
-        ids.n = 0;
-        rc = tok_encode(t, text, len, 0, &ids, err);
+        rc = encode_all(t, text, len, chunk, &ids, err);
         runs++;
         el = now() - t0;
     }
@@ -125,15 +143,21 @@ int main(int argc, char **argv)
     mf_err_clear(&err);
     if (argc < 4 || (strcmp(argv[1], "ids") && strcmp(argv[1], "bench"))) {
         fprintf(stderr, "usage: toktool ids VOCAB.gguf STRINGS.json [--special | --both]\n"
-                        "       toktool bench VOCAB.gguf TEXT [--seconds S]\n");
+                        "       toktool bench VOCAB.gguf TEXT [--seconds S] [--chunk BYTES]\n");
         return 2;
     }
     unsigned flags = 0;
     int both = 0;
     double seconds = 3;
+    uint64_t chunk = 0;
     for (int i = 4; i < argc; i++) {
         if (strcmp(argv[i], "--special") == 0) {
             flags |= TOK_PARSE_SPECIAL;
+        } else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) {
+            if (mf_num_parse_u64(argv[++i], &chunk) || chunk == 0) {
+                fprintf(stderr, "toktool: bad --chunk '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--both") == 0) {
             both = 1;
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
@@ -149,7 +173,7 @@ int main(int argc, char **argv)
     int rc = load(argv[2], &t, &err);
     if (!rc)
         rc = strcmp(argv[1], "ids") == 0 ? ids_of_file(t, argv[3], both, flags, &err)
-                                         : bench(t, argv[3], seconds, &err);
+                                         : bench(t, argv[3], seconds, (size_t)chunk, &err);
     tok_free(t);
     if (rc) {
         fprintf(stderr, "toktool: %s\n", err.msg);

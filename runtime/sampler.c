@@ -9,8 +9,8 @@
  *
  * Candidates are (id, logit) pairs. Filters shrink the array in place; a flag
  * says whether it is sorted by logit (descending, ties by id, so results do
- * not depend on the partition order). top_k uses quickselect and sorts only
- * the k kept; top_p sorts a growing prefix (256, 1024, ... candidates) until
+ * not depend on the partition order). top_k keeps a k-heap over one pass
+ * (quickselect past 4096) and sorts only the k kept; top_p sorts a growing prefix (256, 1024, ... candidates) until
  * the prefix reaches p, which on real models is the first step.
  *
  * Penalties follow llama.cpp's penalties sampler: a token seen c > 0 times in
@@ -230,6 +230,36 @@ static void select_top(struct cand *c, size_t n, size_t k)
     }
 }
 
+/* Restores the heap c[0..k) (worst candidate at the root) below slot i. */
+static void sift_down(struct cand *c, size_t k, size_t i)
+{
+    for (;;) {
+        size_t w = i, l = 2 * i + 1, r = l + 1;
+        if (l < k && before(&c[w], &c[l]))
+            w = l;
+        if (r < k && before(&c[w], &c[r]))
+            w = r;
+        if (w == i)
+            return;
+        swap(&c[i], &c[w]);
+        i = w;
+    }
+}
+
+/* Moves the k best of c[0..n) to the front with a k-heap: one pass in which
+ * nearly every candidate costs a single comparison with the heap's worst,
+ * several times faster than quickselect's passes for k in the hundreds. */
+static void heap_top(struct cand *c, size_t n, size_t k)
+{
+    for (size_t i = k / 2; i-- > 0;)
+        sift_down(c, k, i);
+    for (size_t i = k; i < n; i++)
+        if (before(&c[i], &c[0])) {
+            swap(&c[i], &c[0]);
+            sift_down(c, k, 0);
+        }
+}
+
 /* Sorts the best k of the candidates, leaving them first. */
 static void sort_top(struct sampler *s, size_t k)
 {
@@ -238,7 +268,10 @@ static void sort_top(struct sampler *s, size_t k)
         s->sorted = 1;
         return;
     }
-    select_top(s->cand, s->n_cand, k);
+    if (k <= 4096)
+        heap_top(s->cand, s->n_cand, k);
+    else
+        select_top(s->cand, s->n_cand, k);
     qsort(s->cand, k, sizeof *s->cand, cmp_cand);
 }
 
@@ -307,7 +340,7 @@ static double exp_sum(const struct sampler *s, float m)
 {
     double z = 0;
     for (size_t i = 0; i < s->n_cand; i++)
-        z += exp((double)s->cand[i].logit - m);
+        z += expf(s->cand[i].logit - m); /* float exp: 5x cheaper over 128k tokens */
     return z;
 }
 
@@ -387,7 +420,7 @@ static void top_p(struct sampler *s)
             sort_top(s, want);
         size_t lim = want < s->n_cand ? want : s->n_cand;
         for (; done < lim; done++) {
-            cum += exp((double)s->cand[done].logit - m) / z;
+            cum += expf(s->cand[done].logit - m) / z;
             if (cum >= s->p.top_p) {
                 s->n_cand = done + 1;
                 s->sorted = 1;
@@ -445,7 +478,7 @@ static int32_t draw(struct sampler *s)
     float m = max_logit(s);
     double z = exp_sum(s, m), u = next_unit(s->rng) * z, cum = 0;
     for (size_t i = 0; i < s->n_cand; i++) {
-        cum += exp((double)s->cand[i].logit - m);
+        cum += expf(s->cand[i].logit - m);
         if (u < cum)
             return s->cand[i].id;
     }
@@ -463,7 +496,7 @@ static void logprobs(struct sampler *s, const float *logits, struct sampler_resu
     double z = 0;
     for (int32_t i = 0; i < s->n_vocab; i++)
         if (!isnan(logits[i]))
-            z += exp((double)logits[i] - m);
+            z += expf(logits[i] - m);
     double lz = (double)m + log(z);
     res->logprob = (float)((double)logits[res->token] - lz);
     res->n_top = s->p.n_logprobs;
@@ -488,7 +521,10 @@ int sampler_sample(struct sampler *s, const float *logits, struct sampler_result
     if (rc)
         return rc;
     res->token = s->n_cand == 1 ? s->cand[0].id : draw(s);
-    logprobs(s, logits, res);
+    res->logprob = NAN;
+    res->n_top = 0;
+    if (s->p.logprobs)
+        logprobs(s, logits, res);
     return 0;
 }
 

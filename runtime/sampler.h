@@ -46,7 +46,9 @@ struct sampler_params {
     uint64_t seed;           /* PRNG seed */
     const struct sampler_bias *bias; /* borrowed for sampler_new only (copied) */
     size_t n_bias;
-    int32_t n_logprobs;      /* alternatives reported per token, 0..SAMPLER_MAX_LOGPROBS */
+    int logprobs;            /* report the sampled token's logprob (one more pass
+                                over the vocabulary per token) */
+    int32_t n_logprobs;      /* and this many alternatives, 0..SAMPLER_MAX_LOGPROBS */
 };
 
 /* Ollama's defaults: temperature 0.8, top_k 40, top_p 0.9, min_p 0,
@@ -75,9 +77,10 @@ struct sampler_logprob {
 
 struct sampler_result {
     int32_t token;   /* the sampled token */
-    float logprob;   /* its log-probability under the model (log-softmax of the raw
-                        logits, as OpenAI and vLLM report them) */
-    int32_t n_top;   /* entries in top, = params.n_logprobs */
+    float logprob;   /* with params.logprobs, its log-probability under the model
+                        (log-softmax of the raw logits, as OpenAI and vLLM report
+                        them); NaN otherwise */
+    int32_t n_top;   /* entries in top: params.n_logprobs, or 0 without logprobs */
     struct sampler_logprob top[SAMPLER_MAX_LOGPROBS]; /* most likely first */
 };
 

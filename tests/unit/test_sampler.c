@@ -288,6 +288,7 @@ static void test_logprobs(void **state)
 {
     float l[5] = {0, 1, 2, 3, -1};
     struct sampler_params p = plain(0.0f);
+    p.logprobs = 1;
     p.n_logprobs = 3;
     struct sampler *s = make(5, &p);
     struct sampler_result r;
@@ -303,6 +304,13 @@ static void test_logprobs(void **state)
     assert_int_equal(r.top[1].token, 2);
     assert_int_equal(r.top[2].token, 1);
     assert_float_equal(r.top[2].logprob, 1 - log(z), 1e-5);
+    sampler_free(s);
+
+    p.logprobs = 0;
+    s = make(5, &p);
+    assert_int_equal(sampler_sample(s, l, &r, &err), 0);
+    assert_true(isnan(r.logprob));
+    assert_int_equal(r.n_top, 0);
     sampler_free(s);
 }
 

@@ -10,8 +10,8 @@
  * Candidates are (id, logit) pairs. Filters shrink the array in place; a flag
  * says whether it is sorted by logit (descending, ties by id, so results do
  * not depend on the partition order). top_k keeps a k-heap over one pass
- * (quickselect past 4096) and sorts only the k kept; top_p sorts a growing prefix (256, 1024, ... candidates) until
- * the prefix reaches p, which on real models is the first step.
+ * (quickselect past 4096) and sorts only the k kept; top_p sorts a growing prefix (256, 1024, ...
+ * candidates) until the prefix reaches p, which on real models is the first step.
  *
  * Penalties follow llama.cpp's penalties sampler: a token seen c > 0 times in
  * the window has its logit divided by repeat_penalty when positive (multiplied
@@ -29,17 +29,17 @@ struct cand {
 };
 
 struct sampler {
-    struct sampler_params p;     /* copy; p.bias points at bias below */
-    struct sampler_bias *bias;   /* owned copy of the logit biases */
+    struct sampler_params p;   /* copy; p.bias points at bias below */
+    struct sampler_bias *bias; /* owned copy of the logit biases */
     int32_t n_vocab;
-    uint64_t rng[4];             /* xoshiro256** state */
-    int32_t *hist;               /* ring of the last repeat_last_n tokens (owned) */
-    int32_t n_hist;              /* tokens in the ring */
-    int32_t hist_pos;            /* next slot to write */
-    int32_t *scratch;            /* repeat_last_n ids, for counting (owned) */
-    struct cand *cand;           /* n_vocab candidates (owned) */
+    uint64_t rng[4];   /* xoshiro256** state */
+    int32_t *hist;     /* ring of the last repeat_last_n tokens (owned) */
+    int32_t n_hist;    /* tokens in the ring */
+    int32_t hist_pos;  /* next slot to write */
+    int32_t *scratch;  /* repeat_last_n ids, for counting (owned) */
+    struct cand *cand; /* n_vocab candidates (owned) */
     size_t n_cand;
-    int sorted;                  /* cand[0..n_cand) sorted by logit, descending */
+    int sorted; /* cand[0..n_cand) sorted by logit, descending */
 };
 
 /* ---- PRNG ----------------------------------------------------------------- */
@@ -101,12 +101,12 @@ static int check_params(int32_t n_vocab, const struct sampler_params *p, struct 
     if (!(p->min_p >= 0 && p->min_p <= 1))
         return mf_err_set(err, MF_ERANGE, "sampler: min_p %g is outside [0, 1]", p->min_p);
     if (!(p->typical_p > 0 && p->typical_p <= 1))
-        return mf_err_set(err, MF_ERANGE, "sampler: typical_p %g is outside (0, 1]",
-                          p->typical_p);
+        return mf_err_set(err, MF_ERANGE, "sampler: typical_p %g is outside (0, 1]", p->typical_p);
     if (!(p->repeat_penalty > 0) || !isfinite(p->repeat_penalty) ||
         !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
-        return mf_err_set(err, MF_ERANGE, "sampler: repeat_penalty must be > 0 and penalties "
-                                          "finite");
+        return mf_err_set(err, MF_ERANGE,
+                          "sampler: repeat_penalty must be > 0 and penalties "
+                          "finite");
     if (p->repeat_last_n < 0 || p->repeat_last_n > SAMPLER_MAX_HISTORY)
         return mf_err_set(err, MF_ERANGE, "sampler: repeat_last_n %d is outside 0..%d",
                           p->repeat_last_n, SAMPLER_MAX_HISTORY);
@@ -115,8 +115,9 @@ static int check_params(int32_t n_vocab, const struct sampler_params *p, struct 
                           SAMPLER_MAX_LOGPROBS);
     for (size_t i = 0; i < p->n_bias; i++)
         if (p->bias[i].token < 0 || p->bias[i].token >= n_vocab || isnan(p->bias[i].bias))
-            return mf_err_set(err, MF_ERANGE, "sampler: logit_bias names token %d (vocabulary "
-                                              "0..%d) or is not a number",
+            return mf_err_set(err, MF_ERANGE,
+                              "sampler: logit_bias names token %d (vocabulary "
+                              "0..%d) or is not a number",
                               p->bias[i].token, n_vocab - 1);
     return 0;
 }
@@ -286,8 +287,8 @@ static int cmp_i32(const void *a, const void *b)
 static void apply_penalties(struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (s->n_hist == 0 || (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
-                           p->frequency_penalty == 0.0f))
+    if (s->n_hist == 0 ||
+        (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
         return;
     memcpy(s->scratch, s->hist, (size_t)s->n_hist * sizeof *s->scratch);
     qsort(s->scratch, (size_t)s->n_hist, sizeof *s->scratch, cmp_i32);
@@ -510,8 +511,8 @@ static void logprobs(struct sampler *s, const float *logits, struct sampler_resu
     if (res->n_top > s->n_vocab)
         res->n_top = s->n_vocab;
     for (int32_t i = 0; i < res->n_top; i++)
-        res->top[i] = (struct sampler_logprob){s->cand[i].id,
-                                               (float)((double)s->cand[i].logit - lz)};
+        res->top[i] =
+            (struct sampler_logprob){s->cand[i].id, (float)((double)s->cand[i].logit - lz)};
 }
 
 int sampler_sample(struct sampler *s, const float *logits, struct sampler_result *res,

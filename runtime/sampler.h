@@ -24,7 +24,7 @@
 
 #include "common/err.h"
 
-#define SAMPLER_MAX_LOGPROBS 20      /* OpenAI's top_logprobs limit */
+#define SAMPLER_MAX_LOGPROBS 20       /* OpenAI's top_logprobs limit */
 #define SAMPLER_MAX_HISTORY (1 << 20) /* repeat_last_n cap, tokens */
 
 struct sampler_bias {
@@ -33,22 +33,22 @@ struct sampler_bias {
 };
 
 struct sampler_params {
-    float temperature;       /* <= 0: greedy */
-    int32_t top_k;           /* <= 0: off */
-    float top_p;             /* 1: off; in (0, 1] */
-    float min_p;             /* 0: off; in [0, 1] */
-    float typical_p;         /* 1: off; in (0, 1] */
-    float repeat_penalty;    /* 1: off; > 0 */
-    float presence_penalty;  /* 0: off */
-    float frequency_penalty; /* 0: off */
-    int32_t repeat_last_n;   /* tokens of history penalised, 0..SAMPLER_MAX_HISTORY
-                                (resolve Ollama's -1 to num_ctx before) */
-    uint64_t seed;           /* PRNG seed */
+    float temperature;               /* <= 0: greedy */
+    int32_t top_k;                   /* <= 0: off */
+    float top_p;                     /* 1: off; in (0, 1] */
+    float min_p;                     /* 0: off; in [0, 1] */
+    float typical_p;                 /* 1: off; in (0, 1] */
+    float repeat_penalty;            /* 1: off; > 0 */
+    float presence_penalty;          /* 0: off */
+    float frequency_penalty;         /* 0: off */
+    int32_t repeat_last_n;           /* tokens of history penalised, 0..SAMPLER_MAX_HISTORY
+                                        (resolve Ollama's -1 to num_ctx before) */
+    uint64_t seed;                   /* PRNG seed */
     const struct sampler_bias *bias; /* borrowed for sampler_new only (copied) */
     size_t n_bias;
-    int logprobs;            /* report the sampled token's logprob (one more pass
-                                over the vocabulary per token) */
-    int32_t n_logprobs;      /* and this many alternatives, 0..SAMPLER_MAX_LOGPROBS */
+    int logprobs;       /* report the sampled token's logprob (one more pass
+                           over the vocabulary per token) */
+    int32_t n_logprobs; /* and this many alternatives, 0..SAMPLER_MAX_LOGPROBS */
 };
 
 /* Ollama's defaults: temperature 0.8, top_k 40, top_p 0.9, min_p 0,
@@ -76,11 +76,11 @@ struct sampler_logprob {
 };
 
 struct sampler_result {
-    int32_t token;   /* the sampled token */
-    float logprob;   /* with params.logprobs, its log-probability under the model
-                        (log-softmax of the raw logits, as OpenAI and vLLM report
-                        them); NaN otherwise */
-    int32_t n_top;   /* entries in top: params.n_logprobs, or 0 without logprobs */
+    int32_t token; /* the sampled token */
+    float logprob; /* with params.logprobs, its log-probability under the model
+                      (log-softmax of the raw logits, as OpenAI and vLLM report
+                      them); NaN otherwise */
+    int32_t n_top; /* entries in top: params.n_logprobs, or 0 without logprobs */
     struct sampler_logprob top[SAMPLER_MAX_LOGPROBS]; /* most likely first */
 };
 

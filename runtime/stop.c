@@ -7,9 +7,9 @@
  * O((held + piece) * total stop length) and nothing grows with the reply.
  *
  * After appending a piece, the occurrence of a stop that ends first ends the
- * stream (as it would have, had the text come one byte at a time). Otherwise the longest tail of held
- * that is a proper prefix of some stop stays held, moved back to a character
- * boundary, and so does an incomplete UTF-8 sequence at the very end.
+ * stream (as it would have, had the text come one byte at a time). Otherwise the longest tail of
+ * held that is a proper prefix of some stop stays held, moved back to a character boundary, and so
+ * does an incomplete UTF-8 sequence at the very end.
  */
 #include "runtime/stop.h"
 
@@ -20,21 +20,20 @@
 enum { STREAMING, STOPPED, FLUSHED };
 
 struct stop {
-    char **strs;       /* owned copies of the non-empty stop strings */
-    size_t *lens;      /* their lengths */
-    int *orig;         /* their indexes in the caller's list */
-    size_t n;          /* strings kept */
+    char **strs;        /* owned copies of the non-empty stop strings */
+    size_t *lens;       /* their lengths */
+    int *orig;          /* their indexes in the caller's list */
+    size_t n;           /* strings kept */
     struct mf_buf held; /* text received but not yet released */
-    int state;         /* STREAMING, STOPPED or FLUSHED */
-    int which;         /* orig index of the match, or -1 */
+    int state;          /* STREAMING, STOPPED or FLUSHED */
+    int which;          /* orig index of the match, or -1 */
 };
 
 int stop_new(struct stop **out, const char *const *stops, size_t n, struct mf_err *err)
 {
     *out = NULL;
     if (n > STOP_MAX_STRINGS)
-        return mf_err_set(err, MF_ERANGE, "stop: %zu stop strings (limit %d)", n,
-                          STOP_MAX_STRINGS);
+        return mf_err_set(err, MF_ERANGE, "stop: %zu stop strings (limit %d)", n, STOP_MAX_STRINGS);
     for (size_t i = 0; i < n; i++)
         if (strlen(stops[i]) > STOP_MAX_LEN)
             return mf_err_set(err, MF_ERANGE, "stop: stop string %zu is %zu bytes (limit %d)", i,

@@ -21,8 +21,8 @@
 #include "common/buf.h"
 #include "common/err.h"
 
-#define STOP_MAX_STRINGS 64  /* stop strings per request */
-#define STOP_MAX_LEN 1024    /* bytes per stop string */
+#define STOP_MAX_STRINGS 64 /* stop strings per request */
+#define STOP_MAX_LEN 1024   /* bytes per stop string */
 
 struct stop;
 

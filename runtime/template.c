@@ -86,11 +86,10 @@ static void arena_free(struct tmpl_arena *a)
 /* ---- functions ------------------------------------------------------------- */
 
 static const char *const fn_names[FN_COUNT] = {
-    [FN_AND] = "and",     [FN_OR] = "or",         [FN_NOT] = "not",     [FN_LEN] = "len",
-    [FN_INDEX] = "index", [FN_SLICE] = "slice",   [FN_EQ] = "eq",       [FN_NE] = "ne",
-    [FN_LT] = "lt",       [FN_LE] = "le",         [FN_GT] = "gt",       [FN_GE] = "ge",
-    [FN_PRINT] = "print", [FN_PRINTF] = "printf", [FN_PRINTLN] = "println",
-    [FN_JSON] = "json",
+    [FN_AND] = "and",     [FN_OR] = "or",         [FN_NOT] = "not",         [FN_LEN] = "len",
+    [FN_INDEX] = "index", [FN_SLICE] = "slice",   [FN_EQ] = "eq",           [FN_NE] = "ne",
+    [FN_LT] = "lt",       [FN_LE] = "le",         [FN_GT] = "gt",           [FN_GE] = "ge",
+    [FN_PRINT] = "print", [FN_PRINTF] = "printf", [FN_PRINTLN] = "println", [FN_JSON] = "json",
 };
 
 int tmpl_fn_lookup(const char *name, size_t n)
@@ -130,13 +129,13 @@ struct parser {
     struct tmpl *t;
     const struct tmpl_token *toks; /* borrowed from the lexer */
     size_t n_toks;
-    size_t i;                      /* next token */
-    const char *lexmsg;            /* the lexer's error message */
-    struct pvar *vars;             /* variables in scope, innermost last */
+    size_t i;           /* next token */
+    const char *lexmsg; /* the lexer's error message */
+    struct pvar *vars;  /* variables in scope, innermost last */
     size_t n_vars;
     size_t cap_vars;
-    unsigned depth;                /* control structures and parentheses open */
-    unsigned range_depth;          /* ranges open (break/continue allowed) */
+    unsigned depth;       /* control structures and parentheses open */
+    unsigned range_depth; /* ranges open (break/continue allowed) */
     struct mf_err *err;
 };
 
@@ -515,8 +514,7 @@ static int number_constant(struct parser *p, const struct tmpl_token *tk, int64_
     if (rc == -2)
         return perr(p, tk->pos, "integer overflow: \"%.*s\"", (int)tk->len, tok_text(p, tk));
     if (rc)
-        return perr(p, tk->pos, "illegal number syntax: \"%.*s\"", (int)tk->len,
-                    tok_text(p, tk));
+        return perr(p, tk->pos, "illegal number syntax: \"%.*s\"", (int)tk->len, tok_text(p, tk));
     if (neg)
         *v = (int64_t)(0 - (uint64_t)*v);
     return 0;
@@ -570,9 +568,9 @@ static int term_literal(struct parser *p, const struct tmpl_token *tk, struct tm
 static int term(struct parser *p, struct tmpl_node **out)
 {
     static const enum tmpl_node_kind kinds[] = {
-        [TK_IDENT] = TN_IDENT, [TK_DOT] = TN_DOT,       [TK_NIL] = TN_NIL,
-        [TK_VAR] = TN_VAR,     [TK_FIELD] = TN_FIELD,   [TK_BOOL] = TN_BOOL,
-        [TK_CHAR] = TN_NUMBER, [TK_NUMBER] = TN_NUMBER, [TK_STRING] = TN_STRING,
+        [TK_IDENT] = TN_IDENT,      [TK_DOT] = TN_DOT,       [TK_NIL] = TN_NIL,
+        [TK_VAR] = TN_VAR,          [TK_FIELD] = TN_FIELD,   [TK_BOOL] = TN_BOOL,
+        [TK_CHAR] = TN_NUMBER,      [TK_NUMBER] = TN_NUMBER, [TK_STRING] = TN_STRING,
         [TK_RAWSTRING] = TN_STRING,
     };
     const struct tmpl_token *tk = next_nonspace(p);
@@ -867,8 +865,7 @@ static int expect_rdelim(struct parser *p, const char *context)
 
 /* Go's action(): a keyword form or a plain pipeline. *ctl reports {{end}}
  * and {{else}}, which end the enclosing list instead of being nodes. */
-static int action(struct parser *p, const struct tmpl_token *ld, struct tmpl_node **out,
-                  int *ctl)
+static int action(struct parser *p, const struct tmpl_token *ld, struct tmpl_node **out, int *ctl)
 {
     const struct tmpl_token *tk = next_nonspace(p);
     *out = NULL;
@@ -1032,8 +1029,7 @@ static int append_response(struct tmpl *t)
     struct tmpl_node **cmds = arena_alloc(&t->arena, sizeof *cmds);
     struct tmpl_node **args = arena_alloc(&t->arena, sizeof *args);
     const char **ids = arena_alloc(&t->arena, sizeof *ids);
-    struct tmpl_node **items =
-        arena_alloc(&t->arena, (t->root->n_kids + 1) * sizeof *items);
+    struct tmpl_node **items = arena_alloc(&t->arena, (t->root->n_kids + 1) * sizeof *items);
     if (!act || !pipe || !cmd || !field || !cmds || !args || !ids || !items)
         return MF_ENOMEM;
     uint32_t at = (uint32_t)t->len;
@@ -1056,7 +1052,7 @@ static int append_response(struct tmpl *t)
 
 struct cutter {
     struct tmpl *t;
-    int cut;    /* a .Response field has been passed */
+    int cut; /* a .Response field has been passed */
     int nomem;
 };
 

@@ -135,12 +135,12 @@ int tmpl_render_chat(const struct tmpl *t, const struct tmpl_chat *chat, struct 
 /* A known chat-template family: the Ollama-language template that renders
  * chats the way the model's own Jinja template does, and its stop strings. */
 struct tmpl_family {
-    const char *name;          /* "llama3.1", "chatml", "qwen2.5", ... */
-    const char *description;   /* models it covers */
-    const char *tmpl;          /* Ollama TEMPLATE text */
-    const char *const *stops;  /* NULL-terminated list of stop strings */
-    int bos_from_tokenizer;    /* the Jinja text starts with bos_token, which the
-                                  tokenizer adds (add_bos_token), so tmpl omits it */
+    const char *name;         /* "llama3.1", "chatml", "qwen2.5", ... */
+    const char *description;  /* models it covers */
+    const char *tmpl;         /* Ollama TEMPLATE text */
+    const char *const *stops; /* NULL-terminated list of stop strings */
+    int bos_from_tokenizer;   /* the Jinja text starts with bos_token, which the
+                                 tokenizer adds (add_bos_token), so tmpl omits it */
 };
 
 /* Recognises a GGUF tokenizer.chat_template (Jinja source). Returns 0 and

@@ -42,8 +42,8 @@ static int same_role(const char *a, const char *b)
 }
 
 /* Go's collate(): merged runs in c (n_c of them) and joined system text. */
-static int collate(const struct tmpl_chat *chat, struct cmsg *c, size_t *n_c,
-                   struct mf_buf *system, struct mf_err *err)
+static int collate(const struct tmpl_chat *chat, struct cmsg *c, size_t *n_c, struct mf_buf *system,
+                   struct mf_err *err)
 {
     int rc = 0;
     size_t n_sys = 0;
@@ -108,9 +108,9 @@ static int set_think(struct tmpl_value *data, const struct tmpl_chat *chat, stru
     return rc ? rc : tmpl_value_set(data, "IsThinkSet", tmpl_value_bool(chat->is_think_set), err);
 }
 
-static int render_messages(const struct tmpl *t, const struct tmpl_chat *chat,
-                           const struct cmsg *c, size_t n_c, const struct mf_buf *system,
-                           struct mf_buf *out, struct mf_err *err)
+static int render_messages(const struct tmpl *t, const struct tmpl_chat *chat, const struct cmsg *c,
+                           size_t n_c, const struct mf_buf *system, struct mf_buf *out,
+                           struct mf_err *err)
 {
     struct tmpl_value *data = tmpl_value_map();
     struct tmpl_value *msgs = tmpl_value_list();
@@ -156,9 +156,8 @@ static int run_turn(const struct tmpl *t, const struct tmpl_node *root,
     return rc;
 }
 
-static int render_legacy(const struct tmpl *t, const struct tmpl_chat *chat,
-                         const struct cmsg *c, size_t n_c, struct mf_buf *out,
-                         struct mf_err *err)
+static int render_legacy(const struct tmpl *t, const struct tmpl_chat *chat, const struct cmsg *c,
+                         size_t n_c, struct mf_buf *out, struct mf_err *err)
 {
     const char *turn[3] = {"", "", ""}; /* system, prompt, response */
     int rc = 0;

@@ -44,14 +44,14 @@ struct xvar {
 
 struct exec {
     const struct tmpl *t;
-    struct mf_buf *out;   /* the caller's buffer */
-    size_t out_start;     /* out->len when execution began */
-    struct xvar *vars;    /* owned stack; vars[0] is $ */
+    struct mf_buf *out; /* the caller's buffer */
+    size_t out_start;   /* out->len when execution began */
+    struct xvar *vars;  /* owned stack; vars[0] is $ */
     size_t n_vars;
     size_t cap_vars;
-    uint64_t iters;       /* range iterations so far */
-    uint64_t steps;       /* nodes and commands evaluated so far */
-    size_t scratch;       /* bytes of strings and lists built so far */
+    uint64_t iters; /* range iterations so far */
+    uint64_t steps; /* nodes and commands evaluated so far */
+    size_t scratch; /* bytes of strings and lists built so far */
     struct mf_err *err;
 };
 
@@ -83,8 +83,7 @@ static int xerr(struct exec *x, const struct tmpl_node *n, int code, const char 
 static int step(struct exec *x, const struct tmpl_node *n)
 {
     if (++x->steps > x->t->lim.max_steps)
-        return xerr(x, n, MF_ENOMEM, "evaluation exceeds %" PRIu64 " steps",
-                    x->t->lim.max_steps);
+        return xerr(x, n, MF_ENOMEM, "evaluation exceeds %" PRIu64 " steps", x->t->lim.max_steps);
     return 0;
 }
 
@@ -92,8 +91,7 @@ static int charge(struct exec *x, const struct tmpl_node *n, size_t bytes)
 {
     x->scratch += bytes;
     if (x->scratch > x->t->lim.max_scratch)
-        return xerr(x, n, MF_ENOMEM, "intermediate values exceed %zu bytes",
-                    x->t->lim.max_scratch);
+        return xerr(x, n, MF_ENOMEM, "intermediate values exceed %zu bytes", x->t->lim.max_scratch);
     return 0;
 }
 
@@ -270,8 +268,8 @@ static int literal(struct exec *x, const struct tmpl_node *n, struct tmpl_value 
 }
 
 /* Go's validateType for the parameter kinds builtins have; adopts v. */
-static int validate(struct exec *x, const struct tmpl_node *n, struct tmpl_value *v,
-                    enum want want, struct tmpl_value **out)
+static int validate(struct exec *x, const struct tmpl_node *n, struct tmpl_value *v, enum want want,
+                    struct tmpl_value **out)
 {
     *out = NULL;
     if (want == W_RAW) {
@@ -430,9 +428,8 @@ static int call_builtin(struct exec *x, const struct tmpl_node *n, int fn, struc
 {
     char msg[256];
     size_t used = 0;
-    size_t left = x->t->lim.max_scratch - (x->scratch < x->t->lim.max_scratch
-                                               ? x->scratch
-                                               : x->t->lim.max_scratch);
+    size_t left = x->t->lim.max_scratch -
+                  (x->scratch < x->t->lim.max_scratch ? x->scratch : x->t->lim.max_scratch);
     int rc = tmpl_call(fn, a, na, left, &used, out, msg, sizeof msg);
     x->scratch += used;
     if (rc == MF_EINVAL)
@@ -447,11 +444,10 @@ static const struct {
     int min;
     int max;
 } arity[FN_COUNT] = {
-    [FN_AND] = {1, -1},   [FN_OR] = {1, -1},     [FN_NOT] = {1, 1},   [FN_LEN] = {1, 1},
-    [FN_INDEX] = {1, -1}, [FN_SLICE] = {1, -1},  [FN_EQ] = {1, -1},   [FN_NE] = {2, 2},
-    [FN_LT] = {2, 2},     [FN_LE] = {2, 2},      [FN_GT] = {2, 2},    [FN_GE] = {2, 2},
-    [FN_PRINT] = {0, -1}, [FN_PRINTF] = {1, -1}, [FN_PRINTLN] = {0, -1},
-    [FN_JSON] = {1, 1},
+    [FN_AND] = {1, -1},   [FN_OR] = {1, -1},     [FN_NOT] = {1, 1},      [FN_LEN] = {1, 1},
+    [FN_INDEX] = {1, -1}, [FN_SLICE] = {1, -1},  [FN_EQ] = {1, -1},      [FN_NE] = {2, 2},
+    [FN_LT] = {2, 2},     [FN_LE] = {2, 2},      [FN_GT] = {2, 2},       [FN_GE] = {2, 2},
+    [FN_PRINT] = {0, -1}, [FN_PRINTF] = {1, -1}, [FN_PRINTLN] = {0, -1}, [FN_JSON] = {1, 1},
 };
 
 static enum want param_want(int fn, size_t i)
@@ -465,9 +461,8 @@ static enum want param_want(int fn, size_t i)
 
 /* and/or short-circuit: the first operand that decides, or the last. */
 static int eval_and_or(struct exec *x, struct tmpl_value *dot, int fn,
-                       const struct tmpl_node *const *args, size_t nargs,
-                       struct tmpl_value *final, int has_final, const struct tmpl_node *n,
-                       struct tmpl_value **out)
+                       const struct tmpl_node *const *args, size_t nargs, struct tmpl_value *final,
+                       int has_final, const struct tmpl_node *n, struct tmpl_value **out)
 {
     struct tmpl_value *v = NULL;
     for (size_t i = 0; i < nargs; i++) {
@@ -507,7 +502,8 @@ static int eval_function(struct exec *x, struct tmpl_value *dot, const struct tm
                          struct tmpl_value **out)
 {
     int fn = (int)ident->num;
-    const struct tmpl_node *const *args = cmd ? (const struct tmpl_node *const *)cmd->kids + 1 : NULL;
+    const struct tmpl_node *const *args =
+        cmd ? (const struct tmpl_node *const *)cmd->kids + 1 : NULL;
     size_t nargs = cmd ? cmd->n_kids - 1 : 0;
     size_t total = nargs + (has_final ? 1 : 0);
     *out = NULL;
@@ -581,13 +577,11 @@ static int range_one(struct exec *x, const struct tmpl_node *r, struct tmpl_valu
     int rc = 0;
     if (++x->iters > x->t->lim.max_iterations) {
         tmpl_value_unref(index);
-        return xerr(x, r, MF_ENOMEM, "range iterations exceed %" PRIu64,
-                    x->t->lim.max_iterations);
+        return xerr(x, r, MF_ENOMEM, "range iterations exceed %" PRIu64, x->t->lim.max_iterations);
     }
     if (pipe->n_decl > 0) {
         if (pipe->is_assign)
-            rc = set_var(x, r, pipe->decl[0],
-                         tmpl_value_ref(pipe->n_decl > 1 ? index : elem));
+            rc = set_var(x, r, pipe->decl[0], tmpl_value_ref(pipe->n_decl > 1 ? index : elem));
         else
             set_top_var(x, 1, tmpl_value_ref(elem));
     }

@@ -23,10 +23,10 @@
 #include "common/utf8.h"
 
 struct call {
-    char *msg;      /* where the error sentence goes */
+    char *msg; /* where the error sentence goes */
     size_t msg_size;
-    size_t left;    /* bytes the result may still build */
-    size_t *used;   /* bytes built */
+    size_t left;  /* bytes the result may still build */
+    size_t *used; /* bytes built */
 };
 
 static int fail(struct call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -41,7 +41,8 @@ static int fail(struct call *c, const char *fmt, ...)
 
 static int out_of_memory(struct call *c)
 {
-    snprintf(c->msg, c->msg_size, "intermediate values exceed the scratch limit (or memory ran out)");
+    snprintf(c->msg, c->msg_size,
+             "intermediate values exceed the scratch limit (or memory ran out)");
     return MF_ENOMEM;
 }
 
@@ -104,8 +105,8 @@ static int eq2(struct call *c, const struct tmpl_value *a, const struct tmpl_val
     struct mf_err err;
     mf_buf_init(&text, 64);
     tmpl_value_print(&text, bad, 0, &err); /* cut at 64 bytes is fine here */
-    int rc = fail(c, "non-comparable type %s: %s", text.data ? text.data : "",
-                  tmpl_value_type(bad));
+    int rc =
+        fail(c, "non-comparable type %s: %s", text.data ? text.data : "", tmpl_value_type(bad));
     mf_buf_free(&text);
     return rc;
 }

@@ -78,7 +78,7 @@ enum tmpl_tok {
     TK_NUMBER,
     TK_BOOL,
     TK_NIL,
-    TK_PIPE,    /* | */
+    TK_PIPE, /* | */
     TK_LPAREN,
     TK_RPAREN,
     TK_DECLARE, /* := */
@@ -141,19 +141,19 @@ enum tmpl_node_kind {
 
 struct tmpl_node {
     enum tmpl_node_kind kind;
-    uint32_t pos;             /* source bytes [pos, end) this node came from */
+    uint32_t pos; /* source bytes [pos, end) this node came from */
     uint32_t end;
-    struct tmpl_node **kids;  /* LIST: items; PIPE: commands; CMD: arguments */
+    struct tmpl_node **kids; /* LIST: items; PIPE: commands; CMD: arguments */
     uint32_t n_kids;
-    struct tmpl_node *pipe;   /* ACTION/IF/RANGE/WITH: the pipeline; CHAIN: the operand */
-    struct tmpl_node *list;   /* IF/RANGE/WITH: the body */
-    struct tmpl_node *elist;  /* IF/RANGE/WITH: the else branch, or NULL */
-    const char *s;            /* TEXT/STRING: bytes; VAR: "$name"; IDENT: function name */
-    size_t n;                 /* bytes at s */
-    const char **idents;      /* FIELD/CHAIN: field names; VAR: fields after the name */
+    struct tmpl_node *pipe;  /* ACTION/IF/RANGE/WITH: the pipeline; CHAIN: the operand */
+    struct tmpl_node *list;  /* IF/RANGE/WITH: the body */
+    struct tmpl_node *elist; /* IF/RANGE/WITH: the else branch, or NULL */
+    const char *s;           /* TEXT/STRING: bytes; VAR: "$name"; IDENT: function name */
+    size_t n;                /* bytes at s */
+    const char **idents;     /* FIELD/CHAIN: field names; VAR: fields after the name */
     uint32_t n_idents;
-    int64_t num;              /* NUMBER/BOOL: the value; IDENT: enum tmpl_fn */
-    const char *decl[2];      /* PIPE: variables declared (:=) or assigned (=) */
+    int64_t num;         /* NUMBER/BOOL: the value; IDENT: enum tmpl_fn */
+    const char *decl[2]; /* PIPE: variables declared (:=) or assigned (=) */
     uint8_t n_decl;
     uint8_t is_assign;
 };

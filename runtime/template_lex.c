@@ -10,8 +10,8 @@
  * Trimming follows Go exactly: "{{- " (a '-' then a space, tab, CR or LF)
  * drops the whitespace before the action, " -}}" the whitespace after it;
  * a comment opens with slash-star right after "{{" (or "{{- ") and must close
- * with star-slash right before "}}" (or " -}}"). Identifier characters beyond ASCII are accepted as letters
- * (Go asks unicode.IsLetter; no template in the wild depends on the gap).
+ * with star-slash right before "}}" (or " -}}"). Identifier characters beyond ASCII are accepted as
+ * letters (Go asks unicode.IsLetter; no template in the wild depends on the gap).
  */
 #include "runtime/template_int.h"
 
@@ -24,10 +24,10 @@ struct lex {
     struct tmpl_lexer *lx; /* output */
     const char *src;       /* input, src[0..len) */
     size_t len;
-    size_t pos;            /* next byte to read */
-    size_t start;          /* start of the token being scanned */
-    size_t cap;            /* tokens allocated */
-    int paren;             /* open parentheses in the current action */
+    size_t pos;   /* next byte to read */
+    size_t start; /* start of the token being scanned */
+    size_t cap;   /* tokens allocated */
+    int paren;    /* open parentheses in the current action */
     struct mf_err *err;
 };
 
@@ -41,8 +41,8 @@ static int is_alnum(int c)
     if (c < 0)
         return 0; /* end of input */
     unsigned char u = (unsigned char)c;
-    return u == '_' || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-           (u >= '0' && u <= '9') || u >= 0x80;
+    return u == '_' || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || (u >= '0' && u <= '9') ||
+           u >= 0x80;
 }
 
 static int peek_at(const struct lex *l, size_t at)
@@ -273,10 +273,10 @@ static const struct {
     const char *word;
     enum tmpl_tok type;
 } keywords[] = {
-    {"block", TK_BLOCK}, {"break", TK_BREAK}, {"continue", TK_CONTINUE},
-    {"define", TK_DEFINE}, {"else", TK_ELSE}, {"end", TK_END},
-    {"if", TK_IF}, {"range", TK_RANGE}, {"template", TK_TEMPLATE},
-    {"with", TK_WITH}, {"nil", TK_NIL}, {"true", TK_BOOL},
+    {"block", TK_BLOCK},   {"break", TK_BREAK}, {"continue", TK_CONTINUE},
+    {"define", TK_DEFINE}, {"else", TK_ELSE},   {"end", TK_END},
+    {"if", TK_IF},         {"range", TK_RANGE}, {"template", TK_TEMPLATE},
+    {"with", TK_WITH},     {"nil", TK_NIL},     {"true", TK_BOOL},
     {"false", TK_BOOL},
 };
 

@@ -125,8 +125,8 @@ static void test_seed_stream_is_stable(void **state)
     sampler_free(s);
 }
 
-static void survivors(struct sampler_params *p, const float *l, int32_t n, int32_t *ids,
-                      float *out, size_t *k)
+static void survivors(struct sampler_params *p, const float *l, int32_t n, int32_t *ids, float *out,
+                      size_t *k)
 {
     struct sampler *s = make(n, p);
     struct mf_err err = {0};
@@ -344,11 +344,16 @@ static void test_bad_params(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy_and_top_k_1),   cmocka_unit_test(test_same_seed_same_sequence),
-        cmocka_unit_test(test_seed_stream_is_stable), cmocka_unit_test(test_top_p_cuts_exact_set),
-        cmocka_unit_test(test_top_k_min_p_typical),  cmocka_unit_test(test_penalties_formula),
-        cmocka_unit_test(test_bias_and_temperature), cmocka_unit_test(test_chi_square),
-        cmocka_unit_test(test_logprobs),             cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_greedy_and_top_k_1),
+        cmocka_unit_test(test_same_seed_same_sequence),
+        cmocka_unit_test(test_seed_stream_is_stable),
+        cmocka_unit_test(test_top_p_cuts_exact_set),
+        cmocka_unit_test(test_top_k_min_p_typical),
+        cmocka_unit_test(test_penalties_formula),
+        cmocka_unit_test(test_bias_and_temperature),
+        cmocka_unit_test(test_chi_square),
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,8 +15,8 @@
 #include "runtime/stop.h"
 
 struct run {
-    char out[512];  /* everything released */
-    int matched;    /* stop_feed returned 1 */
+    char out[512]; /* everything released */
+    int matched;   /* stop_feed returned 1 */
     int which;
     size_t max_held_lag; /* largest gap between fed and released bytes */
 };

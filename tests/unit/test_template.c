@@ -116,8 +116,8 @@ static void expect_err(const char *src, struct tmpl_value *data, const char *wan
 struct gcase {
     const char *name;
     const char *tmpl;
-    const char *out;   /* expected text, or NULL */
-    const char *err;   /* expected Go message (or core, when manual) */
+    const char *out; /* expected text, or NULL */
+    const char *err; /* expected Go message (or core, when manual) */
     int loose;
     int manual;
 };
@@ -286,9 +286,9 @@ static void test_limits(void **state)
     /* a string doubling 40 times would need a terabyte */
     tmpl_limits_default(&lim);
     lim.max_scratch = 1 << 20;
-    assert_int_equal(run("{{$s := \"ab\"}}{{range 40}}{{$s = print $s $s}}{{end}}", g.data, &lim, 0,
-                         &out, &err),
-                     MF_ENOMEM);
+    assert_int_equal(
+        run("{{$s := \"ab\"}}{{range 40}}{{$s = print $s $s}}{{end}}", g.data, &lim, 0, &out, &err),
+        MF_ENOMEM);
     free(out);
 }
 
@@ -364,13 +364,14 @@ static void test_chat_messages(void **state)
     const char *src = "{{ .System }}|{{ range $i, $m := .Messages }}{{ $i }}{{ .Role }}="
                       "{{ .Content }}[{{ len .ToolCalls }}],{{ end }}|{{ len .Tools }}";
     struct tmpl_message m[] = {
-        {.role = "system", .content = "a"}, {.role = "system", .content = "b"},
-        {.role = "user", .content = "u1"},  {.role = "user", .content = "u2"},
-        {.role = "tool", .content = "t1"},  {.role = "tool", .content = "t2"},
+        {.role = "system", .content = "a"},    {.role = "system", .content = "b"},
+        {.role = "user", .content = "u1"},     {.role = "user", .content = "u2"},
+        {.role = "tool", .content = "t1"},     {.role = "tool", .content = "t2"},
         {.role = "assistant", .content = "x"},
     };
-    chat_expect(src, m, 7, "a\n\nb|0system=a\n\nb[0],1user=u1\n\nu2[0],2tool=t1[0],3tool=t2[0],"
-                           "4assistant=x[0],|0");
+    chat_expect(src, m, 7,
+                "a\n\nb|0system=a\n\nb[0],1user=u1\n\nu2[0],2tool=t1[0],3tool=t2[0],"
+                "4assistant=x[0],|0");
     chat_expect("{{ if .Messages }}m{{ else }}none{{ end }}", NULL, 0, "none");
 }
 
@@ -406,9 +407,9 @@ int main(void)
         tests[n++] = t;
     }
     const struct CMUnitTest own[] = {
-        cmocka_unit_test(test_struct_fields),   cmocka_unit_test(test_error_positions),
-        cmocka_unit_test(test_limits),          cmocka_unit_test(test_uses_and_touchup),
-        cmocka_unit_test(test_chat_legacy),     cmocka_unit_test(test_chat_messages),
+        cmocka_unit_test(test_struct_fields), cmocka_unit_test(test_error_positions),
+        cmocka_unit_test(test_limits),        cmocka_unit_test(test_uses_and_touchup),
+        cmocka_unit_test(test_chat_legacy),   cmocka_unit_test(test_chat_messages),
         cmocka_unit_test(test_value_api),
     };
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)

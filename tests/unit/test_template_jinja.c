@@ -39,8 +39,8 @@ struct expect {
     const char *family; /* expected family */
     int exact;          /* 1: renders must match; 0: detection only */
     enum conv_set convs;
-    const char *why;    /* for exact == 0, or a restriction */
-    int tools_empty;    /* pass tools=[] (the template fails on undefined tools) */
+    const char *why; /* for exact == 0, or a restriction */
+    int tools_empty; /* pass tools=[] (the template fails on undefined tools) */
 };
 
 static const struct expect expects[] = {
@@ -69,13 +69,16 @@ static const struct expect expects[] = {
      "rendered with tools=[]", 1},
     {"CohereForAI-c4ai-command-r-plus-tool_use.jinja", "command-r", 0, ALL_CONVS,
      "the tool_use variant always renders its tool preamble; the family follows the default "
-     "Command-R template", 0},
+     "Command-R template",
+     0},
     {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes", 0, ALL_CONVS,
      "the tool_use variant always renders a function-calling system prompt; the family is "
-     "plain ChatML", 0},
+     "plain ChatML",
+     0},
     {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes", 0, ALL_CONVS,
      "the tool_use variant always renders a function-calling system prompt; the family is "
-     "plain ChatML", 0},
+     "plain ChatML",
+     0},
     {"fireworks-ai-llama-3-firefunction-v2.jinja", "llama3", 0, ALL_CONVS,
      "firefunction always renders its function spec and today's date into the system turn", 0},
 };
@@ -93,13 +96,18 @@ struct conv {
 
 static const struct conv convs[] = {
     {"system+user", 1, {{"system", "You are terse."}, {"user", "Hello!"}}},
-    {"multi-turn", 1,
+    {"multi-turn",
+     1,
      {{"system", "You are a helpful assistant."},
       {"user", "Hi"},
       {"assistant", "Hello, how can I help?"},
       {"user", "Tell me a joke."}}},
-    {"no system", 0,
-     {{"user", "Hi"}, {"assistant", "Hello."}, {"user", "What is 2+2?"}, {"assistant", "4"},
+    {"no system",
+     0,
+     {{"user", "Hi"},
+      {"assistant", "Hello."},
+      {"user", "What is 2+2?"},
+      {"assistant", "4"},
       {"user", "Bye"}}},
     {"single user", 0, {{"user", "Write a haiku about C."}}},
 };
@@ -110,17 +118,17 @@ static const struct conv convs[] = {
 struct tfile {
     char path[2200];
     const struct expect *exp;
-    char *jinja;                    /* file contents */
-    const struct tmpl_family *fam;  /* detected family or NULL */
-    size_t first_case;              /* index of its first case in the node reply */
+    char *jinja;                   /* file contents */
+    const struct tmpl_family *fam; /* detected family or NULL */
+    size_t first_case;             /* index of its first case in the node reply */
     size_t n_cases;
 };
 
 struct ctx {
     struct tfile files[64];
     size_t n_files;
-    json_t *reply;       /* node's {"results": [...]} */
-    const char *skip;    /* reason to skip everything, or NULL */
+    json_t *reply;    /* node's {"results": [...]} */
+    const char *skip; /* reason to skip everything, or NULL */
     char skip_buf[1200];
 };
 
@@ -163,8 +171,8 @@ static json_t *conv_json(const struct conv *c)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < 6 && c->msgs[i].role; i++)
-        json_array_append_new(a, json_pack("{s:s,s:s}", "role", c->msgs[i].role, "content",
-                                           c->msgs[i].content));
+        json_array_append_new(
+            a, json_pack("{s:s,s:s}", "role", c->msgs[i].role, "content", c->msgs[i].content));
     return a;
 }
 
@@ -214,8 +222,7 @@ static json_t *build_request(struct ctx *x)
             if (f->exp->tools_empty)
                 json_object_set_new(vars, "tools", json_array());
             json_array_append_new(cases, json_pack("{s:s,s:o,s:o}", "template", f->jinja,
-                                                   "messages", conv_json(&convs[c]), "vars",
-                                                   vars));
+                                                   "messages", conv_json(&convs[c]), "vars", vars));
             k++;
             f->n_cases++;
         }
@@ -369,8 +376,8 @@ static void check_file(struct tfile *f)
         }
         mf_buf_free(&out);
     }
-    print_message("# %s (%s): %zu/%zu renders identical%s%s\n", f->exp->file, f->fam->name,
-                  matched, f->n_cases, f->exp->why ? "; " : "", f->exp->why ? f->exp->why : "");
+    print_message("# %s (%s): %zu/%zu renders identical%s%s\n", f->exp->file, f->fam->name, matched,
+                  f->n_cases, f->exp->why ? "; " : "", f->exp->why ? f->exp->why : "");
     tmpl_free(t);
     assert_int_equal(matched, f->n_cases);
 }

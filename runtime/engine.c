@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/stop.h"
 #include "runtime/tokenizer.h"
 
 #define ENGINE_BUCKETS 1024      /* id table chains; ids are sequential */
@@ -72,6 +73,7 @@ struct engine_req {
     double t_first;                   /* first token, -1 before */
     double t_last;                    /* latest token */
     int32_t n_out;                    /* tokens delivered */
+    int32_t n_fed;                    /* step thread: history tokens the sampler has seen */
     struct engine_summary sum;        /* filled at finish */
 };
 
@@ -94,11 +96,12 @@ struct engine {
     int32_t n_paused;                           /* requests paused */
     int32_t n_cancel_pending;                   /* requests with cancel_pending */
     struct sched_step step;                     /* the step being run */
-    struct engine_req **lg_req; /* owned: max_num_seqs, request of each logits row */
-    int32_t *sampled;           /* owned: max_num_seqs, token of each logits row */
-    float *logits;              /* owned: rows of n_vocab floats */
-    size_t logits_cap;          /* floats allocated */
-    struct engine_metrics m;    /* counters and histograms (gauges filled on read) */
+    struct engine_req **lg_req;     /* owned: max_num_seqs, request of each logits row */
+    int32_t *sampled;               /* owned: max_num_seqs, token of each logits row */
+    struct sampler_result *results; /* owned: max_num_seqs, the draw of each logits row */
+    float *logits;                  /* owned: rows of n_vocab floats */
+    size_t logits_cap;              /* floats allocated */
+    struct engine_metrics m;        /* counters and histograms (gauges filled on read) */
 };
 
 /* Bucket bounds from vLLM's Prometheus logger (vllm/v1/metrics/loggers.py). */
@@ -213,12 +216,17 @@ static void free_req(struct engine *e, struct engine_req *r)
     free(r);
 }
 
-/* Queues an event for the consumer and wakes it. */
-static void deliver(struct engine *e, struct engine_req *r, int32_t token, enum sched_finish why)
+/* Queues an event (with res's token, or none) for the consumer and wakes it. */
+static void deliver(struct engine *e, struct engine_req *r, const struct sampler_result *res,
+                    enum sched_finish why)
 {
     struct engine_event *ev = &r->q[(r->q_head + r->q_n) % e->cfg.queue_events];
-    ev->token = token;
+    ev->token = res ? res->token : -1;
     ev->finish = why;
+    ev->logprob = res ? res->logprob : NAN;
+    ev->n_top = res ? res->n_top : 0;
+    if (ev->n_top)
+        memcpy(ev->top, res->top, (size_t)ev->n_top * sizeof ev->top[0]);
     r->q_n++;
     pthread_cond_signal(&r->cv);
     if (r->notify)
@@ -236,9 +244,10 @@ static void set_paused(struct engine *e, struct engine_req *r, int paused)
 }
 
 /* LIVE/PAUSED -> FINISHED: releases the scheduler side at once and queues
- * the final event (with token, or -1). Not for a request inside the running
- * step. A released request is freed here. */
-static void finish_req(struct engine *e, struct engine_req *r, enum sched_finish why, int32_t token)
+ * the final event (with res's token, or none when res is NULL). Not for a
+ * request inside the running step. A released request is freed here. */
+static void finish_req(struct engine *e, struct engine_req *r, enum sched_finish why,
+                       const struct sampler_result *res)
 {
     double t = now_s();
     struct engine_summary *sum = &r->sum;
@@ -268,13 +277,13 @@ static void finish_req(struct engine *e, struct engine_req *r, enum sched_finish
     if (r->released)
         free_req(e, r);
     else
-        deliver(e, r, token, why);
+        deliver(e, r, res, why);
 }
 
 static void fail_req(struct engine *e, struct engine_req *r, const struct mf_err *err)
 {
     r->sum.err = *err;
-    finish_req(e, r, SCHED_FINISH_ERROR, -1);
+    finish_req(e, r, SCHED_FINISH_ERROR, NULL);
 }
 
 /* Finishes for why (CANCELLED or STOP) now, or at the end of the running
@@ -289,7 +298,7 @@ static void cancel_req(struct engine *e, struct engine_req *r, enum sched_finish
         r->cancel_pending = (int32_t)why;
         return;
     }
-    finish_req(e, r, why, -1);
+    finish_req(e, r, why, NULL);
 }
 
 /* ---------------------------------------------------------------- the step */
@@ -305,31 +314,41 @@ static int32_t argmax(const float *row, int32_t n)
     return best;
 }
 
+/* Greedy draw for an engine without a sampler. */
+static void draw_greedy(const float *row, int32_t n_vocab, struct sampler_result *res)
+{
+    res->token = argmax(row, n_vocab);
+    res->logprob = NAN;
+    res->n_top = 0;
+}
+
 /* Step thread, unlocked: draws one token per logits row and runs on_token. */
 static void sample_all(struct engine *e)
 {
     for (int32_t j = 0; j < e->step.n_logits; j++) {
         struct engine_req *r = e->lg_req[j];
+        struct sampler_result *res = &e->results[j];
         float *row = e->logits + (size_t)j * (size_t)e->model.n_vocab;
         int32_t n_hist;
         const int32_t *hist = sched_req_tokens(r->sr, &n_hist);
-        int32_t tok = 0;
 
         r->sample_failed = 0;
         r->stop_now = 0;
+        res->token = -1;
         if (!e->sampler.sample)
-            tok = argmax(row, e->model.n_vocab);
+            draw_greedy(row, e->model.n_vocab, res);
         else if (e->sampler.sample(e->sampler.ctx, r->sampling, row, e->model.n_vocab, hist, n_hist,
-                                   &tok, &r->sum.err) ||
-                 tok < 0 || tok >= e->model.n_vocab) {
+                                   n_hist - r->n_fed, res, &r->sum.err) ||
+                 res->token < 0 || res->token >= e->model.n_vocab) {
             r->sample_failed = 1;
             if (!r->sum.err.code)
-                mf_err_set(&r->sum.err, MF_ERANGE, "sampler returned token %" PRId32, tok);
-            tok = 0;
+                mf_err_set(&r->sum.err, MF_ERANGE, "sampler returned token %" PRId32, res->token);
+            res->token = 0;
         }
-        e->sampled[j] = tok;
+        r->n_fed = n_hist;
+        e->sampled[j] = res->token;
         if (!r->sample_failed && r->on_token)
-            r->stop_now = r->on_token(r->user, tok) == 1;
+            r->stop_now = r->on_token(r->user, res->token) == 1;
     }
 }
 
@@ -371,17 +390,17 @@ static void complete_step(struct engine *e)
         int32_t tok = e->sampled[j];
         enum sched_finish why = sched_req_finish(r->sr);
         if (r->sample_failed) {
-            finish_req(e, r, SCHED_FINISH_ERROR, -1);
+            finish_req(e, r, SCHED_FINISH_ERROR, NULL);
             continue;
         }
         count_token(e, r, t);
         if ((is_eos(e, tok) && !r->ignore_eos) || r->stop_now)
             why = SCHED_FINISH_STOP;
         if (why != SCHED_FINISH_NONE) {
-            finish_req(e, r, why, tok);
+            finish_req(e, r, why, &e->results[j]);
             continue;
         }
-        deliver(e, r, tok, SCHED_FINISH_NONE);
+        deliver(e, r, &e->results[j], SCHED_FINISH_NONE);
         if (r->q_n >= e->cfg.queue_events - 1)
             set_paused(e, r, 1);
     }
@@ -457,7 +476,7 @@ static void apply_pending_cancels(struct engine *e)
     while (r && e->n_cancel_pending > 0) {
         struct engine_req *next = r->next; /* finish_req may free r */
         if (r->cancel_pending)
-            finish_req(e, r, (enum sched_finish)r->cancel_pending, -1);
+            finish_req(e, r, (enum sched_finish)r->cancel_pending, NULL);
         r = next;
     }
 }
@@ -534,7 +553,8 @@ static int open_parts(struct engine *e, struct mf_err *err)
         return rc;
     e->lg_req = calloc(n, sizeof *e->lg_req);
     e->sampled = calloc(n, sizeof *e->sampled);
-    if (!e->lg_req || !e->sampled)
+    e->results = calloc(n, sizeof *e->results);
+    if (!e->lg_req || !e->sampled || !e->results)
         return mf_err_set(err, MF_ENOMEM, "engine for %zu sequences: out of memory", n);
     hist_init(&e->m.ttft, ttft_bounds, NBOUNDS(ttft_bounds));
     hist_init(&e->m.itl, itl_bounds, NBOUNDS(itl_bounds));
@@ -594,6 +614,7 @@ void engine_close(struct engine *e)
     kv_close(e->kv);
     free(e->lg_req);
     free(e->sampled);
+    free(e->results);
     free(e->logits);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->step_cv);
@@ -814,4 +835,80 @@ int engine_check(struct engine *e, struct mf_err *err)
     rc = sched_check(e->s, err);
     pthread_mutex_unlock(&e->mu);
     return rc;
+}
+
+/* ---------------------------------------------------------------- adapters */
+
+/* runtime/sampler.h: the penalty history accepts what it has not seen. */
+static int std_sample(void *ctx, void *params, float *logits, int32_t n_vocab,
+                      const int32_t *history, int32_t n_history, int32_t n_new,
+                      struct sampler_result *res, struct mf_err *err)
+{
+    struct sampler *s = params;
+    if (!s)
+        return mf_err_set(err, MF_EINVAL, "request has no sampler");
+    for (int32_t i = n_history - n_new; i < n_history; i++)
+        sampler_accept(s, history[i]);
+    return sampler_sample(s, logits, res, err);
+}
+
+static void std_free(void *ctx, void *params)
+{
+    sampler_free(params);
+}
+
+const struct engine_sampler engine_sampler_std = {
+    .ctx = NULL,
+    .sample = std_sample,
+    .free_params = std_free,
+};
+
+int engine_text_init(struct engine_text *t, const struct tok *tok, unsigned flags,
+                     const char *const *stops, size_t n, struct mf_err *err)
+{
+    memset(t, 0, sizeof *t);
+    tok_stream_init(&t->ts, tok, flags);
+    mf_buf_init(&t->piece, TOK_MAX_TOKEN_BYTES + 8);
+    return stop_new(&t->stop, stops, n, err);
+}
+
+int engine_text_feed(struct engine_text *t, int32_t token, struct mf_buf *out, struct mf_err *err)
+{
+    struct tok_stream saved = t->ts;
+    int rc;
+
+    if (t->stopped)
+        return 1;
+    mf_buf_reset(&t->piece);
+    rc = tok_stream_push(&t->ts, token, &t->piece, err);
+    if (!rc && t->piece.len)
+        rc = stop_feed(t->stop, t->piece.data, t->piece.len, out, err);
+    if (rc < 0)
+        t->ts = saved; /* stop_feed leaves its matcher unchanged on failure too */
+    t->stopped = rc == 1;
+    return rc;
+}
+
+int engine_text_finish(struct engine_text *t, struct mf_buf *out, struct mf_err *err)
+{
+    int rc;
+
+    if (t->stopped)
+        return 0;
+    mf_buf_reset(&t->piece);
+    rc = tok_stream_flush(&t->ts, &t->piece, err);
+    if (!rc && t->piece.len)
+        rc = stop_feed(t->stop, t->piece.data, t->piece.len, out, err);
+    if (rc == 1) {
+        t->stopped = 1;
+        return 0;
+    }
+    return rc ? rc : stop_flush(t->stop, out, err);
+}
+
+void engine_text_fini(struct engine_text *t)
+{
+    stop_free(t->stop);
+    t->stop = NULL;
+    mf_buf_free(&t->piece);
 }

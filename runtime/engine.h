@@ -9,10 +9,12 @@
  * for /metrics; engine_close when no thread is inside engine_* any more.
  *
  * Text and stop strings are the consumer's, as in vLLM V1 (whose output
- * processor detokenizes and aborts the request in the engine core): per
- * event, tok_stream_push(token) gives UTF-8; when a stop string completes,
- * call engine_stop and keep reading to the final event, dropping text after
- * the stop. The on_token hook does the same synchronously on the step thread.
+ * processor detokenizes and aborts the request in the engine core):
+ * engine_text_feed turns each event's token into UTF-8 through the
+ * tokenizer and the request's stop strings (runtime/stop.h); when it says a
+ * stop string completed, call engine_stop and keep reading to the final
+ * event, showing no more text. The on_token hook is the synchronous
+ * alternative, run on the step thread.
  */
 #ifndef MFC_ENGINE_H
 #define MFC_ENGINE_H
@@ -21,11 +23,14 @@
 
 #include "common/err.h"
 #include "runtime/batch.h"
+#include "common/buf.h"
 #include "runtime/kv.h"
+#include "runtime/sampler.h"
 #include "runtime/sched.h"
+#include "runtime/tokenizer.h"
 
 struct engine;
-struct tok;
+struct stop;
 
 /* The model as the engine drives it. A compute backend (runtime/backend.h)
  * fits as ctx = the backend, step = a call to backend_step, with
@@ -47,14 +52,22 @@ struct engine_model {
  * lowest id on ties). */
 struct engine_sampler {
     void *ctx; /* borrowed: handed to every call */
-    /* Draws a token from one logits row (which it may modify). params is
+    /* Draws a token from one logits row (which it may modify) into res
+     * (token; logprob NaN and n_top 0 unless it reports logprobs). params is
      * the request's engine_request.sampling; history its prompt and output so
-     * far (for penalties). Step thread, without the lock. 0 or MF_E*. */
+     * far, of which the last n_new were not in any earlier call (the prompt
+     * first, then the previous token: what a penalty history must accept).
+     * Step thread, without the lock. 0 or MF_E*. */
     int (*sample)(void *ctx, void *params, float *logits, int32_t n_vocab, const int32_t *history,
-                  int32_t n_history, int32_t *token, struct mf_err *err);
+                  int32_t n_history, int32_t n_new, struct sampler_result *res, struct mf_err *err);
     /* Frees a request's params when the request is popped. May be NULL. */
     void (*free_params)(void *ctx, void *params);
 };
+
+/* runtime/sampler.h as an engine sampler: engine_request.sampling is a
+ * struct sampler * from sampler_new (one per request), freed by the engine.
+ * Gives logprobs when the sampler's params ask for them. */
+extern const struct engine_sampler engine_sampler_std;
 
 struct engine_config {
     struct sched_config sched; /* batching limits and the queue limit */
@@ -90,6 +103,9 @@ struct engine_request {
 struct engine_event {
     int32_t token;            /* the new token; -1 on a final event carrying none */
     enum sched_finish finish; /* NONE, or why this, the last event, ends the request */
+    float logprob;            /* the token's log-probability, NaN when not asked for */
+    int32_t n_top;            /* entries in top */
+    struct sampler_logprob top[SAMPLER_MAX_LOGPROBS]; /* likeliest alternatives first */
 };
 
 /* What a finished request did; filled with its final event. */
@@ -177,6 +193,31 @@ int engine_release(struct engine *e, uint64_t id, struct mf_err *err);
 /* Observation */
 
 void engine_metrics(struct engine *e, struct engine_metrics *m);
+/* Consumer side: one request's text */
+
+/* Detokenizes a request's tokens and cuts the text at its stop strings. */
+struct engine_text {
+    struct tok_stream ts; /* UTF-8 assembly across tokens */
+    struct stop *stop;    /* owned: the request's stop strings */
+    struct mf_buf piece;  /* owned: scratch for one token's text */
+    int stopped;          /* 1: a stop string completed, nothing more is released */
+};
+
+/* Sets t up for tokenizer tok (borrowed; tok_stream flags) and stop strings
+ * stops[0..n) (copied). Returns 0, or MF_ERANGE/MF_ENOMEM from stop_new with
+ * t safe to fini. */
+int engine_text_init(struct engine_text *t, const struct tok *tok, unsigned flags,
+                     const char *const *stops, size_t n, struct mf_err *err);
+/* Appends to out the text that token releases (held back while it may
+ * still begin a stop string). Returns 1 when a stop string completed: call
+ * engine_stop; later calls release nothing. 0 otherwise, or MF_E* (a token
+ * outside the vocabulary, out's limit) with t unchanged. */
+int engine_text_feed(struct engine_text *t, int32_t token, struct mf_buf *out, struct mf_err *err);
+/* End of the request: releases what was held (unless stopped). */
+int engine_text_finish(struct engine_text *t, struct mf_buf *out, struct mf_err *err);
+/* Frees t's memory. Accepts a zeroed or half-built t. */
+void engine_text_fini(struct engine_text *t);
+
 /* The end-of-generation ids of t (tok_is_eog: EOS, EOT, EOM, <|im_end|>...)
  * for engine_model.eos: writes up to max into ids and returns how many
  * there are (more than max: call again with a bigger array). */

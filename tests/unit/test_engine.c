@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -424,22 +425,28 @@ static void test_model_failure_fails_its_requests(void **state)
 
 /* A sampler that shifts the greedy choice by its params, and a stop hook. */
 struct shift {
-    int32_t by;   /* tokens to add to the argmax */
-    int *n_freed; /* counts free_params calls */
+    int32_t by;      /* tokens to add to the argmax */
+    int *n_freed;    /* counts free_params calls */
+    int32_t seen;    /* history tokens seen so far */
+    int bad_history; /* n_new did not continue from seen */
 };
 
 static int shift_sample(void *ctx, void *params, float *logits, int32_t n_vocab,
-                        const int32_t *history, int32_t n_history, int32_t *token,
-                        struct mf_err *err)
+                        const int32_t *history, int32_t n_history, int32_t n_new,
+                        struct sampler_result *res, struct mf_err *err)
 {
     struct shift *s = params;
     int32_t best = 0;
     if (s->by < 0)
         return mf_err_set(err, MF_EINVAL, "bad sampling params");
+    s->bad_history |= n_history - n_new != s->seen || n_new < 1;
+    s->seen = n_history;
     for (int32_t i = 1; i < n_vocab; i++)
         if (logits[i] > logits[best])
             best = i;
-    *token = (best + s->by) % n_vocab;
+    res->token = (best + s->by) % n_vocab;
+    res->logprob = NAN;
+    res->n_top = 0;
     return 0;
 }
 
@@ -458,8 +465,9 @@ static void test_sampler_params_and_stop_hook(void **state)
     struct engine_config c = config(64, 4, 64);
     struct engine_sampler smp = {.sample = shift_sample, .free_params = shift_free};
     int n_freed = 0;
-    struct shift zero = {0, &n_freed};
-    struct shift bad = {-1, &n_freed};
+    struct shift zero = {0, &n_freed, 0, 0};
+    struct shift zero2 = {0, &n_freed, 0, 0};
+    struct shift bad = {-1, &n_freed, 0, 0};
     int seen = 0;
     struct rig r;
     struct job j[3];
@@ -475,12 +483,16 @@ static void test_sampler_params_and_stop_hook(void **state)
     assert_int_equal(engine_submit(r.e, &rq, &id, &err), 0);
     consume(r.e, id, &j[0], MAX_OUT);
     assert_solo(&j[0]); /* shift 0 is greedy */
+    assert_false(zero.bad_history);
+    assert_int_equal(zero.seen, 12 + j[0].n_out - 1); /* the last token is never fed */
+    rq.sampling = &zero2;
     rq.on_token = stop_after_4;
     rq.user = &seen;
     assert_int_equal(engine_submit(r.e, &rq, &id, &err), 0);
     consume(r.e, id, &j[1], MAX_OUT);
     assert_int_equal(j[1].sum.finish, SCHED_FINISH_STOP);
     assert_int_equal(j[1].n_out, 4);
+    assert_false(zero2.bad_history);
     rq.on_token = NULL;
     rq.sampling = &bad;
     assert_int_equal(engine_submit(r.e, &rq, &id, &err), 0);
@@ -489,6 +501,141 @@ static void test_sampler_params_and_stop_hook(void **state)
     assert_non_null(strstr(j[2].sum.err.msg, "bad sampling params"));
     assert_int_equal(n_freed, 3);
     rig_close(&r);
+}
+
+/* runtime/sampler.h through engine_sampler_std: temperature 0 is the
+ * greedy reference; logprobs reach the events. */
+static void test_std_sampler_greedy_logprobs(void **state)
+{
+    struct engine_config c = config(64, 4, 64);
+    struct sampler_params sp;
+    struct engine_request rq = {.n_prompt = 15, .max_tokens = 20};
+    struct rig r;
+    struct job j;
+    uint64_t id;
+    struct mf_err err;
+    int logprobs_ok = 1;
+    struct sampler *smp;
+
+    rig_open_with(&r, &c, &engine_sampler_std);
+    job_init(&j, 15, 3, 20, -1);
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sp.repeat_penalty = 1;
+    sp.logprobs = 1;
+    sp.n_logprobs = 3;
+    assert_int_equal(sampler_new(&smp, VOCAB, &sp, &err), 0);
+    rq.sampling = smp;
+    rq.prompt = j.prompt;
+    assert_int_equal(engine_submit(r.e, &rq, &id, &err), 0);
+    for (;;) {
+        struct engine_event ev;
+        assert_int_equal(engine_next(r.e, id, 10000, &ev, &j.sum, &err), 0);
+        if (ev.token >= 0) {
+            j.out[j.n_out++] = ev.token;
+            logprobs_ok &= ev.logprob < 0 && ev.n_top == 3 && ev.top[0].token == ev.token &&
+                           ev.top[0].logprob == ev.logprob;
+        }
+        if (ev.finish != SCHED_FINISH_NONE)
+            break;
+    }
+    assert_true(logprobs_ok);
+    assert_solo(&j);
+    rig_close(&r);
+}
+
+/* Seeded random sampling: batched, squeezed into a cache that forces
+ * preemption and recompute, every request draws what it draws alone. */
+static void test_std_sampler_seeded_invariance(void **state)
+{
+    static struct job alone[8];
+    static struct job together[8];
+    struct engine_config c = config(64, 1, 512);
+    struct rig r;
+    struct engine_metrics m;
+    struct mf_err err;
+
+    for (int pass = 0; pass < 2; pass++) {
+        struct job *jobs = pass ? together : alone;
+        uint64_t ids[8];
+        c = pass ? config(14, 8, 64) : config(64, 1, 512);
+        rig_open_with(&r, &c, &engine_sampler_std);
+        for (int i = 0; i < 8; i++) {
+            struct sampler_params sp;
+            struct engine_request rq = {.n_prompt = 30 + i, .max_tokens = 60};
+            job_init(&jobs[i], 30 + i, i, 60, -1);
+            sampler_params_default(&sp);
+            sp.temperature = 1.0f;
+            sp.top_k = 0;
+            sp.top_p = 1.0f;
+            sp.seed = 77 + (uint64_t)i;
+            struct sampler *smp;
+            assert_int_equal(sampler_new(&smp, VOCAB, &sp, &err), 0);
+            rq.sampling = smp;
+            rq.prompt = jobs[i].prompt;
+            assert_int_equal(engine_submit(r.e, &rq, &ids[i], &err), 0);
+        }
+        for (int i = 0; i < 8; i++)
+            consume(r.e, ids[i], &jobs[i], MAX_OUT);
+        engine_metrics(r.e, &m);
+        rig_close(&r);
+    }
+    assert_true(m.preemptions > 0);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(together[i].n_out, alone[i].n_out);
+        assert_memory_equal(together[i].out, alone[i].out,
+                            (size_t)alone[i].n_out * sizeof(int32_t));
+    }
+}
+
+/* Consumer-side text: tokens to UTF-8, cut at a stop string that spans
+ * tokens, the stop string itself never shown. */
+static void test_text_and_stop_strings(void **state)
+{
+    static const struct tok_str texts[] = {
+        {"<unk>", 5},           {"<s>", 3}, {"</s>", 4}, {"\xe2\x96\x81Hello", 8},
+        {"\xe2\x96\x81wor", 6}, {"ld", 2},  {"!", 1},    {"\xe2\x96\x81STOP", 7}};
+    static const int32_t types[] = {TOK_TYPE_UNKNOWN, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL,
+                                    TOK_TYPE_NORMAL,  TOK_TYPE_NORMAL,  TOK_TYPE_NORMAL,
+                                    TOK_TYPE_NORMAL,  TOK_TYPE_NORMAL};
+    static const int32_t ids[] = {3, 4, 5, 6, 7, 2};
+    static const char *const stops[] = {"ld!"};
+    struct tok_desc d;
+    struct tok *t;
+    struct engine_text et;
+    struct mf_buf out;
+    struct mf_err err;
+    int hit = -1;
+
+    tok_desc_init(&d);
+    d.model = "llama";
+    d.tokens = texts;
+    d.n_tokens = 8;
+    d.types = types;
+    d.n_types = 8;
+    d.special[TOK_ID_UNK] = 0;
+    d.special[TOK_ID_BOS] = 1;
+    d.special[TOK_ID_EOS] = 2;
+    if (tok_new(&d, &t, &err))
+        fail_msg("tok_new: %s", err.msg);
+    mf_buf_init(&out, 1024);
+    for (int with_stop = 0; with_stop < 2; with_stop++) {
+        mf_buf_reset(&out);
+        assert_int_equal(engine_text_init(&et, t, TOK_STRIP_SPACE, stops, (size_t)with_stop, &err),
+                         0);
+        for (int i = 0; i < 6; i++) {
+            int rc = engine_text_feed(&et, ids[i], &out, &err);
+            assert_true(rc >= 0);
+            if (rc == 1 && hit < 0)
+                hit = i;
+        }
+        assert_int_equal(engine_text_finish(&et, &out, &err), 0);
+        assert_string_equal(out.data, with_stop ? "Hello wor" : "Hello world! STOP");
+        engine_text_fini(&et);
+    }
+    assert_int_equal(hit, 3); /* the "!" token completes "ld!" */
+    mf_buf_free(&out);
+    tok_free(t);
 }
 
 static uint64_t hist_total(const struct engine_hist *h)
@@ -718,6 +865,9 @@ int main(void)
         cmocka_unit_test(test_kv_budget_from_config),
         cmocka_unit_test(test_engine_stop_mid_stream),
         cmocka_unit_test(test_eos_from_tokenizer),
+        cmocka_unit_test(test_std_sampler_greedy_logprobs),
+        cmocka_unit_test(test_std_sampler_seeded_invariance),
+        cmocka_unit_test(test_text_and_stop_strings),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }

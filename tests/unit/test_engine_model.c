@@ -5,7 +5,8 @@
  * requests, mixed adapters, chunked prefill, prefix-cache hits and
  * preemption by recompute all give exactly the tokens each request gives
  * alone on a fresh engine, so K/V sharing and recompute are right with real
- * numerics. Skips when tests/tools/mkmodel has not been built.
+ * numerics; with runtime/sampler.h seeded sampling too. Skips when tests/tools/mkmodel has not been
+ * built.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 #include "runtime/engine.h"
 #include "runtime/lora.h"
 #include "runtime/model.h"
+#include "runtime/sampler.h"
 
 #define MAX_OUT 32
 #define N_JOBS 6
@@ -43,6 +45,7 @@ struct job {
     int32_t prompt[96];        /* the prompt */
     int32_t n_prompt;          /* its length */
     int32_t use_lora;          /* 1: run with the adapter */
+    uint64_t seed;             /* nonzero: sample with runtime/sampler.h, this seed */
     int32_t out[MAX_OUT];      /* tokens received */
     int32_t n_out;             /* count */
     struct engine_summary sum; /* the final summary */
@@ -124,7 +127,8 @@ static int backend_engine_step(void *ctx, struct batch *b, struct mf_err *err)
     return backend_step(ctx, b, err);
 }
 
-static void rig_open(struct rig *r, int32_t blocks, int32_t seqs, int32_t budget)
+static void rig_open(struct rig *r, int32_t blocks, int32_t seqs, int32_t budget,
+                     const struct engine_sampler *sampler)
 {
     struct backend_config bc = {.n_threads = 2, .max_tokens = budget, .max_seqs = seqs};
     struct engine_config ec = {0};
@@ -145,7 +149,7 @@ static void rig_open(struct rig *r, int32_t blocks, int32_t seqs, int32_t budget
     ec.sched.max_waiting = 64;
     ec.n_kv_blocks = n_blocks;
     em.ctx = r->be;
-    if (engine_open(&ec, &em, NULL, &r->e, &err))
+    if (engine_open(&ec, &em, sampler, &r->e, &err))
         fail_msg("engine_open: %s", err.msg);
 }
 
@@ -163,6 +167,7 @@ static void rig_close(struct rig *r)
 
 static uint64_t submit(struct rig *r, const struct job *j, int32_t max_tokens)
 {
+    struct sampler *smp = NULL;
     struct engine_request rq = {
         .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = max_tokens};
     struct mf_err err;
@@ -171,6 +176,14 @@ static uint64_t submit(struct rig *r, const struct job *j, int32_t max_tokens)
         rq.lora.n = 1;
         rq.lora.ids[0] = 0;
         rq.lora.scales[0] = fx.lora_scale;
+    }
+    if (j->seed) { /* Ollama's default chain, seeded */
+        struct sampler_params sp;
+        sampler_params_default(&sp);
+        sp.seed = j->seed;
+        if (sampler_new(&smp, (int32_t)fx.m->hp.n_vocab, &sp, &err))
+            fail_msg("sampler_new: %s", err.msg);
+        rq.sampling = smp;
     }
     if (engine_submit(r->e, &rq, &id, &err))
         fail_msg("engine_submit: %s", err.msg);
@@ -202,11 +215,12 @@ static void run_all(struct rig *r, struct job *jobs, int n, int32_t max_tokens)
 }
 
 /* Each job alone, on a fresh engine whose batches hold only it. */
-static void run_alone(struct job *jobs, int n, int32_t max_tokens)
+static void run_alone(struct job *jobs, int n, int32_t max_tokens,
+                      const struct engine_sampler *sampler)
 {
     for (int i = 0; i < n; i++) {
         struct rig r;
-        rig_open(&r, 40, 1, 512);
+        rig_open(&r, 40, 1, 512, sampler);
         run_all(&r, &jobs[i], 1, max_tokens);
         rig_close(&r);
     }
@@ -246,8 +260,8 @@ static void test_real_batching_invariance(void **state)
         skip();
     make_jobs(alone, N_JOBS, 0);
     make_jobs(batched, N_JOBS, 0);
-    run_alone(alone, N_JOBS, 16);
-    rig_open(&r, 64, 8, 48); /* 48-token budget: the longer prompts are chunked */
+    run_alone(alone, N_JOBS, 16, NULL);
+    rig_open(&r, 64, 8, 48, NULL); /* 48-token budget: the longer prompts are chunked */
     run_all(&r, batched, N_JOBS, 16);
     engine_metrics(r.e, &m);
     rig_close(&r);
@@ -256,7 +270,7 @@ static void test_real_batching_invariance(void **state)
     /* The adapter changes the output (it is really applied). */
     alone[0].use_lora = 1;
     alone[0].n_out = 0;
-    run_alone(alone, 1, 16);
+    run_alone(alone, 1, 16, NULL);
     assert_memory_not_equal(alone[0].out, batched[0].out, 16 * sizeof(int32_t));
 }
 
@@ -274,8 +288,8 @@ static void test_real_prefix_cache(void **state)
     make_jobs(warm, N_JOBS, 48);
     for (int i = 0; i < N_JOBS; i++) /* one adapter for all: shareable */
         cold[i].use_lora = warm[i].use_lora = 0;
-    run_alone(cold, N_JOBS, 12);
-    rig_open(&r, 64, 4, 512);
+    run_alone(cold, N_JOBS, 12, NULL);
+    rig_open(&r, 64, 4, 512, NULL);
     for (int i = 0; i < N_JOBS; i++)
         run_all(&r, &warm[i], 1, 12); /* one after another: later ones hit */
     engine_metrics(r.e, &m);
@@ -297,12 +311,37 @@ static void test_real_preemption(void **state)
         skip();
     make_jobs(alone, N_JOBS, 0);
     make_jobs(squeezed, N_JOBS, 0);
-    run_alone(alone, N_JOBS, 24);
-    rig_open(&r, 12, 6, 512);
+    run_alone(alone, N_JOBS, 24, NULL);
+    rig_open(&r, 12, 6, 512, NULL);
     run_all(&r, squeezed, N_JOBS, 24);
     engine_metrics(r.e, &m);
     rig_close(&r);
     assert_same(alone, squeezed, N_JOBS);
+    assert_true(m.preemptions > 0);
+}
+
+/* Seeded sampling (temperature 0.8, top_k 40, top_p 0.9, repeat penalty)
+ * over real logits: batched and preempted, each request draws its solo
+ * tokens. */
+static void test_real_seeded_sampling(void **state)
+{
+    struct job alone[N_JOBS];
+    struct job batched[N_JOBS];
+    struct rig r;
+    struct engine_metrics m;
+
+    if (!fx.ready)
+        skip();
+    make_jobs(alone, N_JOBS, 0);
+    make_jobs(batched, N_JOBS, 0);
+    for (int i = 0; i < N_JOBS; i++)
+        alone[i].seed = batched[i].seed = 1000 + (uint64_t)i;
+    run_alone(alone, N_JOBS, 24, &engine_sampler_std);
+    rig_open(&r, 12, 6, 64, &engine_sampler_std);
+    run_all(&r, batched, N_JOBS, 24);
+    engine_metrics(r.e, &m);
+    rig_close(&r);
+    assert_same(alone, batched, N_JOBS);
     assert_true(m.preemptions > 0);
 }
 
@@ -312,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_real_batching_invariance),
         cmocka_unit_test(test_real_prefix_cache),
         cmocka_unit_test(test_real_preemption),
+        cmocka_unit_test(test_real_seeded_sampling),
     };
     return cmocka_run_group_tests_name("engine_model", tests, setup_models, teardown_models);
 }

@@ -3,10 +3,12 @@
  * sampler -> per-request event queues, and HTTP threads submit, consume,
  * cancel and read metrics through a mutex-guarded API.
  *
- * Owns the KV pool, the scheduler, the requests' event queues and the
- * metrics. Does not own the model or sampler (borrowed interfaces), the
- * tokenizer or stop strings (the consumer detokenizes; its on_token hook
- * says when a stop string ended) or the consumers' state (user pointers).
+ * Owns the KV pool, the scheduler, the requests' event queues (and each
+ * request's sampling params once submitted) and the metrics. Does not own
+ * the model or sampler (borrowed interfaces; engine_sampler_std adapts
+ * runtime/sampler.h), the tokenizer or stop strings (consumer side, through
+ * engine_text_*, which end a request with engine_stop) or the consumers'
+ * state (user pointers).
  *
  * Threading: e->mu guards everything below except the model step and the
  * sampling, which the step thread runs unlocked with e->in_step set. While

@@ -503,6 +503,27 @@ static void test_sampler_params_and_stop_hook(void **state)
     rig_close(&r);
 }
 
+/* An SPM tokenizer over texts[0..n) with <unk>, <s>, </s> as ids 0, 1, 2. */
+static struct tok *small_vocab(const struct tok_str *texts, const int32_t *types, uint32_t n)
+{
+    struct tok_desc d;
+    struct tok *t;
+    struct mf_err err;
+
+    tok_desc_init(&d);
+    d.model = "llama";
+    d.tokens = texts;
+    d.n_tokens = n;
+    d.types = types;
+    d.n_types = n;
+    d.special[TOK_ID_UNK] = 0;
+    d.special[TOK_ID_BOS] = 1;
+    d.special[TOK_ID_EOS] = 2;
+    if (tok_new(&d, &t, &err))
+        fail_msg("tok_new: %s", err.msg);
+    return t;
+}
+
 /* runtime/sampler.h through engine_sampler_std: temperature 0 is the
  * greedy reference; logprobs reach the events. */
 static void test_std_sampler_greedy_logprobs(void **state)
@@ -600,24 +621,12 @@ static void test_text_and_stop_strings(void **state)
                                     TOK_TYPE_NORMAL,  TOK_TYPE_NORMAL};
     static const int32_t ids[] = {3, 4, 5, 6, 7, 2};
     static const char *const stops[] = {"ld!"};
-    struct tok_desc d;
-    struct tok *t;
+    struct tok *t = small_vocab(texts, types, 8);
     struct engine_text et;
     struct mf_buf out;
     struct mf_err err;
     int hit = -1;
 
-    tok_desc_init(&d);
-    d.model = "llama";
-    d.tokens = texts;
-    d.n_tokens = 8;
-    d.types = types;
-    d.n_types = 8;
-    d.special[TOK_ID_UNK] = 0;
-    d.special[TOK_ID_BOS] = 1;
-    d.special[TOK_ID_EOS] = 2;
-    if (tok_new(&d, &t, &err))
-        fail_msg("tok_new: %s", err.msg);
     mf_buf_init(&out, 1024);
     for (int with_stop = 0; with_stop < 2; with_stop++) {
         mf_buf_reset(&out);
@@ -805,22 +814,9 @@ static void test_eos_from_tokenizer(void **state)
                                            {"b", 1}};
     static const int32_t types[] = {TOK_TYPE_UNKNOWN, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL,
                                     TOK_TYPE_NORMAL,  TOK_TYPE_CONTROL, TOK_TYPE_NORMAL};
-    struct tok_desc d;
-    struct tok *t;
-    struct mf_err err;
+    struct tok *t = small_vocab(texts, types, 6);
     int32_t ids[4] = {-1, -1, -1, -1};
 
-    tok_desc_init(&d);
-    d.model = "llama";
-    d.tokens = texts;
-    d.n_tokens = 6;
-    d.types = types;
-    d.n_types = 6;
-    d.special[TOK_ID_UNK] = 0;
-    d.special[TOK_ID_BOS] = 1;
-    d.special[TOK_ID_EOS] = 2;
-    if (tok_new(&d, &t, &err))
-        fail_msg("tok_new: %s", err.msg);
     assert_int_equal(engine_eos_from_tok(t, ids, 4), 2);
     assert_int_equal(ids[0], 2);
     assert_int_equal(ids[1], 4);

@@ -248,101 +248,78 @@ static void assert_same(const struct job *a, const struct job *b, int n)
 
 /* ------------------------------------------------ tests */
 
-/* Batched, adapters mixed, prompts chunked across steps: same tokens. */
-static void test_real_batching_invariance(void **state)
+/* Runs jobs (made by make_jobs with shared, seeded when seed) alone, then
+ * together on an engine of blocks/seqs/budget (one after another when
+ * serial), asserts equal tokens and returns the second engine's metrics. */
+static struct engine_metrics alone_vs(int32_t shared, uint64_t seed, int32_t max_tokens,
+                                      int32_t blocks, int32_t seqs, int32_t budget, int serial)
 {
+    const struct engine_sampler *smp = seed ? &engine_sampler_std : NULL;
     struct job alone[N_JOBS];
-    struct job batched[N_JOBS];
-    struct rig r;
+    struct job other[N_JOBS];
     struct engine_metrics m;
+    struct rig r;
 
-    if (!fx.ready)
-        skip();
-    make_jobs(alone, N_JOBS, 0);
-    make_jobs(batched, N_JOBS, 0);
-    run_alone(alone, N_JOBS, 16, NULL);
-    rig_open(&r, 64, 8, 48, NULL); /* 48-token budget: the longer prompts are chunked */
-    run_all(&r, batched, N_JOBS, 16);
+    make_jobs(alone, N_JOBS, shared);
+    make_jobs(other, N_JOBS, shared);
+    for (int i = 0; seed && i < N_JOBS; i++)
+        alone[i].seed = other[i].seed = seed + (uint64_t)i;
+    run_alone(alone, N_JOBS, max_tokens, smp);
+    rig_open(&r, blocks, seqs, budget, smp);
+    for (int i = 0; i < (serial ? N_JOBS : 1); i++)
+        run_all(&r, serial ? &other[i] : other, serial ? 1 : N_JOBS, max_tokens);
     engine_metrics(r.e, &m);
     rig_close(&r);
-    assert_true(m.steps < N_JOBS * 16); /* alone, each needs 16 steps at least: shared */
-    assert_same(alone, batched, N_JOBS);
-    /* The adapter changes the output (it is really applied). */
-    alone[0].use_lora = 1;
-    alone[0].n_out = 0;
-    run_alone(alone, 1, 16, NULL);
-    assert_memory_not_equal(alone[0].out, batched[0].out, 16 * sizeof(int32_t));
+    assert_same(alone, other, N_JOBS);
+    return m;
 }
 
-/* Requests sharing a 48-token prefix reuse its K/V and still match a cold run. */
+/* Batched, adapters mixed, prompts chunked across steps (48-token budget). */
+static void test_real_batching_invariance(void **state)
+{
+    struct engine_metrics m;
+    struct job j[2];
+
+    if (!fx.ready)
+        skip();
+    m = alone_vs(0, 0, 16, 64, 8, 48, 0);
+    assert_true(m.steps < N_JOBS * 16); /* alone, each needs 16 steps at least: shared */
+    /* The adapter changes the output (it is really applied). */
+    make_jobs(j, 1, 0);
+    j[1] = j[0]; /* same prompt, only the adapter differs */
+    j[1].use_lora = !j[0].use_lora;
+    run_alone(j, 2, 16, NULL);
+    assert_memory_not_equal(j[0].out, j[1].out, 16 * sizeof(int32_t));
+}
+
+/* Requests sharing a 48-token prefix, one after another, reuse its K/V
+ * and still match a cold run. */
 static void test_real_prefix_cache(void **state)
 {
-    struct job cold[N_JOBS];
-    struct job warm[N_JOBS];
-    struct rig r;
     struct engine_metrics m;
 
     if (!fx.ready)
         skip();
-    make_jobs(cold, N_JOBS, 48);
-    make_jobs(warm, N_JOBS, 48);
-    for (int i = 0; i < N_JOBS; i++) /* one adapter for all: shareable */
-        cold[i].use_lora = warm[i].use_lora = 0;
-    run_alone(cold, N_JOBS, 12, NULL);
-    rig_open(&r, 64, 4, 512, NULL);
-    for (int i = 0; i < N_JOBS; i++)
-        run_all(&r, &warm[i], 1, 12); /* one after another: later ones hit */
-    engine_metrics(r.e, &m);
-    rig_close(&r);
-    assert_same(cold, warm, N_JOBS);
-    assert_true(m.kv.prefix_hits >= (N_JOBS - 1) * 32);
-    assert_true(warm[N_JOBS - 1].sum.n_cached >= 32);
+    m = alone_vs(48, 0, 12, 64, 4, 512, 1);
+    /* Jobs 1 and 4 run with the adapter: only same-adapter pairs share. */
+    assert_true(m.kv.prefix_hits >= 3 * 32);
 }
 
 /* A cache too small for the load: preemption and recompute, same tokens. */
 static void test_real_preemption(void **state)
 {
-    struct job alone[N_JOBS];
-    struct job squeezed[N_JOBS];
-    struct rig r;
-    struct engine_metrics m;
-
     if (!fx.ready)
         skip();
-    make_jobs(alone, N_JOBS, 0);
-    make_jobs(squeezed, N_JOBS, 0);
-    run_alone(alone, N_JOBS, 24, NULL);
-    rig_open(&r, 12, 6, 512, NULL);
-    run_all(&r, squeezed, N_JOBS, 24);
-    engine_metrics(r.e, &m);
-    rig_close(&r);
-    assert_same(alone, squeezed, N_JOBS);
-    assert_true(m.preemptions > 0);
+    assert_true(alone_vs(0, 0, 24, 12, 6, 512, 0).preemptions > 0);
 }
 
-/* Seeded sampling (temperature 0.8, top_k 40, top_p 0.9, repeat penalty)
- * over real logits: batched and preempted, each request draws its solo
- * tokens. */
+/* Seeded sampling (Ollama's defaults: temperature 0.8, top_k 40, top_p
+ * 0.9, repeat penalty 1.1) over real logits, batched and preempted. */
 static void test_real_seeded_sampling(void **state)
 {
-    struct job alone[N_JOBS];
-    struct job batched[N_JOBS];
-    struct rig r;
-    struct engine_metrics m;
-
     if (!fx.ready)
         skip();
-    make_jobs(alone, N_JOBS, 0);
-    make_jobs(batched, N_JOBS, 0);
-    for (int i = 0; i < N_JOBS; i++)
-        alone[i].seed = batched[i].seed = 1000 + (uint64_t)i;
-    run_alone(alone, N_JOBS, 24, &engine_sampler_std);
-    rig_open(&r, 12, 6, 64, &engine_sampler_std);
-    run_all(&r, batched, N_JOBS, 24);
-    engine_metrics(r.e, &m);
-    rig_close(&r);
-    assert_same(alone, batched, N_JOBS);
-    assert_true(m.preemptions > 0);
+    assert_true(alone_vs(0, 1000, 24, 12, 6, 64, 0).preemptions > 0);
 }
 
 int main(void)

@@ -131,8 +131,12 @@ int tok_bpe_pre_adds_bos(const struct tok *t)
 
 /* Unicode White_Space (PropList.txt), as a character-class body. */
 #define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-/* Its non-ASCII part, as a class. */
-#define WS_NONASCII "[\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}]"
+
+static int is_ws_non_ascii(uint32_t c)
+{
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
 
 /* Bytes of the character class starting at re[0] == '[', through its ']'. */
 static size_t class_len(const char *re)
@@ -151,28 +155,100 @@ static int has_non_ascii(const char *s, size_t n)
     return 0;
 }
 
+/* A class member that is one code point: a UTF-8 character or \x{HHHH}.
+ * Returns its bytes and sets *cp, or 0 for anything else (\p{..}, \r, ...). */
+static size_t class_cp(const char *s, uint32_t *cp)
+{
+    if (s[0] != '\\')
+        return (size_t)mf_utf8_decode(s, strnlen(s, 4), cp);
+    if (s[1] != 'x' || s[2] != '{')
+        return 0;
+    uint32_t v = 0;
+    size_t i = 3;
+    for (; s[i] && s[i] != '}' && i < 10; i++) {
+        char c = s[i];
+        v = v * 16 + (uint32_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    *cp = v;
+    return s[i] == '}' ? i + 1 : 0;
+}
+
+/* Appends the code points lo..hi, less non-ASCII whitespace, as members. */
+static int put_range(uint32_t lo, uint32_t hi, struct mf_buf *b, struct mf_err *err)
+{
+    int rc = 0;
+    for (uint32_t c = lo; c <= hi && !rc; c++) {
+        if (is_ws_non_ascii(c))
+            continue;
+        uint32_t e = c;
+        while (e < hi && !is_ws_non_ascii(e + 1))
+            e++;
+        rc = mf_buf_printf(b, err, "\\x{%X}", (unsigned)c);
+        if (!rc && e > c)
+            rc = mf_buf_printf(b, err, "-\\x{%X}", (unsigned)e);
+        c = e;
+    }
+    return rc;
+}
+
+/* Copies the positive class p[0..n) with non-ASCII whitespace taken out of
+ * its literal characters and ranges (see translate). */
+static int put_class(const char *p, size_t n, struct mf_buf *b, struct mf_err *err)
+{
+    int rc = mf_buf_putc(b, '[', err);
+    for (size_t i = 1; i + 1 < n && !rc;) {
+        const char *s = p + i;
+        uint32_t lo, hi;
+        size_t k = class_cp(s, &lo);
+        if (k == 0 && s[1] == 's') { /* \s: whitespace is in, as U+000B is there */
+            rc = mf_buf_puts(b, WS_CLASS, err);
+            i += 2;
+            continue;
+        }
+        if (k == 0) { /* another escape: \p{..} whole, else two bytes */
+            const char *close = strchr(s, '}');
+            size_t m = (s[1] == 'p' || s[1] == 'P') && s[2] == '{' && close ? (size_t)(close - s) + 1
+                                                                           : 2;
+            rc = mf_buf_append(b, s, m, err);
+            i += m;
+            continue;
+        }
+        hi = lo;
+        size_t k2 = s[k] == '-' && i + k + 1 < n - 1 ? class_cp(s + k + 1, &hi) : 0;
+        if (k2)
+            k += 1 + k2;
+        else
+            hi = lo;
+        rc = hi < lo ? mf_err_set(err, MF_EINVAL, "tokenizer: range out of order in '%.*s'",
+                                  (int)n, p)
+                     : put_range(lo, hi, b, err);
+        i += k;
+    }
+    return rc ? rc : mf_buf_putc(b, ']', err);
+}
+
 /*
  * Rewrites a llama.cpp regex for PCRE2. llama.cpp matches with every
  * non-ASCII whitespace character replaced by U+000B (std::regex knows only
  * ASCII \s), so: \s and \S become the White_Space set spelled out, and a
  * positive class that lists non-ASCII characters (deepseek's CJK range
- * U+0800-U+4E00, its U+3000-U+3002) gets a look-ahead that keeps non-ASCII
- * whitespace out of it, as the U+000B stand-in is out of it there.
+ * U+0800-U+4E00, its U+3000-U+3002) loses the non-ASCII whitespace in it,
+ * as the U+000B stand-in is not in it there.
  */
 static int translate(const char *re, struct mf_buf *b, struct mf_err *err)
 {
     int rc = 0;
     const char *end = NULL; /* the ']' of the class being copied, or NULL */
-    int wrapped = 0;        /* that class was opened with a look-ahead group */
     for (const char *p = re; *p && !rc; p++) {
         if (!end && p[0] == '[') {
             size_t n = class_len(p);
+            if (p[1] != '^' && has_non_ascii(p, n)) {
+                rc = put_class(p, n, b, err);
+                p += n - 1;
+                continue;
+            }
             end = p + n - 1;
-            wrapped = p[1] != '^' && has_non_ascii(p, n);
-            if (wrapped)
-                rc = mf_buf_puts(b, "(?:(?!" WS_NONASCII ")", err);
-            if (!rc)
-                rc = mf_buf_putc(b, '[', err);
+            rc = mf_buf_putc(b, '[', err);
         } else if (p[0] == '\\' && (p[1] == 's' || p[1] == 'S')) {
             if (p[1] == 'S' && end)
                 return mf_err_set(err, MF_EUNSUPPORTED, "tokenizer: \\S inside [] in '%s'", re);
@@ -184,8 +260,6 @@ static int translate(const char *re, struct mf_buf *b, struct mf_err *err)
             p++;
         } else {
             rc = mf_buf_putc(b, p[0], err);
-            if (!rc && p == end && wrapped)
-                rc = mf_buf_putc(b, ')', err);
             if (p == end)
                 end = NULL;
         }

@@ -642,6 +642,52 @@ static void test_limits_and_long_input(void **state)
     free(s);
 }
 
+/* Every pre-tokenizer on 100 kB runs of one character class each: no
+ * PCRE2 JIT stack overflow (a repeated group would need a frame per
+ * character), no quadratic rescans, every byte accounted for. */
+static void test_every_pre_tokenizer_on_long_runs(void **state)
+{
+    static const char *const pres[] = {
+        "default", "llama-bpe", "dbrx", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
+        "starcoder", "gpt-2", "mpt", "bloom", "viking", "chatglm-bpe"};
+    static const char *const units[] = {"中", "！", " \n", "\u3000", "  ", "a", "7", "'s", "é",
+                                        "\xe2\x80\x89x"};
+    size_t n = 100000;
+    char *s = malloc(n + 8);
+    assert_non_null(s);
+    for (size_t p = 0; p < sizeof pres / sizeof pres[0]; p++) {
+        struct vocab *v = bpe_vocab(1);
+        finish(v, "gpt2", pres[p]);
+        v->d.scores = NULL;
+        v->d.n_scores = 0;
+        struct tok *t = build(v);
+        for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
+            size_t k = strlen(units[u]), len = 0;
+            while (len + k <= n) {
+                memcpy(s + len, units[u], k);
+                len += k;
+            }
+            struct tok_ids ids;
+            struct mf_buf back;
+            struct mf_err err;
+            tok_ids_init(&ids, 2 * n);
+            mf_buf_init(&back, 2 * n);
+            int rc = tok_encode(t, s, len, 0, &ids, &err);
+            if (rc)
+                print_message("# %s on '%s': %s\n", pres[p], units[u], err.msg);
+            assert_int_equal(rc, 0);
+            assert_int_equal(tok_decode(t, ids.v, ids.n, 0, &back, &err), 0);
+            assert_int_equal(back.len, len);
+            assert_memory_equal(back.data, s, len);
+            tok_ids_free(&ids);
+            mf_buf_free(&back);
+        }
+        tok_free(t);
+        free(v);
+    }
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -658,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_rejects_malformed_descriptions),
         cmocka_unit_test(test_load_gguf),
         cmocka_unit_test(test_limits_and_long_input),
+        cmocka_unit_test(test_every_pre_tokenizer_on_long_runs),
     };
     return cmocka_run_group_tests_name("tokenizer", tests, NULL, NULL);
 }

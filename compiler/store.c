@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -590,14 +591,10 @@ uint64_t store_blob_writer_size(const struct store_blob_writer *w)
     return w->size;
 }
 
-int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n,
-                            struct mf_err *err)
+/* Appends n bytes to the file without hashing them (the caller hashes). */
+static int writer_append(struct store_blob_writer *w, const void *p, size_t n, struct mf_err *err)
 {
     const char *c = p;
-    int rc = mf_sha256_update(&w->h, p, n, err);
-    if (rc)
-        return rc;
-    w->s->stats.hashed_bytes += n;
     while (n) {
         ssize_t k = write(w->fd, c, n);
         if (k < 0 && errno == EINTR)
@@ -609,6 +606,16 @@ int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n
         w->size += (uint64_t)k;
     }
     return 0;
+}
+
+int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n,
+                            struct mf_err *err)
+{
+    int rc = mf_sha256_update(&w->h, p, n, err);
+    if (rc)
+        return rc;
+    w->s->stats.hashed_bytes += n;
+    return writer_append(w, p, n, err);
 }
 
 int store_blob_writer_reset(struct store_blob_writer *w, struct mf_err *err)
@@ -768,26 +775,133 @@ static int same_stat(const struct stat *a, const struct stat *b)
            a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
-static int copy_into(struct store_blob_writer *w, int fd, const char *path, uint64_t total,
-                     const struct store_put_opts *o, struct mf_err *err)
+/*
+ * Copying a file into a blob: the calling thread reads and writes, a second
+ * thread hashes, over a ring of RING_SLOTS buffers. SHA-256 in software runs
+ * at about the speed of a disk, so doing it in line made a cold build cost
+ * read + write + hash; overlapped it costs about max(read + write, hash).
+ *
+ * Ring protocol (all under ring.mu): the copier fills slot head % RING_SLOTS
+ * only while head - tail < RING_SLOTS, writes it to the file, then publishes
+ * it (head++); the hasher hashes slot tail % RING_SLOTS and frees it
+ * (tail++). Slots are hashed in the order they were written, so the digest is
+ * the one store_blob_writer_write would compute. An error on either side sets
+ * stop; the other side sees it at its next wait.
+ */
+#define RING_SLOTS 4
+#define RING_SLOT_BYTES (4u << 20) /* 4 x 4 MiB: a few readahead windows in flight */
+
+struct ring {
+    unsigned char *buf[RING_SLOTS]; /* owned: RING_SLOT_BYTES each */
+    size_t len[RING_SLOTS];         /* bytes in each published slot */
+    uint64_t head, tail;            /* slots published, slots hashed */
+    int eof;                        /* copier: no more slots will be published */
+    int stop;                       /* either side failed: both stop */
+    struct mf_sha256 *h;            /* borrowed: the writer's running digest */
+    struct mf_err err;              /* the hasher's error, when it failed */
+    int rc;                         /* the hasher's code */
+    pthread_mutex_t mu;             /* guards every field above but buf and h */
+    pthread_cond_t cv;              /* signalled on every head, tail or flag change */
+};
+
+static void *ring_hasher(void *arg)
 {
-    unsigned char *buf = malloc(CHUNK);
-    int rc = buf ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory copying %s", path);
-    uint64_t done = 0;
-    while (!rc) {
-        ssize_t n = read(fd, buf, CHUNK);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            rc = mf_err_sys(err, MF_EIO, errno, "cannot read %s", path);
-        if (n <= 0)
+    struct ring *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (r->tail == r->head && !r->eof && !r->stop)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->stop || r->tail == r->head)
             break;
-        rc = store_blob_writer_write(w, buf, (size_t)n, err);
-        done += (uint64_t)n;
+        size_t i = (size_t)(r->tail % RING_SLOTS), n = r->len[i];
+        pthread_mutex_unlock(&r->mu);
+        int rc = mf_sha256_update(r->h, r->buf[i], n, &r->err);
+        pthread_mutex_lock(&r->mu);
+        if (rc) {
+            r->rc = rc;
+            r->stop = 1;
+        } else {
+            r->tail++;
+        }
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* The copier's side: returns 0 with the whole file written and hashed. */
+static int ring_copy(struct ring *r, struct store_blob_writer *w, int fd, const char *path,
+                     uint64_t total, const struct store_put_opts *o, struct mf_err *err)
+{
+    int rc = 0;
+    uint64_t done = 0;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        while (r->head - r->tail == RING_SLOTS && !r->stop)
+            pthread_cond_wait(&r->cv, &r->mu);
+        int stopped = r->stop;
+        pthread_mutex_unlock(&r->mu);
+        if (stopped)
+            break;
+        size_t i = (size_t)(r->head % RING_SLOTS), n = 0;
+        while (n < RING_SLOT_BYTES) { /* fill the slot: fewer, larger hash calls */
+            ssize_t k = read(fd, r->buf[i] + n, RING_SLOT_BYTES - n);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0)
+                rc = mf_err_sys(err, MF_EIO, errno, "cannot read %s", path);
+            if (k <= 0)
+                break;
+            n += (size_t)k;
+        }
+        if (!rc && n)
+            rc = writer_append(w, r->buf[i], n, err);
+        pthread_mutex_lock(&r->mu);
+        if (rc)
+            r->stop = 1;
+        else if (n)
+            r->len[i] = n, r->head++;
+        else
+            r->eof = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        if (rc || !n)
+            break;
+        done += n;
+        w->s->stats.hashed_bytes += n;
         if (o && o->progress)
             o->progress(o->progress_arg, done, total);
     }
-    free(buf);
+    return rc;
+}
+
+static int copy_into(struct store_blob_writer *w, int fd, const char *path, uint64_t total,
+                     const struct store_put_opts *o, struct mf_err *err)
+{
+    struct ring r = {.h = &w->h};
+    pthread_t tid;
+    int rc = 0, started = 0;
+    for (int i = 0; i < RING_SLOTS && !rc; i++)
+        if (!(r.buf[i] = malloc(RING_SLOT_BYTES)))
+            rc = mf_err_set(err, MF_ENOMEM, "out of memory copying %s", path);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    if (!rc && pthread_create(&tid, NULL, ring_hasher, &r) != 0)
+        rc = mf_err_set(err, MF_ENOMEM, "cannot start a hashing thread for %s", path);
+    started = !rc;
+    if (!rc)
+        rc = ring_copy(&r, w, fd, path, total, o, err);
+    if (started)
+        pthread_join(tid, NULL);
+    if (!rc && r.rc) {
+        if (err)
+            *err = r.err;
+        rc = r.rc;
+    }
+    pthread_cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.mu);
+    for (int i = 0; i < RING_SLOTS; i++)
+        free(r.buf[i]);
     return rc;
 }
 

@@ -643,6 +643,48 @@ static void test_manifest_refs(void **state)
     assert_non_null(strstr(err.msg, "config"));
 }
 
+/* store_put_file copies through a ring of 4 x 4 MiB buffers with a hashing
+ * thread: a file of several rings plus an odd tail must hash exactly as in
+ * one pass, report progress up to its size, and, with a wrong pin, leave
+ * nothing behind. */
+static void test_put_file_larger_than_ring(void **state)
+{
+    struct fixture *fx = *state;
+    struct mf_err err;
+    size_t n = 37u * 1024 * 1024 + 12345;
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        data[i] = (unsigned char)x;
+    }
+    char *src = path_in(fx, "big.bin");
+    assert_int_equal(mf_file_write_atomic(src, data, n, &err), 0);
+    uint8_t raw[MF_SHA256_LEN];
+    char want[STORE_DIGEST_BUF] = "sha256:", d[STORE_DIGEST_BUF];
+    assert_int_equal(mf_sha256_mem(data, n, raw, &err), 0);
+    mf_sha256_hex(raw, want + 7);
+    free(data);
+
+    struct store_put_opts bad = {.expect = D_HELLO};
+    assert_int_equal(store_put_file(fx->s, src, &bad, d, NULL, &err), MF_EINTEGRITY);
+    assert_false(store_blob_exists(fx->s, want));
+    char *tmp = path_in(fx, "tmp");
+    assert_int_equal(count_files(tmp), 0);
+
+    uint64_t size = 0;
+    assert_int_equal(store_put_file(fx->s, src, NULL, d, &size, &err), 0);
+    assert_string_equal(d, want);
+    assert_int_equal(size, n);
+    int fd = -1;
+    assert_int_equal(store_blob_open(fx->s, want, 1, &fd, &err), 0);
+    close(fd);
+    assert_int_equal(count_files(tmp), 0);
+    free(tmp);
+    free(src);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -665,6 +707,7 @@ int main(void)
         T(test_gc_refuses_while_store_in_use),
         T(test_gc_cleans_tmp_keeps_partials),
         cmocka_unit_test(test_manifest_refs),
+        T(test_put_file_larger_than_ring),
     };
     return cmocka_run_group_tests_name("store", tests, NULL, NULL);
 }

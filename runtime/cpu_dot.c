@@ -82,6 +82,18 @@ void cpu_dot_act_row(const struct cpu_dot *d, enum cpu_act a, const float *x, vo
     }
 }
 
+/* Round to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves
+ * the rounded integer in the low mantissa bits (ggml's nearest_int; no libm
+ * call, unlike nearbyintf at baseline x86-64). */
+static inline int nearest_int(float f)
+{
+    float v = f + 12582912.0f;
+    int32_t i;
+
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
 /* ggml's quantize_row_q8_0 (its AVX2 path): codes round(x * 127 / amax) to
  * nearest even, and the scale amax / 127 rounded to fp16 as ggml stores it,
  * so the integer codes and the scale are exactly llama.cpp's. */
@@ -92,11 +104,11 @@ void cpu_dot_quantize_q8_0(const float *x, struct cpu_q8_0 *y, int64_t n)
         int32_t s = 0;
 
         for (int j = 0; j < CPU_Q8_0_N; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
         y[i].d = quant_f16_to_f32(quant_f32_to_f16(amax / 127.0f));
         id = amax != 0.0f ? 127.0f / amax : 0.0f;
         for (int j = 0; j < CPU_Q8_0_N; j++) {
-            int v = (int)nearbyintf(x[j] * id);
+            int v = nearest_int(x[j] * id);
             y[i].qs[j] = (int8_t)v;
             s += v;
         }
@@ -125,7 +137,7 @@ void cpu_dot_quantize_q8_K(const float *x, struct cpu_q8_K *y, int64_t n)
         }
         iscale = -127.0f / max;
         for (int j = 0; j < CPU_Q8_K_N; j++) {
-            int v = (int)nearbyintf(iscale * x[j]);
+            int v = nearest_int(iscale * x[j]);
             y[i].qs[j] = (int8_t)(v > 127 ? 127 : v);
         }
         for (int j = 0; j < CPU_Q8_K_N / 16; j++) {
@@ -337,18 +349,37 @@ static float kv_at(const void *v, int64_t i, int f16)
     return f;
 }
 
-static float dot_kv(const float *q, const void *k, int64_t n, int f16)
+static void dot_kv(const float *q, const void *k, int64_t hd, int n, float *s, int f16)
 {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        sum += q[i] * kv_at(k, i, f16);
+    for (int j = 0; j < n; j++) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < hd; i++)
+            sum += q[i] * kv_at(k, (int64_t)j * hd + i, f16);
+        s[j] = sum;
+    }
+}
+
+static void axpy_kv(const float *w, const void *v, int64_t hd, int n, float *y, int f16)
+{
+    for (int j = 0; j < n; j++)
+        for (int64_t i = 0; i < hd; i++)
+            y[i] += w[j] * kv_at(v, (int64_t)j * hd + i, f16);
+}
+
+static double exp_sub(float *x, int64_t n, float m)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        sum += x[i];
+    }
     return sum;
 }
 
-static void axpy_kv(float a, const void *v, float *y, int64_t n, int f16)
+static void swiglu(float *g, const float *u, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        y[i] += a * kv_at(v, i, f16);
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 static void round_f16(float *x, int64_t n)
@@ -373,6 +404,8 @@ const struct cpu_dot cpu_dot_scalar = {
         },
     .dot_kv = dot_kv,
     .axpy_kv = axpy_kv,
+    .exp_sub = exp_sub,
+    .swiglu = swiglu,
     .round_f16 = round_f16,
 };
 

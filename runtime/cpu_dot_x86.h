@@ -25,13 +25,14 @@
 #define MFC_CPU_DOT_X86_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "common/quant_int.h"
 #include "runtime/cpu_int.h"
 
 #define AI inline __attribute__((always_inline))
-#define X86_PREFETCH 512 /* bytes ahead of the current weight block */
+#define X86_PREFETCH 256 /* bytes ahead of the current weight block (256 beat 512, 1024, 2048) */
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -100,35 +101,26 @@ static AI X86_T __m256i dot_scaled(__m256i src, __m256i sc16, __m256i u, __m256i
 }
 
 /*
- * Every quantized tile is a block step blk_T(RB, CB, i, ..., acc) that adds
- * block i of RB weight rows dotted with CB activation rows into acc[r][c],
- * driven by X86_TILE: even blocks go to one accumulator set, odd blocks to
- * another, summed at the end. Two independent FMA chains per (row, column)
- * keep a single-row decode tile from waiting on FMA latency, and every tile
- * shape runs the same sequence per pair, so results stay batch-independent.
+ * Every tile is a block step blk_T(RB, CB, i, ..., acc) that adds block i
+ * of RB weight rows dotted with CB activation rows into acc[r][c], driven
+ * over the row's blocks by X86_TILE; each (row, column) pair has one
+ * accumulator and is summed horizontally at the end. (A second accumulator
+ * per pair, to hide FMA latency in 1 x 1 decode tiles, measured no faster:
+ * decode waits on memory, and it cost registers in the wide tiles.)
  */
 #define X86_TILE(T, BLOCK)                                                                       \
     static AI X86_T void tile_##T(const int RB, const int CB, int64_t n, const uint8_t *w,       \
                                   size_t wb, const uint8_t *x, size_t xb, float *y, size_t ys,   \
                                   int add)                                                       \
     {                                                                                            \
-        __m256 a0[4][4], a1[4][4];                                                               \
-        int64_t i = 0, nb = n / (BLOCK);                                                         \
+        __m256 acc[4][4];                                                                        \
         _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                     \
-            _Pragma("GCC unroll 4") for (int c = 0; c < CB; c++)                                 \
-        {                                                                                        \
-            a0[r][c] = _mm256_setzero_ps();                                                      \
-            a1[r][c] = _mm256_setzero_ps();                                                      \
-        }                                                                                        \
-        for (; i + 1 < nb; i += 2) {                                                             \
-            blk_##T(RB, CB, i, w, wb, x, xb, a0);                                                \
-            blk_##T(RB, CB, i + 1, w, wb, x, xb, a1);                                            \
-        }                                                                                        \
-        if (i < nb)                                                                              \
-            blk_##T(RB, CB, i, w, wb, x, xb, a0);                                                \
+            _Pragma("GCC unroll 4") for (int c = 0; c < CB; c++) acc[r][c] = _mm256_setzero_ps(); \
+        for (int64_t i = 0; i < n / (BLOCK); i++)                                                \
+            blk_##T(RB, CB, i, w, wb, x, xb, acc);                                               \
         _Pragma("GCC unroll 4") for (int c = 0; c < CB; c++)                                     \
             _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                 \
-                put(y + (size_t)c * ys + r, add, hsum8(_mm256_add_ps(a0[r][c], a1[r][c])));      \
+                put(y + (size_t)c * ys + r, add, hsum8(acc[r][c]));                              \
     }
 
 /* ---- Q8_0 weights x Q8_0 activations ----------------------------------- */
@@ -137,13 +129,13 @@ static AI X86_T void blk_q8_0(const int RB, const int CB, int64_t i, const uint8
                               const uint8_t *x, size_t xb, __m256 acc[4][4])
 {
     __m256i wq[4];
-    float dw[4];
+    __m256 dw[4];
 
 #pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
         const uint8_t *b = w + (size_t)r * wb + (size_t)i * 34;
         prefetch(b);
-        dw[r] = h2f(b);
+        dw[r] = _mm256_set1_ps(h2f(b));
         wq[r] = ld256(b + 2);
 #if X86_VNNI
         wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80)); /* w + 128 */
@@ -153,6 +145,7 @@ static AI X86_T void blk_q8_0(const int RB, const int CB, int64_t i, const uint8
     for (int c = 0; c < CB; c++) {
         const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
         __m256i aq = ld256(a->qs);
+        __m256 da = _mm256_set1_ps(a->d);
 #if X86_VNNI
         /* sum (w+128)*a = sum w*a + 128*s: start each of 8 lanes at -16*s */
         __m256i init = _mm256_set1_epi32(-16 * a->s);
@@ -166,8 +159,7 @@ static AI X86_T void blk_q8_0(const int RB, const int CB, int64_t i, const uint8
                 _mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]), _mm256_sign_epi8(aq, wq[r])),
                 _mm256_set1_epi16(1));
 #endif
-            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
-                                        acc[r][c]);
+            acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(p), acc[r][c]);
         }
     }
 }
@@ -179,14 +171,14 @@ static AI X86_T void blk_q4_0(const int RB, const int CB, int64_t i, const uint8
                               const uint8_t *x, size_t xb, __m256 acc[4][4])
 {
     __m256i wq[4];
-    float dw[4];
+    __m256 dw[4];
 
 #pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
         const uint8_t *b = w + (size_t)r * wb + (size_t)i * 18;
         __m128i t = ld128(b + 2);
         prefetch(b);
-        dw[r] = h2f(b);
+        dw[r] = _mm256_set1_ps(h2f(b));
         /* low nibbles are elements 0..15, high nibbles 16..31; codes 0..15 */
         wq[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
     }
@@ -194,13 +186,13 @@ static AI X86_T void blk_q4_0(const int RB, const int CB, int64_t i, const uint8
     for (int c = 0; c < CB; c++) {
         const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
         __m256i aq = ld256(a->qs);
+        __m256 da = _mm256_set1_ps(a->d);
         /* sum (q-8)*a = sum q*a - 8*s: start each of 8 lanes at -s */
         __m256i init = _mm256_set1_epi32(-a->s);
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
             __m256i p = dot_u8s8(init, wq[r], aq);
-            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d), _mm256_cvtepi32_ps(p),
-                                        acc[r][c]);
+            acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(p), acc[r][c]);
         }
     }
 }
@@ -208,20 +200,27 @@ X86_TILE(q4_0, 32)
 
 /* ---- K-quants x Q8_K activations --------------------------------------- */
 
-/* Q4_K/Q5_K scales and mins of one block as bytes: s[0..8) scales,
- * s[8..16) mins (ggml's get_scale_min_k4 for all eight at once). */
-static AI X86_T void k4_scales(const uint8_t *packed, uint8_t s[16])
+/* Q4_K/Q5_K scales and mins of one block (ggml's get_scale_min_k4 for all
+ * eight at once): bytes 0..7 of the result are the 6-bit scales, bytes
+ * 8..15 the mins. */
+static AI X86_T __m128i k4_scales(const uint8_t *packed)
 {
     const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-    uint32_t u[4], aux;
+    uint32_t u0, u1, u2, u3;
 
-    memcpy(u, packed, 12);
-    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
-    aux = u[1] & km1;
-    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
-    u[2] = aux;
-    u[0] &= km1;
-    memcpy(s, u, 16);
+    memcpy(&u0, packed, 4);
+    memcpy(&u1, packed + 4, 4);
+    memcpy(&u2, packed + 8, 4);
+    u3 = ((u2 >> 4) & km2) | (((u1 >> 6) & km3) << 4);
+    return _mm_set_epi32((int)u3, (int)(u1 & km1), (int)((u2 & km2) | (((u0 >> 6) & km3) << 4)),
+                         (int)(u0 & km1));
+}
+
+/* The 16-bit scale of sub-block j in every lane, from the 8 scales as
+ * int16 in both halves of sc (one shuffle instead of extract + broadcast). */
+static AI X86_T __m256i k4_scale_j(__m256i sc, int j)
+{
+    return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 * (2 * j + 1) + 2 * j)));
 }
 
 /* The activation's 16-element sums folded to 8 sums of 32 (one per K-quant
@@ -240,8 +239,8 @@ static AI X86_T void blk_q45_K(const int q5, const int RB, const int CB, int64_t
     const size_t bsz = q5 ? sizeof(struct quant_blk_q5_K) : sizeof(struct quant_blk_q4_K);
     const size_t qs_off = q5 ? offsetof(struct quant_blk_q5_K, qs) : offsetof(struct quant_blk_q4_K, qs);
     const __m256i m4 = _mm256_set1_epi8(15), m1 = _mm256_set1_epi8(1);
-    __m256i sumi[4][4], hb[4];
-    uint8_t s[4][16];
+    __m256i sumi[4][4], hb[4], sc[4];
+    __m128i mins[4];
     float dw[4], dm[4];
 
 #pragma GCC unroll 4
@@ -250,14 +249,17 @@ static AI X86_T void blk_q45_K(const int q5, const int RB, const int CB, int64_t
         prefetch(b);
         prefetch(b + 64);
         prefetch(b + 128);
+        __m128i sm = k4_scales(b + 4);
         dw[r] = h2f(b);
         dm[r] = h2f(b + 2);
-        k4_scales(b + 4, s[r]);
+        sc[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
         hb[r] = q5 ? ld256(b + 16) : _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < CB; c++)
             sumi[r][c] = _mm256_setzero_si256();
     }
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         __m256i lo[4], hi[4], sl[4], sh[4];
 #pragma GCC unroll 4
@@ -272,8 +274,8 @@ static AI X86_T void blk_q45_K(const int q5, const int RB, const int CB, int64_t
                     hi[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb[r], 1), m1), 4));
                 hb[r] = _mm256_srli_epi16(hb[r], 2);
             }
-            sl[r] = _mm256_set1_epi16(s[r][2 * j]);
-            sh[r] = _mm256_set1_epi16(s[r][2 * j + 1]);
+            sl[r] = k4_scale_j(sc[r], 2 * j);
+            sh[r] = k4_scale_j(sc[r], 2 * j + 1);
         }
 #pragma GCC unroll 4
         for (int c = 0; c < CB; c++) {
@@ -290,8 +292,7 @@ static AI X86_T void blk_q45_K(const int q5, const int RB, const int CB, int64_t
         __m128i bs = bsums32(a);
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
-            __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i_u *)(s[r] + 8)));
-            __m256 mp = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bs)));
+            __m256 mp = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins[r], bs)));
             acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * a->d),
                                         _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
             acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(dm[r] * a->d), mp, acc[r][c]);
@@ -336,7 +337,9 @@ static AI X86_T void blk_q6_K(const int RB, const int CB, int64_t i, const uint8
         for (int c = 0; c < CB; c++)
             sumi[r][c] = _mm256_setzero_si256();
     }
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             /* vector k of half h: elements 128h + 32k ..; scales 8h + 2k, +1 */
             const __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (8 * h + 2 * k + 1),
@@ -350,7 +353,7 @@ static AI X86_T void blk_q6_K(const int RB, const int CB, int64_t i, const uint8
                 __m256i qh = ld256(b->qh + 32 * h);
                 if (k >= 2)
                     ql = _mm256_srli_epi16(ql, 4);
-                qh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
+                qh = _mm256_srli_epi16(qh, 2 * k); /* an immediate once k is unrolled */
                 q[r] = _mm256_or_si256(_mm256_and_si256(ql, m4),
                                        _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
                 sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8[r], shuf));
@@ -484,33 +487,121 @@ X86_GEMM(q4_K)
 X86_GEMM(q5_K)
 X86_GEMM(q6_K)
 
-/* ---- attention helpers --------------------------------------------------- */
+/* ---- attention and activation helpers ----------------------------------- */
 
-static X86_T float dot_kv(const float *q, const void *k, int64_t n, int f16)
+/* The horizontal sums of a[0..8) as one vector: lane j = sum of a[j]'s lanes. */
+static AI X86_T __m256 hsum8x8(const __m256 a[8])
 {
-    const uint8_t *p = k;
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    float v;
-
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld_w8(f16 ? 1 : 0, p, i), acc);
-    v = hsum8(acc);
-    for (; i < n; i++)
-        v += q[i] * ld_w1(f16 ? 1 : 0, p, i);
-    return v;
+    __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    t0 = _mm256_hadd_ps(t0, t1);
+    t2 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t2, 0x20), _mm256_permute2f128_ps(t0, t2, 0x31));
 }
 
-static X86_T void axpy_kv(float a, const void *v, float *y, int64_t n, int f16)
+/* Eight rows at a time: every lane runs the same sums whether or not the
+ * rows after n exist (missing rows are zeros), so a score never depends on
+ * how full its block is. */
+static X86_T void dot_kv(const float *q, const void *k, int64_t hd, int n, float *s, int f16)
+{
+    const uint8_t *p = k;
+    const size_t row = (size_t)hd * (f16 ? 2 : 4);
+
+    for (int j0 = 0; j0 < n; j0 += 8) {
+        __m256 acc[8];
+        float out[8];
+        int m = n - j0 < 8 ? n - j0 : 8;
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_setzero_ps();
+        for (int64_t i = 0; i + 8 <= hd; i += 8) {
+            __m256 qv = _mm256_loadu_ps(q + i);
+            for (int j = 0; j < m; j++)
+                acc[j] = _mm256_fmadd_ps(qv, ld_w8(f16 ? 1 : 0, p + (size_t)(j0 + j) * row, i),
+                                         acc[j]);
+        }
+        _mm256_storeu_ps(out, hsum8x8(acc));
+        for (int j = 0; j < m; j++) {
+            for (int64_t i = hd / 8 * 8; i < hd; i++)
+                out[j] += q[i] * ld_w1(f16 ? 1 : 0, p + (size_t)(j0 + j) * row, i);
+            s[j0 + j] = out[j];
+        }
+    }
+}
+
+static X86_T void axpy_kv(const float *w, const void *v, int64_t hd, int n, float *y, int f16)
 {
     const uint8_t *p = v;
-    __m256 va = _mm256_set1_ps(a);
+    const size_t row = (size_t)hd * (f16 ? 2 : 4);
     int64_t i = 0;
 
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ld_w8(f16 ? 1 : 0, p, i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= hd; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int j = 0; j < n; j++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), ld_w8(f16 ? 1 : 0, p + (size_t)j * row, i),
+                                  acc);
+        _mm256_storeu_ps(y + i, acc);
+    }
+    for (; i < hd; i++)
+        for (int j = 0; j < n; j++)
+            y[i] += w[j] * ld_w1(f16 ? 1 : 0, p + (size_t)j * row, i);
+}
+
+/* e^x for 8 lanes, Cephes' expf: 2^n * p(r) with r = x - n ln2 split in two
+ * parts and a degree-5 polynomial; within 2 ulp of expf, 0 below -87.3. */
+static AI X86_T __m256 exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f),
+                                                _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f), r2;
+    __m256i e;
+
+    r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440E-4f), r);
+    r2 = _mm256_mul_ps(r, r);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_and_ps(y, _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
+}
+
+static X86_T double exp_sub(float *x, int64_t n, float m)
+{
+    __m256 vm = _mm256_set1_ps(m);
+    double sum = 0.0;
+    int64_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        sum += hsum8(e);
+    }
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        sum += x[i];
+    }
+    return sum;
+}
+
+static X86_T void swiglu(float *g, const float *u, int64_t n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(one, e)),
+                                              _mm256_loadu_ps(u + i)));
+    }
     for (; i < n; i++)
-        y[i] += a * ld_w1(f16 ? 1 : 0, p, i);
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 static X86_T void round_f16(float *x, int64_t n)
@@ -540,6 +631,8 @@ const struct cpu_dot X86_TABLE = {
         },
     .dot_kv = dot_kv,
     .axpy_kv = axpy_kv,
+    .exp_sub = exp_sub,
+    .swiglu = swiglu,
     .round_f16 = round_f16,
 };
 

@@ -242,11 +242,8 @@ static void phase_swiglu(struct cpu_step *s, const struct job *down, int ith, in
     int32_t t0, t1;
 
     rows_of(down->n_rows, ith, nth, &t0, &t1);
-    for (int32_t t = t0; t < t1; t++) {
-        float *g = s->hg + (size_t)t * (size_t)n_ff, *u = s->hu + (size_t)t * (size_t)n_ff;
-        for (int64_t i = 0; i < n_ff; i++)
-            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
+    for (int32_t t = t0; t < t1; t++)
+        s->dot->swiglu(s->hg + (size_t)t * (size_t)n_ff, s->hu + (size_t)t * (size_t)n_ff, n_ff);
     prep_rows(s, down, 1, t0, t1);
 }
 
@@ -444,32 +441,32 @@ static void attend(struct cpu_step *s, int32_t layer, const struct batch_seq *sq
     const float *q = s->q + (size_t)t * (size_t)(hp->n_head * hd) + (size_t)(h * hd);
     float *out = s->xb + (size_t)t * (size_t)s->xb_w + (size_t)(h * hd);
     const float kq_scale = 1.0f / sqrtf((float)hd);
+    const int32_t n = pos + 1;
     float mx = -INFINITY, inv;
-    double sum = 0.0;
 
     memcpy(qh, q, (size_t)hd * sizeof *qh);
     if (s->kv_f16)
         s->dot->round_f16(qh, hd);
-    for (int32_t j = 0; j <= pos; j++) {
-        const uint8_t *k = kv_row(s, sq->block_table[j / KV_BLOCK_TOKENS], layer, 0, g,
-                                  j % KV_BLOCK_TOKENS);
-        sc[j] = s->dot->dot_kv(qh, k, hd, s->kv_f16) * kq_scale;
+    for (int32_t b = 0; b * KV_BLOCK_TOKENS < n; b++) {
+        int m = n - b * KV_BLOCK_TOKENS < KV_BLOCK_TOKENS ? n - b * KV_BLOCK_TOKENS : KV_BLOCK_TOKENS;
+        s->dot->dot_kv(qh, kv_row(s, sq->block_table[b], layer, 0, g, 0), hd, m,
+                       sc + b * KV_BLOCK_TOKENS, s->kv_f16);
+    }
+    for (int32_t j = 0; j < n; j++) {
+        sc[j] *= kq_scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
-    for (int32_t j = 0; j <= pos; j++) {
-        sc[j] = expf(sc[j] - mx);
-        sum += sc[j];
-    }
-    inv = (float)(1.0 / sum);
-    for (int32_t j = 0; j <= pos; j++)
+    inv = (float)(1.0 / s->dot->exp_sub(sc, n, mx));
+    for (int32_t j = 0; j < n; j++)
         sc[j] *= inv;
     if (s->kv_f16)
-        s->dot->round_f16(sc, pos + 1);
+        s->dot->round_f16(sc, n);
     memset(out, 0, (size_t)hd * sizeof *out);
-    for (int32_t j = 0; j <= pos; j++)
-        s->dot->axpy_kv(sc[j], kv_row(s, sq->block_table[j / KV_BLOCK_TOKENS], layer, 1, g,
-                                      j % KV_BLOCK_TOKENS),
-                        out, hd, s->kv_f16);
+    for (int32_t b = 0; b * KV_BLOCK_TOKENS < n; b++) {
+        int m = n - b * KV_BLOCK_TOKENS < KV_BLOCK_TOKENS ? n - b * KV_BLOCK_TOKENS : KV_BLOCK_TOKENS;
+        s->dot->axpy_kv(sc + b * KV_BLOCK_TOKENS, kv_row(s, sq->block_table[b], layer, 1, g, 0), hd,
+                        m, out, s->kv_f16);
+    }
 }
 
 static void phase_attention(struct cpu_step *s, int32_t layer, int ph, int ith)

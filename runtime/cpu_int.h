@@ -98,10 +98,16 @@ struct cpu_dot {
     enum cpu_isa isa;                        /* what these functions need */
     const char *name;                        /* "scalar", "avx2", "avx512vnni" */
     cpu_gemm_fn *gemm[GGML_TYPE_COUNT];      /* by weight type; NULL: not handled */
-    /* attention: dot of a float query with an F16 or F32 key row */
-    float (*dot_kv)(const float *q, const void *k, int64_t n, int f16);
-    /* attention: y[0..n) += a * v[0..n) for an F16 or F32 value row */
-    void (*axpy_kv)(float a, const void *v, float *y, int64_t n, int f16);
+    /* attention, one KV block: s[j] = q . k_j for its first n (<= 16) rows
+     * of hd F16 or F32 elements. A row's score depends only on its slot,
+     * never on n (partial blocks give the bits full ones do). */
+    void (*dot_kv)(const float *q, const void *k, int64_t hd, int n, float *s, int f16);
+    /* attention, one KV block: y[0..hd) += w[j] * v_j for j < n, in order */
+    void (*axpy_kv)(const float *w, const void *v, int64_t hd, int n, float *y, int f16);
+    /* x[i] = e^(x[i] - m) for i < n; returns their sum (accumulated in double) */
+    double (*exp_sub)(float *x, int64_t n, float m);
+    /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] */
+    void (*swiglu)(float *g, const float *u, int64_t n);
     /* x[0..n) rounded to the nearest fp16 value, in place (same bits on every ISA) */
     void (*round_f16)(float *x, int64_t n);
 };

@@ -10,24 +10,28 @@
  * are running.
  *
  * Worker states:  IDLE  --cpu_pool_run (gen++ under mu, broadcast)--> RUN
- *                 RUN   --fn returns, last to finish signals done-----> IDLE
+ *                 RUN   --fn returns, final barrier with the caller--> IDLE
  *                 IDLE  --cpu_pool_free (stop = 1, broadcast)-------> joined
  *
- * Waiting spins with a pause for a short while and then yields or sleeps:
- * on a machine shared with other processes a pure spin would burn the core
- * the thread it waits for needs.
+ * A barrier waiter spins with pause for a few tens of microseconds (the
+ * usual wait when threads have cores to themselves) and then sleeps on a
+ * futex; the last thread to arrive wakes sleepers. Spinning longer, or
+ * yielding in a loop, burns the very core a descheduled partner needs when
+ * other processes share the machine.
  */
 #include "runtime/cpu_int.h"
 
-#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/err.h"
 
-#define SPIN_PAUSES 20000 /* ~50-100 us of pause before a waiter yields or sleeps */
+#define SPIN_PAUSES 2000 /* ~20-50 us of pause before a waiter sleeps */
 
 struct cpu_worker {
     struct cpu_pool *pool; /* borrowed: the owner */
@@ -45,9 +49,9 @@ struct cpu_pool {
     atomic_int stop;            /* 1: workers exit */
     cpu_pool_fn *fn;            /* the job; written before gen is bumped */
     void *arg;                  /* its argument */
-    atomic_int n_done;          /* threads finished with the current job */
     atomic_int bar_count;       /* threads arrived at the current barrier */
-    atomic_uint bar_gen;        /* barrier generation */
+    atomic_uint bar_gen;        /* barrier generation (also the futex word) */
+    atomic_int bar_sleepers;    /* threads asleep on bar_gen */
 };
 
 static inline void cpu_relax(void)
@@ -81,9 +85,20 @@ static void *worker_main(void *arg)
     while (!wait_job(p, seen)) {
         seen = atomic_load_explicit(&p->gen, memory_order_acquire);
         p->fn(p->arg, w->ith, p->n);
-        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
+        cpu_pool_barrier(p); /* tells the caller the job is done */
     }
     return NULL;
+}
+
+/* Sleeps while *word == val (returns at once if it already differs). */
+static void futex_wait(atomic_uint *word, unsigned val)
+{
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake_all(atomic_uint *word)
+{
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
 int cpu_pool_new(int n, struct cpu_pool **out, struct mf_err *err)
@@ -139,45 +154,41 @@ int cpu_pool_size(const struct cpu_pool *p)
 
 void cpu_pool_run(struct cpu_pool *p, cpu_pool_fn *fn, void *arg)
 {
-    int spins = 0;
-
     if (p->n == 1) {
         fn(arg, 0, 1);
         return;
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store(&p->n_done, 0);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->n);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1) {
-        if (++spins < SPIN_PAUSES)
-            cpu_relax();
-        else
-            sched_yield();
-    }
+    cpu_pool_barrier(p); /* every worker has returned from fn */
 }
 
 void cpu_pool_barrier(struct cpu_pool *p)
 {
     unsigned g;
-    int spins = 0;
 
     if (p->n == 1)
         return;
     g = atomic_load_explicit(&p->bar_gen, memory_order_acquire);
     if (atomic_fetch_add_explicit(&p->bar_count, 1, memory_order_acq_rel) == p->n - 1) {
         atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->bar_gen, 1, memory_order_release);
+        atomic_fetch_add(&p->bar_gen, 1);
+        if (atomic_load(&p->bar_sleepers))
+            futex_wake_all(&p->bar_gen);
         return;
     }
-    while (atomic_load_explicit(&p->bar_gen, memory_order_acquire) == g) {
-        if (++spins < SPIN_PAUSES)
-            cpu_relax();
-        else
-            sched_yield();
+    for (int i = 0; i < SPIN_PAUSES; i++) {
+        if (atomic_load_explicit(&p->bar_gen, memory_order_acquire) != g)
+            return;
+        cpu_relax();
     }
+    atomic_fetch_add(&p->bar_sleepers, 1);
+    while (atomic_load(&p->bar_gen) == g)
+        futex_wait(&p->bar_gen, g);
+    atomic_fetch_sub(&p->bar_sleepers, 1);
 }

@@ -10,7 +10,8 @@
 //
 // Bench mode (--bench PP,TG) prints {"prefill_tps", "decode_tps"} measured
 // the way mfc-eval --bench does: PP seeded-random tokens evaluated in one
-// call (n_batch 512), then TG greedy tokens.
+// call (n_batch 512), then TG greedy tokens; also the CPU time of each
+// phase (process.cpuUsage: every thread of the process).
 //
 // Jobs mode (--jobs FILE) runs one job per line of FILE, each a JSON object
 // {"out": PATH, "args": [...the arguments above...]}, writing each result
@@ -95,19 +96,24 @@ async function greedy(seq, tokens, n) {
 
 async function bench(model, seq, pp, tg) {
     const toks = benchTokens(pp, vocabSize(model));
-    let t0 = performance.now();
+    const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };
+    const t0 = performance.now(), c0 = cpu();
     await seq.evaluateWithoutGeneratingNewTokens(toks);
-    let t1 = performance.now();
+    const t1 = performance.now(), c1 = cpu();
     await seq.clearHistory();
     // decode: evaluate() generates token by token after a prompt; time only the generation
-    let n = 0, tStart = 0;
+    let n = 0, tStart = 0, cStart = 0;
     for await (const _ of seq.evaluate(toks, {temperature: 0})) {
-        if (n === 0) tStart = performance.now();
+        if (n === 0) {
+            tStart = performance.now();
+            cStart = cpu();
+        }
         if (++n > tg) break;
     }
-    const t2 = performance.now();
+    const t2 = performance.now(), c2 = cpu();
     return {pp, tg, prefill_tps: pp / ((t1 - t0) / 1000), decode_tps: tg / ((t2 - tStart) / 1000),
-            prefill_s: (t1 - t0) / 1000, decode_s: (t2 - tStart) / 1000};
+            prefill_s: (t1 - t0) / 1000, decode_s: (t2 - tStart) / 1000,
+            prefill_cpu_s: c1 - c0, decode_cpu_s: c2 - cStart};
 }
 
 async function run(llama, o) {

@@ -11,7 +11,9 @@
  * prompt token), "generated": [...] (N greedy tokens, lowest id on ties)}.
  * Bench mode prefills PP seeded-random tokens (in --chunk steps, default
  * 512 like llama.cpp's n_batch), then decodes TG tokens one step each, and
- * prints {"prefill_tps", "decode_tps", ...}: the llama-bench pp/tg figures.
+ * prints {"prefill_tps", "decode_tps", ...}: the llama-bench pp/tg figures,
+ * plus the CPU time each phase used (on a shared machine, wall time also
+ * counts the time other processes held the cores).
  * Owns everything it opens; exits 1 with the reason on stderr.
  */
 #include <inttypes.h>
@@ -170,10 +172,10 @@ static int32_t argmax(const float *v, int32_t n)
     return best;
 }
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -202,7 +204,7 @@ static int bench(const struct model *m, struct seq *sq, const struct opts *o, st
 {
     int32_t *toks = malloc((size_t)o->bench_pp * sizeof *toks), tok;
     uint64_t r = 0x9e3779b97f4a7c15ull;
-    double t0, t1, t2;
+    double t0, t1, t2, c0, c1, c2;
     int rc;
 
     if (!toks)
@@ -211,21 +213,25 @@ static int bench(const struct model *m, struct seq *sq, const struct opts *o, st
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         toks[i] = (int32_t)(r % (uint64_t)m->hp.n_vocab);
     }
-    t0 = now_s();
+    t0 = clock_s(CLOCK_MONOTONIC);
+    c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     rc = feed(sq, toks, o->bench_pp, o->chunk, err);
-    t1 = now_s();
+    t1 = clock_s(CLOCK_MONOTONIC);
+    c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int32_t i = 0; !rc && i < o->bench_tg; i++) {
         tok = argmax(sq->logits, m->hp.n_vocab);
         rc = feed(sq, &tok, 1, 1, err);
     }
-    t2 = now_s();
+    t2 = clock_s(CLOCK_MONOTONIC);
+    c2 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     free(toks);
     if (rc)
         return rc;
     printf("{\"pp\": %" PRId32 ", \"tg\": %" PRId32 ", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, "
-           "\"prefill_s\": %.4f, \"decode_s\": %.4f}\n",
+           "\"prefill_s\": %.4f, \"decode_s\": %.4f, \"prefill_cpu_s\": %.4f, "
+           "\"decode_cpu_s\": %.4f}\n",
            o->bench_pp, o->bench_tg, o->bench_pp / (t1 - t0), o->bench_tg / (t2 - t1), t1 - t0,
-           t2 - t1);
+           t2 - t1, c1 - c0, c2 - c1);
     return 0;
 }
 

@@ -175,9 +175,10 @@ enum tok_encode_flags {
  * bytes); both as llama.cpp does. Invalid input never fails, it only may not
  * decode back to the same bytes; valid UTF-8 does (SPM: after
  * TOK_STRIP_SPACE, and unless the text holds U+2581 or an added token,
- * which SPM puts a space after). Fails only
- * with MF_ENOMEM (out's limit or memory; out keeps the ids appended before)
- * or MF_EINVAL (TOK_BOS/TOK_EOS with no such token; out untouched).
+ * which SPM puts a space after). Fails only with MF_ENOMEM (out's limit,
+ * memory, or a text over 256 MiB; out keeps the ids appended before) or
+ * MF_EINVAL (TOK_BOS/TOK_EOS with no such token: out untouched; or PCRE2
+ * failing to match, which no supported pre-tokenizer does).
  */
 int tok_encode(const struct tok *t, const char *text, size_t len, unsigned flags,
                struct tok_ids *out, struct mf_err *err);

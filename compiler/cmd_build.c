@@ -379,7 +379,7 @@ static void report_build(struct mfc_ctx *ctx, const struct plan *p, const struct
                 "\"cached\":%zu,\"failed\":%zu,\"cancelled\":%zu,\"ms\":%.0f}\n",
                 b->n_failed ? "error" : "done", p->n_nodes, b->n_done, b->n_cached, b->n_failed,
                 b->n_cancelled, secs * 1000);
-    } else if (mode != PROGRESS_QUIET) {
+    } else if (mode != PROGRESS_QUIET && mode != PROGRESS_TTY) { /* a tty's block has it */
         fprintf(ctx->err, "[+] Building %.1fs (%zu/%zu) %s\n", secs, finished, p->n_nodes,
                 b->n_failed ? "ERROR" : "FINISHED");
     }
@@ -404,6 +404,7 @@ static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan
     double t0 = mono_s();
     if (progress_open(&pr, ctx->err, cli->mode, &err) != 0)
         return mfc_report(ctx, &err);
+    progress_set_steps(pr, (int)p->n_nodes); /* "#N" and "[N/M]" are the plan's numbers */
     fo->progress = pr;
     fo->base_dir = cli->context;
     struct exec_opts eo = {

@@ -117,7 +117,7 @@ static enum exec_state run_node(struct exec_ctx *x, struct store *s, size_t id)
     struct exec_node *r = &x->b->nodes[id];
     struct exec_job j = {.plan = x->p, .node = n, .o = x->o, .b = x->b, .s = s};
     double t0 = now_s();
-    int pid = progress_begin(x->o->progress, plan_op_name(n->op), n->name);
+    int pid = progress_step_begin(x->o->progress, (int)id + 1, plan_op_name(n->op), n->name);
     enum exec_state st = run_cached(&j, r);
     r->secs = now_s() - t0;
     if (st == EXEC_FAILED) {
@@ -168,7 +168,7 @@ static void cancel_after(struct exec_ctx *x, size_t failed)
             continue;
         x->b->nodes[i].state = EXEC_CANCELLED;
         x->n_open--;
-        int pid = progress_begin(x->o->progress, plan_op_name(n->op), n->name);
+        int pid = progress_step_begin(x->o->progress, (int)i + 1, plan_op_name(n->op), n->name);
         progress_end(x->o->progress, pid, "CANCELED");
     }
 }

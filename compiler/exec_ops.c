@@ -108,9 +108,10 @@ static int op_source(const struct exec_job *j, struct exec_node *r, int *cached,
                           "'%s' is not a file, and building from a model or image name is not "
                           "supported yet (use a GGUF path, an http(s):// URL or hf://)",
                           src->location);
-    /* a download shows its bytes as a sub-job; a local copy is fast enough not to */
-    fo.progress = src->kind == FETCH_URL ? j->o->progress : NULL;
+    /* a download's or a copy's bytes show on this step's line, numbered as the plan is */
+    fo.progress = progress_scope(j->o->progress, (int)j->node->id + 1);
     int rc = fetch_run(j->s, src, &fo, &fr, err);
+    progress_close(fo.progress);
     if (rc)
         return rc;
     snprintf(r->digest, sizeof r->digest, "%s", fr.digest);

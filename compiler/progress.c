@@ -15,6 +15,19 @@
  * Redraws are throttled to 10 per second; plain lines to one per job every
  * 2 s; json progress events to one per job per second. Begin, end, fail and
  * note are never throttled.
+ *
+ * Steps (progress_step_begin, once progress_set_steps was called) are the
+ * executor's plan nodes, numbered as `mfc plan` numbers them. On a tty they
+ * are drawn BuildKit-like as one block redrawn in place, finished steps
+ * included, under a header:
+ *     [+] Building 12.3s (5/8)
+ *      => [1/8] source FROM ./x.gguf 1.2 GiB / 4.6 GiB 310 MB/s ETA 12s
+ *      => [2/8] check FROM ./x.gguf DONE 1.2s
+ * Every redraw of the block (begin, end, update, and a ticker thread that
+ * keeps the header's clock moving on a real terminal) is throttled to 10 per
+ * second; progress_close draws the final state, which stays on screen. Work
+ * inside a step (a download) reports through progress_scope, so its bytes
+ * show on the step's line instead of as a job of its own.
  */
 #include "compiler/progress.h"
 
@@ -49,6 +62,11 @@ struct job {
     int64_t last_ns;  /* last plain or json progress line */
     int updated;      /* nonzero once progress_update was called */
     int ended;        /* nonzero after end or fail */
+    int num;          /* the number shown: id, or the step's plan number */
+    int step;         /* nonzero: begun by progress_step_begin */
+    int failed;       /* nonzero after fail */
+    int64_t end_ns;   /* at end or fail */
+    char status[16];  /* tty steps: "DONE", "CACHED", "CANCELED" */
 };
 
 struct progress {
@@ -63,6 +81,15 @@ struct progress {
     struct mf_buf pending;   /* tty: permanent lines not yet printed */
     int drawn_lines;         /* tty: active lines currently on screen */
     int64_t last_draw_ns;    /* tty: last redraw */
+    int n_steps;             /* steps in the build (progress_set_steps), 0: none */
+    int64_t open_ns;         /* at open (the header's clock) */
+    int any_failed;          /* a step failed: the final header says ERROR */
+    int closing;             /* the final redraw is under way */
+    int ticking;             /* the ticker thread runs */
+    int stop_ticker;         /* close asks the ticker to return */
+    pthread_t ticker;        /* redraws the block 10 times a second on a real tty */
+    struct progress *root;   /* a scope: the progress it reports into; else NULL */
+    int scope_id;            /* a scope: the job its calls go to */
 };
 
 /* ---- formatting ------------------------------------------------------------------- */
@@ -167,6 +194,7 @@ int progress_open(struct progress **out, FILE *stream, enum progress_mode mode, 
     p->out = stream;
     p->mode = mode;
     p->clock = mono_ns;
+    p->open_ns = mono_ns(NULL);
     p->width = mode == PROGRESS_TTY ? term_width(stream) : 0;
     mf_buf_init(&p->pending, 1 << 20);
     pthread_mutex_init(&p->mu, NULL);
@@ -175,12 +203,23 @@ int progress_open(struct progress **out, FILE *stream, enum progress_mode mode, 
 }
 
 static void redraw(struct progress *p, int64_t now);
+static void maybe_redraw(struct progress *p, int64_t now);
 
 void progress_close(struct progress *p)
 {
     if (!p)
         return;
+    if (p->root) { /* a scope */
+        free(p);
+        return;
+    }
     pthread_mutex_lock(&p->mu);
+    p->stop_ticker = 1;
+    pthread_mutex_unlock(&p->mu);
+    if (p->ticking)
+        pthread_join(p->ticker, NULL);
+    pthread_mutex_lock(&p->mu);
+    p->closing = 1;
     if (p->mode == PROGRESS_TTY)
         redraw(p, p->clock(p->clock_arg));
     pthread_mutex_unlock(&p->mu);
@@ -196,7 +235,55 @@ void progress_close(struct progress *p)
 
 enum progress_mode progress_get_mode(const struct progress *p)
 {
-    return p ? p->mode : PROGRESS_QUIET;
+    return !p ? PROGRESS_QUIET : p->root ? p->root->mode : p->mode;
+}
+
+/* Keeps the tty block's clock moving while no step reports anything. */
+static void *ticker_main(void *arg)
+{
+    struct progress *p = arg;
+    struct timespec tick = {0, TTY_INTERVAL_NS};
+    for (;;) {
+        nanosleep(&tick, NULL);
+        pthread_mutex_lock(&p->mu);
+        int stop = p->stop_ticker;
+        if (!stop)
+            maybe_redraw(p, p->clock(p->clock_arg));
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            return NULL;
+    }
+}
+
+void progress_set_steps(struct progress *p, int n_steps)
+{
+    if (!p || p->root)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->n_steps = n_steps > 0 ? n_steps : 0;
+    p->open_ns = p->clock(p->clock_arg);
+    if (p->n_steps && p->mode == PROGRESS_TTY && !p->ticking && isatty(fileno(p->out)))
+        p->ticking = pthread_create(&p->ticker, NULL, ticker_main, p) == 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+struct progress *progress_scope(struct progress *p, int step)
+{
+    if (!p || p->root)
+        return NULL;
+    pthread_mutex_lock(&p->mu);
+    int id = 0;
+    for (size_t i = 0; i < p->n_jobs; i++)
+        if (p->jobs[i].step && p->jobs[i].num == step)
+            id = p->jobs[i].id;
+    pthread_mutex_unlock(&p->mu);
+    struct progress *sc = id ? calloc(1, sizeof *sc) : NULL;
+    if (sc) {
+        sc->root = p;
+        sc->scope_id = id;
+        sc->mode = p->mode;
+    }
+    return sc;
 }
 
 void progress_set_clock(struct progress *p, progress_clock_fn fn, void *arg)
@@ -222,6 +309,18 @@ static void emit_json(struct progress *p, const struct job *j, const char *event
     json_t *v = json_pack("{s:i, s:s}", "id", j->id, "event", event);
     if (v && extra)
         json_object_update(v, extra);
+    if (v && j->step) { /* steps carry everything a CI parser needs on every line */
+        const char *state = !j->ended ? "running" : j->failed ? "error" : j->status;
+        int64_t t = j->ended ? j->end_ns : p->clock(p->clock_arg);
+        json_t *f = json_pack("{s:i, s:i, s:s, s:s, s:s, s:I, s:I, s:I}", "step", j->num,
+                              "steps", p->n_steps, "verb", j->verb, "name", j->name, "state",
+                              state, "bytes", (json_int_t)j->done, "total",
+                              (json_int_t)j->total, "elapsed_ms",
+                              (json_int_t)((t - j->start_ns) / 1000000));
+        if (f)
+            json_object_update(v, f);
+        json_decref(f);
+    }
     char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     if (s) {
         fprintf(p->out, "%s\n", s);
@@ -270,6 +369,64 @@ static void tty_line(const struct progress *p, const struct job *j, int64_t now,
     compose(p, prefix, j->name, suffix, buf, cap);
 }
 
+/* Cuts s to at most cols columns (a UTF-8 sequence counts as one). */
+static void cut_cols(char *s, int cols)
+{
+    int n = 0;
+    for (char *q = s; *q; q++) {
+        if (((unsigned char)*q & 0xc0) != 0x80 && ++n > cols) {
+            *q = '\0';
+            return;
+        }
+    }
+}
+
+/* The tty line of a step: " => [2/8] check FROM ./x.gguf DONE 1.2s". */
+static void step_line(const struct progress *p, const struct job *j, int64_t now, char *buf,
+                      size_t cap)
+{
+    char amounts[160], prefix[96], suffix[200];
+    snprintf(prefix, sizeof prefix, " => [%d/%d] %.40s ", j->num, p->n_steps, j->verb);
+    if (j->ended && j->failed)
+        snprintf(suffix, sizeof suffix, " ERROR");
+    else if (j->ended && strcmp(j->status, "DONE") == 0)
+        snprintf(suffix, sizeof suffix, " DONE %.1fs", (double)(j->end_ns - j->start_ns) / NS);
+    else if (j->ended)
+        snprintf(suffix, sizeof suffix, " %s", j->status);
+    else if (j->updated) {
+        fmt_amounts(j, now, 1, amounts, sizeof amounts);
+        snprintf(suffix, sizeof suffix, " %s", amounts);
+    } else
+        snprintf(suffix, sizeof suffix, " %.1fs", (double)(now - j->start_ns) / NS);
+    compose(p, prefix, j->name, suffix, buf, cap);
+    cut_cols(buf, p->width - 1);
+}
+
+/* Steps mode: the header and every step, finished ones included. */
+static int draw_block(struct progress *p, int64_t now)
+{
+    char line[LINE_MAX];
+    int done = 0, n = 1;
+    for (size_t i = 0; i < p->n_jobs; i++)
+        done += p->jobs[i].step && p->jobs[i].ended;
+    snprintf(line, sizeof line, "[+] Building %.1fs (%d/%d)%s", (double)(now - p->open_ns) / NS,
+             done, p->n_steps, !p->closing ? "" : p->any_failed ? " ERROR" : " FINISHED");
+    cut_cols(line, p->width - 1);
+    fprintf(p->out, "\x1b[2K%s\n", line);
+    for (size_t i = 0; i < p->n_jobs; i++) {
+        const struct job *j = &p->jobs[i];
+        if (j->step)
+            step_line(p, j, now, line, sizeof line);
+        else if (!j->ended)
+            tty_line(p, j, now, line, sizeof line);
+        else
+            continue;
+        fprintf(p->out, "\x1b[2K%s\n", line);
+        n++;
+    }
+    return n;
+}
+
 static void redraw(struct progress *p, int64_t now)
 {
     char line[LINE_MAX];
@@ -280,7 +437,9 @@ static void redraw(struct progress *p, int64_t now)
         mf_buf_reset(&p->pending);
     }
     int n = 0;
-    for (size_t i = 0; i < p->n_jobs; i++) {
+    for (size_t i = 0; p->n_steps && i < 1; i++)
+        n = draw_block(p, now);
+    for (size_t i = 0; !p->n_steps && i < p->n_jobs; i++) {
         if (p->jobs[i].ended)
             continue;
         tty_line(p, &p->jobs[i], now, line, sizeof line);
@@ -293,6 +452,13 @@ static void redraw(struct progress *p, int64_t now)
     p->last_draw_ns = now;
 }
 
+/* Redraws unless the last redraw was under TTY_INTERVAL_NS ago. */
+static void maybe_redraw(struct progress *p, int64_t now)
+{
+    if (now - p->last_draw_ns >= TTY_INTERVAL_NS || p->drawn_lines == 0)
+        redraw(p, now);
+}
+
 /* A line that stays: printed now (plain) or above the active ones (tty).
  * On a tty it must already fit the width (compose). */
 static void permanent(struct progress *p, const char *line, int64_t now)
@@ -303,7 +469,7 @@ static void permanent(struct progress *p, const char *line, int64_t now)
         return;
     }
     if (mf_buf_printf(&p->pending, NULL, "\x1b[2K%s\n", line) == 0)
-        redraw(p, now);
+        p->n_steps ? maybe_redraw(p, now) : redraw(p, now);
 }
 
 /* ---- jobs ------------------------------------------------------------------------- */
@@ -338,28 +504,43 @@ static struct job *job_add(struct progress *p, const char *verb, const char *nam
     return j;
 }
 
-int progress_begin(struct progress *p, const char *verb, const char *name)
+/* Begins a job; step: its plan number, or 0 for a job numbered by begin order. */
+static int begin(struct progress *p, int step, const char *verb, const char *name)
 {
     if (!p)
         return 0;
+    if (p->root) /* a scope: the work shows on its step's line */
+        return p->scope_id;
     pthread_mutex_lock(&p->mu);
     int64_t now = p->clock(p->clock_arg);
     struct job *j = job_add(p, verb, name);
     int id = j ? j->id : 0;
     if (j) {
         j->start_ns = j->last_ns = now;
+        j->num = step ? step : id;
+        j->step = step != 0;
         char line[LINE_MAX];
         if (p->mode == PROGRESS_JSON) {
             emit_json(p, j, "begin", json_pack("{s:s, s:s}", "verb", verb, "name", name));
         } else if (p->mode == PROGRESS_PLAIN) {
-            snprintf(line, sizeof line, "#%d %s %s", id, verb, name);
+            snprintf(line, sizeof line, "#%d %s %s", j->num, verb, name);
             permanent(p, line, now);
         } else if (p->mode == PROGRESS_TTY) {
-            redraw(p, now);
+            p->n_steps ? maybe_redraw(p, now) : redraw(p, now);
         }
     }
     pthread_mutex_unlock(&p->mu);
     return id;
+}
+
+int progress_begin(struct progress *p, const char *verb, const char *name)
+{
+    return begin(p, 0, verb, name);
+}
+
+int progress_step_begin(struct progress *p, int step, const char *verb, const char *name)
+{
+    return begin(p, step > 0 ? step : 0, verb, name);
 }
 
 static void update_output(struct progress *p, struct job *j, int64_t now)
@@ -369,7 +550,7 @@ static void update_output(struct progress *p, struct job *j, int64_t now)
         redraw(p, now);
     } else if (p->mode == PROGRESS_PLAIN && now - j->last_ns >= PLAIN_INTERVAL_NS) {
         fmt_amounts(j, now, 0, amounts, sizeof amounts);
-        snprintf(line, sizeof line, "#%d %s %s %s", j->id, j->verb, j->name, amounts);
+        snprintf(line, sizeof line, "#%d %s %s %s", j->num, j->verb, j->name, amounts);
         permanent(p, line, now);
         j->last_ns = now;
     } else if (p->mode == PROGRESS_JSON && now - j->last_ns >= JSON_INTERVAL_NS) {
@@ -382,6 +563,10 @@ static void update_output(struct progress *p, struct job *j, int64_t now)
 
 void progress_update(struct progress *p, int id, uint64_t done, uint64_t total)
 {
+    if (p && p->root) {
+        id = p->scope_id;
+        p = p->root;
+    }
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
@@ -402,6 +587,10 @@ void progress_update(struct progress *p, int id, uint64_t done, uint64_t total)
 
 void progress_note(struct progress *p, int id, const char *msg)
 {
+    if (p && p->root) {
+        id = p->scope_id;
+        p = p->root;
+    }
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
@@ -410,7 +599,7 @@ void progress_note(struct progress *p, int id, const char *msg)
         emit_json(p, j, "note", json_pack("{s:s}", "message", msg));
     } else if (j && p->mode != PROGRESS_QUIET) {
         char line[LINE_MAX], prefix[32];
-        snprintf(prefix, sizeof prefix, "#%d ", id);
+        snprintf(prefix, sizeof prefix, "#%d ", j->num);
         compose(p, prefix, msg, "", line, sizeof line);
         permanent(p, line, p->clock(p->clock_arg));
     }
@@ -423,6 +612,10 @@ static void finish(struct progress *p, struct job *j, const char *event, const c
     int64_t now = p->clock(p->clock_arg);
     double secs = (double)(now - j->start_ns) / NS;
     j->ended = 1;
+    j->end_ns = now;
+    j->failed = strcmp(event, "end") != 0;
+    p->any_failed |= j->step && j->failed;
+    snprintf(j->status, sizeof j->status, "%s", j->failed ? "ERROR" : text);
     if (p->mode == PROGRESS_JSON) {
         json_t *extra = strcmp(event, "end") == 0
                             ? json_pack("{s:s, s:I, s:I}", "status", text, "done",
@@ -436,9 +629,18 @@ static void finish(struct progress *p, struct job *j, const char *event, const c
     char line[LINE_MAX], prefix[64], suffix[LINE_MAX / 2], size[32] = "", took[32];
     if (j->updated)
         progress_fmt_bytes(j->done, size, sizeof size);
-    fmt_duration(secs, took, sizeof took);
-    snprintf(prefix, sizeof prefix, "#%d %.40s ", j->id, j->verb);
-    if (strcmp(event, "end") == 0)
+    if (j->step) /* steps are short: "DONE in 0.3s" says more than "0s" */
+        snprintf(took, sizeof took, "%.1fs", secs);
+    else
+        fmt_duration(secs, took, sizeof took);
+    if (p->mode == PROGRESS_TTY && j->step) { /* the block shows it */
+        maybe_redraw(p, now);
+        return;
+    }
+    snprintf(prefix, sizeof prefix, "#%d %.40s ", j->num, j->verb);
+    if (strcmp(event, "end") == 0 && j->step) /* "#N verb name STATUS in" lines up */
+        snprintf(suffix, sizeof suffix, " %.40s in %s%s%s", text, took, size[0] ? ", " : "", size);
+    else if (strcmp(event, "end") == 0)
         snprintf(suffix, sizeof suffix, " %.40s%s%s in %s", text, size[0] ? " " : "", size, took);
     else
         snprintf(suffix, sizeof suffix, " ERROR: %.400s", text);
@@ -448,7 +650,7 @@ static void finish(struct progress *p, struct job *j, const char *event, const c
 
 void progress_end(struct progress *p, int id, const char *status)
 {
-    if (!p)
+    if (!p || p->root) /* a scope's work ends with its step */
         return;
     pthread_mutex_lock(&p->mu);
     struct job *j = job_get(p, id);
@@ -459,7 +661,7 @@ void progress_end(struct progress *p, int id, const char *status)
 
 void progress_fail(struct progress *p, int id, const char *msg)
 {
-    if (!p)
+    if (!p || p->root)
         return;
     pthread_mutex_lock(&p->mu);
     struct job *j = job_get(p, id);

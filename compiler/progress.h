@@ -38,7 +38,8 @@ int progress_parse_mode(const char *s, enum progress_mode *mode, struct mf_err *
 
 /* Starts progress output on out (borrowed; usually stderr). On failure *p is NULL. */
 int progress_open(struct progress **p, FILE *out, enum progress_mode mode, struct mf_err *err);
-/* Ends the output (a tty's last redraw) and frees p. Accepts NULL. */
+/* Ends the output (a tty's last redraw, which stays on screen) and frees p.
+ * Accepts NULL and a scope (only the scope is freed). */
 void progress_close(struct progress *p);
 /* The mode in use after AUTO was resolved. */
 enum progress_mode progress_get_mode(const struct progress *p);
@@ -60,6 +61,19 @@ void progress_note(struct progress *p, int id, const char *msg);
 void progress_end(struct progress *p, int id, const char *status);
 /* Ends a job as failed, with the error's message. */
 void progress_fail(struct progress *p, int id, const char *msg);
+
+/* Steps: the executor's plan nodes, shown BuildKit-like (progress.c).
+ * Sets the number of steps M: the tty header "(5/8)" and " => [N/M]" lines,
+ * and a ticker thread when the stream is a terminal. Call before any step. */
+void progress_set_steps(struct progress *p, int n_steps);
+/* Begins step number step (1..M, as `mfc plan` prints it: "#step" in plain
+ * and json). Returns a job id for update/note/end/fail, or 0 like begin. */
+int progress_step_begin(struct progress *p, int step, const char *verb, const char *name);
+/* A handle for work inside step number step (a download): begin on it returns
+ * the step's job, update and note go to the step's line, end and fail do
+ * nothing (the step ends itself). Free it with progress_close. Returns NULL
+ * (progress off) when p is NULL, the step was not begun, or out of memory. */
+struct progress *progress_scope(struct progress *p, int step);
 
 /* "812 B", "1.2 KiB", "4.6 GiB": binary units, as sizes on disk are. */
 void progress_fmt_bytes(uint64_t n, char *buf, size_t cap);

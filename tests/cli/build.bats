@@ -220,3 +220,18 @@ tags() {
     [ "$status" -eq 1 ]
     [[ "$output" == *"Modelfile:2: RUN echo hi: RUN is not supported yet"* ]]
 }
+
+@test "--progress=plain numbers steps as mfc plan does; a local source shows its bytes in its step" {
+    modelfile "FROM ./base.gguf" "ADAPTER ./lora.gguf" "SYSTEM hi"
+    plan=$("$MFC" plan "$CTX" | awk '{print $1, $2}' | sort)
+    run "$MFC" build --progress=plain "$CTX"
+    [ "$status" -eq 0 ]
+    # every begun step is "#N verb" exactly as the plan lists it, and ends once
+    [ "$(grep -E '^#[0-9]+ ' <<<"$output" | grep -vE ' (DONE|CACHED) in ' | awk '{print $1, $2}' | sort)" = "$plan" ]
+    [ "$(ended DONE | wc -l)" -eq "$(wc -l <<<"$plan")" ]
+    [[ "$output" == *"#1 source FROM ./base.gguf DONE in "*", "*"iB"* ]]
+    ! grep -qE '^#[0-9]+ copy ' <<<"$output" # no separate job for the copy
+    run "$MFC" build --progress=json "$CTX"
+    [ "$status" -eq 0 ]
+    [ "$(grep '"event": *"end"' <<<"$output" | jq -r '"#\(.step) \(.verb) \(.state)"' | sort | awk '{print $1, $2}' | tr '\n' '|')" = "$(tr '\n' '|' <<<"$plan")" ]
+}

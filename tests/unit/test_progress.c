@@ -184,6 +184,100 @@ static void test_null_progress_is_a_no_op(void **state)
     assert_int_equal(progress_get_mode(NULL), PROGRESS_QUIET);
 }
 
+/* Steps on a tty: a header redrawn in place above every step's line, bytes
+ * from a scope (a download inside the step) on the step's line, redraws at
+ * most every 100 ms, lines cut to a narrow terminal, and the final state
+ * (FINISHED, DONE/CACHED) left on screen by close. */
+static void test_tty_steps_block(void **state)
+{
+    struct capture c;
+    open_capture(&c, PROGRESS_TTY);
+    progress_set_width(c.p, 40);
+    progress_set_steps(c.p, 3);
+    int a = progress_step_begin(c.p, 1, "source", "https://h/a-rather-long-path/x.gguf");
+    int b = progress_step_begin(c.p, 3, "config", "etc/mfc/model.yaml");
+    struct progress *sc = progress_scope(c.p, 1);
+    assert_non_null(sc);
+    assert_null(progress_scope(c.p, 2)); /* not begun */
+    assert_int_equal(progress_begin(sc, "fetch", "ignored"), a);
+    fake_now = SEC;
+    progress_update(sc, 7, 0, 100 * MIB); /* the id is the scope's step */
+    fake_now = SEC + SEC / 20;            /* 50 ms later: throttled */
+    progress_update(sc, 7, 10 * MIB, 100 * MIB);
+    fake_now = 2 * SEC;
+    progress_update(sc, 7, 50 * MIB, 100 * MIB);
+    progress_end(sc, a, "done"); /* a scope's end is the step's business */
+    progress_close(sc);
+    progress_end(c.p, b, "CACHED");
+    fake_now = 3 * SEC;
+    progress_end(c.p, a, "DONE");
+    close_capture(&c);
+    assert_non_null(strstr(c.text, "\x1b[2K[+] Building 1.0s (0/3)\n"));
+    assert_non_null(strstr(c.text, "\x1b[3F\x1b[2K[+] Building 2.0s (0/3)\n"));
+    assert_null(strstr(c.text, "10 MiB")); /* the throttled update was not drawn */
+    assert_non_null(strstr(c.text, " => [1/3] source  50 MiB / 100 MiB 52 M\n")); /* cut */
+    assert_non_null(strstr(c.text, "[+] Building 3.0s (2/3) FINISHED\n"));
+    assert_non_null(strstr(c.text, " => [3/3] config etc/mfc\xe2\x80\xa6" "el.yaml CACHED\n"));
+    assert_null(strstr(c.text, "#1")); /* no separate job for the download */
+    /* the last block stays: it ends the output, followed by clear-below only */
+    const char *last = strstr(c.text, "FINISHED\n");
+    assert_non_null(strstr(last, "DONE 3.0s\n"));
+    for (char *l = c.text;;) { /* no line wider than the terminal */
+        char *nl = strchr(l, '\n');
+        if (!nl)
+            break;
+        char *start = strstr(l, "\x1b[2K");
+        if (start && start < nl) {
+            size_t cols = 0;
+            for (char *q = start + 4; q < nl; q++)
+                cols += ((unsigned char)*q & 0xc0) != 0x80;
+            assert_true(cols < 40);
+        }
+        l = nl + 1;
+    }
+    free(c.text);
+}
+
+/* Steps in plain and json: "#N" is the plan's number, not the begin order,
+ * and json events carry step, name, state, bytes, total and elapsed. */
+static void test_steps_plain_and_json(void **state)
+{
+    struct capture c;
+    open_capture(&c, PROGRESS_PLAIN);
+    progress_set_steps(c.p, 9);
+    int id = progress_step_begin(c.p, 4, "config", "etc/mfc/model.yaml");
+    fake_now = SEC + SEC / 4;
+    progress_end(c.p, id, "DONE");
+    id = progress_step_begin(c.p, 2, "check", "FROM ./x.gguf");
+    progress_fail(c.p, id, "bad");
+    close_capture(&c);
+    assert_string_equal(c.text, "#4 config etc/mfc/model.yaml\n"
+                                "#4 config etc/mfc/model.yaml DONE in 1.2s\n"
+                                "#2 check FROM ./x.gguf\n"
+                                "#2 check FROM ./x.gguf ERROR: bad\n");
+    free(c.text);
+
+    open_capture(&c, PROGRESS_JSON);
+    progress_set_steps(c.p, 9);
+    id = progress_step_begin(c.p, 5, "source", "u");
+    progress_update(c.p, id, 3, 10);
+    fake_now = 2 * SEC;
+    progress_end(c.p, id, "DONE");
+    close_capture(&c);
+    char *last = strrchr(c.text, '{');
+    json_t *v = json_loads(last, 0, NULL);
+    assert_non_null(v);
+    json_t *want = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:i, s:s}", "step", 5, "name", "u",
+                             "state", "DONE", "bytes", (json_int_t)3, "total", (json_int_t)10,
+                             "elapsed_ms", (json_int_t)2000, "steps", 9, "event", "end");
+    const char *k;
+    json_t *x;
+    json_object_foreach(want, k, x) assert_true(json_equal(json_object_get(v, k), x));
+    json_decref(want);
+    json_decref(v);
+    free(c.text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +286,8 @@ int main(void)
         cmocka_unit_test(test_json_events),
         cmocka_unit_test(test_tty_redraws_in_place),
         cmocka_unit_test(test_null_progress_is_a_no_op),
+        cmocka_unit_test(test_tty_steps_block),
+        cmocka_unit_test(test_steps_plain_and_json),
     };
     return cmocka_run_group_tests_name("progress", tests, NULL, NULL);
 }

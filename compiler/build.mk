@@ -3,7 +3,7 @@
 libmfc_compiler_a_SOURCES += \
 	compiler/plan.c compiler/plan.h compiler/plan_config.c compiler/plan_print.c \
 	compiler/exec.c compiler/exec.h compiler/exec_int.h compiler/exec_ops.c \
-	compiler/cmd_build.c
+	compiler/cmd_build.c compiler/source_ref.c compiler/source_ref.h
 libmfc_compiler_a_CFLAGS += $(YAML_CFLAGS)
 MFC_COMPILER_LIBS += $(YAML_LIBS) -lpthread
 
@@ -14,6 +14,14 @@ tests_unit_test_plan_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_plan
 
 TESTS += tests/cli/build.bats
+EXTRA_DIST += tests/cli/build-from.bats tests/cli/registry_helpers.bash
+
+## FROM/ADAPTER by name: media-type selection and the YAML reader
+check_PROGRAMS += tests/unit/test_source_ref
+tests_unit_test_source_ref_SOURCES = tests/unit/test_source_ref.c
+tests_unit_test_source_ref_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_source_ref_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_source_ref tests/cli/build-from.bats
 EXTRA_DIST += tests/cli/build.bats bench/build
 
 ## build-image.bats: what `mfc build` makes, checked with skopeo, umoci, podman

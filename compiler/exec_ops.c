@@ -1,14 +1,17 @@
 /*
  * exec_ops.c: what each plan node does when the executor runs it.
  *
- *   source   fetch_run: a file or URL into the store (the blob is the output)
+ *   source   fetch_run: a file or URL into the store (the blob is the output);
+ *            a name: source_ref_resolve (a local or registry image's GGUF,
+ *            its tar layer when it has one, and its config defaults)
  *   check    gguf_open on the blob: a base needs general.architecture, an
  *            adapter general.type=adapter (the LoRA issue adds the check
  *            against the base, whose check node is already an input)
  *   layer    layer_write: its input blob as a deterministic one-file tar at the
  *            node's path (weights and adapters plain, the config gzip'd); the
  *            weights' layer also records the GGUF header facts the labels need
- *   config   the config document as YAML, stored as a blob
+ *   config   the config document as YAML, stored as a blob; FROM an image:
+ *            the image's template/system/params/messages are its defaults
  *   image    oci_image_write: the runtime layer (layer_write_runtime, when the
  *            caller found an mfc-serve), the input layers, and a config with
  *            entrypoint, env, labels and history; the caller tags the manifest
@@ -37,6 +40,8 @@
 #include "compiler/inspect.h"
 #include "compiler/layer.h"
 #include "compiler/oci.h"
+#include "compiler/registry.h"
+#include "compiler/source_ref.h"
 
 #define IMAGE_MAX_LAYERS 64 /* runtime + weights + adapters + config; ADAPTER lines are few */
 #define IMAGE_MAX_KV 256    /* labels or env entries of one image */
@@ -73,6 +78,21 @@ static int build_content(const struct exec_job *j, char content[STORE_DIGEST_BUF
     return 0;
 }
 
+/* sha256 of v's canonical JSON (the inherited defaults; null: "null"). */
+static int json_content(const json_t *v, char content[STORE_DIGEST_BUF], struct mf_err *err)
+{
+    uint8_t d[MF_SHA256_LEN];
+    char hex[MF_SHA256_HEX_LEN + 1];
+    char *text = v ? json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    int rc = mf_sha256_mem(text ? text : "null", strlen(text ? text : "null"), d, err);
+    free(text);
+    if (!rc) {
+        mf_sha256_hex(d, hex);
+        snprintf(content, STORE_DIGEST_BUF, "sha256:%s", hex);
+    }
+    return rc;
+}
+
 int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], int *cacheable,
                     struct mf_err *err)
 {
@@ -82,8 +102,14 @@ int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], in
     content[0] = '\0';
     if (j->node->op == PLAN_LAYER || j->node->op == PLAN_IMAGE)
         return build_content(j, content, err);
+    if (j->node->op == PLAN_CONFIG && j->node->n_inputs)
+        return json_content(json_object_get(input(j, 0)->result, "defaults"), content, err);
     if (j->node->op != PLAN_SOURCE)
         return 0;
+    if (src->kind == FETCH_NAME) {
+        *cacheable = 0; /* a tag may move: resolve it every time (cheap when nothing changed) */
+        return 0;
+    }
     if (src->kind == FETCH_URL) {
         *cacheable = src->pin[0] != '\0';
         return 0; /* the pin is in the node's args already */
@@ -97,6 +123,38 @@ int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], in
     return rc;
 }
 
+/* FROM/ADAPTER NAME: the record carries the GGUF digest (the output), the
+ * picked tar layer when there is one (op_layer reuses it as is) and the
+ * base's defaults (op_config merges them). */
+static int op_source_name(const struct exec_job *j, struct exec_node *r, int *cached,
+                          struct mf_err *err)
+{
+    const struct fetch_source *src = &j->node->src;
+    struct registry_opts ro;
+    struct source_ref_result sr;
+    char name[4200];
+    registry_opts_init(&ro);
+    ro.progress = j->o->progress;
+    snprintf(name, sizeof name, "%s%s%s", src->location, src->pin[0] ? "@" : "", src->pin);
+    int rc = source_ref_resolve(j->s, name, j->node->role == PLAN_ROLE_ADAPTER, &ro, &sr, err);
+    if (rc)
+        return rc;
+    snprintf(r->digest, sizeof r->digest, "%s", sr.gguf);
+    r->size = sr.gguf_size;
+    *cached = !sr.transferred;
+    r->result = json_pack("{s:s, s:I, s:s, s:s, s:O}", "digest", sr.gguf, "size",
+                          (json_int_t)sr.gguf_size, "manifest", sr.manifest, "from", sr.where,
+                          "defaults", sr.defaults);
+    if (r->result && sr.layer_tar)
+        json_object_set_new(r->result, "layer",
+                            json_pack("{s:s, s:I, s:s, s:s, s:s}", "digest", sr.layer.digest,
+                                      "size", (json_int_t)sr.layer.size, "mediaType",
+                                      sr.layer.media_type, "diffId", sr.layer.digest, "filepath",
+                                      sr.filepath));
+    source_ref_result_fini(&sr);
+    return r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+}
+
 static int op_source(const struct exec_job *j, struct exec_node *r, int *cached,
                      struct mf_err *err)
 {
@@ -104,10 +162,7 @@ static int op_source(const struct exec_job *j, struct exec_node *r, int *cached,
     struct fetch_opts fo = *j->o->fo;
     struct fetch_result fr;
     if (src->kind == FETCH_NAME)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "'%s' is not a file, and building from a model or image name is not "
-                          "supported yet (use a GGUF path, an http(s):// URL or hf://)",
-                          src->location);
+        return op_source_name(j, r, cached, err);
     /* a download's or a copy's bytes show on this step's line, numbered as the plan is */
     fo.progress = progress_scope(j->o->progress, (int)j->node->id + 1);
     int rc = fetch_run(j->s, src, &fo, &fr, err);
@@ -198,9 +253,50 @@ static int model_facts(const char *path, json_t **out, struct mf_err *err)
     return rc;
 }
 
-/* The node's input blob as a one-file layer at args.path. */
+/* The tar layer of an image source when it already holds the GGUF at the
+ * path this layer would write (uncompressed, so digest == diffId): NULL when
+ * there is none. The layer node reads check -> source. */
+static const json_t *reusable_layer(const struct exec_job *j, const char *path)
+{
+    const struct plan_node *chk = &j->plan->nodes[j->node->inputs[0]];
+    if (chk->op != PLAN_CHECK || chk->n_inputs == 0)
+        return NULL;
+    const json_t *l = json_object_get(j->b->nodes[chk->inputs[0]].result, "layer");
+    const char *fp = json_string_value(json_object_get(l, "filepath"));
+    const char *d = json_string_value(json_object_get(l, "digest"));
+    if (!fp || !d || !path || strcmp(fp + (fp[0] == '/'), path) != 0 ||
+        !store_blob_exists(j->s, d))
+        return NULL;
+    return l;
+}
+
+/* The node's input blob as a one-file layer at args.path; an image source's
+ * own layer when it has the same path (FROM an image shares its layer). */
 static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
+    const json_t *reuse = reusable_layer(j, json_string_value(json_object_get(j->node->args, "path")));
+    if (reuse) {
+        char *src = NULL;
+        json_t *facts = NULL;
+        int rc = 0;
+        if (j->node->role == PLAN_ROLE_BASE)
+            rc = store_blob_path(j->s, input(j, 0)->digest, &src, err);
+        if (!rc && src)
+            rc = model_facts(src, &facts, err);
+        free(src);
+        if (!rc && !(r->result = json_deep_copy(reuse)))
+            rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+        if (!rc) {
+            json_object_set(r->result, "role", json_object_get(j->node->args, "role"));
+            if (facts)
+                json_object_set(r->result, "model", facts);
+            snprintf(r->digest, sizeof r->digest, "%s",
+                     json_string_value(json_object_get(reuse, "digest")));
+            r->size = (uint64_t)json_integer_value(json_object_get(reuse, "size"));
+        }
+        json_decref(facts);
+        return rc;
+    }
     const json_t *a = j->node->args;
     struct layer_entry e = {.path = json_string_value(json_object_get(a, "path")), .mode = 0644};
     enum layer_compression comp = j->node->role == PLAN_ROLE_CONFIG ? LAYER_GZIP : LAYER_NONE;
@@ -233,11 +329,44 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
     return rc;
 }
 
+/* The document with a base image's defaults under it, as `ollama create`
+ * does: TEMPLATE and SYSTEM replace the base's (an empty one inherits),
+ * PARAMETERs merge per key (the Modelfile's win; its stop list replaces the
+ * base's), MESSAGEs replace the base's when there are any. */
+static json_t *config_inherit(const json_t *doc, const json_t *base)
+{
+    json_t *out = json_deep_copy(doc), *v;
+    const char *k;
+    if (!out || !json_is_object(base))
+        return out;
+    json_t *params = json_object_get(out, "params");
+    json_object_foreach ((json_t *)json_object_get(base, "params"), k, v)
+        if (json_is_object(params) && !json_object_get(params, k))
+            json_object_set(params, k, v);
+    static const char *const text[] = {"template", "system"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *mine = json_string_value(json_object_get(out, text[i]));
+        if ((!mine || !*mine) && json_is_string(json_object_get(base, text[i])))
+            json_object_set(out, text[i], json_object_get(base, text[i]));
+    }
+    if (json_array_size(json_object_get(out, "messages")) == 0 &&
+        json_is_array(json_object_get(base, "messages")))
+        json_object_set(out, "messages", json_object_get(base, "messages"));
+    return out;
+}
+
 static int op_config(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
     char *yaml = NULL;
     size_t len = 0;
-    int rc = plan_config_yaml(json_object_get(j->node->args, "document"), &yaml, &len, err);
+    json_t *doc = config_inherit(json_object_get(j->node->args, "document"),
+                                 j->node->n_inputs
+                                     ? json_object_get(input(j, 0)->result, "defaults")
+                                     : NULL);
+    if (!doc)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    int rc = plan_config_yaml(doc, &yaml, &len, err);
+    json_decref(doc);
     if (!rc)
         rc = store_put_mem(j->s, yaml, len, r->digest, err);
     free(yaml);

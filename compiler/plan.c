@@ -241,12 +241,17 @@ static int plan_extras(struct plan *p, const struct walk *w, const struct fetch_
     return 0;
 }
 
-static int plan_image(struct plan *p, const struct walk *w, size_t *layers, size_t n_layers,
-                      struct mf_err *err)
+/* base_src: the FROM source node when FROM names an image, whose template,
+ * system, params and messages are the config's defaults (merged by the
+ * executor); NO_NODE otherwise, so the config stays independent of sources. */
+static int plan_image(struct plan *p, const struct walk *w, size_t base_src, size_t *layers,
+                      size_t n_layers, struct mf_err *err)
 {
     json_t *cargs = json_pack("{s:s, s:O}", "format", "yaml", "document", p->config);
+    if (cargs && base_src != NO_NODE)
+        json_object_set_new(cargs, "inherit", json_true());
     size_t cfg = node_add(p, PLAN_CONFIG, PLAN_ROLE_CONFIG, w->config_line, PLAN_CONFIG_PATH,
-                          "config", cargs, NULL, 0);
+                          "config", cargs, &base_src, base_src != NO_NODE);
     if (cfg == NO_NODE)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     layers[n_layers] = layer_add(p, cfg, PLAN_CONFIG_PATH, PLAN_MT_CONFIG);
@@ -276,8 +281,11 @@ static int plan_nodes(struct plan *p, const struct walk *w, const struct fetch_o
         n_layers++;
         rc = layers[0] == NO_NODE ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
     }
-    if (!rc)
-        rc = plan_image(p, w, layers, n_layers, err);
+    if (!rc) {
+        size_t src = p->nodes[base_check].inputs[0];
+        rc = plan_image(p, w, p->nodes[src].src.kind == FETCH_NAME ? src : NO_NODE, layers,
+                        n_layers, err);
+    }
     free(layers);
     return rc;
 }

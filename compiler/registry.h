@@ -133,4 +133,29 @@ int registry_pull(struct store *s, const char *remote, const char *local,
                   const struct registry_opts *o, struct registry_stats *st,
                   char manifest_digest[STORE_DIGEST_BUF], struct mf_err *err);
 
+/* One manifest and the blobs a caller picks from it (FROM/ADAPTER by a
+ * registry reference pull only the GGUF layer and the small config layers):
+ *
+ *   registry_pull_open(remote)      parse, look credentials up, GET /v2/
+ *   registry_pull_manifest(ps)      the manifest (an index: its linux/amd64
+ *                                   entry), verified against the pin or
+ *                                   Docker-Content-Digest; *text malloc'd
+ *   registry_pull_blob(ps, s, d)    one blob into s (skipped when present),
+ *                                   resumable, verified; nothing stored on a
+ *                                   mismatch (MF_EINTEGRITY)
+ *
+ * Nothing here sets a tag. st may be NULL. On failure *out is NULL. */
+struct registry_pull_session;
+int registry_pull_open(const char *remote, const struct registry_opts *o,
+                       struct registry_stats *st, struct registry_pull_session **out,
+                       struct mf_err *err);
+int registry_pull_manifest(struct registry_pull_session *ps, char **text, size_t *len,
+                           struct store_desc *m, struct mf_err *err);
+int registry_pull_blob(struct registry_pull_session *ps, struct store *s,
+                       const struct store_desc *d, struct mf_err *err);
+/* borrowed: the repository ("library/llama3"), for messages. */
+const char *registry_pull_where(const struct registry_pull_session *ps);
+/* Wipes credentials, frees. Accepts NULL. */
+void registry_pull_close(struct registry_pull_session *ps);
+
 #endif

@@ -257,3 +257,72 @@ int registry_pull(struct store *s, const char *remote, const char *local,
     mf_buf_free(&text);
     return rc;
 }
+
+/* ---- one manifest and chosen blobs (FROM/ADAPTER by registry reference) -------- */
+
+struct registry_pull_session {
+    struct registry_client *c;  /* owned */
+    struct registry_ref ref;    /* the parsed reference */
+    struct registry_stats st;   /* counters when the caller passed none */
+};
+
+int registry_pull_open(const char *remote, const struct registry_opts *o,
+                       struct registry_stats *st, struct registry_pull_session **out,
+                       struct mf_err *err)
+{
+    struct registry_pull_session *ps = calloc(1, sizeof *ps);
+    *out = NULL;
+    if (!ps)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    int rc = registry_ref_parse(remote, &ps->ref, err);
+    if (rc == 0)
+        rc = registry_client_open(&ps->c, &ps->ref, "pull", o, st ? st : &ps->st, err);
+    if (rc == 0)
+        rc = registry_client_ping(ps->c, err);
+    if (rc) {
+        registry_pull_close(ps);
+        return rc;
+    }
+    *out = ps;
+    return 0;
+}
+
+int registry_pull_manifest(struct registry_pull_session *ps, char **text, size_t *len,
+                           struct store_desc *m, struct mf_err *err)
+{
+    struct mf_buf t;
+    mf_buf_init(&t, STORE_MANIFEST_MAX);
+    struct pull p = {.c = ps->c, .s = NULL, .ref = &ps->ref};
+    int rc = resolve(&p, &t, m, err);
+    if (rc == 0 && !(*text = malloc(t.len + 1)))
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+    if (rc == 0) {
+        memcpy(*text, t.data, t.len);
+        (*text)[t.len] = '\0';
+        *len = t.len;
+    }
+    mf_buf_free(&t);
+    return rc;
+}
+
+int registry_pull_blob(struct registry_pull_session *ps, struct store *s,
+                       const struct store_desc *d, struct mf_err *err)
+{
+    struct pull p = {.c = ps->c, .s = s, .ref = &ps->ref};
+    if (store_blob_exists(s, d->digest))
+        return 0;
+    return get_blob(&p, d, err);
+}
+
+const char *registry_pull_where(const struct registry_pull_session *ps)
+{
+    return ps->ref.repo;
+}
+
+void registry_pull_close(struct registry_pull_session *ps)
+{
+    if (!ps)
+        return;
+    registry_client_close(ps->c);
+    free(ps);
+}

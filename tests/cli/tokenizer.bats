@@ -6,6 +6,8 @@
 # plus Llama 3 (built by mkmodel), with and without parse_special. The ids
 # must be identical for every string (tests/tools/toktool prints the same
 # JSON as llama-tok.mjs, so the outputs are compared byte for byte).
+# Pre-tokenizers without a vocabulary of their own are checked on gpt-2's
+# vocabulary with tokenizer.ggml.pre rewritten.
 
 load helpers
 
@@ -74,4 +76,54 @@ check_vocab() {
     "$MKMODEL" -o "$BATS_FILE_TMPDIR/llama3.gguf" --vocab-json "$VOCAB/llama3-tokenizer.json" \
         --layers 1 --embd 32 --ff 32 --heads 1 --kv-heads 1 --type f16 --tied
     same_ids "$BATS_FILE_TMPDIR/llama3.gguf"
+}
+
+# with_pre SRC.gguf DST.gguf PRE: a copy of a vocabulary GGUF (no tensors)
+# whose tokenizer.ggml.pre is PRE.
+with_pre() {
+    python3 - "$@" <<'EOF'
+import struct, sys
+src, dst, pre = sys.argv[1:4]
+d = open(src, "rb").read()
+magic, ver, nt, nk = struct.unpack_from("<IIQQ", d, 0)
+assert nt == 0, "a vocabulary-only GGUF is expected"
+o, out = 24, []
+size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def skip(t):
+    global o
+    if t == 8:
+        o += 8 + struct.unpack_from("<Q", d, o)[0]
+    elif t == 9:
+        et, n = struct.unpack_from("<IQ", d, o)
+        o += 12
+        for _ in range(n):
+            skip(et)
+    else:
+        o += size[t]
+for _ in range(nk):
+    start = o
+    kl = struct.unpack_from("<Q", d, o)[0]
+    key = d[o + 8:o + 8 + kl].decode()
+    o += 8 + kl
+    t = struct.unpack_from("<I", d, o)[0]
+    o += 4
+    skip(t)
+    if key == "tokenizer.ggml.pre":
+        p = pre.encode()
+        out.append(struct.pack("<Q", kl) + key.encode() + struct.pack("<IQ", 8, len(p)) + p)
+    else:
+        out.append(d[start:o])
+body = struct.pack("<IIQQ", magic, ver, nt, nk) + b"".join(out)
+open(dst, "wb").write(body + b"\0" * (-len(body) % 32))
+EOF
+}
+
+@test "pre-tokenizers without a test vocabulary match llama.cpp (on gpt-2's vocabulary)" {
+    require_shared
+    require_llama
+    [ -f "$VOCAB/ggml-vocab-gpt-2.gguf" ] || skip "ggml-vocab-gpt-2.gguf not found"
+    for pre in default qwen2 chatglm-bpe dbrx bloom viking; do
+        with_pre "$VOCAB/ggml-vocab-gpt-2.gguf" "$BATS_FILE_TMPDIR/pre.gguf" "$pre"
+        same_ids "$BATS_FILE_TMPDIR/pre.gguf" || { echo "pre-tokenizer $pre"; return 1; }
+    done
 }

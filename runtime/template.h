@@ -118,9 +118,14 @@ struct tmpl_chat {
     struct tmpl_value *tools; /* borrowed list, or NULL for none */
     int think;                /* .Think */
     int is_think_set;         /* .IsThinkSet */
+    const char *prompt;       /* fill-in-the-middle: with suffix (both non-empty) */
+    const char *suffix;       /*   the template runs once over {Prompt, Suffix, ...} */
 };
 
-/* Renders a chat as Ollama does (template.Execute). Consecutive messages of
+/* Renders a chat as Ollama does (template.Execute). With chat->prompt and
+ * chat->suffix both set (fill-in-the-middle, /api/generate's suffix), the
+ * template runs once over {Prompt, Suffix, Response: "", Think, IsThinkSet}
+ * and the messages are ignored. Otherwise consecutive messages of
  * one role are merged with "\n\n" (tool messages excepted) and .System is all
  * system messages joined by "\n\n". A template that uses .Messages runs once
  * with {System, Messages, Tools, Response: "", Think, IsThinkSet}; any other

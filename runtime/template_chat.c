@@ -2,8 +2,9 @@
  * template_chat.c: renders a chat through a template the way Ollama's
  * template.Execute does.
  *
- * Messages are first collated: consecutive messages of one role are merged
- * with "\n\n" (tool messages never are) and all system messages, joined by
+ * Fill-in-the-middle requests (a prompt and a suffix) run the template once
+ * over {Prompt, Suffix}. Otherwise messages are first collated: consecutive messages of one role
+ * are merged with "\n\n" (tool messages never are) and all system messages, joined by
  * "\n\n", become .System. Then one of two modes:
  *   - the template uses .Messages: one execution over
  *     {System, Messages[]{Role, Content, Thinking, Images, ToolCalls, ToolName,
@@ -178,9 +179,31 @@ static int render_legacy(const struct tmpl *t, const struct tmpl_chat *chat, con
     return rc ? rc : run_turn(t, t->legacy, chat, turn, out, err);
 }
 
+/* Ollama's fill-in-the-middle mode: one run over the prompt and suffix. */
+static int render_fim(const struct tmpl *t, const struct tmpl_chat *chat, struct mf_buf *out,
+                      struct mf_err *err)
+{
+    struct tmpl_value *data = tmpl_value_map();
+    int rc = data ? 0 : mf_err_set(err, MF_ENOMEM, "template: out of memory");
+    if (!rc)
+        rc = tmpl_value_set(data, "Prompt", tmpl_value_cstr(chat->prompt), err);
+    if (!rc)
+        rc = tmpl_value_set(data, "Suffix", tmpl_value_cstr(chat->suffix), err);
+    if (!rc)
+        rc = tmpl_value_set(data, "Response", tmpl_value_cstr(""), err);
+    if (!rc)
+        rc = set_think(data, chat, err);
+    if (!rc)
+        rc = tmpl_exec_node(t, t->root, data, out, err);
+    tmpl_value_unref(data);
+    return rc;
+}
+
 int tmpl_render_chat(const struct tmpl *t, const struct tmpl_chat *chat, struct mf_buf *out,
                      struct mf_err *err)
 {
+    if (chat->prompt && *chat->prompt && chat->suffix && *chat->suffix)
+        return render_fim(t, chat, out, err);
     struct mf_buf system;
     size_t n_c = 0;
     struct cmsg *c = calloc(chat->n_msgs ? chat->n_msgs : 1, sizeof *c);

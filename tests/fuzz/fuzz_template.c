@@ -4,7 +4,7 @@
  * The input is template text. It is compiled (plain and with Ollama's
  * touch-up) under tight limits and executed against a fixed data set with
  * every kind of value, then rendered as a chat (messages mode or Ollama's
- * legacy per-turn mode with the cut tree), and finally offered to the
+ * legacy per-turn mode with the cut tree, and fill-in-the-middle), and finally offered to the
  * chat-template family detector as if it were Jinja. Errors are expected;
  * crashes, leaks, hangs past the limits and sanitizer reports are not.
  * The data set is built once per process (static state is fine here).
@@ -78,6 +78,10 @@ static void run_chat(const struct tmpl *t)
     struct mf_buf out;
     struct mf_err err;
     mf_buf_init(&out, 1 << 20);
+    tmpl_render_chat(t, &chat, &out, &err);
+    mf_buf_reset(&out);
+    chat.prompt = "def f(";
+    chat.suffix = "return x"; /* fill-in-the-middle mode */
     tmpl_render_chat(t, &chat, &out, &err);
     mf_buf_free(&out);
 }

@@ -359,6 +359,39 @@ static void test_chat_legacy(void **state)
     chat_expect("{{ .Prompt }}={{ .Response | printf \"%s.\" }};", m + 1, 1, "hi=");
 }
 
+/* A legacy template with or without {{ .Response }}, and a .Messages one,
+ * render a chat the same way; a trailing assistant message is a prefill
+ * that the reply continues. */
+static void test_chat_modes_agree(void **state)
+{
+    const char *no_resp = "<q>{{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}</q> ";
+    const char *resp =
+        "<q>{{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}</q> {{ .Response }}";
+    const char *msgs = "<q>{{ if .System }}{{ .System }}\n\n{{ end }}\n{{- range .Messages }}\n"
+                       "{{- if eq .Role \"user\" }}{{ .Content }}</q> {{ else if eq .Role "
+                       "\"assistant\" }}{{ .Content }}<q>{{ end }}\n{{- end }}";
+    struct tmpl_message m[] = {
+        {.role = "system", .content = "Be kind."},
+        {.role = "user", .content = "one"},
+        {.role = "assistant", .content = "two"},
+        {.role = "user", .content = "three"},
+    };
+    const char *want = "<q>Be kind.\n\none</q> two<q>three</q> ";
+    chat_expect(no_resp, m, 4, want);
+    chat_expect(resp, m, 4, want);
+    chat_expect(msgs, m, 4, want);
+    chat_expect(no_resp, m + 1, 3, "<q>one</q> two<q>three</q> ");
+
+    struct tmpl_message pre[] = {
+        {.role = "user", .content = "a"},
+        {.role = "assistant", .content = "b"},
+        {.role = "user", .content = "c"},
+        {.role = "assistant", .content = "The answer is"},
+    };
+    chat_expect("[{{ .Prompt }}] ", pre, 4, "[a] b[c] The answer is");
+    chat_expect("[{{ .Prompt }}] {{ .Response }}", pre, 4, "[a] b[c] The answer is");
+}
+
 static void test_chat_messages(void **state)
 {
     const char *src = "{{ .System }}|{{ range $i, $m := .Messages }}{{ $i }}{{ .Role }}="
@@ -373,6 +406,24 @@ static void test_chat_messages(void **state)
                 "a\n\nb|0system=a\n\nb[0],1user=u1\n\nu2[0],2tool=t1[0],3tool=t2[0],"
                 "4assistant=x[0],|0");
     chat_expect("{{ if .Messages }}m{{ else }}none{{ end }}", NULL, 0, "none");
+
+    /* fill-in-the-middle */
+    const char *fim = "{{- if .Suffix }}<PRE> {{ .Prompt }} <SUF>{{ .Suffix }} <MID>"
+                      "{{- else }}{{ .Prompt }}{{- end }}";
+    struct tmpl *t;
+    struct mf_err err;
+    struct mf_buf b;
+    struct tmpl_chat chat = {.msgs = m + 2, .n_msgs = 1, .prompt = "def f(", .suffix = "return x"};
+    mf_buf_init(&b, 4096);
+    assert_int_equal(tmpl_compile(&t, fim, strlen(fim), NULL, TMPL_F_OLLAMA, &err), 0);
+    assert_int_equal(tmpl_render_chat(t, &chat, &b, &err), 0);
+    assert_string_equal(b.data, "<PRE> def f( <SUF>return x <MID>");
+    mf_buf_reset(&b);
+    chat.suffix = NULL;
+    assert_int_equal(tmpl_render_chat(t, &chat, &b, &err), 0);
+    assert_string_equal(b.data, "u1");
+    mf_buf_free(&b);
+    tmpl_free(t);
 }
 
 static void test_value_api(void **state)
@@ -409,8 +460,8 @@ int main(void)
     const struct CMUnitTest own[] = {
         cmocka_unit_test(test_struct_fields), cmocka_unit_test(test_error_positions),
         cmocka_unit_test(test_limits),        cmocka_unit_test(test_uses_and_touchup),
-        cmocka_unit_test(test_chat_legacy),   cmocka_unit_test(test_chat_messages),
-        cmocka_unit_test(test_value_api),
+        cmocka_unit_test(test_chat_legacy),   cmocka_unit_test(test_chat_modes_agree),
+        cmocka_unit_test(test_chat_messages), cmocka_unit_test(test_value_api),
     };
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         tests[n++] = own[i];

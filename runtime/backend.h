@@ -11,8 +11,10 @@
  *
  * KV arena: n_blocks blocks; block b holds, for every layer l, K then V of
  * KV_BLOCK_TOKENS tokens for every KV head, laid out
- *     (n_blocks, n_layer, 2, n_head_kv, KV_BLOCK_TOKENS, head_dim)
+ *     (n_blocks, n_layer, 2, n_head_kv, KV_BLOCK_TOKENS x head_dim)
  * so one head's 16 tokens are contiguous (a decode reads them as one run).
+ * Inside that last 16 x head_dim tile each backend picks its order (the
+ * CPU stores keys transposed, [head_dim][16], and values [16][head_dim]).
  * Block ids in batch_seq.block_table index this arena; kv.c owns which ids
  * are free, the backend only stores what the step writes.
  */

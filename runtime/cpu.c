@@ -13,9 +13,10 @@
  *          any --cpu_free--> gone
  * A step before the arena exists is refused (MF_EINVAL).
  *
- * Why F16 KV: measured on the reference machine (bench/README.md), F16
- * halves the bytes a decode step streams per context token and costs one
- * vcvtph2ps per 8 elements; llama.cpp stores F16 too, which keeps the
+ * Why F16 KV: it halves the bytes attention streams per context token for
+ * one vcvtph2ps per 8 elements. Measured (125M Q4_K_M, one Zen 4 core,
+ * 1900-token prompt then 64 decodes): F16 prefill 303 vs F32 275 tok/s,
+ * decode 78-88 vs 66-67 tok/s. llama.cpp stores F16 too, which keeps the
  * numerics comparison honest. BACKEND_KV_F32 remains for exactness tests.
  */
 #include "runtime/cpu_int.h"
@@ -30,7 +31,9 @@
 #define DEFAULT_KV_BYTES (256ull << 20) /* 256 MiB when the caller gives no budget */
 #define DEFAULT_MAX_TOKENS 2048
 #define DEFAULT_MAX_SEQS 256
-#define ATT_RUN 8 /* new tokens per attention work item */
+#define ATT_RUN 8 /* new tokens per attention work item, at most */
+#define ATT_SCORES (64 << 10) /* score floats per item, at most (keeps an item's
+                                 scores, 256 KiB, in L2 while its values stream) */
 
 struct cpu_backend {
     struct backend base;          /* ops = &cpu_backend_ops; must be first */
@@ -163,8 +166,19 @@ static size_t take(struct layout *L, size_t bytes)
 /* Counts for sizing: LoRA pairs over all tokens and over the logits rows,
  * the largest adapter rank, the longest sequence. */
 struct counts {
-    int32_t T, n_out, pairs_all, pairs_out, rank_max, max_pos, n_items;
+    int32_t T, n_out, pairs_all, pairs_out, rank_max, max_pos, n_items, att_run;
 };
+
+/* Tokens per attention item: up to ATT_RUN, fewer when their score rows
+ * (queries x longest sequence) would pass ATT_SCORES. */
+static int32_t att_run(const struct model_hparams *hp, int32_t max_pos)
+{
+    int64_t per_token = (int64_t)(hp->n_head / hp->n_head_kv) *
+                        ((max_pos + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS);
+    int64_t run = ATT_SCORES / (per_token ? per_token : 1);
+
+    return run < 1 ? 1 : run > ATT_RUN ? ATT_RUN : (int32_t)run;
+}
 
 static void count_step(const struct cpu_backend *cb, const struct batch *bt, struct counts *c)
 {
@@ -183,8 +197,10 @@ static void count_step(const struct cpu_backend *cb, const struct batch *bt, str
         }
         if (sq->n_past + sq->n_tokens > c->max_pos)
             c->max_pos = sq->n_past + sq->n_tokens;
-        c->n_items += cb->m->hp.n_head_kv * ((sq->n_tokens + ATT_RUN - 1) / ATT_RUN);
     }
+    c->att_run = att_run(&cb->m->hp, c->max_pos);
+    for (int32_t i = 0; i < bt->n_seqs; i++)
+        c->n_items += cb->m->hp.n_head_kv * ((bt->seqs[i].n_tokens + c->att_run - 1) / c->att_run);
 }
 
 /* Lays out the step's scratch; with base, points every scratch pointer of s
@@ -202,8 +218,13 @@ static size_t lay_out(const struct cpu_backend *cb, const struct counts *c, stru
     size_t o[24];
     int k = 0;
 
-    /* scratch per thread: attention scores, or LoRA expand results */
-    s->scratch_n = (size_t)c->max_pos + 16 + (size_t)hp->head_dim;
+    /* scratch per thread: attention queries, scores and a value block, or
+     * LoRA expand results */
+    int64_t nq = (int64_t)c->att_run * (hp->n_head / hp->n_head_kv);
+    s->att_run = c->att_run;
+    s->att_stride = (size_t)((c->max_pos + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS);
+    s->scratch_n = (size_t)nq * ((size_t)hp->head_dim + s->att_stride) +
+                   KV_BLOCK_TOKENS * (size_t)hp->head_dim;
     if (pmax * CPU_MAX_CHUNK_ROWS > s->scratch_n)
         s->scratch_n = pmax * CPU_MAX_CHUNK_ROWS;
     o[k++] = take(&L, T * 3 * sizeof(int32_t));
@@ -322,12 +343,12 @@ static void plan_tokens(const struct cpu_backend *cb, const struct batch *bt, st
     for (int32_t i = 0; i < bt->n_seqs; i++) {
         const struct batch_seq *sq = &bt->seqs[i];
         for (int32_t g = 0; g < cb->m->hp.n_head_kv; g++)
-            for (int32_t r = 0; r < sq->n_tokens; r += ATT_RUN)
+            for (int32_t r = 0; r < sq->n_tokens; r += s->att_run)
                 s->items[n_items++] = (struct cpu_att_item){
                     .seq = i,
                     .head_kv = g,
                     .t0 = t + r,
-                    .t1 = t + (r + ATT_RUN < sq->n_tokens ? r + ATT_RUN : sq->n_tokens),
+                    .t1 = t + (r + s->att_run < sq->n_tokens ? r + s->att_run : sq->n_tokens),
                 };
         for (int32_t j = 0; j < sq->n_tokens; j++, t++) {
             s->tok_id[t] = sq->tokens[j];

@@ -349,31 +349,53 @@ static float kv_at(const void *v, int64_t i, int f16)
     return f;
 }
 
-static void dot_kv(const float *q, const void *k, int64_t hd, int n, float *s, int f16)
+static void kq_block(const float *const *q, int nq, int64_t hd, const void *kt, int f16,
+                     float *const *s)
 {
-    for (int j = 0; j < n; j++) {
-        float sum = 0.0f;
-        for (int64_t i = 0; i < hd; i++)
-            sum += q[i] * kv_at(k, (int64_t)j * hd + i, f16);
-        s[j] = sum;
-    }
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < 16; j++) {
+            float sum = 0.0f;
+            for (int64_t d = 0; d < hd; d++)
+                sum += q[i][d] * kv_at(kt, d * 16 + j, f16);
+            s[i][j] = sum;
+        }
 }
 
-static void axpy_kv(const float *w, const void *v, int64_t hd, int n, float *y, int f16)
+static void pv_block(const float *const *w, float *const *y, int nq, const float *v,
+                     int64_t hd, int n)
 {
-    for (int j = 0; j < n; j++)
-        for (int64_t i = 0; i < hd; i++)
-            y[i] += w[j] * kv_at(v, (int64_t)j * hd + i, f16);
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < n; j++)
+            for (int64_t d = 0; d < hd; d++)
+                y[i][d] += w[i][j] * v[(int64_t)j * hd + d];
 }
 
-static double exp_sub(float *x, int64_t n, float m)
+static void kv_to_f32(const void *src, int64_t n, int f16, float *dst)
 {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = kv_at(src, i, f16);
+}
+
+static void round_f16(float *x, int64_t n);
+
+static void softmax(float *x, int64_t n, float scale, int round16)
+{
+    float mx = -INFINITY, inv;
     double sum = 0.0;
+
     for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - m);
+        x[i] *= scale;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
         sum += x[i];
     }
-    return sum;
+    inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
+    if (round16)
+        round_f16(x, n);
 }
 
 static void swiglu(float *g, const float *u, int64_t n)
@@ -402,9 +424,10 @@ const struct cpu_dot cpu_dot_scalar = {
             [GGML_TYPE_Q5_K] = gemm_q5_K,
             [GGML_TYPE_Q6_K] = gemm_q6_K,
         },
-    .dot_kv = dot_kv,
-    .axpy_kv = axpy_kv,
-    .exp_sub = exp_sub,
+    .kq_block = kq_block,
+    .pv_block = pv_block,
+    .kv_to_f32 = kv_to_f32,
+    .softmax = softmax,
     .swiglu = swiglu,
     .round_f16 = round_f16,
 };

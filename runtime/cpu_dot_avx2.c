@@ -13,6 +13,7 @@
 #define X86_T __attribute__((target("avx2,fma,f16c")))
 #define X86_VNNI 0
 #define X86_RB 2
+#define X86_PVQ 1 /* queries per P.V pass (registers: 8 per query) */
 #define X86_CB 3
 #define X86_TABLE cpu_dot_avx2
 #define X86_ISA CPU_ISA_AVX2

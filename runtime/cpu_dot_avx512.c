@@ -16,6 +16,7 @@
 #define X86_T __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define X86_VNNI 1
 #define X86_RB 4
+#define X86_PVQ 2 /* queries per P.V pass (registers: 8 per query) */
 #define X86_CB 4
 #define X86_TABLE cpu_dot_avx512
 #define X86_ISA CPU_ISA_AVX512

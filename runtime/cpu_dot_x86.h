@@ -489,61 +489,109 @@ X86_GEMM(q6_K)
 
 /* ---- attention and activation helpers ----------------------------------- */
 
-/* The horizontal sums of a[0..8) as one vector: lane j = sum of a[j]'s lanes. */
-static AI X86_T __m256 hsum8x8(const __m256 a[8])
+/* Four queries at a time against the 16 slots (two vectors): per d one
+ * load of the key row kt[d], a broadcast of each q[i][d] and two FMAs each;
+ * no horizontal sums. Every query's scores come out of the same FMA chain
+ * whether it is computed in a group of four or alone. */
+static AI X86_T void kq4(const int nq, const float *const *q, int64_t hd, const uint8_t *kt,
+                         const int f16, float *const *s)
 {
-    __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-    __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-    t0 = _mm256_hadd_ps(t0, t1);
-    t2 = _mm256_hadd_ps(t2, t3);
-    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t2, 0x20), _mm256_permute2f128_ps(t0, t2, 0x31));
-}
+    __m256 acc[4][2];
 
-/* Eight rows at a time: every lane runs the same sums whether or not the
- * rows after n exist (missing rows are zeros), so a score never depends on
- * how full its block is. */
-static X86_T void dot_kv(const float *q, const void *k, int64_t hd, int n, float *s, int f16)
-{
-    const uint8_t *p = k;
-    const size_t row = (size_t)hd * (f16 ? 2 : 4);
-
-    for (int j0 = 0; j0 < n; j0 += 8) {
-        __m256 acc[8];
-        float out[8];
-        int m = n - j0 < 8 ? n - j0 : 8;
-        for (int j = 0; j < 8; j++)
-            acc[j] = _mm256_setzero_ps();
-        for (int64_t i = 0; i + 8 <= hd; i += 8) {
-            __m256 qv = _mm256_loadu_ps(q + i);
-            for (int j = 0; j < m; j++)
-                acc[j] = _mm256_fmadd_ps(qv, ld_w8(f16 ? 1 : 0, p + (size_t)(j0 + j) * row, i),
-                                         acc[j]);
+#pragma GCC unroll 4
+    for (int i = 0; i < nq; i++)
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d++) {
+        __m256 k0 = ld_w8(f16 ? 1 : 0, kt, d * 16), k1 = ld_w8(f16 ? 1 : 0, kt, d * 16 + 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < nq; i++) {
+            __m256 qv = _mm256_broadcast_ss(q[i] + d);
+            acc[i][0] = _mm256_fmadd_ps(qv, k0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(qv, k1, acc[i][1]);
         }
-        _mm256_storeu_ps(out, hsum8x8(acc));
-        for (int j = 0; j < m; j++) {
-            for (int64_t i = hd / 8 * 8; i < hd; i++)
-                out[j] += q[i] * ld_w1(f16 ? 1 : 0, p + (size_t)(j0 + j) * row, i);
-            s[j0 + j] = out[j];
-        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nq; i++) {
+        _mm256_storeu_ps(s[i], acc[i][0]);
+        _mm256_storeu_ps(s[i] + 8, acc[i][1]);
     }
 }
 
-static X86_T void axpy_kv(const float *w, const void *v, int64_t hd, int n, float *y, int f16)
+static X86_T void kq_block(const float *const *q, int nq, int64_t hd, const void *kt, int f16,
+                           float *const *s)
 {
-    const uint8_t *p = v;
-    const size_t row = (size_t)hd * (f16 ? 2 : 4);
+    int i = 0;
+
+    for (; i + 4 <= nq; i += 4)
+        kq4(4, q + i, hd, kt, f16, s + i);
+    for (; i < nq; i++)
+        kq4(1, q + i, hd, kt, f16, s + i);
+}
+
+/* P.V for NQ queries over 64 dimensions (8 vectors) at once: each value
+ * row chunk is loaded once for the NQ queries and y stays in registers
+ * across the n positions; every y element is summed over j in order, as one
+ * query alone would be. */
+static AI X86_T void pv64(const int NQ, const float *const *w, float *const *y, int64_t d0,
+                          int nd, const float *v, int64_t hd, int n)
+{
+    __m256 acc[2][8];
+
+#pragma GCC unroll 2
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            acc[i][k] = k < nd ? _mm256_loadu_ps(y[i] + d0 + 8 * k) : _mm256_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const float *vr = v + (int64_t)j * hd + d0;
+        __m256 wj[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < NQ; i++)
+            wj[i] = _mm256_broadcast_ss(w[i] + j);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            if (k < nd) {
+                __m256 vv = _mm256_loadu_ps(vr + 8 * k);
+#pragma GCC unroll 2
+                for (int i = 0; i < NQ; i++)
+                    acc[i][k] = _mm256_fmadd_ps(wj[i], vv, acc[i][k]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            if (k < nd)
+                _mm256_storeu_ps(y[i] + d0 + 8 * k, acc[i][k]);
+}
+
+static X86_T void pv_block(const float *const *w, float *const *y, int nq, const float *v,
+                           int64_t hd, int n)
+{
+    int64_t d0 = 0;
+
+    for (; d0 + 8 <= hd; d0 += 64) {
+        int nd = (int)((hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8), i = 0;
+        for (; X86_PVQ > 1 && i + 2 <= nq; i += 2)
+            pv64(2, w + i, y + i, d0, nd, v, hd, n);
+        for (; i < nq; i++)
+            pv64(1, w + i, y + i, d0, nd, v, hd, n);
+    }
+    for (int64_t d = hd / 8 * 8; d < hd; d++)
+        for (int i = 0; i < nq; i++)
+            for (int j = 0; j < n; j++)
+                y[i][d] += w[i][j] * v[(int64_t)j * hd + d];
+}
+
+static X86_T void kv_to_f32(const void *src, int64_t n, int f16, float *dst)
+{
     int64_t i = 0;
 
-    for (; i + 8 <= hd; i += 8) {
-        __m256 acc = _mm256_loadu_ps(y + i);
-        for (int j = 0; j < n; j++)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), ld_w8(f16 ? 1 : 0, p + (size_t)j * row, i),
-                                  acc);
-        _mm256_storeu_ps(y + i, acc);
-    }
-    for (; i < hd; i++)
-        for (int j = 0; j < n; j++)
-            y[i] += w[j] * ld_w1(f16 ? 1 : 0, p + (size_t)j * row, i);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, ld_w8(f16 ? 1 : 0, src, i));
+    for (; i < n; i++)
+        dst[i] = ld_w1(f16 ? 1 : 0, src, i);
 }
 
 /* e^x for 8 lanes, Cephes' expf: 2^n * p(r) with r = x - n ln2 split in two
@@ -571,22 +619,48 @@ static AI X86_T __m256 exp8(__m256 x)
     return _mm256_and_ps(y, _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
 }
 
-static X86_T double exp_sub(float *x, int64_t n, float m)
-{
-    __m256 vm = _mm256_set1_ps(m);
-    double sum = 0.0;
-    int64_t i = 0;
+static X86_T void round_f16(float *x, int64_t n);
 
-    for (; i + 8 <= n; i += 8) {
+/* The scalar softmax's operations lane by lane (same products, same max,
+ * exp8 for expf), so only the exp differs from cpu_dot.c's. */
+static X86_T void softmax(float *x, int64_t n, float scale, int round16)
+{
+    __m256 vs = _mm256_set1_ps(scale), vmax = _mm256_set1_ps(-INFINITY), vm, vinv;
+    float mx, inv, lanes[8];
+    double sum = 0.0;
+    int64_t i;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        _mm256_storeu_ps(x + i, v);
+        vmax = _mm256_max_ps(vmax, v);
+    }
+    _mm256_storeu_ps(lanes, vmax);
+    mx = lanes[0];
+    for (int k = 1; k < 8; k++)
+        mx = lanes[k] > mx ? lanes[k] : mx;
+    for (; i < n; i++) {
+        x[i] *= scale;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    vm = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
         __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
         _mm256_storeu_ps(x + i, e);
         sum += hsum8(e);
     }
     for (; i < n; i++) {
-        x[i] = expf(x[i] - m);
+        x[i] = expf(x[i] - mx);
         sum += x[i];
     }
-    return sum;
+    inv = (float)(1.0 / sum);
+    vinv = _mm256_set1_ps(inv);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+    for (; i < n; i++)
+        x[i] *= inv;
+    if (round16)
+        round_f16(x, n);
 }
 
 static X86_T void swiglu(float *g, const float *u, int64_t n)
@@ -629,9 +703,10 @@ const struct cpu_dot X86_TABLE = {
             [GGML_TYPE_Q5_K] = gemm_q5_K,
             [GGML_TYPE_Q6_K] = gemm_q6_K,
         },
-    .dot_kv = dot_kv,
-    .axpy_kv = axpy_kv,
-    .exp_sub = exp_sub,
+    .kq_block = kq_block,
+    .pv_block = pv_block,
+    .kv_to_f32 = kv_to_f32,
+    .softmax = softmax,
     .swiglu = swiglu,
     .round_f16 = round_f16,
 };

@@ -113,14 +113,18 @@ static void rope_row(const struct cpu_step *s, int32_t pos, float *cs)
     }
 }
 
-static uint8_t *kv_row(const struct cpu_step *s, int32_t block, int32_t layer, int32_t kv,
-                       int32_t head, int32_t slot)
+/* The KV_BLOCK_TOKENS x head_dim elements of one (block, layer, K or V,
+ * head). Keys are stored transposed, [head_dim][KV_BLOCK_TOKENS], so one
+ * load gives a dimension of 16 keys (cpu_int.h kq_block); values are
+ * [KV_BLOCK_TOKENS][head_dim], the rows P.V adds up. */
+static uint8_t *kv_base(const struct cpu_step *s, int32_t block, int32_t layer, int32_t kv,
+                        int32_t head)
 {
     const struct model_hparams *hp = &s->m->hp;
     size_t elem = s->kv_f16 ? 2 : 4;
-    size_t idx = ((((size_t)block * (size_t)hp->n_layer + (size_t)layer) * 2 + (size_t)kv) *
-                      (size_t)hp->n_head_kv + (size_t)head) * KV_BLOCK_TOKENS + (size_t)slot;
-    return s->kv + idx * (size_t)hp->head_dim * elem;
+    size_t idx = (((size_t)block * (size_t)hp->n_layer + (size_t)layer) * 2 + (size_t)kv) *
+                     (size_t)hp->n_head_kv + (size_t)head;
+    return s->kv + idx * KV_BLOCK_TOKENS * (size_t)hp->head_dim * elem;
 }
 
 /* ------------------------------------------------------------------------
@@ -287,13 +291,15 @@ static void phase_attn_out(struct cpu_step *s, const struct job *o, int gather, 
  * ---------------------------------------------------------------------- */
 
 /* Rows per work chunk: about eight chunks per thread so the counter can
- * balance, a multiple of 16 (even rows keep RoPE pairs together), and at
- * most CPU_MAX_CHUNK_ROWS so a chunk's weights stay in L2 while every
- * token tile passes over them. */
-static int32_t chunk_rows(int64_t rows, int nth)
+ * balance, a multiple of 16 (even rows keep RoPE pairs together), at most
+ * CPU_MAX_CHUNK_ROWS, and at most CPU_CHUNK_BYTES of weights, so the chunk
+ * stays in L2 while every token tile passes over it (a 256-row chunk of a
+ * 1B model's ffn_down is 2.2 MB and fell out of a 1 MB L2: -14% prefill). */
+static int32_t chunk_rows(const struct model_weight *w, int nth)
 {
-    int64_t c = rows / ((int64_t)nth * 8);
+    int64_t c = w->ne1 / ((int64_t)nth * 8), cap = (int64_t)(CPU_CHUNK_BYTES / w->row_bytes);
 
+    c = c < cap ? c : cap;
     c = (c + 15) / 16 * 16;
     if (c < 16)
         c = 16;
@@ -356,10 +362,13 @@ static void epilogue(struct cpu_step *s, const struct job *jb, int32_t r0, int32
             const struct batch_seq *sq = &s->batch->seqs[s->tok_seq[t]];
             int32_t pos = s->tok_pos[t];
             int32_t blk = sq->block_table[pos / KV_BLOCK_TOKENS];
+            int32_t slot = pos % KV_BLOCK_TOKENS;
             for (int32_t r = r0; r < r1; r++) {
-                uint8_t *dst = kv_row(s, blk, jb->layer, jb->kv, r / hp->head_dim,
-                                      pos % KV_BLOCK_TOKENS) +
-                               (size_t)(r % hp->head_dim) * (s->kv_f16 ? 2 : 4);
+                int32_t d = r % hp->head_dim;
+                size_t at = jb->kv ? (size_t)slot * (size_t)hp->head_dim + (size_t)d
+                                   : (size_t)d * KV_BLOCK_TOKENS + (size_t)slot;
+                uint8_t *dst = kv_base(s, blk, jb->layer, jb->kv, r / hp->head_dim) +
+                               at * (s->kv_f16 ? 2 : 4);
                 if (s->kv_f16) {
                     uint16_t h = quant_f32_to_f16(y[r]);
                     memcpy(dst, &h, 2);
@@ -401,7 +410,7 @@ static void phase_matmul(struct cpu_step *s, const struct job *jobs, int n_jobs,
     float *scratch = s->scratch + (size_t)ith * s->scratch_n;
 
     for (int j = 0; j < n_jobs; j++) {
-        cr[j] = chunk_rows(jobs[j].w->ne1, nth);
+        cr[j] = chunk_rows(jobs[j].w, nth);
         nch[j] = (int32_t)((jobs[j].w->ne1 + cr[j] - 1) / cr[j]);
         total += nch[j];
     }
@@ -422,70 +431,110 @@ static void phase_matmul(struct cpu_step *s, const struct job *jobs, int n_jobs,
  * Attention
  * ---------------------------------------------------------------------- */
 
+/* P.V of value block b (as floats in vf) for the item's queries that see
+ * it, in runs of queries that see the same number m of its positions (the
+ * heads of one token always do), so the kernel can share loads. */
+static void pv_blocks(struct cpu_step *s, const struct cpu_att_item *it, int32_t b,
+                      const float *sc, const float *vf)
+{
+    const struct model_hparams *hp = &s->m->hp;
+    const int64_t hd = hp->head_dim;
+    const int32_t ratio = hp->n_head / hp->n_head_kv, nq = (it->t1 - it->t0) * ratio;
+    const float *wp[8];
+    float *yp[8];
+    int k = 0, mk = 0;
+
+    for (int32_t i = 0; i <= nq; i++) {
+        int32_t t = it->t0 + i / ratio, h = it->head_kv * ratio + i % ratio;
+        int32_t m = i < nq ? s->tok_pos[t] + 1 - b * KV_BLOCK_TOKENS : 0;
+        m = m < KV_BLOCK_TOKENS ? m : KV_BLOCK_TOKENS;
+        if (k && (i == nq || m != mk || k == 8)) {
+            s->dot->pv_block(wp, yp, k, vf, hd, mk);
+            k = 0;
+        }
+        if (i == nq || m <= 0)
+            continue;
+        mk = m;
+        wp[k] = sc + (size_t)i * s->att_stride + (size_t)b * KV_BLOCK_TOKENS;
+        yp[k++] = s->xb + (size_t)t * (size_t)s->xb_w + (size_t)(h * hd);
+    }
+}
+
 /*
- * One query head h of token row t at position pos against positions 0..pos
- * of its sequence: softmax(q.k / sqrt(head_dim)) . v into xb.
+ * One attention item: every query head of KV head g for the item's tokens
+ * (nq = tokens x heads per KV head queries), against positions 0..pos of
+ * the sequence, pos being each token's own position: softmax(q.k /
+ * sqrt(head_dim)) . v into xb. Each key block is loaded once for all nq
+ * queries, each value block converted to floats once.
  *
  * With an F16 arena, q and the softmax weights are rounded to fp16 before
  * they meet the fp16 keys and values, which is what llama.cpp's attention
  * does (ggml converts the F32 operand of an F16 matmul to F16). It costs
  * nothing in accuracy that the fp16 keys have not already cost, and it
  * makes mfc's logits agree with llama.cpp's to ~1e-6 of their spread, so
- * the numerics tests can be tight. sc holds pos + 1 scores, qh head_dim.
+ * the numerics tests can be tight.
+ *
+ * scr holds nq * head_dim rounded queries, nq rows of att_stride scores,
+ * and one block of values as floats.
  */
-static void attend(struct cpu_step *s, int32_t layer, const struct batch_seq *sq, int32_t g,
-                   int32_t h, int32_t t, int32_t pos, float *sc, float *qh)
+static void attend_item(struct cpu_step *s, int32_t layer, const struct cpu_att_item *it,
+                        float *scr)
 {
     const struct model_hparams *hp = &s->m->hp;
+    const struct batch_seq *sq = &s->batch->seqs[it->seq];
     const int64_t hd = hp->head_dim;
-    const float *q = s->q + (size_t)t * (size_t)(hp->n_head * hd) + (size_t)(h * hd);
-    float *out = s->xb + (size_t)t * (size_t)s->xb_w + (size_t)(h * hd);
+    const int32_t ratio = hp->n_head / hp->n_head_kv, nq = (it->t1 - it->t0) * ratio;
+    const size_t stride = s->att_stride;
     const float kq_scale = 1.0f / sqrtf((float)hd);
-    const int32_t n = pos + 1;
-    float mx = -INFINITY, inv;
+    float *qh = scr, *sc = qh + (size_t)nq * (size_t)hd, *vf = sc + (size_t)nq * stride;
+    int32_t n_last = s->tok_pos[it->t1 - 1] + 1;
 
-    memcpy(qh, q, (size_t)hd * sizeof *qh);
-    if (s->kv_f16)
-        s->dot->round_f16(qh, hd);
-    for (int32_t b = 0; b * KV_BLOCK_TOKENS < n; b++) {
-        int m = n - b * KV_BLOCK_TOKENS < KV_BLOCK_TOKENS ? n - b * KV_BLOCK_TOKENS : KV_BLOCK_TOKENS;
-        s->dot->dot_kv(qh, kv_row(s, sq->block_table[b], layer, 0, g, 0), hd, m,
-                       sc + b * KV_BLOCK_TOKENS, s->kv_f16);
+    for (int32_t i = 0; i < nq; i++) {
+        int32_t t = it->t0 + i / ratio, h = it->head_kv * ratio + i % ratio;
+        memcpy(qh + (size_t)i * (size_t)hd, s->q + (size_t)t * (size_t)(hp->n_head * hd) + (size_t)(h * hd),
+               (size_t)hd * sizeof *qh);
+        if (s->kv_f16)
+            s->dot->round_f16(qh + (size_t)i * (size_t)hd, hd);
     }
-    for (int32_t j = 0; j < n; j++) {
-        sc[j] *= kq_scale;
-        mx = sc[j] > mx ? sc[j] : mx;
+    for (int32_t b = 0; b * KV_BLOCK_TOKENS < n_last; b++) {
+        const uint8_t *kt = kv_base(s, sq->block_table[b], layer, 0, it->head_kv);
+        for (int32_t i0 = 0; i0 < nq; i0 += 4) {
+            const float *qp[4];
+            float *sp[4];
+            int k = 0;
+            for (int32_t i = i0; i < nq && i < i0 + 4; i++) {
+                if (s->tok_pos[it->t0 + i / ratio] + 1 <= b * KV_BLOCK_TOKENS)
+                    continue; /* this token does not see block b */
+                qp[k] = qh + (size_t)i * (size_t)hd;
+                sp[k++] = sc + (size_t)i * stride + (size_t)b * KV_BLOCK_TOKENS;
+            }
+            if (k)
+                s->dot->kq_block(qp, k, hd, kt, s->kv_f16, sp);
+        }
     }
-    inv = (float)(1.0 / s->dot->exp_sub(sc, n, mx));
-    for (int32_t j = 0; j < n; j++)
-        sc[j] *= inv;
-    if (s->kv_f16)
-        s->dot->round_f16(sc, n);
-    memset(out, 0, (size_t)hd * sizeof *out);
-    for (int32_t b = 0; b * KV_BLOCK_TOKENS < n; b++) {
-        int m = n - b * KV_BLOCK_TOKENS < KV_BLOCK_TOKENS ? n - b * KV_BLOCK_TOKENS : KV_BLOCK_TOKENS;
-        s->dot->axpy_kv(sc + b * KV_BLOCK_TOKENS, kv_row(s, sq->block_table[b], layer, 1, g, 0), hd,
-                        m, out, s->kv_f16);
+    for (int32_t i = 0; i < nq; i++)
+        s->dot->softmax(sc + (size_t)i * stride, s->tok_pos[it->t0 + i / ratio] + 1, kq_scale,
+                        s->kv_f16);
+    for (int32_t i = 0; i < nq; i++) {
+        int32_t t = it->t0 + i / ratio, h = it->head_kv * ratio + i % ratio;
+        memset(s->xb + (size_t)t * (size_t)s->xb_w + (size_t)(h * hd), 0, (size_t)hd * sizeof(float));
+    }
+    for (int32_t b = 0; b * KV_BLOCK_TOKENS < n_last; b++) {
+        s->dot->kv_to_f32(kv_base(s, sq->block_table[b], layer, 1, it->head_kv),
+                          KV_BLOCK_TOKENS * hd, s->kv_f16, vf);
+        pv_blocks(s, it, b, sc, vf);
     }
 }
 
 static void phase_attention(struct cpu_step *s, int32_t layer, int ph, int ith)
 {
-    const struct model_hparams *hp = &s->m->hp;
-    int32_t ratio = hp->n_head / hp->n_head_kv;
-    float *sc = s->scratch + (size_t)ith * s->scratch_n;
-    float *qh = sc + s->scratch_n - (size_t)hp->head_dim;
+    float *scr = s->scratch + (size_t)ith * s->scratch_n;
 
     for (;;) {
         int32_t i = atomic_fetch_add_explicit(&s->ctr[ph & 1], 1, memory_order_relaxed);
-        const struct cpu_att_item *it;
         if (i >= s->n_items)
             break;
-        it = &s->items[i];
-        for (int32_t t = it->t0; t < it->t1; t++)
-            for (int32_t h = it->head_kv * ratio; h < (it->head_kv + 1) * ratio; h++)
-                attend(s, layer, &s->batch->seqs[it->seq], it->head_kv, h, t, s->tok_pos[t], sc,
-                       qh);
+        attend_item(s, layer, &s->items[i], scr);
     }
 }
 

@@ -98,14 +98,21 @@ struct cpu_dot {
     enum cpu_isa isa;                        /* what these functions need */
     const char *name;                        /* "scalar", "avx2", "avx512vnni" */
     cpu_gemm_fn *gemm[GGML_TYPE_COUNT];      /* by weight type; NULL: not handled */
-    /* attention, one KV block: s[j] = q . k_j for its first n (<= 16) rows
-     * of hd F16 or F32 elements. A row's score depends only on its slot,
-     * never on n (partial blocks give the bits full ones do). */
-    void (*dot_kv)(const float *q, const void *k, int64_t hd, int n, float *s, int f16);
-    /* attention, one KV block: y[0..hd) += w[j] * v_j for j < n, in order */
-    void (*axpy_kv)(const float *w, const void *v, int64_t hd, int n, float *y, int f16);
-    /* x[i] = e^(x[i] - m) for i < n; returns their sum (accumulated in double) */
-    double (*exp_sub)(float *x, int64_t n, float m);
+    /* attention, one KV block of keys stored transposed, kt[d][16] (F16 or
+     * F32): s[i][j] = q[i] . k_j for all 16 slots j of each of nq queries,
+     * summed over d in order, so a score never depends on which queries
+     * share the call or on how full the block is */
+    void (*kq_block)(const float *const *q, int nq, int64_t hd, const void *kt, int f16,
+                     float *const *s);
+    /* attention: for each of nq queries, y[i][0..hd) += w[i][j] * v[j][0..hd)
+     * for j < n, j in order (v F32); a query's sums do not depend on nq */
+    void (*pv_block)(const float *const *w, float *const *y, int nq, const float *v,
+                     int64_t hd, int n);
+    /* n F16 or F32 elements at src as floats in dst */
+    void (*kv_to_f32)(const void *src, int64_t n, int f16, float *dst);
+    /* softmax of x[0..n) * scale in place: e^(x*scale - max) over their sum
+     * (kept in double), rounded to fp16 values when round16 is set */
+    void (*softmax)(float *x, int64_t n, float scale, int round16);
     /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] */
     void (*swiglu)(float *g, const float *u, int64_t n);
     /* x[0..n) rounded to the nearest fp16 value, in place (same bits on every ISA) */
@@ -168,7 +175,8 @@ struct cpu_lora_plan {
 };
 
 /* Attention work: one sequence, one KV head (and the query heads sharing
- * it), a run of that sequence's new tokens. */
+ * it), a run of that sequence's new tokens, all computed together so each
+ * key and value block is read once for all of them. */
 struct cpu_att_item {
     int32_t seq;     /* batch sequence */
     int32_t head_kv; /* KV head */
@@ -176,6 +184,7 @@ struct cpu_att_item {
 };
 
 #define CPU_MAX_CHUNK_ROWS 256 /* weight rows per matmul work chunk, at most */
+#define CPU_CHUNK_BYTES (256u << 10) /* weight bytes per chunk, at most (L2 share) */
 #define CPU_LORA_SLOTS 3       /* projections sharing one input (q, k, v) */
 
 struct cpu_step {
@@ -210,6 +219,9 @@ struct cpu_step {
     struct cpu_lora_plan lp_out;  /* LoRA pairs over the n_out logits rows */
     struct cpu_att_item *items;   /* attention work */
     int32_t n_items;
+    int32_t att_run;              /* tokens per attention item (cpu.c sizes it) */
+    size_t att_stride;            /* floats per query's score row: longest sequence,
+                                     rounded up to whole blocks */
     float *scratch;               /* (nth, scratch_n) per-thread floats */
     size_t scratch_n;             /* floats per thread */
     atomic_int ctr[2];            /* work counters, alternating between phases */

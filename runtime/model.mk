@@ -22,3 +22,9 @@ TESTS += tests/unit/test_model
 ## Numerics against llama.cpp (node-llama-cpp; skips without it or mkmodel).
 TESTS += tests/cli/engine-numerics.bats
 EXTRA_DIST += tests/cli/engine-numerics.bats tests/cli/engine_numerics.py
+
+## bench/engine: mfc vs llama.cpp tokens/s (`make bench-engine`; never part of make check).
+EXTRA_DIST += bench/engine
+.PHONY: bench-engine
+bench-engine: tests/tools/mfc-eval$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
+	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/engine

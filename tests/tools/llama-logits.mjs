@@ -20,7 +20,7 @@
 //
 // usage: node llama-logits.mjs --model M.gguf [--lora A.gguf [--lora-scale S]]
 //          --tokens 1,2,3 [--n N] [--kv f16|f32] [--threads N] [--ctx N]
-//          [--flash-attn on|off]
+//          [--flash-attn on|off|auto]   (default auto, llama.cpp's own default)
 //        node llama-logits.mjs --model M.gguf --bench PP,TG [--threads N]
 //        node llama-logits.mjs --jobs FILE
 import fs from "node:fs";
@@ -34,7 +34,7 @@ const require = createRequire(path.join(nodeModules, "..", "package.json"));
 const {getLlama, LlamaLogLevel} = await import(pathToFileURL(require.resolve("node-llama-cpp")).href);
 
 function parseArgs(argv) {
-    const o = {lora: [], loraScale: 1, n: 0, kv: "f16", threads: 2, ctx: 0, fa: false};
+    const o = {lora: [], loraScale: 1, n: 0, kv: "f16", threads: 2, ctx: 0, fa: "auto"};
     for (let i = 0; i < argv.length; i++) {
         const a = argv[i], v = () => {
             if (i + 1 >= argv.length) throw new Error(`${a} needs a value`);
@@ -48,7 +48,7 @@ function parseArgs(argv) {
         else if (a === "--kv") o.kv = v();
         else if (a === "--threads") o.threads = Number(v());
         else if (a === "--ctx") o.ctx = Number(v());
-        else if (a === "--flash-attn") o.fa = v() === "on";
+        else if (a === "--flash-attn") o.fa = {on: true, off: false}[v()] ?? "auto";
         else if (a === "--bench") o.bench = v().split(",").map(Number);
         else throw new Error(`unknown argument ${a}`);
     }

@@ -451,6 +451,75 @@ static void test_simd_matches_scalar(void **state)
     }
 }
 
+/* Attention kernels: a key block (transposed, F16 and F32) against 7
+ * queries, and P.V with 5 queries: every table agrees with scalar within
+ * float rounding, and a query's result does not depend on which other
+ * queries share the call (bit for bit). */
+static void test_attention_kernels(void **state)
+{
+    enum { HD = 72, NQ = 7 };
+    const struct cpu_dot *sc = cpu_dot_for(CPU_ISA_SCALAR);
+    float q[NQ][HD], kf[HD * 16], v[16 * HD], s_ref[NQ][16], s_got[NQ][16], s_one[16];
+    float y_ref[NQ][HD], y_got[NQ][HD], y_one[HD], w[NQ][16];
+    uint16_t kh[HD * 16];
+    const float *qp[NQ], *wp[NQ];
+    float *sp[NQ], *yp[NQ];
+    uint64_t r = 5;
+
+    for (int i = 0; i < HD * 16; i++) {
+        kf[i] = randn(&r);
+        kh[i] = quant_f32_to_f16(kf[i]);
+        v[i] = randn(&r);
+    }
+    for (int i = 0; i < NQ; i++)
+        for (int d = 0; d < HD; d++)
+            q[i][d] = randn(&r);
+    for (int isa = 1; isa < CPU_ISA_COUNT; isa++) {
+        const struct cpu_dot *d = cpu_dot_for((enum cpu_isa)isa);
+        if (!d)
+            continue;
+        for (int f16 = 0; f16 < 2; f16++) {
+            const void *k = f16 ? (const void *)kh : (const void *)kf;
+            for (int i = 0; i < NQ; i++) {
+                qp[i] = q[i];
+                sp[i] = s_ref[i];
+            }
+            sc->kq_block(qp, NQ, HD, k, f16, sp);
+            for (int i = 0; i < NQ; i++)
+                sp[i] = s_got[i];
+            d->kq_block(qp, NQ, HD, k, f16, sp);
+            for (int i = 0; i < NQ; i++) {
+                float *one = s_one;
+                d->kq_block(&qp[i], 1, HD, k, f16, &one);
+                assert_memory_equal(s_one, s_got[i], sizeof s_one);
+                for (int j = 0; j < 16; j++)
+                    assert_true(fabsf(s_got[i][j] - s_ref[i][j]) < 1e-4f);
+            }
+        }
+        for (int i = 0; i < 5; i++) {
+            for (int j = 0; j < 16; j++)
+                w[i][j] = (float)(mix(&r) % 1000) / 1000.0f;
+            memset(y_ref[i], 0, sizeof y_ref[i]);
+            memset(y_got[i], 0, sizeof y_got[i]);
+            wp[i] = w[i];
+        }
+        for (int i = 0; i < 5; i++)
+            yp[i] = y_ref[i];
+        sc->pv_block(wp, yp, 5, v, HD, 13);
+        for (int i = 0; i < 5; i++)
+            yp[i] = y_got[i];
+        d->pv_block(wp, yp, 5, v, HD, 13);
+        for (int i = 0; i < 5; i++) {
+            float *one = y_one;
+            memset(y_one, 0, sizeof y_one);
+            d->pv_block(&wp[i], &one, 1, v, HD, 13);
+            assert_memory_equal(y_one, y_got[i], sizeof y_one);
+            for (int k = 0; k < HD; k++)
+                assert_true(fabsf(y_got[i][k] - y_ref[i][k]) < 1e-4f);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------
  * The model end to end: batch and chunk invariance
  * ---------------------------------------------------------------------- */
@@ -677,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_refuses_bad_lora),
         cmocka_unit_test(test_loads_hparams),
         cmocka_unit_test(test_simd_matches_scalar),
+        cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_chunked_prefill_and_threads),
         cmocka_unit_test(test_step_refuses_bad_batches),

@@ -1,7 +1,10 @@
 /*
  * exec_ops.c: what each plan node does when the executor runs it.
  *
- *   source   fetch_run: a file or URL into the store (the blob is the output);
+ *   source   a local file: its digest through the stat cache, not copied (the
+ *            record keeps its path and size/mtime/inode; check and layer read
+ *            the file itself and refuse it if it changed); a URL: fetch_run
+ *            into the store (the blob is the output);
  *            a name: source_ref_resolve (a local or registry image's GGUF,
  *            its tar layer when it has one, and its config defaults)
  *   check    gguf_open on the blob: a base needs general.architecture, an
@@ -28,10 +31,13 @@
  */
 #include "compiler/exec_int.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <sys/stat.h>
 
 #include "common/buf.h"
 #include "common/gguf.h"
@@ -155,6 +161,111 @@ static int op_source_name(const struct exec_job *j, struct exec_node *r, int *ca
     return r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
 }
 
+/* 1 when the node's own cache record already names r->digest: a local
+ * source (and its check) runs again on every build because its output is the
+ * user's file, not a blob, but it found its work done. */
+static int record_matches(const struct exec_job *j, const struct exec_node *r)
+{
+    json_t *rec = NULL;
+    struct mf_err ignored;
+    if (j->o->no_cache || store_cache_get(j->s, r->key, &rec, &ignored) != 0)
+        return 0;
+    const char *d = json_string_value(json_object_get(rec, "digest"));
+    int same = d && strcmp(d, r->digest) == 0;
+    json_decref(rec);
+    return same;
+}
+
+/* What identifies a file's version: size, mtime, inode, device. */
+static json_t *file_stat_json(const struct stat *st)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "size", (json_int_t)st->st_size, "mtime_s",
+                     (json_int_t)st->st_mtim.tv_sec, "mtime_ns", (json_int_t)st->st_mtim.tv_nsec,
+                     "ino", (json_int_t)st->st_ino, "dev", (json_int_t)st->st_dev);
+}
+
+/* 0 when path is still the file a source record describes; otherwise
+ * MF_EINTEGRITY: its bytes may no longer hash to the record's digest, which
+ * is in the cache key, so nothing may be built from them. */
+static int file_unchanged(const json_t *rec, const char *path, struct mf_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return mf_err_sys(err, MF_EINTEGRITY, errno, "%s is gone since the build hashed it", path);
+    json_t *now = file_stat_json(&st);
+    int same = now && json_equal(now, json_object_get(rec, "file"));
+    json_decref(now);
+    if (!same)
+        return mf_err_set(err, MF_EINTEGRITY,
+                          "%s changed during the build (size, mtime or inode differ from when "
+                          "its digest %s was computed); nothing was built from it: build again",
+                          path, json_string_value(json_object_get(rec, "digest")));
+    return 0;
+}
+
+/* The file holding the bytes of this node's input 0 (a source, or a check of
+ * one): the blob when the store has it (URL and image sources, builds before
+ * local files stopped being copied), else the local file the source record
+ * names, checked unchanged. *path is malloc'd; *local is the source record
+ * in the second case (re-check with file_unchanged after reading), else NULL. */
+static int input_file(const struct exec_job *j, char **path, const json_t **local,
+                      struct mf_err *err)
+{
+    const struct exec_node *in = input(j, 0);
+    size_t k = j->node->inputs[0];
+    *local = NULL;
+    if (j->plan->nodes[k].op == PLAN_CHECK && j->plan->nodes[k].n_inputs)
+        k = j->plan->nodes[k].inputs[0];
+    const json_t *rec = j->b->nodes[k].result;
+    const char *p = json_string_value(json_object_get(rec, "path"));
+    if (j->plan->nodes[k].op != PLAN_SOURCE || !p || strcmp(j->b->nodes[k].digest, in->digest) ||
+        store_blob_exists(j->s, in->digest))
+        return store_blob_path(j->s, in->digest, path, err);
+    int rc = file_unchanged(rec, p, err);
+    if (!rc && !(*path = strdup(p)))
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+    if (!rc)
+        *local = rec;
+    return rc;
+}
+
+/* A local file is not copied into the store (ARCHITECTURE.md: weights are
+ * big): its digest comes through the stat cache (exec_op_content has just
+ * filled it, so nothing is read here), and the record keeps the file's path
+ * and identity (size, mtime, inode) for the check and layer steps, which read
+ * the file itself and refuse it if it changed since. */
+static int op_source_file(const struct exec_job *j, struct exec_node *r, int *cached,
+                          struct mf_err *err)
+{
+    const char *path = j->node->src.location;
+    struct stat a, b;
+    char *abspath = NULL;
+    if (stat(path, &a) != 0)
+        return mf_err_sys(err, MF_ENOTFOUND, errno, "cannot stat %s", path);
+    int rc = store_digest_file(j->s, path, r->digest, &r->size, err);
+    if (!rc && (stat(path, &b) != 0 || a.st_size != b.st_size || a.st_ino != b.st_ino ||
+                a.st_dev != b.st_dev || a.st_mtim.tv_sec != b.st_mtim.tv_sec ||
+                a.st_mtim.tv_nsec != b.st_mtim.tv_nsec))
+        rc = mf_err_set(err, MF_EIO, "%s changed while it was being read; build again", path);
+    if (!rc && !(abspath = realpath(path, NULL)))
+        rc = mf_err_sys(err, MF_EIO, errno, "cannot resolve %s", path);
+    if (!rc)
+        r->result = json_pack("{s:s, s:I, s:s, s:o}", "digest", r->digest, "size",
+                              (json_int_t)r->size, "path", abspath, "file", file_stat_json(&a));
+    free(abspath);
+    if (!rc && !r->result)
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+    if (!rc) {
+        /* the bytes this step vouches for (hashed while its key was computed) */
+        struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
+        int id = progress_begin(pg, "hash", path);
+        progress_update(pg, id, r->size, r->size);
+        progress_close(pg);
+        *cached = record_matches(j, r);
+    }
+    return rc;
+}
+
 static int op_source(const struct exec_job *j, struct exec_node *r, int *cached,
                      struct mf_err *err)
 {
@@ -163,6 +274,8 @@ static int op_source(const struct exec_job *j, struct exec_node *r, int *cached,
     struct fetch_result fr;
     if (src->kind == FETCH_NAME)
         return op_source_name(j, r, cached, err);
+    if (src->kind == FETCH_FILE)
+        return op_source_file(j, r, cached, err);
     /* a download's or a copy's bytes show on this step's line, numbered as the plan is */
     fo.progress = progress_scope(j->o->progress, (int)j->node->id + 1);
     int rc = fetch_run(j->s, src, &fo, &fr, err);
@@ -196,13 +309,15 @@ static int check_gguf(const struct gguf_file *gf, enum plan_role role, struct mf
     return 0;
 }
 
-static int op_check(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
+static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
+                    struct mf_err *err)
 {
     const struct exec_node *in = input(j, 0);
     struct gguf_file *gf = NULL;
     struct gguf_str arch = {"", 0};
     char *path = NULL;
-    int rc = store_blob_path(j->s, in->digest, &path, err);
+    const json_t *local = NULL;
+    int rc = input_file(j, &path, &local, err);
     if (!rc)
         rc = gguf_open(path, &gf, err);
     if (!rc)
@@ -218,6 +333,7 @@ static int op_check(const struct exec_job *j, struct exec_node *r, struct mf_err
     if (!rc) {
         snprintf(r->digest, sizeof r->digest, "%s", in->digest);
         r->size = in->size;
+        *cached = local && record_matches(j, r); /* a local file: no blob for the cache to find */
     }
     gguf_close(gf);
     free(path);
@@ -279,8 +395,9 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
         char *src = NULL;
         json_t *facts = NULL;
         int rc = 0;
+        const json_t *local = NULL;
         if (j->node->role == PLAN_ROLE_BASE)
-            rc = store_blob_path(j->s, input(j, 0)->digest, &src, err);
+            rc = input_file(j, &src, &local, err);
         if (!rc && src)
             rc = model_facts(src, &facts, err);
         free(src);
@@ -303,15 +420,21 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
     struct layer_result lr;
     json_t *facts = NULL;
     char *src = NULL;
+    const json_t *local = NULL;
     int64_t mtime;
     int rc = layer_source_date(&mtime, err);
+    /* a local file is tarred straight from where it is: one read, one write */
     if (!rc)
-        rc = store_blob_path(j->s, input(j, 0)->digest, &src, err);
+        rc = input_file(j, &src, &local, err);
     if (!rc && j->node->role == PLAN_ROLE_BASE)
         rc = model_facts(src, &facts, err);
     e.src = src;
     if (!rc)
         rc = layer_write(j->s, &e, 1, comp, mtime, &lr, err);
+    /* changed while tarred: the blob is whole and named by its own digest, but
+     * it is not what the key promises, so no record names it (gc drops it) */
+    if (!rc && local)
+        rc = file_unchanged(local, src, err);
     if (!rc) {
         r->result = json_pack("{s:s, s:I, s:s, s:s, s:s, s:O}", "digest", lr.desc.digest, "size",
                               (json_int_t)lr.desc.size, "mediaType", lr.desc.media_type,
@@ -585,7 +708,7 @@ int exec_op_run(const struct exec_job *j, struct exec_node *r, int *cached, stru
     case PLAN_SOURCE:
         return op_source(j, r, cached, err);
     case PLAN_CHECK:
-        return op_check(j, r, err);
+        return op_check(j, r, cached, err);
     case PLAN_LAYER:
         return op_layer(j, r, err);
     case PLAN_CONFIG:

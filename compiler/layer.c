@@ -114,6 +114,9 @@ static int sink_open(struct sink *k, struct store *s, int gzip)
     memset(k, 0, sizeof *k);
     k->gzip = gzip;
     int rc = store_blob_writer_open(s, NULL, &k->w, &k->err);
+    /* a plain tar (the weights): hash on a second core while this one reads and writes */
+    if (rc == 0 && !gzip)
+        rc = store_blob_writer_hash_async(k->w, &k->err);
     if (rc == 0 && gzip) {
         rc = mf_sha256_init(&k->raw, &k->err);
         k->zout = malloc(ZOUT_CHUNK);

@@ -52,7 +52,12 @@ struct store_blob_writer {
     struct mf_sha256 h;            /* running digest of bytes 0..size */
     uint64_t size;                 /* bytes in the file */
     char expect[STORE_DIGEST_BUF]; /* digest the content must have, or "" */
+    struct ring *ring;             /* owned: hashing thread (store_blob_writer_hash_async), or NULL */
 };
+
+struct ring;
+static int ring_write(struct store_blob_writer *w, const void *p, size_t n, struct mf_err *err);
+static int ring_end(struct store_blob_writer *w, int flush, struct mf_err *err);
 
 /* ---- paths and digests ------------------------------------------------------------ */
 
@@ -611,6 +616,8 @@ static int writer_append(struct store_blob_writer *w, const void *p, size_t n, s
 int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n,
                             struct mf_err *err)
 {
+    if (w->ring)
+        return ring_write(w, p, n, err);
     int rc = mf_sha256_update(&w->h, p, n, err);
     if (rc)
         return rc;
@@ -620,6 +627,9 @@ int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n
 
 int store_blob_writer_reset(struct store_blob_writer *w, struct mf_err *err)
 {
+    if (w->ring)
+        return mf_err_set(err, MF_EINVAL, "cannot reset %s: it is hashed in a second thread",
+                          w->tmp_path);
     if (ftruncate(w->fd, 0) != 0 || lseek(w->fd, 0, SEEK_SET) != 0)
         return mf_err_sys(err, MF_EIO, errno, "cannot truncate %s", w->tmp_path);
     mf_sha256_abort(&w->h);
@@ -668,8 +678,8 @@ int store_blob_writer_commit(struct store_blob_writer *w, char digest[STORE_DIGE
 {
     uint8_t d[MF_SHA256_LEN];
     char got[STORE_DIGEST_BUF];
-    int rc = 0;
-    if (fsync(w->fd) != 0)
+    int rc = w->ring ? ring_end(w, 1, err) : 0;
+    if (!rc && fsync(w->fd) != 0)
         rc = mf_err_sys(err, MF_EIO, errno, "cannot fsync %s", w->tmp_path);
     if (!rc)
         rc = mf_sha256_final(&w->h, d, err);
@@ -697,6 +707,8 @@ int store_blob_writer_commit(struct store_blob_writer *w, char digest[STORE_DIGE
 
 static void writer_free(struct store_blob_writer *w, int remove_file)
 {
+    if (w->ring)
+        (void)ring_end(w, 0, NULL);
     if (w->fd >= 0) {
         if (!remove_file)
             (void)fsync(w->fd); /* best effort: a lost tail only costs a re-download */
@@ -776,17 +788,19 @@ static int same_stat(const struct stat *a, const struct stat *b)
 }
 
 /*
- * Copying a file into a blob: the calling thread reads and writes, a second
- * thread hashes, over a ring of RING_SLOTS buffers. SHA-256 in software runs
- * at about the speed of a disk, so doing it in line made a cold build cost
- * read + write + hash; overlapped it costs about max(read + write, hash).
+ * Hashing in a second thread. SHA-256 in software runs at about the speed of
+ * a disk, so hashing in line made a cold build cost read + write + hash;
+ * overlapped it costs about max(read + write, hash). Both big writers use it:
+ * store_put_file (a file copied into a blob) and layer_write's plain tar of
+ * the weights (store_blob_writer_hash_async), so each byte is read once,
+ * written once, and hashed on the other core.
  *
- * Ring protocol (all under ring.mu): the copier fills slot head % RING_SLOTS
+ * Ring protocol (all under ring.mu): the writer fills slot head % RING_SLOTS
  * only while head - tail < RING_SLOTS, writes it to the file, then publishes
  * it (head++); the hasher hashes slot tail % RING_SLOTS and frees it
  * (tail++). Slots are hashed in the order they were written, so the digest is
- * the one store_blob_writer_write would compute. An error on either side sets
- * stop; the other side sees it at its next wait.
+ * the one store_blob_writer_write computes in line. An error on either side
+ * sets stop; the other side sees it at its next wait.
  */
 #define RING_SLOTS 4
 #define RING_SLOT_BYTES (4u << 20) /* 4 x 4 MiB: a few readahead windows in flight */
@@ -795,13 +809,16 @@ struct ring {
     unsigned char *buf[RING_SLOTS]; /* owned: RING_SLOT_BYTES each */
     size_t len[RING_SLOTS];         /* bytes in each published slot */
     uint64_t head, tail;            /* slots published, slots hashed */
-    int eof;                        /* copier: no more slots will be published */
+    int eof;                        /* writer: no more slots will be published */
     int stop;                       /* either side failed: both stop */
     struct mf_sha256 *h;            /* borrowed: the writer's running digest */
     struct mf_err err;              /* the hasher's error, when it failed */
     int rc;                         /* the hasher's code */
     pthread_mutex_t mu;             /* guards every field above but buf and h */
     pthread_cond_t cv;              /* signalled on every head, tail or flag change */
+    pthread_t tid;                  /* the hasher */
+    int held;                       /* writer side only: slot head % RING_SLOTS is being filled */
+    size_t fill;                    /* writer side only: bytes in that slot */
 };
 
 static void *ring_hasher(void *arg)
@@ -829,23 +846,149 @@ static void *ring_hasher(void *arg)
     return NULL;
 }
 
-/* The copier's side: returns 0 with the whole file written and hashed. */
-static int ring_copy(struct ring *r, struct store_blob_writer *w, int fd, const char *path,
-                     uint64_t total, const struct store_put_opts *o, struct mf_err *err)
+static void ring_free(struct ring *r)
 {
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    for (int i = 0; i < RING_SLOTS; i++)
+        free(r->buf[i]);
+    free(r);
+}
+
+int store_blob_writer_hash_async(struct store_blob_writer *w, struct mf_err *err)
+{
+    if (w->ring)
+        return 0;
+    struct ring *r = calloc(1, sizeof *r);
+    if (!r)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    r->h = &w->h;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    for (int i = 0; i < RING_SLOTS; i++)
+        if (!(r->buf[i] = malloc(RING_SLOT_BYTES))) {
+            ring_free(r);
+            return mf_err_set(err, MF_ENOMEM, "out of memory for %s", w->tmp_path);
+        }
+    if (pthread_create(&r->tid, NULL, ring_hasher, r) != 0) {
+        ring_free(r);
+        return mf_err_set(err, MF_ENOMEM, "cannot start a hashing thread for %s", w->tmp_path);
+    }
+    w->ring = r;
+    return 0;
+}
+
+/* Waits for a free slot and holds it: 0, or MF_EIO after a hasher failure
+ * (its error is reported by ring_end). */
+static int ring_hold(struct ring *r)
+{
+    if (r->held)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    while (r->head - r->tail == RING_SLOTS && !r->stop)
+        pthread_cond_wait(&r->cv, &r->mu);
+    int stopped = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    if (stopped)
+        return MF_EIO;
+    r->held = 1;
+    r->fill = 0;
+    return 0;
+}
+
+/* Writes the held slot to the file and hands it to the hasher. */
+static int ring_publish(struct store_blob_writer *w, struct mf_err *err)
+{
+    struct ring *r = w->ring;
+    size_t i = (size_t)(r->head % RING_SLOTS), n = r->fill;
+    int rc = writer_append(w, r->buf[i], n, err);
+    pthread_mutex_lock(&r->mu);
+    if (rc)
+        r->stop = 1;
+    else
+        r->len[i] = n, r->head++;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    r->held = 0;
+    r->fill = 0;
+    if (!rc)
+        w->s->stats.hashed_bytes += n;
+    return rc;
+}
+
+/* The hasher's error after a failed ring_hold. */
+static int ring_failed(struct store_blob_writer *w, struct mf_err *err)
+{
+    return ring_end(w, 0, err);
+}
+
+/* store_blob_writer_write with a ring: copies into the held slot, publishing
+ * each full one (the file lags by at most one slot until commit). */
+static int ring_write(struct store_blob_writer *w, const void *p, size_t n, struct mf_err *err)
+{
+    struct ring *r = w->ring;
+    const unsigned char *c = p;
+    while (n) {
+        if (ring_hold(r) != 0)
+            return ring_failed(w, err);
+        size_t k = RING_SLOT_BYTES - r->fill < n ? RING_SLOT_BYTES - r->fill : n;
+        memcpy(r->buf[(size_t)(r->head % RING_SLOTS)] + r->fill, c, k);
+        r->fill += k;
+        c += k;
+        n -= k;
+        if (r->fill == RING_SLOT_BYTES) {
+            int rc = ring_publish(w, err);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* Stops the hasher and releases the ring. flush nonzero: publish the held
+ * slot first and wait until every slot is hashed; returns the first error
+ * (the hasher's included). flush 0: abandon (err may be NULL). */
+static int ring_end(struct store_blob_writer *w, int flush, struct mf_err *err)
+{
+    struct ring *r = w->ring;
     int rc = 0;
+    if (flush && r->held && r->fill)
+        rc = ring_publish(w, err);
+    pthread_mutex_lock(&r->mu);
+    if (flush && !rc)
+        r->eof = 1;
+    else
+        r->stop = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->tid, NULL);
+    if (!rc && r->rc) {
+        if (err)
+            *err = r->err;
+        rc = r->rc;
+    } else if (!rc && !flush) {
+        rc = err ? mf_err_set(err, MF_EIO, "hashing %s stopped", w->tmp_path) : MF_EIO;
+    }
+    w->ring = NULL;
+    ring_free(r);
+    return rc;
+}
+
+/* Copies a file into w, reading straight into the ring's slots; the hash is
+ * complete once store_blob_writer_commit has ended the ring. */
+static int copy_into(struct store_blob_writer *w, int fd, const char *path, uint64_t total,
+                     const struct store_put_opts *o, struct mf_err *err)
+{
+    int rc = store_blob_writer_hash_async(w, err);
     uint64_t done = 0;
-    for (;;) {
-        pthread_mutex_lock(&r->mu);
-        while (r->head - r->tail == RING_SLOTS && !r->stop)
-            pthread_cond_wait(&r->cv, &r->mu);
-        int stopped = r->stop;
-        pthread_mutex_unlock(&r->mu);
-        if (stopped)
-            break;
-        size_t i = (size_t)(r->head % RING_SLOTS), n = 0;
+    while (!rc) {
+        struct ring *r = w->ring;
+        if (ring_hold(r) != 0)
+            return ring_failed(w, err);
+        unsigned char *slot = r->buf[(size_t)(r->head % RING_SLOTS)];
+        size_t n = 0;
         while (n < RING_SLOT_BYTES) { /* fill the slot: fewer, larger hash calls */
-            ssize_t k = read(fd, r->buf[i] + n, RING_SLOT_BYTES - n);
+            ssize_t k = read(fd, slot + n, RING_SLOT_BYTES - n);
             if (k < 0 && errno == EINTR)
                 continue;
             if (k < 0)
@@ -854,54 +997,14 @@ static int ring_copy(struct ring *r, struct store_blob_writer *w, int fd, const 
                 break;
             n += (size_t)k;
         }
-        if (!rc && n)
-            rc = writer_append(w, r->buf[i], n, err);
-        pthread_mutex_lock(&r->mu);
-        if (rc)
-            r->stop = 1;
-        else if (n)
-            r->len[i] = n, r->head++;
-        else
-            r->eof = 1;
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
         if (rc || !n)
             break;
+        r->fill = n;
+        rc = ring_publish(w, err);
         done += n;
-        w->s->stats.hashed_bytes += n;
-        if (o && o->progress)
+        if (!rc && o && o->progress)
             o->progress(o->progress_arg, done, total);
     }
-    return rc;
-}
-
-static int copy_into(struct store_blob_writer *w, int fd, const char *path, uint64_t total,
-                     const struct store_put_opts *o, struct mf_err *err)
-{
-    struct ring r = {.h = &w->h};
-    pthread_t tid;
-    int rc = 0, started = 0;
-    for (int i = 0; i < RING_SLOTS && !rc; i++)
-        if (!(r.buf[i] = malloc(RING_SLOT_BYTES)))
-            rc = mf_err_set(err, MF_ENOMEM, "out of memory copying %s", path);
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
-    if (!rc && pthread_create(&tid, NULL, ring_hasher, &r) != 0)
-        rc = mf_err_set(err, MF_ENOMEM, "cannot start a hashing thread for %s", path);
-    started = !rc;
-    if (!rc)
-        rc = ring_copy(&r, w, fd, path, total, o, err);
-    if (started)
-        pthread_join(tid, NULL);
-    if (!rc && r.rc) {
-        if (err)
-            *err = r.err;
-        rc = r.rc;
-    }
-    pthread_cond_destroy(&r.cv);
-    pthread_mutex_destroy(&r.mu);
-    for (int i = 0; i < RING_SLOTS; i++)
-        free(r.buf[i]);
     return rc;
 }
 

@@ -146,6 +146,12 @@ int store_blob_writer_open_partial(struct store *s, const char *name, const char
 uint64_t store_blob_writer_size(const struct store_blob_writer *w);
 int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n,
                             struct mf_err *err);
+/* From now on, hashes what is written in a second thread while the calling
+ * thread writes (the same ring store_put_file copies through): writes are
+ * buffered in 4 MiB slots, so store_blob_writer_size lags until commit, and
+ * store_blob_writer_reset is refused. For big blobs written by one thread
+ * (layer_write's plain tar of the weights). */
+int store_blob_writer_hash_async(struct store_blob_writer *w, struct mf_err *err);
 /* Drops everything written so far (a server ignored our Range request). */
 int store_blob_writer_reset(struct store_blob_writer *w, struct mf_err *err);
 /* Finishes the blob: verifies the digest, moves it into blobs/sha256 (a blob

@@ -235,3 +235,16 @@ tags() {
     [ "$status" -eq 0 ]
     [ "$(grep '"event": *"end"' <<<"$output" | jq -r '"#\(.step) \(.verb) \(.state)"' | sort | awk '{print $1, $2}' | tr '\n' '|')" = "$(tr '\n' '|' <<<"$plan")" ]
 }
+
+@test "a local base is not copied into the store: the layer is tarred from the file itself" {
+    modelfile "FROM ./base.gguf" "SYSTEM hi"
+    raw="sha256:$(sha256sum "$CTX/base.gguf" | cut -d' ' -f1)"
+    run "$MFC" build -q -t one "$CTX"
+    [ "$status" -eq 0 ]
+    [ ! -e "$MFC_HOME/blobs/sha256/${raw#sha256:}" ]
+    blobs_verify
+    touch -d '2001-01-01' "$CTX/base.gguf" # same bytes, new mtime: re-hashed, same key
+    run "$MFC" build --progress plain -t one "$CTX"
+    [ "$status" -eq 0 ]
+    [[ "$(ended CACHED)" == *"layer models/"* ]]
+}

@@ -154,38 +154,43 @@ void cpu_dot_quantize_q8_K(const float *x, struct cpu_q8_K *y, int64_t n)
  * Scalar dot products, one weight row against one activation row
  * ---------------------------------------------------------------------- */
 
-static float dot_f32(int64_t n, const void *w, const void *x)
+/* Element i of a float row: kind 0 F32, 1 F16, 2 BF16 (any alignment). */
+static float elem(int kind, const void *row, int64_t i)
+{
+    const uint8_t *p = row;
+    float f;
+
+    if (kind == 1)
+        return quant_f16_to_f32(quant_rd16(p + 2 * i));
+    if (kind == 2)
+        return quant_bf16_to_f32(quant_rd16(p + 2 * i));
+    memcpy(&f, p + 4 * i, 4);
+    return f;
+}
+
+static float dot_float(int kind, int64_t n, const void *w, const void *x)
 {
     const float *a = x;
-    float sum = 0.0f, v;
+    float sum = 0.0f;
 
-    for (int64_t i = 0; i < n; i++) {
-        memcpy(&v, (const uint8_t *)w + 4 * i, 4);
-        sum += v * a[i];
-    }
+    for (int64_t i = 0; i < n; i++)
+        sum += elem(kind, w, i) * a[i];
     return sum;
+}
+
+static float dot_f32(int64_t n, const void *w, const void *x)
+{
+    return dot_float(0, n, w, x);
 }
 
 static float dot_f16(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *p = w;
-    const float *a = x;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n; i++)
-        sum += quant_f16_to_f32(quant_rd16(p + 2 * i)) * a[i];
-    return sum;
+    return dot_float(1, n, w, x);
 }
 
 static float dot_bf16(int64_t n, const void *w, const void *x)
 {
-    const uint8_t *p = w;
-    const float *a = x;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n; i++)
-        sum += quant_bf16_to_f32(quant_rd16(p + 2 * i)) * a[i];
-    return sum;
+    return dot_float(2, n, w, x);
 }
 
 static float dot_q4_0(int64_t n, const void *w, const void *x)
@@ -218,57 +223,46 @@ static float dot_q8_0(int64_t n, const void *w, const void *x)
     return sum;
 }
 
-/* Q4_K and Q5_K: sub-block j of 32 has a 6-bit scale and min; the 4 (5)
- * bit codes are unsigned, so x ~= d*sc*q - dmin*m and the min term only
- * needs the activation's block sums. */
-static float dot_q4_K(int64_t n, const void *w, const void *x)
+/* Q4_K (q5 == 0) and Q5_K (q5 == 1): sub-block j of 32 has a 6-bit scale
+ * and min; the 4 (5) bit codes are unsigned, so x ~= d*sc*q - dmin*m and
+ * the min term only needs the activation's block sums. The two block types
+ * share d, dmin, scales and qs; Q5_K adds qh (fifth bit j of qh[l]). */
+static float dot_q45_K(int q5, int64_t n, const void *w, const void *x)
 {
-    const struct quant_blk_q4_K *b = w;
+    const size_t bsz = q5 ? sizeof(struct quant_blk_q5_K) : sizeof(struct quant_blk_q4_K);
     const struct cpu_q8_K *y = x;
     float sum = 0.0f;
 
     for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct quant_blk_q5_K *b5 = (const void *)((const uint8_t *)w + (size_t)i * bsz);
+        const struct quant_blk_q4_K *b4 = (const void *)b5;
+        const uint8_t *qs = q5 ? b5->qs : b4->qs;
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < 8; j++) {
-            const uint8_t *q = b[i].qs + 32 * (j / 2);
+            const uint8_t *q = qs + 32 * (j / 2);
             const int8_t *a = y[i].qs + 32 * j;
             int shift = 4 * (j % 2), s = 0;
             uint8_t sc, m;
 
-            quant_scale_min_k4(j, b[i].scales, &sc, &m);
+            quant_scale_min_k4(j, b4->scales, &sc, &m);
             for (int l = 0; l < 32; l++)
-                s += ((q[l] >> shift) & 15) * a[l];
+                s += (((q[l] >> shift) & 15) | (q5 ? ((b5->qh[l] >> j) & 1) << 4 : 0)) * a[l];
             isum += sc * s;
             msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
         }
-        sum += y[i].d * quant_rdh(b[i].d) * (float)isum - y[i].d * quant_rdh(b[i].dmin) * (float)msum;
+        sum += y[i].d * quant_rdh(b4->d) * (float)isum - y[i].d * quant_rdh(b4->dmin) * (float)msum;
     }
     return sum;
 }
 
+static float dot_q4_K(int64_t n, const void *w, const void *x)
+{
+    return dot_q45_K(0, n, w, x);
+}
+
 static float dot_q5_K(int64_t n, const void *w, const void *x)
 {
-    const struct quant_blk_q5_K *b = w;
-    const struct cpu_q8_K *y = x;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int32_t isum = 0, msum = 0;
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *q = b[i].qs + 32 * (j / 2);
-            const int8_t *a = y[i].qs + 32 * j;
-            int shift = 4 * (j % 2), s = 0;
-            uint8_t sc, m;
-
-            quant_scale_min_k4(j, b[i].scales, &sc, &m);
-            for (int l = 0; l < 32; l++)
-                s += (((q[l] >> shift) & 15) | (((b[i].qh[l] >> j) & 1) << 4)) * a[l];
-            isum += sc * s;
-            msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        sum += y[i].d * quant_rdh(b[i].d) * (float)isum - y[i].d * quant_rdh(b[i].dmin) * (float)msum;
-    }
-    return sum;
+    return dot_q45_K(1, n, w, x);
 }
 
 /* Q6_K: 16 signed scales per block of 256; codes 0..63 stand for q - 32.
@@ -338,15 +332,7 @@ SCALAR_GEMM(q6_K)
 
 static float kv_at(const void *v, int64_t i, int f16)
 {
-    uint16_t h;
-    float f;
-
-    if (f16) {
-        memcpy(&h, (const uint8_t *)v + 2 * i, 2);
-        return quant_f16_to_f32(h);
-    }
-    memcpy(&f, (const uint8_t *)v + 4 * i, 4);
-    return f;
+    return elem(f16 ? 1 : 0, v, i);
 }
 
 static void kq_block(const float *const *q, int nq, int64_t hd, const void *kt, int f16,
@@ -413,23 +399,7 @@ static void round_f16(float *x, int64_t n)
 const struct cpu_dot cpu_dot_scalar = {
     .isa = CPU_ISA_SCALAR,
     .name = "scalar",
-    .gemm =
-        {
-            [GGML_TYPE_F32] = gemm_f32,
-            [GGML_TYPE_F16] = gemm_f16,
-            [GGML_TYPE_BF16] = gemm_bf16,
-            [GGML_TYPE_Q4_0] = gemm_q4_0,
-            [GGML_TYPE_Q8_0] = gemm_q8_0,
-            [GGML_TYPE_Q4_K] = gemm_q4_K,
-            [GGML_TYPE_Q5_K] = gemm_q5_K,
-            [GGML_TYPE_Q6_K] = gemm_q6_K,
-        },
-    .kq_block = kq_block,
-    .pv_block = pv_block,
-    .kv_to_f32 = kv_to_f32,
-    .softmax = softmax,
-    .swiglu = swiglu,
-    .round_f16 = round_f16,
+    CPU_DOT_FUNCS,
 };
 
 /* ------------------------------------------------------------------------

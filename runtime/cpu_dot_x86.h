@@ -692,23 +692,7 @@ static X86_T void round_f16(float *x, int64_t n)
 const struct cpu_dot X86_TABLE = {
     .isa = X86_ISA,
     .name = X86_NAME,
-    .gemm =
-        {
-            [GGML_TYPE_F32] = gemm_f32,
-            [GGML_TYPE_F16] = gemm_f16,
-            [GGML_TYPE_BF16] = gemm_bf16,
-            [GGML_TYPE_Q4_0] = gemm_q4_0,
-            [GGML_TYPE_Q8_0] = gemm_q8_0,
-            [GGML_TYPE_Q4_K] = gemm_q4_K,
-            [GGML_TYPE_Q5_K] = gemm_q5_K,
-            [GGML_TYPE_Q6_K] = gemm_q6_K,
-        },
-    .kq_block = kq_block,
-    .pv_block = pv_block,
-    .kv_to_f32 = kv_to_f32,
-    .softmax = softmax,
-    .swiglu = swiglu,
-    .round_f16 = round_f16,
+    CPU_DOT_FUNCS,
 };
 
 #endif

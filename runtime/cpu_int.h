@@ -119,6 +119,17 @@ struct cpu_dot {
     void (*round_f16)(float *x, int64_t n);
 };
 
+/* The function members of a table, for a file that defines them under
+ * these names (cpu_dot.c, cpu_dot_x86.h): one list, so a new kernel cannot
+ * be forgotten in one table. */
+#define CPU_DOT_FUNCS                                                                            \
+    .gemm = {[GGML_TYPE_F32] = gemm_f32,   [GGML_TYPE_F16] = gemm_f16,                           \
+             [GGML_TYPE_BF16] = gemm_bf16, [GGML_TYPE_Q4_0] = gemm_q4_0,                         \
+             [GGML_TYPE_Q8_0] = gemm_q8_0, [GGML_TYPE_Q4_K] = gemm_q4_K,                         \
+             [GGML_TYPE_Q5_K] = gemm_q5_K, [GGML_TYPE_Q6_K] = gemm_q6_K},                        \
+    .kq_block = kq_block, .pv_block = pv_block, .kv_to_f32 = kv_to_f32, .softmax = softmax,      \
+    .swiglu = swiglu, .round_f16 = round_f16
+
 /* The best table this CPU runs (checked with cpuid on every call; cheap). */
 const struct cpu_dot *cpu_dot_best(void);
 /* The table for isa, or NULL when the CPU or the build lacks it. */

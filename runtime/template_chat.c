@@ -103,10 +103,24 @@ static struct tmpl_value *message_value(const struct cmsg *c, struct mf_err *err
     return v;
 }
 
-static int set_think(struct tmpl_value *data, const struct tmpl_chat *chat, struct mf_err *err)
+/* Adds the string fields keys[i] = vals[i], Think and IsThinkSet to data
+ * (adopted; NULL means its allocation failed), executes root over it and
+ * drops it. */
+static int run_with(const struct tmpl *t, const struct tmpl_node *root,
+                    const struct tmpl_chat *chat, struct tmpl_value *data, const char *const *keys,
+                    const char *const *vals, int n, struct mf_buf *out, struct mf_err *err)
 {
-    int rc = tmpl_value_set(data, "Think", tmpl_value_bool(chat->think), err);
-    return rc ? rc : tmpl_value_set(data, "IsThinkSet", tmpl_value_bool(chat->is_think_set), err);
+    int rc = data ? 0 : mf_err_set(err, MF_ENOMEM, "template: out of memory");
+    for (int k = 0; k < n && !rc; k++)
+        rc = tmpl_value_set(data, keys[k], tmpl_value_cstr(vals[k]), err);
+    if (!rc)
+        rc = tmpl_value_set(data, "Think", tmpl_value_bool(chat->think), err);
+    if (!rc)
+        rc = tmpl_value_set(data, "IsThinkSet", tmpl_value_bool(chat->is_think_set), err);
+    if (!rc)
+        rc = tmpl_exec_node(t, root, data, out, err);
+    tmpl_value_unref(data);
+    return rc;
 }
 
 static int render_messages(const struct tmpl *t, const struct tmpl_chat *chat, const struct cmsg *c,
@@ -126,15 +140,13 @@ static int render_messages(const struct tmpl *t, const struct tmpl_chat *chat, c
     }
     if (!rc)
         rc = tmpl_value_set(data, "Tools", list_or_empty(chat->tools), err);
-    if (!rc)
-        rc = tmpl_value_set(data, "Response", tmpl_value_cstr(""), err);
-    if (!rc)
-        rc = set_think(data, chat, err);
-    if (!rc)
-        rc = tmpl_exec_node(t, t->root, data, out, err);
     tmpl_value_unref(msgs);
-    tmpl_value_unref(data);
-    return rc;
+    if (rc) {
+        tmpl_value_unref(data);
+        return rc;
+    }
+    static const char *const keys[] = {"Response"}, *const vals[] = {""};
+    return run_with(t, t->root, chat, data, keys, vals, 1, out, err);
 }
 
 /* One legacy execution over {System, Prompt, Response}; root is the whole
@@ -144,15 +156,7 @@ static int run_turn(const struct tmpl *t, const struct tmpl_node *root,
                     struct mf_err *err)
 {
     static const char *const keys[3] = {"System", "Prompt", "Response"};
-    struct tmpl_value *data = tmpl_value_map();
-    int rc = data ? 0 : mf_err_set(err, MF_ENOMEM, "template: out of memory");
-    for (int k = 0; k < 3 && !rc; k++)
-        rc = tmpl_value_set(data, keys[k], tmpl_value_cstr(turn[k]), err);
-    if (!rc)
-        rc = set_think(data, chat, err);
-    if (!rc)
-        rc = tmpl_exec_node(t, root, data, out, err);
-    tmpl_value_unref(data);
+    int rc = run_with(t, root, chat, tmpl_value_map(), keys, turn, 3, out, err);
     turn[0] = turn[1] = turn[2] = "";
     return rc;
 }
@@ -183,20 +187,9 @@ static int render_legacy(const struct tmpl *t, const struct tmpl_chat *chat, con
 static int render_fim(const struct tmpl *t, const struct tmpl_chat *chat, struct mf_buf *out,
                       struct mf_err *err)
 {
-    struct tmpl_value *data = tmpl_value_map();
-    int rc = data ? 0 : mf_err_set(err, MF_ENOMEM, "template: out of memory");
-    if (!rc)
-        rc = tmpl_value_set(data, "Prompt", tmpl_value_cstr(chat->prompt), err);
-    if (!rc)
-        rc = tmpl_value_set(data, "Suffix", tmpl_value_cstr(chat->suffix), err);
-    if (!rc)
-        rc = tmpl_value_set(data, "Response", tmpl_value_cstr(""), err);
-    if (!rc)
-        rc = set_think(data, chat, err);
-    if (!rc)
-        rc = tmpl_exec_node(t, t->root, data, out, err);
-    tmpl_value_unref(data);
-    return rc;
+    static const char *const keys[3] = {"Prompt", "Suffix", "Response"};
+    const char *vals[3] = {chat->prompt, chat->suffix, ""};
+    return run_with(t, t->root, chat, tmpl_value_map(), keys, vals, 3, out, err);
 }
 
 int tmpl_render_chat(const struct tmpl *t, const struct tmpl_chat *chat, struct mf_buf *out,

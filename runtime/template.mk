@@ -28,4 +28,4 @@ tests_unit_test_stop_SOURCES = tests/unit/test_stop.c
 tests_unit_test_stop_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_stop_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_sampler tests/unit/test_stop
-EXTRA_DIST += tests/fuzz/corpus/template
+EXTRA_DIST += tests/fuzz/corpus/template tests/fuzz/fuzz_template.c

@@ -48,7 +48,7 @@ static int reserve(struct mf_buf *b, size_t n, struct mf_err *err)
     size_t cap = b->cap ? b->cap : 64;
     while (cap < need)
         cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    if (cap > b->max + 1)
+    if (b->max < SIZE_MAX && cap > b->max + 1) /* max + 1 would wrap for an "unlimited" buffer */
         cap = b->max + 1;
     char *p = realloc(b->data, cap);
     if (!p)

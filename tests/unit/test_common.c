@@ -62,6 +62,18 @@ static void test_buf_limit_leaves_buffer_unchanged(void **state)
     free(s);
 }
 
+static void test_buf_unlimited_grows(void **state)
+{
+    struct mf_buf b;
+    struct mf_err err;
+    mf_buf_init(&b, SIZE_MAX);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(mf_buf_puts(&b, "0123456789", &err), 0);
+    assert_int_equal(b.len, 1000);
+    assert_true(b.cap > b.len);
+    mf_buf_free(&b);
+}
+
 static void test_num_strict(void **state)
 {
     int64_t i = 7;
@@ -210,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_err_set_and_prefix),
         cmocka_unit_test(test_err_truncates_long_messages),
         cmocka_unit_test(test_buf_limit_leaves_buffer_unchanged),
+        cmocka_unit_test(test_buf_unlimited_grows),
         cmocka_unit_test(test_num_strict),
         cmocka_unit_test(test_utf8_decode_rejects_bad_forms),
         cmocka_unit_test(test_utf8_from_text_boms),

@@ -591,9 +591,11 @@ int store_blob_writer_open_partial(struct store *s, const char *name, const char
     return 0;
 }
 
+static uint64_t ring_buffered(const struct ring *r);
+
 uint64_t store_blob_writer_size(const struct store_blob_writer *w)
 {
-    return w->size;
+    return w->size + (w->ring ? ring_buffered(w->ring) : 0);
 }
 
 /* Appends n bytes to the file without hashing them (the caller hashes). */
@@ -844,6 +846,12 @@ static void *ring_hasher(void *arg)
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
+}
+
+/* Bytes accepted but still in the held slot (not yet in the file). */
+static uint64_t ring_buffered(const struct ring *r)
+{
+    return r->held ? r->fill : 0;
 }
 
 static void ring_free(struct ring *r)

@@ -148,8 +148,9 @@ int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n
                             struct mf_err *err);
 /* From now on, hashes what is written in a second thread while the calling
  * thread writes (the same ring store_put_file copies through): writes are
- * buffered in 4 MiB slots, so store_blob_writer_size lags until commit, and
- * store_blob_writer_reset is refused. For big blobs written by one thread
+ * buffered in 4 MiB slots (store_blob_writer_size counts them; the file
+ * lags by at most one slot until commit), and store_blob_writer_reset is
+ * refused. For big blobs written by one thread
  * (layer_write's plain tar of the weights). */
 int store_blob_writer_hash_async(struct store_blob_writer *w, struct mf_err *err);
 /* Drops everything written so far (a server ignored our Range request). */

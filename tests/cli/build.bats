@@ -136,8 +136,8 @@ tags() {
     [ "$(ended CACHED | tr '\n' '|')" = "config etc/mfc/model.yaml|layer etc/mfc/model.yaml|source ADAPTER ./lora.gguf|" ]
 }
 
-@test "an HTTP base dropped mid-body is resumed; 503 then 200 is retried" {
-    modelfile "FROM $BASE/drop/70000/base.gguf" "ADAPTER $BASE/fail503/2/lora.gguf"
+@test "an HTTP base dropped mid-body is resumed; 500 then 200 is retried" {
+    modelfile "FROM $BASE/drop/70000/base.gguf" "ADAPTER $BASE/fail500/2/lora.gguf"
     run "$MFC" build --progress plain -t web "$CTX"
     [ "$status" -eq 0 ]
     [ -e "$MFC_HOME/blobs/sha256/${SUM#sha256:}" ]

@@ -6,7 +6,8 @@ with, and which python3 -m http.server lacks: Range and If-Range, strong ETags,
 If-None-Match (304), and failures chosen by path prefix:
 
   /drop/N/FILE        the first request for this path sends N body bytes, then closes
-  /fail503/K/FILE     the first K requests for this path answer 503
+  /failNNN/K/FILE     the first K requests for this path answer status NNN
+                      (503, 500, 429, ...)
   /redirect/K/FILE    K chained 302 redirects, then FILE
   /lie/FILE           Content-Length 100 bytes more than the file has, then close
   /auth/FILE          401 unless "Authorization: Bearer $TOKEN" (--token)
@@ -75,7 +76,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self.path.split("?", 1)[0]
-        m = re.match(r"^/(drop|fail503|redirect)/(\d+)/(.+)$", path)
+        m = re.match(r"^/(drop|fail\d{3}|redirect)/(\d+)/(.+)$", path)
         if m:
             return self.special(m.group(1), int(m.group(2)), m.group(3))
         if path.startswith("/lie/"):
@@ -99,9 +100,9 @@ class Handler(BaseHTTPRequestHandler):
         seen = bump(self.path)
         if kind == "drop":
             return self.serve(rest, drop_after=n if seen == 0 else None)
-        if kind == "fail503":
+        if kind.startswith("fail"):
             if seen < n:
-                return self.reply(503, [("Content-Type", "text/plain")], b"busy\n")
+                return self.reply(int(kind[4:]), [("Content-Type", "text/plain")], b"busy\n")
             return self.serve(rest)
         target = "/redirect/%d/%s" % (n - 1, rest) if n > 1 else "/" + rest
         return self.reply(302, [("Location", target)])

@@ -166,7 +166,14 @@ static size_t take(struct layout *L, size_t bytes)
 /* Counts for sizing: LoRA pairs over all tokens and over the logits rows,
  * the largest adapter rank, the longest sequence. */
 struct counts {
-    int32_t T, n_out, pairs_all, pairs_out, rank_max, max_pos, n_items, att_run;
+    int32_t T;         /* new tokens */
+    int32_t n_out;     /* sequences wanting logits */
+    int32_t pairs_all; /* (token, adapter) pairs over all tokens */
+    int32_t pairs_out; /* (logits row, adapter) pairs */
+    int32_t rank_max;  /* largest adapter rank in the step */
+    int32_t max_pos;   /* longest sequence after the step, tokens */
+    int32_t n_items;   /* attention work items */
+    int32_t att_run;   /* tokens per attention item */
 };
 
 /* Tokens per attention item: up to ATT_RUN, fewer when their score rows

@@ -554,10 +554,10 @@ static int next_phase(struct cpu_step *s, int *ph, int ith)
 
 /* The jobs of one layer, by phase. */
 struct layer_jobs {
-    struct job qkv[3];
-    struct job o;
-    struct job gate_up[2];
-    struct job down;
+    struct job qkv[3];     /* phase B: attn_q, attn_k, attn_v */
+    struct job o;          /* phase E: attn_output, added to the residual */
+    struct job gate_up[2]; /* phase G: ffn_gate, ffn_up */
+    struct job down;       /* phase I: ffn_down, added to the residual */
 };
 
 static struct job mkjob(const struct cpu_step *s, int32_t layer, enum model_wid wid, int slot,

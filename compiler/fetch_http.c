@@ -3,7 +3,10 @@
  * retried, verified.
  *
  * Bytes go from libcurl's write callback straight into a store blob writer,
- * which hashes them as they are written: one pass, no second read. The
+ * which hashes them in its second thread (store_blob_writer_hash_async)
+ * while this one receives: one pass, no second read, and SHA-256 off the
+ * receiving core (hashing in line held `mfc fetch` to 0.70x of curl on
+ * loopback; bench/README.md, "Fetch"). The
  * writer is the named partial tmp/partial-<H(url)>, and beside it
  * tmp/partial-<H(url)>.json records the URL and the validator (ETag or
  * Last-Modified) of the bytes so far, so an interrupted download, in this run
@@ -48,6 +51,9 @@
 #define META_MAX 4096     /* bytes of a partial's metadata file */
 #define BACKOFF_MAX_MS 8000
 #define RETRY_AFTER_MAX_S 30
+#define RECV_BUFFER (512L << 10)    /* libcurl's receive buffer: fewer, larger callbacks */
+#define PROGRESS_BYTES (1u << 20)   /* report progress after this many bytes ... */
+#define PROGRESS_NS 100000000LL     /* ... or this much time, whichever comes first */
 
 /* The validator of partial bytes: what If-Range sends. */
 struct validator {
@@ -83,6 +89,8 @@ struct attempt {
     struct validator got;    /* this response's validator */
     long retry_after;        /* seconds, or -1 */
     int body_started;        /* nonzero once the body's treatment was decided */
+    uint64_t shown;          /* size last reported to progress */
+    int64_t shown_ns;        /* when (CLOCK_MONOTONIC_COARSE) */
     int failed;              /* nonzero: the write callback stopped the transfer */
     struct mf_err werr;      /* why */
 };
@@ -272,13 +280,24 @@ static size_t on_body(char *p, size_t size, size_t nitems, void *arg)
     return n;
 }
 
+/* libcurl calls this after every receive; progress_update takes a lock and
+ * may redraw, so it is only called every PROGRESS_BYTES or PROGRESS_NS. */
 static int on_xfer(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                    curl_off_t ulnow)
 {
     struct attempt *a = arg;
-    if (a->body_started)
-        progress_update(a->dl->o->progress, a->dl->job, store_blob_writer_size(a->dl->w),
-                        a->dl->total);
+    if (!a->body_started)
+        return 0;
+    uint64_t size = store_blob_writer_size(a->dl->w);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    if (size - a->shown < PROGRESS_BYTES && size != a->dl->total &&
+        now - a->shown_ns < PROGRESS_NS)
+        return 0;
+    a->shown = size;
+    a->shown_ns = now;
+    progress_update(a->dl->o->progress, a->dl->job, size, a->dl->total);
     return 0;
 }
 
@@ -306,6 +325,7 @@ static int setup_curl(struct dl *dl, struct mf_err *err)
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
     curl_easy_setopt(c, CURLOPT_USERAGENT, o->user_agent ? o->user_agent : "mfc");
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* the executor fetches from threads */
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, RECV_BUFFER);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_xfer);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -571,6 +591,10 @@ static int prepare(struct dl *dl, const char *pin, struct mf_err *err)
         rc = store_blob_writer_open_partial(dl->s, dl->name, pin, &dl->w, err);
     if (!rc && store_blob_writer_size(dl->w) && meta_load(dl) != 0)
         rc = store_blob_writer_reset(dl->w, err); /* kept bytes we cannot vouch for */
+    /* Kept bytes are already in the digest (open_partial hashed them in
+     * line); from here on the second thread hashes what arrives. */
+    if (!rc)
+        rc = store_blob_writer_hash_async(dl->w, err);
     return rc;
 }
 

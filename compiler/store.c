@@ -58,6 +58,8 @@ struct store_blob_writer {
 struct ring;
 static int ring_write(struct store_blob_writer *w, const void *p, size_t n, struct mf_err *err);
 static int ring_end(struct store_blob_writer *w, int flush, struct mf_err *err);
+static int ring_drain(struct store_blob_writer *w, struct mf_err *err);
+static void ring_keep_held(struct store_blob_writer *w);
 
 /* ---- paths and digests ------------------------------------------------------------ */
 
@@ -629,9 +631,11 @@ int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n
 
 int store_blob_writer_reset(struct store_blob_writer *w, struct mf_err *err)
 {
-    if (w->ring)
-        return mf_err_set(err, MF_EINVAL, "cannot reset %s: it is hashed in a second thread",
-                          w->tmp_path);
+    /* With a ring: drop the held slot and wait until the hasher is idle, so
+     * it no longer touches w->h; it stays running for what comes next. */
+    int rc = w->ring ? ring_drain(w, err) : 0;
+    if (rc)
+        return rc;
     if (ftruncate(w->fd, 0) != 0 || lseek(w->fd, 0, SEEK_SET) != 0)
         return mf_err_sys(err, MF_EIO, errno, "cannot truncate %s", w->tmp_path);
     mf_sha256_abort(&w->h);
@@ -709,6 +713,8 @@ int store_blob_writer_commit(struct store_blob_writer *w, char digest[STORE_DIGE
 
 static void writer_free(struct store_blob_writer *w, int remove_file)
 {
+    if (w->ring && !remove_file)
+        ring_keep_held(w); /* a kept partial keeps every byte it was given */
     if (w->ring)
         (void)ring_end(w, 0, NULL);
     if (w->fd >= 0) {
@@ -980,6 +986,36 @@ static int ring_end(struct store_blob_writer *w, int flush, struct mf_err *err)
     w->ring = NULL;
     ring_free(r);
     return rc;
+}
+
+/* For store_blob_writer_reset: forgets the held slot and waits until every
+ * published slot is hashed, so the hasher is idle (waiting for head to move)
+ * and the caller may restart w->h. 0, or the hasher's error (the ring is
+ * then ended, as after any hasher failure). */
+static int ring_drain(struct store_blob_writer *w, struct mf_err *err)
+{
+    struct ring *r = w->ring;
+    r->held = 0;
+    r->fill = 0;
+    pthread_mutex_lock(&r->mu);
+    while (r->tail != r->head && !r->stop)
+        pthread_cond_wait(&r->cv, &r->mu);
+    int stopped = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return stopped ? ring_failed(w, err) : 0;
+}
+
+/* For abort of a partial: writes the held slot to the file without hashing
+ * it (the digest is dropped anyway; a resume hashes the file again). Best
+ * effort: a failed write only costs those bytes, and the file stays a
+ * prefix of what was written. */
+static void ring_keep_held(struct store_blob_writer *w)
+{
+    struct ring *r = w->ring;
+    if (r->held && r->fill)
+        (void)writer_append(w, r->buf[(size_t)(r->head % RING_SLOTS)], r->fill, NULL);
+    r->held = 0;
+    r->fill = 0;
 }
 
 /* Copies a file into w, reading straight into the ring's slots; the hash is

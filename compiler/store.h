@@ -149,11 +149,15 @@ int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n
 /* From now on, hashes what is written in a second thread while the calling
  * thread writes (the same ring store_put_file copies through): writes are
  * buffered in 4 MiB slots (store_blob_writer_size counts them; the file
- * lags by at most one slot until commit), and store_blob_writer_reset is
- * refused. For big blobs written by one thread
- * (layer_write's plain tar of the weights). */
+ * lags by at most one slot until commit; abort of a partial writes the
+ * held slot out first). Bytes already written (a resumed partial's) were
+ * hashed before, so the digest covers them first. For big blobs written by
+ * one thread (layer_write's plain tar of the weights, downloads). */
 int store_blob_writer_hash_async(struct store_blob_writer *w, struct mf_err *err);
-/* Drops everything written so far (a server ignored our Range request). */
+/* Drops everything written so far (a server ignored our Range request):
+ * truncates the file and restarts the digest. With the hasher on, it first
+ * drops the held slot and waits for the hasher to finish what was handed
+ * to it; the hasher stays on. On failure the writer can only be released. */
 int store_blob_writer_reset(struct store_blob_writer *w, struct mf_err *err);
 /* Finishes the blob: verifies the digest, moves it into blobs/sha256 (a blob
  * already present is kept as is). Always releases w; on failure, including

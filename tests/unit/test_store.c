@@ -685,6 +685,89 @@ static void test_put_file_larger_than_ring(void **state)
     free(src);
 }
 
+/* Downloads hash in the second thread: a resumed partial's kept bytes come
+ * first in the digest, abort keeps the held slot's bytes, and reset mid-stream
+ * (a server ignored Range) drains the hasher and starts the digest over. */
+static void test_async_writer_resume_and_reset(void **state)
+{
+    struct fixture *fx = *state;
+    struct mf_err err;
+    size_t n = 13u * 1024 * 1024 + 777; /* three full 4 MiB slots and a tail */
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    uint32_t x = 88172645u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        data[i] = (unsigned char)x;
+    }
+    uint8_t raw[MF_SHA256_LEN];
+    char want[STORE_DIGEST_BUF] = "sha256:", d[STORE_DIGEST_BUF];
+    assert_int_equal(mf_sha256_mem(data, n, raw, &err), 0);
+    mf_sha256_hex(raw, want + 7);
+    size_t cut = 5u * 1024 * 1024 + 3; /* one slot published, 1 MiB + 3 held */
+
+    /* interrupted with bytes still in the held slot: the partial keeps them all */
+    struct store_blob_writer *w;
+    assert_int_equal(store_blob_writer_open_partial(fx->s, "a1", want, &w, &err), 0);
+    assert_int_equal(store_blob_writer_hash_async(w, &err), 0);
+    assert_int_equal(store_blob_writer_write(w, data, cut, &err), 0);
+    assert_int_equal(store_blob_writer_size(w), cut);
+    store_blob_writer_abort(w);
+    char *p = path_in(fx, "tmp/partial-a1");
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, cut);
+
+    /* resumed: kept bytes were hashed at open, the rest in the second thread */
+    assert_int_equal(store_blob_writer_open_partial(fx->s, "a1", want, &w, &err), 0);
+    assert_int_equal(store_blob_writer_size(w), cut);
+    assert_int_equal(store_blob_writer_hash_async(w, &err), 0);
+    assert_int_equal(store_blob_writer_write(w, data + cut, n - cut, &err), 0);
+    uint64_t size = 0;
+    assert_int_equal(store_blob_writer_commit(w, d, &size, &err), 0);
+    assert_string_equal(d, want);
+    assert_int_equal(size, n);
+    assert_int_not_equal(stat(p, &st), 0);
+    free(p);
+
+    /* reset mid-stream after a resume: slots published and held are dropped */
+    assert_int_equal(store_blob_writer_open_partial(fx->s, "a2", want, &w, &err), 0);
+    assert_int_equal(store_blob_writer_write(w, "kept", 4, &err), 0);
+    store_blob_writer_abort(w);
+    assert_int_equal(store_blob_writer_open_partial(fx->s, "a2", want, &w, &err), 0);
+    assert_int_equal(store_blob_writer_hash_async(w, &err), 0);
+    assert_int_equal(store_blob_writer_write(w, data + 1, 9u * 1024 * 1024, &err), 0);
+    assert_int_equal(store_blob_writer_reset(w, &err), 0);
+    assert_int_equal(store_blob_writer_size(w), 0);
+    p = path_in(fx, "tmp/partial-a2");
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(st.st_size, 0);
+    assert_int_equal(store_blob_writer_write(w, data, cut, &err), 0);
+    assert_int_equal(store_blob_writer_reset(w, &err), 0); /* twice, with a slot held */
+    for (size_t off = 0; off < n; off += 16384) /* curl-sized pieces */
+        assert_int_equal(store_blob_writer_write(w, data + off, n - off < 16384 ? n - off : 16384,
+                                                 &err),
+                         0);
+    assert_int_equal(store_blob_writer_commit(w, d, &size, &err), 0);
+    assert_string_equal(d, want);
+    assert_int_equal(size, n);
+    assert_int_not_equal(stat(p, &st), 0);
+
+    /* a reset then wrong content: nothing is stored, nothing is left */
+    assert_int_equal(store_blob_writer_open_partial(fx->s, "a3", D_HELLO, &w, &err), 0);
+    assert_int_equal(store_blob_writer_hash_async(w, &err), 0);
+    assert_int_equal(store_blob_writer_write(w, data, cut, &err), 0);
+    assert_int_equal(store_blob_writer_reset(w, &err), 0);
+    assert_int_equal(store_blob_writer_write(w, "world", 5, &err), 0);
+    assert_int_equal(store_blob_writer_commit(w, d, NULL, &err), MF_EINTEGRITY);
+    assert_false(store_blob_exists(fx->s, D_WORLD));
+    char *tmp = path_in(fx, "tmp");
+    assert_int_equal(count_files(tmp), 0);
+    free(tmp);
+    free(p);
+    free(data);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -708,6 +791,7 @@ int main(void)
         T(test_gc_cleans_tmp_keeps_partials),
         cmocka_unit_test(test_manifest_refs),
         T(test_put_file_larger_than_ring),
+        T(test_async_writer_resume_and_reset),
     };
     return cmocka_run_group_tests_name("store", tests, NULL, NULL);
 }

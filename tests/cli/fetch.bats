@@ -274,3 +274,35 @@ assert ev[-1]["event"] == "end" and ev[-1]["status"] == "done" and ev[-1]["done"
     run "$MFC" fetch --checksum="$SUM" a b
     [ "$status" -eq 2 ]
 }
+
+@test "a big download hashed in the second thread keeps, resumes and restarts byte-exactly" {
+    # 10 MB: the drop at 6000000 falls inside the hashing ring's second 4 MiB
+    # slot, so the partial must keep the held (unhashed) bytes too.
+    head -c 10000000 /dev/urandom >"$SRV_DIR/root/big.bin"
+    big=sha256:$(sha256sum "$SRV_DIR/root/big.bin" | cut -d' ' -f1)
+    run "$MFC" fetch --progress=quiet --retries=0 "$BASE/drop/6000000/big.bin"
+    [ "$status" -eq 1 ]
+    partial=$(ls "$MFC_HOME"/tmp/partial-* | grep -v json)
+    [ "$(stat -c %s "$partial")" -eq 6000000 ]
+    run "$MFC" fetch --progress=quiet "$BASE/drop/6000000/big.bin"
+    [ "$status" -eq 0 ]
+    [[ "$output" == "$big 10000000 "* ]]
+    # httpd.py logs a request after sending its body: wait for the line
+    for _ in $(seq 50); do run requests /drop/6000000/big.bin; [ "${#lines[@]}" -ge 2 ] && break; sleep 0.1; done
+    [ "${lines[1]}" = "206 bytes=6000000- 4000000" ]
+    [ -z "$(ls "$MFC_HOME/tmp")" ]
+
+    # changed on the server after a partial download: a 200 to If-Range, from zero
+    run "$MFC" fetch --progress=quiet --retries=0 "$BASE/drop/7000000/big.bin"
+    [ "$status" -eq 1 ]
+    head -c 9000000 /dev/urandom >"$SRV_DIR/root/big.bin"
+    touch -d '+1 hour' "$SRV_DIR/root/big.bin"
+    run "$MFC" fetch --progress=quiet --checksum="sha256:$(sha256sum "$SRV_DIR/root/big.bin" | cut -d' ' -f1)" \
+        "$BASE/drop/7000000/big.bin"
+    [ "$status" -eq 0 ]
+    [[ "$output" == "sha256:$(sha256sum "$SRV_DIR/root/big.bin" | cut -d' ' -f1) 9000000 "* ]]
+    # httpd.py logs a request after sending its body: wait for the line
+    for _ in $(seq 50); do run requests /drop/7000000/big.bin; [ "${#lines[@]}" -ge 2 ] && break; sleep 0.1; done
+    [ "${lines[1]}" = "200 bytes=7000000- 9000000" ]
+    [ -z "$(ls "$MFC_HOME/tmp")" ]
+}

@@ -133,6 +133,7 @@ void cpu_dot_quantize_q8_K(const float *x, struct cpu_q8_K *y, int64_t n)
             y[i].d = 0.0f;
             memset(y[i].qs, 0, sizeof y[i].qs);
             memset(y[i].bsums, 0, sizeof y[i].bsums);
+            memset(y[i].bsums32, 0, sizeof y[i].bsums32);
             continue;
         }
         iscale = -127.0f / max;
@@ -146,6 +147,8 @@ void cpu_dot_quantize_q8_K(const float *x, struct cpu_q8_K *y, int64_t n)
                 sum += y[i].qs[j * 16 + k];
             y[i].bsums[j] = (int16_t)sum;
         }
+        for (int j = 0; j < CPU_Q8_K_N / 32; j++)
+            y[i].bsums32[j] = (int16_t)(y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
         y[i].d = 1.0f / iscale;
     }
 }
@@ -248,7 +251,7 @@ static float dot_q45_K(int q5, int64_t n, const void *w, const void *x)
             for (int l = 0; l < 32; l++)
                 s += (((q[l] >> shift) & 15) | (q5 ? ((b5->qh[l] >> j) & 1) << 4 : 0)) * a[l];
             isum += sc * s;
-            msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+            msum += m * y[i].bsums32[j];
         }
         sum += y[i].d * quant_rdh(b4->d) * (float)isum - y[i].d * quant_rdh(b4->dmin) * (float)msum;
     }

@@ -201,19 +201,24 @@ X86_TILE(q4_0, 32)
 /* ---- K-quants x Q8_K activations --------------------------------------- */
 
 /* Q4_K/Q5_K scales and mins of one block (ggml's get_scale_min_k4 for all
- * eight at once): bytes 0..7 of the result are the 6-bit scales, bytes
- * 8..15 the mins. */
+ * eight at once, in SIMD): bytes 0..7 of the result are the 6-bit scales,
+ * bytes 8..15 the mins. packed is the block's 12 scale bytes; the 4 bytes
+ * after them (the first of qh or qs) are loaded and ignored. Layout:
+ *   j < 4:  scale q[j] & 63,                    min q[j+4] & 63
+ *   j >= 4: scale q[j+4] & 15 | (q[j-4] >> 6) << 4,
+ *           min   q[j+4] >> 4 | (q[j] >> 6) << 4 */
 static AI X86_T __m128i k4_scales(const uint8_t *packed)
 {
-    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-    uint32_t u0, u1, u2, u3;
+    const __m128i v = ld128(packed);
+    /* a: q0..3, q8..11, q4..7, q8..11; b: the bytes whose top two bits go on top */
+    const __m128i a = _mm_shuffle_epi8(v, _mm_set_epi8(11, 10, 9, 8, 7, 6, 5, 4, 11, 10, 9, 8, 3, 2, 1, 0));
+    const __m128i b = _mm_shuffle_epi8(v, _mm_set_epi8(7, 6, 5, 4, -1, -1, -1, -1, 3, 2, 1, 0, -1, -1, -1, -1));
+    const __m128i m_lo = _mm_set_epi8(0, 0, 0, 0, 63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63);
+    const __m128i m_hi = _mm_set_epi8(15, 15, 15, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m128i m_top = _mm_set_epi8(48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0);
+    __m128i lo = _mm_or_si128(_mm_and_si128(a, m_lo), _mm_and_si128(_mm_srli_epi16(a, 4), m_hi));
 
-    memcpy(&u0, packed, 4);
-    memcpy(&u1, packed + 4, 4);
-    memcpy(&u2, packed + 8, 4);
-    u3 = ((u2 >> 4) & km2) | (((u1 >> 6) & km3) << 4);
-    return _mm_set_epi32((int)u3, (int)(u1 & km1), (int)((u2 & km2) | (((u0 >> 6) & km3) << 4)),
-                         (int)(u0 & km1));
+    return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), m_top));
 }
 
 /* The 16-bit scale of sub-block j in every lane, from the 8 scales as
@@ -221,13 +226,6 @@ static AI X86_T __m128i k4_scales(const uint8_t *packed)
 static AI X86_T __m256i k4_scale_j(__m256i sc, int j)
 {
     return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 * (2 * j + 1) + 2 * j)));
-}
-
-/* The activation's 16-element sums folded to 8 sums of 32 (one per K-quant
- * sub-block), as 8 int16. */
-static AI X86_T __m128i bsums32(const struct cpu_q8_K *a)
-{
-    return _mm_hadd_epi16(ld128(a->bsums), ld128(a->bsums + 8));
 }
 
 /* Q4_K (q5 == 0) and Q5_K (q5 == 1) block i: d*sum_j sc_j*(q.a)_j -
@@ -289,7 +287,7 @@ static AI X86_T void blk_q45_K(const int q5, const int RB, const int CB, int64_t
 #pragma GCC unroll 4
     for (int c = 0; c < CB; c++) {
         const struct cpu_q8_K *a = (const struct cpu_q8_K *)(x + (size_t)c * xb) + i;
-        __m128i bs = bsums32(a);
+        __m128i bs = ld128(a->bsums32);
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
             __m256 mp = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins[r], bs)));

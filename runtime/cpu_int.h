@@ -39,7 +39,9 @@ struct cpu_q8_K {
     float d;           /* scale: x ~= d * qs */
     int32_t pad;       /* keeps qs 8-byte aligned */
     int8_t qs[256];    /* codes in -127..127 */
-    int16_t bsums[16]; /* sum of each 16 codes (K-quant mins, Q6_K's -32 offset) */
+    int16_t bsums[16]; /* sum of each 16 codes (Q6_K's -32 offset) */
+    int16_t bsums32[8]; /* sum of each 32 codes (Q4_K/Q5_K mins), folded once here
+                           instead of in every row's dot product */
 };
 
 struct cpu_dot;

@@ -9,7 +9,8 @@
  *   per-token  A  (embed at layer 0,) RMSNorm, quantize, LoRA shrink for q/k/v
  *   matmul     B  q, k, v over all tokens at once; RoPE q and k, store k, v
  *   attention  C  per (sequence, KV head, token run), over the block table
- *   per-token  D  quantize the attention output, LoRA shrink for o
+ *   per-token  D  (last layer: gather the logits rows,) quantize the
+ *                 attention output, LoRA shrink for o
  *   matmul     E  x += o
  *   per-token  F  RMSNorm, quantize, LoRA shrink for gate/up
  *   matmul     G  gate, up
@@ -17,6 +18,9 @@
  *   matmul     I  x += down
  *
  * then the output norm for the rows that want logits and the output matmul.
+ * In the last layer D..I run on the logits rows only (the other tokens only
+ * needed their K/V), as llama.cpp does; with no logits wanted the step ends
+ * after the last attention.
  * Per-token phases split the token rows statically; matmul and attention
  * phases hand out chunks through an atomic counter, so a thread that lost
  * its core to another process does not hold the others back. A matmul
@@ -27,7 +31,7 @@
  * computed by the same instruction sequence whatever the batch holds (the
  * gemm tiles promise it per (row, token), per-token phases touch one row,
  * LoRA groups are applied in adapter-id order, attention reads only the
- * token's own sequence).
+ * token's own sequence and sums each score and output in a fixed order).
  */
 #include "runtime/cpu_int.h"
 

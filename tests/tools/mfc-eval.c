@@ -5,7 +5,7 @@
  *
  *   mfc-eval --model M.gguf [--lora A.gguf [--lora-scale S]]... --tokens 1,2,3
  *            [--n N] [--threads N] [--kv f16|f32] [--chunk N] [--kernels NAME]
- *   mfc-eval --model M.gguf --bench PP,TG [--threads N] [--chunk N]
+ *   mfc-eval --model M.gguf --bench PP,TG [--threads N] [--chunk N] [--seqs S]
  *
  * Eval mode prints {"n_vocab", "kernels", "logits": [...] (after the last
  * prompt token), "generated": [...] (N greedy tokens, lowest id on ties)}.
@@ -13,7 +13,9 @@
  * 512 like llama.cpp's n_batch), then decodes TG tokens one step each, and
  * prints {"prefill_tps", "decode_tps", ...}: the llama-bench pp/tg figures,
  * plus the CPU time each phase used (on a shared machine, wall time also
- * counts the time other processes held the cores).
+ * counts the time other processes held the cores). With --seqs S, S
+ * sequences are prefilled one after another and then decode together, one
+ * token each per step (continuous batching): decode_tps counts all of them.
  * Owns everything it opens; exits 1 with the reason on stderr.
  */
 #include <inttypes.h>
@@ -41,6 +43,7 @@ struct opts {
     int32_t n_gen;                      /* --n */
     int32_t chunk;                      /* --chunk: tokens per prefill step */
     int32_t bench_pp, bench_tg;         /* --bench */
+    int32_t n_seqs;                     /* --seqs: sequences decoding together (bench) */
     struct backend_config cfg;          /* --threads, --kv, --kernels */
 };
 
@@ -82,6 +85,7 @@ static int parse_args(int argc, char **argv, struct opts *o, struct mf_err *err)
     int rc = 0;
 
     o->chunk = 512;
+    o->n_seqs = 1;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
@@ -101,6 +105,8 @@ static int parse_args(int argc, char **argv, struct opts *o, struct mf_err *err)
             rc = parse_tokens(v, o, err);
         else if (strcmp(a, "--n") == 0)
             rc = parse_i32(v, 0, MAX_TOKENS, &o->n_gen, err);
+        else if (strcmp(a, "--seqs") == 0)
+            rc = parse_i32(v, 1, 256, &o->n_seqs, err);
         else if (strcmp(a, "--chunk") == 0)
             rc = parse_i32(v, 1, MAX_TOKENS, &o->chunk, err);
         else if (strcmp(a, "--threads") == 0)
@@ -200,46 +206,77 @@ static int eval(const struct model *m, struct seq *sq, const struct opts *o, str
     return 0;
 }
 
-static int bench(const struct model *m, struct seq *sq, const struct opts *o, struct mf_err *err)
+/* One decode step for the n sequences at sq[0..n), each feeding its own
+ * greedy token; logits go to logits + i * n_vocab. */
+static int decode_all(struct seq *sq, int32_t n, int32_t n_vocab, float *logits,
+                      struct mf_err *err)
 {
-    int32_t *toks = malloc((size_t)o->bench_pp * sizeof *toks), tok;
-    uint64_t r = 0x9e3779b97f4a7c15ull;
-    double t0, t1, t2, c0, c1, c2;
+    struct batch_seq bs[256];
+    int32_t tok[256];
+    struct batch b = {.n_seqs = n, .seqs = bs, .logits = logits};
     int rc;
 
-    if (!toks)
+    for (int32_t i = 0; i < n; i++) {
+        tok[i] = argmax(logits + (size_t)i * (size_t)n_vocab, n_vocab);
+        bs[i] = (struct batch_seq){.tokens = &tok[i], .n_tokens = 1, .n_past = sq[i].n_past,
+                                   .block_table = sq[i].table, .n_blocks = sq[i].n_blocks,
+                                   .want_logits = 1};
+    }
+    rc = backend_step(sq[0].be, &b, err);
+    for (int32_t i = 0; !rc && i < n; i++)
+        sq[i].n_past++;
+    return rc;
+}
+
+static int bench(const struct model *m, struct seq *sq, const struct opts *o, struct mf_err *err)
+{
+    const int32_t nv = m->hp.n_vocab, ns = o->n_seqs;
+    int32_t *toks = malloc((size_t)o->bench_pp * sizeof *toks);
+    float *logits = malloc((size_t)ns * (size_t)nv * sizeof *logits);
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    double t0, t1, t2, c0, c1, c2;
+    int rc = 0;
+
+    if (!toks || !logits) {
+        free(toks);
+        free(logits);
         return mf_err_set(err, MF_ENOMEM, "out of memory");
+    }
     for (int32_t i = 0; i < o->bench_pp; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        toks[i] = (int32_t)(r % (uint64_t)m->hp.n_vocab);
+        toks[i] = (int32_t)(r % (uint64_t)nv);
     }
     t0 = clock_s(CLOCK_MONOTONIC);
     c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-    rc = feed(sq, toks, o->bench_pp, o->chunk, err);
+    for (int32_t i = 0; !rc && i < ns; i++) {
+        rc = feed(&sq[i], toks, o->bench_pp, o->chunk, err);
+        memcpy(logits + (size_t)i * (size_t)nv, sq[i].logits, (size_t)nv * sizeof *logits);
+    }
     t1 = clock_s(CLOCK_MONOTONIC);
     c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-    for (int32_t i = 0; !rc && i < o->bench_tg; i++) {
-        tok = argmax(sq->logits, m->hp.n_vocab);
-        rc = feed(sq, &tok, 1, 1, err);
-    }
+    for (int32_t i = 0; !rc && i < o->bench_tg; i++)
+        rc = decode_all(sq, ns, nv, logits, err);
     t2 = clock_s(CLOCK_MONOTONIC);
     c2 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     free(toks);
+    free(logits);
     if (rc)
         return rc;
-    printf("{\"pp\": %" PRId32 ", \"tg\": %" PRId32 ", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, "
-           "\"prefill_s\": %.4f, \"decode_s\": %.4f, \"prefill_cpu_s\": %.4f, "
-           "\"decode_cpu_s\": %.4f}\n",
-           o->bench_pp, o->bench_tg, o->bench_pp / (t1 - t0), o->bench_tg / (t2 - t1), t1 - t0,
-           t2 - t1, c1 - c0, c2 - c1);
+    printf("{\"pp\": %" PRId32 ", \"tg\": %" PRId32 ", \"seqs\": %" PRId32
+           ", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"prefill_s\": %.4f, "
+           "\"decode_s\": %.4f, \"prefill_cpu_s\": %.4f, \"decode_cpu_s\": %.4f}\n",
+           o->bench_pp * ns, o->bench_tg * ns, ns, o->bench_pp * ns / (t1 - t0),
+           o->bench_tg * ns / (t2 - t1), t1 - t0, t2 - t1, c1 - c0, c2 - c1);
     return 0;
 }
 
-/* Opens the model, attaches the adapters and sizes the arena for ctx tokens. */
+/* Opens the model, attaches the adapters and sizes the arena for n
+ * sequences of ctx tokens each; sequence i gets its own run of blocks. */
 static int setup(struct opts *o, int32_t ctx, struct model **m, struct seq *sq, struct mf_err *err)
 {
     struct lora *l;
-    int32_t id;
+    struct batch_lora lo = {0};
+    int32_t id, per, n = o->n_seqs, total;
     int rc = model_open(o->model, m, err);
 
     for (int i = 0; !rc && i < o->n_lora; i++) {
@@ -247,26 +284,31 @@ static int setup(struct opts *o, int32_t ctx, struct model **m, struct seq *sq, 
         if (!rc)
             rc = model_add_lora(*m, l, &id, err);
         if (!rc) {
-            sq->lora.ids[sq->lora.n] = id;
-            sq->lora.scales[sq->lora.n++] = lora_scale(l, o->lora_scale[i]);
+            lo.ids[lo.n] = id;
+            lo.scales[lo.n++] = lora_scale(l, o->lora_scale[i]);
         }
     }
     if (rc)
         return rc;
-    sq->n_blocks = (ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
-    o->cfg.kv_bytes = (uint64_t)sq->n_blocks * backend_kv_block_bytes(*m, o->cfg.kv_type);
-    o->cfg.max_tokens = o->chunk;
-    rc = backend_create(&cpu_backend_ops, *m, &o->cfg, &sq->be, err);
+    per = (ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    o->cfg.kv_bytes = (uint64_t)per * (uint64_t)n * backend_kv_block_bytes(*m, o->cfg.kv_type);
+    o->cfg.max_tokens = o->chunk > n ? o->chunk : n;
+    rc = backend_create(&cpu_backend_ops, *m, &o->cfg, &sq[0].be, err);
     if (!rc)
-        rc = backend_kv_alloc(sq->be, &sq->n_blocks, err);
+        rc = backend_kv_alloc(sq[0].be, &total, err);
     if (rc)
         return rc;
-    sq->table = malloc((size_t)sq->n_blocks * sizeof *sq->table);
-    sq->logits = malloc((size_t)(*m)->hp.n_vocab * sizeof *sq->logits);
-    if (!sq->table || !sq->logits)
-        return mf_err_set(err, MF_ENOMEM, "out of memory");
-    for (int32_t i = 0; i < sq->n_blocks; i++)
-        sq->table[i] = i;
+    for (int32_t i = 0; i < n; i++) {
+        sq[i].be = sq[0].be;
+        sq[i].lora = lo;
+        sq[i].n_blocks = per;
+        sq[i].table = malloc((size_t)per * sizeof *sq[i].table);
+        sq[i].logits = malloc((size_t)(*m)->hp.n_vocab * sizeof *sq[i].logits);
+        if (!sq[i].table || !sq[i].logits)
+            return mf_err_set(err, MF_ENOMEM, "out of memory");
+        for (int32_t b = 0; b < per; b++)
+            sq[i].table[b] = i * per + b;
+    }
     return 0;
 }
 
@@ -274,19 +316,25 @@ int main(int argc, char **argv)
 {
     struct opts o = {0};
     struct model *m = NULL;
-    struct seq sq = {0};
+    struct seq *sq = NULL;
     struct mf_err err = {0};
     int rc = parse_args(argc, argv, &o, &err);
 
+    if (!rc && !(sq = calloc((size_t)o.n_seqs, sizeof *sq)))
+        rc = mf_err_set(&err, MF_ENOMEM, "out of memory");
     if (!rc)
-        rc = setup(&o, o.bench_pp ? o.bench_pp + o.bench_tg : o.n_tokens + o.n_gen, &m, &sq, &err);
+        rc = setup(&o, o.bench_pp ? o.bench_pp + o.bench_tg : o.n_tokens + o.n_gen, &m, sq, &err);
     if (!rc)
-        rc = o.bench_pp ? bench(m, &sq, &o, &err) : eval(m, &sq, &o, &err);
+        rc = o.bench_pp ? bench(m, sq, &o, &err) : eval(m, sq, &o, &err);
     if (rc)
         fprintf(stderr, "mfc-eval: %s\n", err.msg);
-    free(sq.table);
-    free(sq.logits);
-    backend_free(sq.be);
+    for (int32_t i = 0; sq && i < o.n_seqs; i++) {
+        free(sq[i].table);
+        free(sq[i].logits);
+    }
+    if (sq)
+        backend_free(sq[0].be);
+    free(sq);
     model_close(m);
     free(o.tokens);
     return rc ? (rc == MF_EUSAGE ? 2 : 1) : 0;

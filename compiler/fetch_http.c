@@ -3,10 +3,12 @@
  * retried, verified.
  *
  * Bytes go from libcurl's write callback straight into a store blob writer,
- * which hashes them in its second thread (store_blob_writer_hash_async)
- * while this one receives: one pass, no second read, and SHA-256 off the
- * receiving core (hashing in line held `mfc fetch` to 0.70x of curl on
- * loopback; bench/README.md, "Fetch"). The
+ * which hashes them in line as they are written: one pass, no second read.
+ * The 512 KiB receive buffer makes that ~4k write+hash calls per GiB instead
+ * of ~65k. The writer's second hashing thread (store_blob_writer_hash_async)
+ * was measured slower here (bench/README.md, "Fetch"): its 4 MiB slots are
+ * copied, written and hashed out of cache, and a loaded machine has no idle
+ * core for it. The
  * writer is the named partial tmp/partial-<H(url)>, and beside it
  * tmp/partial-<H(url)>.json records the URL and the validator (ETag or
  * Last-Modified) of the bytes so far, so an interrupted download, in this run
@@ -591,10 +593,6 @@ static int prepare(struct dl *dl, const char *pin, struct mf_err *err)
         rc = store_blob_writer_open_partial(dl->s, dl->name, pin, &dl->w, err);
     if (!rc && store_blob_writer_size(dl->w) && meta_load(dl) != 0)
         rc = store_blob_writer_reset(dl->w, err); /* kept bytes we cannot vouch for */
-    /* Kept bytes are already in the digest (open_partial hashed them in
-     * line); from here on the second thread hashes what arrives. */
-    if (!rc)
-        rc = store_blob_writer_hash_async(dl->w, err);
     return rc;
 }
 

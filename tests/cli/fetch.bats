@@ -275,9 +275,9 @@ assert ev[-1]["event"] == "end" and ev[-1]["status"] == "done" and ev[-1]["done"
     [ "$status" -eq 2 ]
 }
 
-@test "a big download hashed in the second thread keeps, resumes and restarts byte-exactly" {
-    # 10 MB: the drop at 6000000 falls inside the hashing ring's second 4 MiB
-    # slot, so the partial must keep the held (unhashed) bytes too.
+@test "a big download dropped mid-stream keeps, resumes and restarts byte-exactly" {
+    # 10 MB, dropped at 6000000: many 512 KiB receive buffers on each side of
+    # the cut; the partial must hold exactly the bytes received.
     head -c 10000000 /dev/urandom >"$SRV_DIR/root/big.bin"
     big=sha256:$(sha256sum "$SRV_DIR/root/big.bin" | cut -d' ' -f1)
     run "$MFC" fetch --progress=quiet --retries=0 "$BASE/drop/6000000/big.bin"

@@ -82,6 +82,12 @@ static int copy_field(char *dst, size_t cap, const char *src, struct mf_err *err
 {
     if (strlen(src) >= cap)
         return mf_err_set(err, MF_ERANGE, "a credential in the auth file is too long");
+    /* Credentials end up in HTTP headers (Basic, Bearer): a CR or LF there
+     * would split the request, so no control character is ever accepted. */
+    for (const unsigned char *p = (const unsigned char *)src; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return mf_err_set(err, MF_EFORMAT,
+                              "a credential in the auth file contains a control character");
     snprintf(dst, cap, "%s", src);
     return 0;
 }

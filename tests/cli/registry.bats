@@ -4,42 +4,10 @@
 # auth, checked with skopeo; plus a tiny Bearer-token registry (inline
 # python) that answers every blob upload with 413.
 load helpers
+load registry_helpers
 
 MKIMAGE="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/mkimage"
 PW=s3cret-Pw-417
-
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-
-# Starts docker-registry with its config, htpasswd and storage under $T.
-start_registry() {
-    PORT=$(free_port)
-    R="127.0.0.1:$PORT"
-    htpasswd -Bbn alice "$PW" >"$T/htpasswd"
-    cat >"$T/config.yml" <<YML
-version: 0.1
-log:
-  level: info
-storage:
-  filesystem:
-    rootdirectory: $T/storage
-  delete:
-    enabled: true
-http:
-  addr: $R
-auth:
-  htpasswd:
-    realm: basic-realm
-    path: $T/htpasswd
-YML
-    # REGISTRY_* variables override the registry's own config (REGISTRY_AUTH_FILE would be auth.file)
-    env -u REGISTRY_AUTH_FILE timeout 300 docker-registry serve "$T/config.yml" >"$T/registry.log" 2>&1 &
-    echo $! >"$T/registry.pid"
-    for _ in $(seq 100); do
-        [ "$(curl -s -m 1 -o /dev/null -w '%{http_code}' "http://$R/v2/")" = 401 ] && return 0
-        sleep 0.1
-    done
-    echo "docker-registry did not start"; cat "$T/registry.log"; return 1
-}
 
 setup() {
     T="$BATS_TEST_TMPDIR"

@@ -1,7 +1,7 @@
 # registry_helpers.bash: start and stop the Debian docker-registry
 # (distribution 2.8) on 127.0.0.1 with htpasswd auth (user alice, password
 # $PW), storage under $T; and push raw blobs/manifests with curl.
-# Copied from registry.bats so other suites can use it.
+# Shared by registry.bats and build-from.bats.
 
 PW=${PW:-s3cret-Pw-417}
 

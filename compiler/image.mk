@@ -25,4 +25,10 @@ tests_tools_mkimage_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_tools_mkimage_LDADD = $(MFC_COMPILER_LIBS)
 
 TESTS += tests/cli/image.bats
-EXTRA_DIST += tests/cli/image.bats
+EXTRA_DIST += tests/cli/image.bats bench/image
+
+## bench/image: mfc save / push of a multi-GB weight layer against read+write and
+## skopeo (`make bench-image`; never part of make check). See bench/README.md.
+.PHONY: bench-image
+bench-image: mfc$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
+	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/image

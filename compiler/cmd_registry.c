@@ -89,16 +89,26 @@ static const char push_usage[] =
     "  --insecure  allow https without certificate checks, or plain http\n"
     "              (localhost and 127.0.0.1 use http without it)\n";
 
-int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx)
+/* push and pull differ only in direction: which argument is the store's
+ * name, which call moves the bytes, and the verb of the summary. */
+struct xfer_cmd {
+    const char *name;  /* "push" or "pull" */
+    const char *usage; /* full --help text */
+    const char *args;  /* what the positional arguments are, for usage errors */
+    int push;          /* 1: argv = NAME [REF]; 0: argv = REF [NAME] */
+};
+
+static int xfer(int argc, char **argv, struct mfc_ctx *ctx, const struct xfer_cmd *c)
 {
     struct reg_cli r;
     reg_cli_init(&r);
-    int st = xfer_args(argc, argv, ctx, &r, push_usage);
+    int st = xfer_args(argc, argv, ctx, &r, c->usage);
     if (st >= 0)
         return st;
     if (optind != argc - 1 && optind != argc - 2)
-        return mfc_usage_error(ctx, "push", "expects NAME[:TAG] and an optional REF");
-    const char *local = argv[optind], *remote = optind + 1 < argc ? argv[optind + 1] : NULL;
+        return mfc_usage_error(ctx, c->name, "expects %s", c->args);
+    const char *first = argv[optind], *second = optind + 1 < argc ? argv[optind + 1] : NULL;
+    const char *local = c->push ? first : second, *remote = c->push ? second : first;
     struct registry_stats stats = {0};
     char digest[STORE_DIGEST_BUF];
     struct store *s = NULL;
@@ -106,13 +116,20 @@ int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx)
     if (rc == 0)
         rc = open_store(&s, &r.err);
     if (rc == 0)
-        rc = registry_push(s, local, remote, &r.o, &stats, digest, &r.err);
+        rc = c->push ? registry_push(s, local, remote, &r.o, &stats, digest, &r.err)
+                     : registry_pull(s, remote, local, &r.o, &stats, digest, &r.err);
     store_close(s);
     fetch_global_cleanup();
     if (rc)
         return mfc_report(ctx, &r.err);
-    summary(ctx, "Pushed", remote ? remote : local, digest, &stats);
+    summary(ctx, c->push ? "Pushed" : "Pulled", second ? second : first, digest, &stats);
     return 0;
+}
+
+int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx)
+{
+    static const struct xfer_cmd c = {"push", push_usage, "NAME[:TAG] and an optional REF", 1};
+    return xfer(argc, argv, ctx, &c);
 }
 
 static const char pull_usage[] =
@@ -123,28 +140,8 @@ static const char pull_usage[] =
 
 int mfc_cmd_pull(int argc, char **argv, struct mfc_ctx *ctx)
 {
-    struct reg_cli r;
-    reg_cli_init(&r);
-    int st = xfer_args(argc, argv, ctx, &r, pull_usage);
-    if (st >= 0)
-        return st;
-    if (optind != argc - 1 && optind != argc - 2)
-        return mfc_usage_error(ctx, "pull", "expects REF and an optional NAME");
-    const char *remote = argv[optind], *local = optind + 1 < argc ? argv[optind + 1] : NULL;
-    struct registry_stats stats = {0};
-    char digest[STORE_DIGEST_BUF];
-    struct store *s = NULL;
-    int rc = fetch_global_init(&r.err);
-    if (rc == 0)
-        rc = open_store(&s, &r.err);
-    if (rc == 0)
-        rc = registry_pull(s, remote, local, &r.o, &stats, digest, &r.err);
-    store_close(s);
-    fetch_global_cleanup();
-    if (rc)
-        return mfc_report(ctx, &r.err);
-    summary(ctx, "Pulled", local ? local : remote, digest, &stats);
-    return 0;
+    static const struct xfer_cmd c = {"pull", pull_usage, "REF and an optional NAME", 0};
+    return xfer(argc, argv, ctx, &c);
 }
 
 /* Reads one line of at most cap - 1 bytes; without echo when stdin is a terminal. */

@@ -11,15 +11,19 @@ libmfc_kernels_a_SOURCES = kernels/kernels.h
 libmfc_kernels_a_LIBADD = $(KERNELS_CU:.cu=_cu.o)
 libmfc_kernels_a_DEPENDENCIES = $(libmfc_kernels_a_LIBADD)
 CLEANFILES += $(KERNELS_CU:.cu=_cu.o)
-MFC_CUDA_LIBS = libmfc_kernels.a -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
 kernels/%_cu.o: kernels/%.cu kernels/kernels.h
 	@$(MKDIR_P) $(@D)
 	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 endif
 
-if HAVE_CUDA
+## Linking needs the runtime libraries, which a compiler-only install lacks.
+if HAVE_CUDA_RUNTIME
+MFC_CUDA_LIBS = libmfc_kernels.a -L$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart
+## The toolkit's lib directory is rarely in ld.so.conf: record it in the binary.
+MFC_CUDA_RPATH = -Wl,-rpath,$(CUDA_LIBDIR)
 noinst_PROGRAMS += tests/gpu/gpuinfo
 tests_gpu_gpuinfo_SOURCES = tests/gpu/gpuinfo.c
 tests_gpu_gpuinfo_LDADD = $(MFC_CUDA_LIBS) $(MFC_COMMON_LIBS) -lstdc++
+tests_gpu_gpuinfo_LDFLAGS = $(MFC_CUDA_RPATH)
 endif
 EXTRA_DIST += tests/gpu/gpuinfo.c

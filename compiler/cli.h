@@ -54,5 +54,10 @@ int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_registry.
 int mfc_cmd_pull(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_registry.c */
 int mfc_cmd_login(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_registry.c */
 int mfc_cmd_logout(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_registry.c */
+int mfc_cmd_serve(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_serve.c */
+int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_serve.c */
+int mfc_cmd_lora(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_lora.c: check, merge */
+int mfc_lora_merge(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_lora_merge.c: mfc lora merge */
+int mfc_cmd_convert(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_convert.c */
 
 #endif

@@ -37,6 +37,10 @@ static const struct mfc_cmd commands[] = {
     {"pull", mfc_cmd_pull, "pull an image from a registry into the store"},
     {"login", mfc_cmd_login, "store credentials for a registry"},
     {"logout", mfc_cmd_logout, "remove stored credentials for a registry"},
+    {"serve", mfc_cmd_serve, "serve an image or a GGUF file over HTTP (OpenAI and Ollama APIs)"},
+    {"run", mfc_cmd_run, "run an image and answer a prompt or chat with it"},
+    {"lora", mfc_cmd_lora, "check a LoRA adapter against a base model, or merge adapters into it"},
+    {"convert", mfc_cmd_convert, "convert a Hugging Face model or PEFT adapter directory to GGUF"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,2 @@
+### Build-time adapter merge and quantize-on-build, mfc lora merge
+libmfc_compiler_a_SOURCES += compiler/cmd_lora_merge.c

@@ -1,0 +1,1 @@
+### RUN steps in a bubblewrap sandbox (compiler/sandbox*)

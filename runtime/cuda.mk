@@ -1,0 +1,1 @@
+### The CUDA backend (runtime/cuda*; kernels in kernels/)

@@ -1,0 +1,1 @@
+### mfc-serve: the HTTP server over the engine (runtime/serve*)

@@ -28,4 +28,30 @@ int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], in
  * failure r is left without a result and nothing is stored. */
 int exec_op_run(const struct exec_job *j, struct exec_node *r, int *cached, struct mf_err *err);
 
+/* Node types with files of their own; the contract is exec_op_run's. */
+int exec_op_convert(const struct exec_job *j, struct exec_node *r, int *cached,
+                    struct mf_err *err); /* exec_convert.c: HF directory -> GGUF */
+int exec_op_merge(const struct exec_job *j, struct exec_node *r, int *cached,
+                  struct mf_err *err); /* exec_merge.c: ADAPTER --merge */
+int exec_op_quantize(const struct exec_job *j, struct exec_node *r, int *cached,
+                     struct mf_err *err); /* exec_merge.c: --quantize */
+int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached,
+                    struct mf_err *err); /* exec_run.c: RUN in bubblewrap */
+
+/* Checks an ADAPTER's GGUF against the base model (the check node's input
+ * 1, when the plan gives it one) before anything is baked. exec_lora.c. */
+struct gguf_file;
+int exec_check_adapter(const struct exec_job *j, const struct gguf_file *adapter,
+                       struct mf_err *err);
+
+/* Helpers the op files share (exec_ops.c). */
+/* The entry of the node's input i (final, read-only). */
+const struct exec_node *exec_input(const struct exec_job *j, size_t i);
+/* The file holding input 0's bytes: the blob, or the user's local file
+ * (checked unchanged; *local is then its source record). *path is malloc'd. */
+int exec_input_file(const struct exec_job *j, char **path, const json_t **local,
+                    struct mf_err *err);
+/* 1 when the node's cache record already names r->digest. */
+int exec_record_matches(const struct exec_job *j, const struct exec_node *r);
+
 #endif

@@ -54,7 +54,7 @@
 #define RUNTIME_NAME "mfc-serve"
 #define CONFIG_IN_IMAGE "/" PLAN_CONFIG_PATH
 
-static const struct exec_node *input(const struct exec_job *j, size_t i)
+const struct exec_node *exec_input(const struct exec_job *j, size_t i)
 {
     return &j->b->nodes[j->node->inputs[i]];
 }
@@ -109,7 +109,7 @@ int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], in
     if (j->node->op == PLAN_LAYER || j->node->op == PLAN_IMAGE)
         return build_content(j, content, err);
     if (j->node->op == PLAN_CONFIG && j->node->n_inputs)
-        return json_content(json_object_get(input(j, 0)->result, "defaults"), content, err);
+        return json_content(json_object_get(exec_input(j, 0)->result, "defaults"), content, err);
     if (j->node->op != PLAN_SOURCE)
         return 0;
     if (src->kind == FETCH_NAME) {
@@ -164,7 +164,7 @@ static int op_source_name(const struct exec_job *j, struct exec_node *r, int *ca
 /* 1 when the node's own cache record already names r->digest: a local
  * source (and its check) runs again on every build because its output is the
  * user's file, not a blob, but it found its work done. */
-static int record_matches(const struct exec_job *j, const struct exec_node *r)
+int exec_record_matches(const struct exec_job *j, const struct exec_node *r)
 {
     json_t *rec = NULL;
     struct mf_err ignored;
@@ -208,10 +208,10 @@ static int file_unchanged(const json_t *rec, const char *path, struct mf_err *er
  * local files stopped being copied), else the local file the source record
  * names, checked unchanged. *path is malloc'd; *local is the source record
  * in the second case (re-check with file_unchanged after reading), else NULL. */
-static int input_file(const struct exec_job *j, char **path, const json_t **local,
-                      struct mf_err *err)
+int exec_input_file(const struct exec_job *j, char **path, const json_t **local,
+                    struct mf_err *err)
 {
-    const struct exec_node *in = input(j, 0);
+    const struct exec_node *in = exec_input(j, 0);
     size_t k = j->node->inputs[0];
     *local = NULL;
     if (j->plan->nodes[k].op == PLAN_CHECK && j->plan->nodes[k].n_inputs)
@@ -261,7 +261,7 @@ static int op_source_file(const struct exec_job *j, struct exec_node *r, int *ca
         int id = progress_begin(pg, "hash", path);
         progress_update(pg, id, r->size, r->size);
         progress_close(pg);
-        *cached = record_matches(j, r);
+        *cached = exec_record_matches(j, r);
     }
     return rc;
 }
@@ -297,7 +297,6 @@ static int check_gguf(const struct gguf_file *gf, enum plan_role role, struct mf
     if (gguf_n_tensors(gf) == 0)
         return mf_err_set(err, MF_EFORMAT, "%s: the GGUF file has no tensors", gguf_name(gf));
     if (role == PLAN_ROLE_ADAPTER) {
-        /* LoRA hook: the LoRA issue opens the base (input 1) and checks shapes here */
         if (gguf_get_str(gf, "general.type", &s, err) != 0 || !gguf_str_eq(s, "adapter"))
             return mf_err_set(err, MF_EINVAL,
                               "%s: not a GGUF adapter (general.type is not \"adapter\")",
@@ -312,16 +311,18 @@ static int check_gguf(const struct gguf_file *gf, enum plan_role role, struct mf
 static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
                     struct mf_err *err)
 {
-    const struct exec_node *in = input(j, 0);
+    const struct exec_node *in = exec_input(j, 0);
     struct gguf_file *gf = NULL;
     struct gguf_str arch = {"", 0};
     char *path = NULL;
     const json_t *local = NULL;
-    int rc = input_file(j, &path, &local, err);
+    int rc = exec_input_file(j, &path, &local, err);
     if (!rc)
         rc = gguf_open(path, &gf, err);
     if (!rc)
         rc = check_gguf(gf, j->node->role, err);
+    if (!rc && j->node->role == PLAN_ROLE_ADAPTER)
+        rc = exec_check_adapter(j, gf, err);
     if (!rc) {
         struct mf_err ignored;
         if (gguf_get_str(gf, "general.architecture", &arch, &ignored) != 0)
@@ -333,7 +334,7 @@ static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
     if (!rc) {
         snprintf(r->digest, sizeof r->digest, "%s", in->digest);
         r->size = in->size;
-        *cached = local && record_matches(j, r); /* a local file: no blob for the cache to find */
+        *cached = local && exec_record_matches(j, r); /* a local file: no blob for the cache to find */
     }
     gguf_close(gf);
     free(path);
@@ -397,7 +398,7 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
         int rc = 0;
         const json_t *local = NULL;
         if (j->node->role == PLAN_ROLE_BASE)
-            rc = input_file(j, &src, &local, err);
+            rc = exec_input_file(j, &src, &local, err);
         if (!rc && src)
             rc = model_facts(src, &facts, err);
         free(src);
@@ -425,7 +426,7 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
     int rc = layer_source_date(&mtime, err);
     /* a local file is tarred straight from where it is: one read, one write */
     if (!rc)
-        rc = input_file(j, &src, &local, err);
+        rc = exec_input_file(j, &src, &local, err);
     if (!rc && j->node->role == PLAN_ROLE_BASE)
         rc = model_facts(src, &facts, err);
     e.src = src;
@@ -484,7 +485,7 @@ static int op_config(const struct exec_job *j, struct exec_node *r, struct mf_er
     size_t len = 0;
     json_t *doc = config_inherit(json_object_get(j->node->args, "document"),
                                  j->node->n_inputs
-                                     ? json_object_get(input(j, 0)->result, "defaults")
+                                     ? json_object_get(exec_input(j, 0)->result, "defaults")
                                      : NULL);
     if (!doc)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -560,7 +561,7 @@ static int image_layers(const struct exec_job *j, struct image_parts *P, int64_t
     for (size_t i = 0; i < j->node->n_inputs; i++) {
         const struct plan_node *pn = &j->plan->nodes[j->node->inputs[i]];
         size_t k = P->n_layers++;
-        int rc = layer_from_record(input(j, i)->result, &P->res[k], err);
+        int rc = layer_from_record(exec_input(j, i)->result, &P->res[k], err);
         if (rc)
             return mf_err_prefix(err, "%s", pn->name);
         if (pn->role == PLAN_ROLE_CONFIG)
@@ -660,7 +661,7 @@ static const json_t *base_facts(const struct exec_job *j)
 {
     for (size_t i = 0; i < j->node->n_inputs; i++)
         if (j->plan->nodes[j->node->inputs[i]].role == PLAN_ROLE_BASE)
-            return json_object_get(input(j, i)->result, "model");
+            return json_object_get(exec_input(j, i)->result, "model");
     return NULL;
 }
 
@@ -716,13 +717,13 @@ int exec_op_run(const struct exec_job *j, struct exec_node *r, int *cached, stru
     case PLAN_IMAGE:
         return op_image(j, r, err);
     case PLAN_RUN:
-        return mf_err_set(err, MF_EUNSUPPORTED, "RUN is not supported yet");
+        return exec_op_sandbox(j, r, cached, err);
     case PLAN_CONVERT:
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "converting a safetensors directory is not supported yet "
-                          "(give a GGUF file)");
+        return exec_op_convert(j, r, cached, err);
     case PLAN_MERGE:
-        return mf_err_set(err, MF_EUNSUPPORTED, "ADAPTER --merge is not supported yet");
+        return exec_op_merge(j, r, cached, err);
+    case PLAN_QUANTIZE:
+        return exec_op_quantize(j, r, cached, err);
     default:
         return mf_err_set(err, MF_EUNSUPPORTED, "%s steps are not supported yet",
                           plan_op_name(j->node->op));

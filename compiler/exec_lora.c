@@ -1,0 +1,11 @@
+/*
+ * exec_lora.c: the adapter-against-base check of a build (placeholder: only
+ * general.type is checked, in exec_ops.c, until adapter validation lands).
+ */
+#include "compiler/exec_int.h"
+
+int exec_check_adapter(const struct exec_job *j, const struct gguf_file *adapter,
+                       struct mf_err *err)
+{
+    return 0;
+}

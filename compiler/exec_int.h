@@ -44,6 +44,11 @@ struct gguf_file;
 int exec_check_adapter(const struct exec_job *j, const struct gguf_file *adapter,
                        struct mf_err *err);
 
+/* The convert step of an ADAPTER from a PEFT directory (exec_convert.c
+ * hands adapters here): PEFT safetensors -> GGUF LoRA. exec_lora.c. */
+int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached,
+                      struct mf_err *err);
+
 /* Helpers the op files share (exec_ops.c). */
 /* The entry of the node's input i (final, read-only). */
 const struct exec_node *exec_input(const struct exec_job *j, size_t i);

@@ -9,3 +9,11 @@ int exec_check_adapter(const struct exec_job *j, const struct gguf_file *adapter
 {
     return 0;
 }
+
+int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached,
+                      struct mf_err *err)
+{
+    *cached = 0;
+    return mf_err_set(err, MF_EUNSUPPORTED,
+                      "converting a PEFT adapter directory is not supported yet (give a GGUF LoRA)");
+}

@@ -67,9 +67,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        # logged before the body goes out: a client that has the whole reply
+        # must find its request in the log (tests read it right after)
+        self.record(status, len(body))
         if self.command != "HEAD":
             self.wfile.write(body)
-        self.record(status, len(body))
 
     def do_HEAD(self):
         self.do_GET()
@@ -138,9 +140,9 @@ class Handler(BaseHTTPRequestHandler):
         body = data[start:]
         if drop_after is not None:
             body = body[:drop_after]
+        self.record(status, len(body))
         if self.command != "HEAD":
             self.wfile.write(body)
-        self.record(status, len(body))
         if drop_after is not None or lie:
             self.wfile.flush()
             self.close_connection = True

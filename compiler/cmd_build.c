@@ -4,7 +4,9 @@
  * Options follow docker build: PATH is a Modelfile or a directory holding
  * one (the build context is the Modelfile's directory unless PATH is a
  * directory); -f, -t (repeatable), --build-arg (repeatable), --no-cache,
- * --progress, -q, -o/--output (type=oci|docker,dest=...). Progress and
+ * --progress, -q, -o/--output (type=oci|docker,dest=...); mfc's own
+ * --quantize TYPE (Ollama's create -q) and --merge-adapters (every ADAPTER
+ * as if it had --merge; docs/merge.md). Progress and
  * diagnostics go to stderr; stdout gets the image digest (with -q, nothing
  * else is printed). Exit status: 0, 1 (bad Modelfile or failed build), 2
  * (usage).
@@ -37,6 +39,7 @@
 #include "common/num.h"
 #include "compiler/cli.h"
 #include "compiler/exec.h"
+#include "compiler/lora_merge.h"
 #include "compiler/oci.h"
 #include "compiler/plan.h"
 
@@ -52,6 +55,8 @@ struct build_cli {
     char *arg_names[BUILD_MAX_ARGS];              /* owned: names cut from NAME=VALUE */
     size_t n_args;                                /* entries in args */
     int no_cache;                                 /* --no-cache */
+    const char *quantize;                         /* --quantize: canonical file type name */
+    int merge_adapters;                           /* --merge-adapters */
     int quiet;                                    /* -q */
     int jobs;                                     /* --jobs (0: default) */
     enum progress_mode mode;                      /* --progress */
@@ -68,7 +73,9 @@ static void usage(FILE *f, const char *cmd)
               "Print the build DAG of a Modelfile without executing anything.\n\n"
               "  -f, --file=FILE        the Modelfile (default PATH/Modelfile)\n"
               "      --build-arg=K=V    set a build argument (ARG)\n"
-              "      --format=FMT       text, json or dot (default text)\n",
+              "      --format=FMT       text, json or dot (default text)\n"
+              "      --quantize=TYPE    as mfc build\n"
+              "      --merge-adapters   as mfc build\n",
               f);
         return;
     }
@@ -82,6 +89,9 @@ static void usage(FILE *f, const char *cmd)
           "      --progress=MODE    auto, tty, plain, json or quiet (default auto)\n"
           "  -q, --quiet            print only the image digest\n"
           "  -j, --jobs=N           steps run at once (default 4)\n"
+          "      --quantize=TYPE    write the weights as Q4_K_M, Q5_K_M, Q8_0, F16, ...\n"
+          "                         (from an F32/F16/BF16 model; docs/merge.md)\n"
+          "      --merge-adapters   bake every ADAPTER into the weights (as --merge)\n"
           "  -o, --output=SPEC      also write the image: type=oci,dest=DIR|FILE.tar or\n"
           "                         type=docker,dest=FILE.tar\n\n"
           "Environment: MFC_HOME (the store), MFC_SERVE (the runtime binary; empty: none),\n"
@@ -154,6 +164,16 @@ static int parse_one(struct build_cli *cli, int c, struct mfc_ctx *ctx)
             return mfc_usage_error(ctx, cli->cmd,
                                    "--output type=registry is not supported yet (mfc push)");
         return -1;
+    case 'Q': {
+        enum quant_ftype ft;
+        if (lora_merge_parse_ftype(optarg, &ft, &err) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "--quantize: %s", err.msg);
+        cli->quantize = quant_ftype_name(ft);
+        return -1;
+    }
+    case 'M':
+        cli->merge_adapters = 1;
+        return -1;
     case 'F':
         if (plan_parse_format(optarg, &cli->format, &err) != 0)
             return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
@@ -174,11 +194,14 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_c
         {"tag", required_argument, NULL, 't'},     {"build-arg", required_argument, NULL, 'a'},
         {"no-cache", no_argument, NULL, 'n'},      {"progress", required_argument, NULL, 'p'},
         {"quiet", no_argument, NULL, 'q'},         {"jobs", required_argument, NULL, 'j'},
-        {"output", required_argument, NULL, 'o'},  {NULL, 0, NULL, 0}};
+        {"output", required_argument, NULL, 'o'},  {"quantize", required_argument, NULL, 'Q'},
+        {"merge-adapters", no_argument, NULL, 'M'}, {NULL, 0, NULL, 0}};
     static const struct option plan_opts[] = {{"help", no_argument, NULL, 'h'},
                                               {"file", required_argument, NULL, 'f'},
                                               {"build-arg", required_argument, NULL, 'a'},
                                               {"format", required_argument, NULL, 'F'},
+                                              {"quantize", required_argument, NULL, 'Q'},
+                                              {"merge-adapters", no_argument, NULL, 'M'},
                                               {NULL, 0, NULL, 0}};
     int is_plan = strcmp(cli->cmd, "plan") == 0, c;
     opterr = 0;
@@ -262,7 +285,10 @@ static int load_plan(struct build_cli *cli, struct mfc_ctx *ctx, const struct fe
     }
     struct fetch_opts pfo = *fo;
     pfo.base_dir = cli->context;
-    struct plan_opts po = {.modelfile = name, .fo = &pfo};
+    struct plan_opts po = {.modelfile = name, .fo = &pfo, .quantize = cli->quantize};
+    for (size_t i = 0; cli->merge_adapters && i < mf->n_instrs; i++)
+        if (mf->instrs[i].kind == MF_INSTR_ADAPTER)
+            mf->instrs[i].u.src.merge = 1; /* --merge-adapters: as if each had --merge */
     rc = plan_build(mf, &po, plan, &err);
     mf_modelfile_free(mf);
     return rc ? mfc_report(ctx, &err) : -1;

@@ -56,6 +56,12 @@ const struct exec_node *exec_input(const struct exec_job *j, size_t i);
  * (checked unchanged; *local is then its source record). *path is malloc'd. */
 int exec_input_file(const struct exec_job *j, char **path, const json_t **local,
                     struct mf_err *err);
+/* The same for input i (exec_merge.c reads the base and every adapter). */
+int exec_input_file_at(const struct exec_job *j, size_t i, char **path, const json_t **local,
+                       struct mf_err *err);
+/* 0 when local (a source record from exec_input_file*, or NULL) still
+ * describes path; MF_EINTEGRITY when the file changed while it was read. */
+int exec_local_unchanged(const json_t *local, const char *path, struct mf_err *err);
 /* 1 when the node's cache record already names r->digest. */
 int exec_record_matches(const struct exec_job *j, const struct exec_node *r);
 

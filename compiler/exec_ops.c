@@ -211,8 +211,19 @@ static int file_unchanged(const json_t *rec, const char *path, struct mf_err *er
 int exec_input_file(const struct exec_job *j, char **path, const json_t **local,
                     struct mf_err *err)
 {
-    const struct exec_node *in = exec_input(j, 0);
-    size_t k = j->node->inputs[0];
+    return exec_input_file_at(j, 0, path, local, err);
+}
+
+int exec_local_unchanged(const json_t *local, const char *path, struct mf_err *err)
+{
+    return local ? file_unchanged(local, path, err) : 0;
+}
+
+int exec_input_file_at(const struct exec_job *j, size_t i, char **path, const json_t **local,
+                       struct mf_err *err)
+{
+    const struct exec_node *in = exec_input(j, i);
+    size_t k = j->node->inputs[i];
     *local = NULL;
     if (j->plan->nodes[k].op == PLAN_CHECK && j->plan->nodes[k].n_inputs)
         k = j->plan->nodes[k].inputs[0];

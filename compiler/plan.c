@@ -208,27 +208,63 @@ static const char *adapter_path(const struct plan *p, size_t i)
     return path && path[0] == '/' ? path + 1 : NULL;
 }
 
-/* Adapters and drafts: check each, merge or layer it; appends layer ids. */
-static int plan_extras(struct plan *p, const struct walk *w, const struct fetch_opts *fo,
-                       size_t base_check, size_t *weights, size_t *layers, size_t *n_layers,
-                       struct mf_err *err)
+/* The weights' merge step (ADAPTER --merge, mfc build --merge-adapters: base
+ * + every merged adapter's check -> one GGUF, requantized once, to
+ * --quantize's type when given), or a quantize step when only --quantize
+ * is given. *weights becomes that node. merged[0] is left free for the base. */
+static int plan_weights(struct plan *p, const struct plan_opts *o, size_t *weights,
+                        size_t *merged, size_t n_merged, json_t *scales, struct mf_err *err)
 {
-    size_t n_adapters = 0;
+    const struct plan_node *base = &p->nodes[*weights];
+    size_t id;
+    if (n_merged == 0 && !o->quantize)
+        return 0;
+    merged[0] = *weights;
+    char name[160], instr[4200];
+    if (n_merged) {
+        /* errors and the weights layer's history name the last merged ADAPTER's line */
+        json_t *args = json_pack("{s:O, s:s?}", "scales", scales, "quantize", o->quantize);
+        const struct plan_node *last = &p->nodes[merged[n_merged]];
+        snprintf(name, sizeof name, "merge %zu adapter%s into the weights%s%.20s", n_merged,
+                 n_merged == 1 ? "" : "s", o->quantize ? " as " : "",
+                 o->quantize ? o->quantize : "");
+        snprintf(instr, sizeof instr, "%.4000s --merge (into %.150s)", last->instr, base->instr);
+        id = node_add(p, PLAN_MERGE, PLAN_ROLE_BASE, last->line, name, instr, args, merged,
+                      n_merged + 1);
+    } else {
+        snprintf(name, sizeof name, "quantize %.40s -> %.20s", base->name, o->quantize);
+        snprintf(instr, sizeof instr, "%.4000s (--quantize %.20s)", base->instr, o->quantize);
+        id = node_add(p, PLAN_QUANTIZE, PLAN_ROLE_BASE, base->line, name, instr,
+                      json_pack("{s:s}", "type", o->quantize), merged, 1);
+    }
+    if (id == NO_NODE)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    *weights = id;
+    return 0;
+}
+
+/* The loop of plan_extras: merged adapters' checks go to merged[], their
+ * scales to scales; the others get layers. */
+static int plan_adapters(struct plan *p, const struct walk *w, const struct fetch_opts *fo,
+                         size_t base_check, size_t *merged, size_t *n_merged_out,
+                         json_t *scales, size_t *n_adapters_out, size_t *layers,
+                         size_t *n_layers, struct mf_err *err)
+{
+    size_t n_adapters = 0, n_merged = 0;
     for (size_t i = 0; i < w->n_extra; i++) {
         const struct mf_instr *in = w->extra[i];
         int adapter = in->kind == MF_INSTR_ADAPTER;
-        size_t chk, ins[2], id;
+        size_t chk, id;
         int rc = plan_checked(p, in, w->extra_run[i], adapter ? base_check : NO_NODE, fo, &chk,
                               err);
         if (rc)
             return rc;
         if (adapter && in->u.src.merge) {
-            ins[0] = *weights;
-            ins[1] = chk;
-            id = node_add(p, PLAN_MERGE, PLAN_ROLE_BASE, in->line, p->nodes[chk].name,
-                          p->nodes[chk].instr, json_pack("{s:f}", "scale", in->u.src.scale),
-                          ins, 2);
-            *weights = id;
+            /* one merge node takes every merged adapter (plan_weights): one requantization */
+            id = chk;
+            merged[n_merged++] = chk;
+            if (json_array_append_new(scales, json_real(in->u.src.scale)) != 0)
+                return mf_err_set(err, MF_ENOMEM, "out of memory");
         } else {
             const char *path = adapter ? adapter_path(p, n_adapters++) : PLAN_DRAFT_PATH;
             assert(path); /* plan_config_doc lists every unmerged ADAPTER, in order */
@@ -238,7 +274,29 @@ static int plan_extras(struct plan *p, const struct walk *w, const struct fetch_
         if (id == NO_NODE)
             return mf_err_set(err, MF_ENOMEM, "out of memory");
     }
+    *n_merged_out = n_merged;
+    *n_adapters_out = n_adapters;
     return 0;
+}
+
+/* Adapters and drafts: check each, merge or layer it; appends layer ids. */
+static int plan_extras(struct plan *p, const struct walk *w, const struct plan_opts *o,
+                       size_t base_check, size_t *weights, size_t *layers, size_t *n_layers,
+                       struct mf_err *err)
+{
+    const struct fetch_opts *fo = o->fo;
+    size_t n_adapters = 0, n_merged = 0;
+    size_t *merged = malloc((w->n_extra + 1) * sizeof *merged);
+    json_t *scales = json_array();
+    int rc = merged && scales ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = plan_adapters(p, w, fo, base_check, merged + 1, &n_merged, scales, &n_adapters,
+                           layers, n_layers, err);
+    if (!rc)
+        rc = plan_weights(p, o, weights, merged, n_merged, scales, err);
+    free(merged);
+    json_decref(scales);
+    return rc;
 }
 
 /* base_src: the FROM source node when FROM names an image, whose template,
@@ -264,7 +322,7 @@ static int plan_image(struct plan *p, const struct walk *w, size_t base_src, siz
     return p->image == NO_NODE ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
 }
 
-static int plan_nodes(struct plan *p, const struct walk *w, const struct fetch_opts *fo,
+static int plan_nodes(struct plan *p, const struct walk *w, const struct plan_opts *o,
                       struct mf_err *err)
 {
     size_t base_check, weights, n_layers = 0;
@@ -272,10 +330,10 @@ static int plan_nodes(struct plan *p, const struct walk *w, const struct fetch_o
     size_t *layers = malloc((w->n_extra + 2) * sizeof *layers);
     if (!layers)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
-    int rc = plan_checked(p, w->from, w->from_run, NO_NODE, fo, &base_check, err);
+    int rc = plan_checked(p, w->from, w->from_run, NO_NODE, o->fo, &base_check, err);
     weights = base_check;
     if (!rc)
-        rc = plan_extras(p, w, fo, base_check, &weights, layers + 1, &n_layers, err);
+        rc = plan_extras(p, w, o, base_check, &weights, layers + 1, &n_layers, err);
     if (!rc) {
         layers[0] = layer_add(p, weights, PLAN_MODEL_PATH, PLAN_MT_GGUF);
         n_layers++;
@@ -320,7 +378,7 @@ int plan_build(const struct mf_modelfile *mf, const struct plan_opts *o, struct 
     if (!rc)
         rc = collect(mf, p, &w, err);
     if (!rc)
-        rc = plan_nodes(p, &w, o->fo, err);
+        rc = plan_nodes(p, &w, o, err);
     free(w.extra);
     free(w.extra_run);
     if (rc) {

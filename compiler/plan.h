@@ -15,8 +15,9 @@
  * A safetensors directory adds a convert step after its source, ADAPTER
  * --merge a merge step (base check + adapter check -> weights), and each RUN a
  * run step that every later local FROM/ADAPTER/DRAFT source depends on (the
- * RUN may write that file). convert, merge, quantize and run are planned but
- * not executed yet (their issues add them).
+ * RUN may write that file). All merged adapters go into one merge step
+ * (base + their checks -> weights, requantized once, to --quantize's type
+ * when given); --quantize without merged adapters adds a quantize step.
  *
  * Cache keys (plan_node_key) follow BuildKit (reference/oci.md §3): the op,
  * its arguments (canonical JSON), the keys and output digests of its inputs,
@@ -97,6 +98,7 @@ struct plan {
 struct plan_opts {
     const char *modelfile;        /* borrowed: display name; NULL: "Modelfile" */
     const struct fetch_opts *fo;  /* borrowed: base_dir is the build context */
+    const char *quantize;         /* borrowed: --quantize file type name ("Q8_0"), or NULL */
 };
 
 /* Planning */

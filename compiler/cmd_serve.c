@@ -66,9 +66,10 @@ static int parse_port(const char *s, int *port)
     return 0;
 }
 
-/* The model and the server's argv for either command. */
-static int prepare(const char *arg, const char *host, int port, const char *api_key,
-                   struct run_model *m, char ***argv, struct mf_err *err)
+/* The model and the server's argv for either command. An image is served
+ * under its name; a GGUF under mfc-serve's default (the file's stem). */
+static int prepare(struct mfc_ctx *ctx, const char *arg, const char *host, int port,
+                   const char *api_key, struct run_model *m, char ***argv, struct mf_err *err)
 {
     char *root = NULL, *bin = NULL;
     int rc = run_find_server(&bin, err);
@@ -77,7 +78,15 @@ static int prepare(const char *arg, const char *host, int port, const char *api_
     if (!rc)
         rc = run_model_resolve(root, arg, m, err);
     if (!rc) {
-        rc = run_server_argv(m, bin, host, port, api_key, argv, err);
+        int image = m->weights.offset || m->weights.size;
+        rc = run_model_materialize(root, m, image && run_server_maps_ranges(bin), err);
+        if (!rc && m->copied_bytes)
+            mf_log_warn(&ctx->log,
+                   "mfc-serve cannot map a byte range of a layer blob yet: %.1f MB of %s "
+                   "copied into an unlinked temporary file in the store",
+                   (double)m->copied_bytes / 1e6, image ? "weights and adapters" : "adapters");
+        if (!rc)
+            rc = run_server_argv(m, bin, image ? arg : NULL, host, port, api_key, argv, err);
         if (rc)
             run_model_free(m);
     }
@@ -120,7 +129,7 @@ int mfc_cmd_serve(int argc, char **argv, struct mfc_ctx *ctx)
     struct mf_err err = {0};
     struct run_model m;
     char **sargv = NULL;
-    int rc = prepare(argv[optind], host, port, key, &m, &sargv, &err);
+    int rc = prepare(ctx, argv[optind], host, port, key, &m, &sargv, &err);
     if (rc)
         return mfc_report(ctx, &err);
     fflush(NULL);
@@ -265,7 +274,7 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
     struct run_model m;
     char **sargv = NULL;
     if (!rc)
-        rc = prepare(model_arg, "127.0.0.1", port, key, &m, &sargv, &err);
+        rc = prepare(ctx, model_arg, "127.0.0.1", port, key, &m, &sargv, &err);
     if (rc) {
         free(prompt);
         return mfc_report(ctx, &err);

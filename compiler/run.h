@@ -11,10 +11,12 @@
  *   run_server_stop(&srv); run_model_free(&m);
  *
  * An image's weights layer is an uncompressed tar whose /models/model.gguf is
- * a byte range of the blob: mfc-serve maps that range (--model BLOB
- * --model-offset N --model-size N), so nothing is unpacked or copied. The
- * config layer is gzip'd: its /etc/mfc/model.yaml (small) is extracted into a
- * memfd that mfc-serve reads as /proc/self/fd/N.
+ * a byte range of the blob: an mfc-serve that maps a range (--model BLOB
+ * --model-offset N --model-size N) reads it in place; for one that maps whole
+ * files only, the range is copied into an unlinked temporary file (see
+ * run_model_materialize). The config layer is gzip'd: its
+ * /etc/mfc/model.yaml (small) is extracted into a memfd that mfc-serve reads
+ * as /proc/self/fd/N.
  * Functions that can fail return 0 or a negative MF_E* code with err filled.
  */
 #ifndef MFC_RUN_H
@@ -36,6 +38,7 @@ struct run_file {
     char *path;      /* owned */
     uint64_t offset; /* where the GGUF starts inside path */
     uint64_t size;   /* its length; 0: to the end of the file */
+    int fd;          /* an unlinked copy of the range (path is /proc/self/fd/N), or -1 */
 };
 
 struct run_adapter {
@@ -50,6 +53,8 @@ struct run_model {
     struct run_adapter *adapters; /* owned; n_adapters entries */
     size_t n_adapters;
     int config_fd;                /* memfd with model.yaml (inherited by mfc-serve), or -1 */
+    char *config_text;            /* owned: model.yaml as the image has it, or NULL */
+    uint64_t copied_bytes;        /* what run_model_materialize had to copy */
 };
 
 /* ---- tar (untrusted bytes; exported for the fuzzer) ---- */
@@ -88,7 +93,16 @@ int run_tar_walk(const struct run_tar_io *io, const char *what, run_tar_entry_fn
  * cleared. */
 int run_model_resolve(const char *store_root, const char *arg, struct run_model *m,
                       struct mf_err *err);
-/* Releases m (closes the memfd). Accepts a cleared m. */
+/* Makes m servable by an mfc-serve that takes whole files only: with
+ * map_ranges nonzero (the server takes --model-offset) the weights stay a
+ * range of their blob; every other range is copied (copy_file_range) into an
+ * unlinked file in store_root/tmp, named /proc/self/fd/N, which disappears
+ * with the last process holding it. model.yaml's adapter paths are rewritten
+ * to those names and it goes into a memfd (config_fd). m->copied_bytes says
+ * how much was copied. */
+int run_model_materialize(const char *store_root, struct run_model *m, int map_ranges,
+                          struct mf_err *err);
+/* Releases m (closes the memfd and copies). Accepts a cleared m. */
 void run_model_free(struct run_model *m);
 
 /* ---- the server process ---- */
@@ -97,11 +111,17 @@ void run_model_free(struct run_model *m);
  * executable. *path is malloc'd. MF_ENOTFOUND when there is none. */
 int run_find_server(char **path, struct mf_err *err);
 
-/* argv for mfc-serve serving m on host:port (port 0: leave it to mfc-serve),
+/* 1 when the mfc-serve at bin can map a byte range of a file (its --help
+ * names --model-offset), else 0. */
+int run_server_maps_ranges(const char *bin);
+
+/* argv for mfc-serve serving m (after run_model_materialize) on host:port
+ * (port 0: leave it to mfc-serve), named name (NULL: mfc-serve's default),
  * plus api_key when not NULL. *argv and its strings are malloc'd: free with
  * run_argv_free. */
-int run_server_argv(const struct run_model *m, const char *bin, const char *host, int port,
-                    const char *api_key, char ***argv, struct mf_err *err);
+int run_server_argv(const struct run_model *m, const char *bin, const char *name,
+                    const char *host, int port, const char *api_key, char ***argv,
+                    struct mf_err *err);
 void run_argv_free(char **argv);
 
 /* A free TCP port on 127.0.0.1 (bound and released; mfc-serve binds it next). */

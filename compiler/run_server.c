@@ -220,7 +220,7 @@ int run_server_start(char *const *argv, struct run_server *srv, struct mf_err *e
         signal(SIGINT, SIG_IGN); /* Ctrl-C in the chat is for the chat, not the server */
         signal(SIGPIPE, SIG_DFL);
         execv(argv[0], argv);
-        dprintf(2, "mfc: cannot execute %s: %s\n", argv[0], strerror(errno));
+        dprintf(2, "mfc: cannot execute %s (errno %d)\n", argv[0], errno);
         _exit(127);
     }
     srv->pid = pid;

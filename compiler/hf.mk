@@ -2,3 +2,5 @@
 libmfc_compiler_a_SOURCES += compiler/cmd_convert.c
 libmfc_common_a_SOURCES += common/safetensors.h
 libmfc_compiler_a_SOURCES += compiler/exec_convert.c
+libmfc_compiler_a_SOURCES += compiler/hf.h compiler/hf_int.h compiler/hf_config.c \
+	compiler/hf_tokenizer.c compiler/hf_tensors.c compiler/hf_convert.c

@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""hf_mkdir.py: writes a Hugging Face llama model directory for mfc convert's
+tests and benchmark, with the Python standard library only (no torch, no
+numpy): config.json, model.safetensors (or shards + index), tokenizer.json,
+tokenizer_config.json. Weights are seeded random numbers.
+
+usage: hf_mkdir.py OUT_DIR [--layers N] [--embd N] [--ff N] [--heads N]
+         [--kv-heads N] [--vocab bytes|llama3] [--pre gpt2|llama3]
+         [--dtype F32|F16|BF16] [--tied] [--shards N] [--rope-llama3]
+         [--arch NAME] [--seed N] [--llama3-json PATH] [--big-mb N]
+         [--break truncate|offset|dtype|shape|no-tokenizer|layer]
+         [--forward PROMPT_IDS N]   print the greedy continuation (ids) that
+                                    transformers' LlamaForCausalLM computes
+                                    for these weights, in pure Python
+--big-mb N writes a bigger model quickly (same bytes repeated) for the bench.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import struct
+import sys
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+LLAMA3_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}"
+             "\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def pre_tokenizer(kind):
+    if kind == "gpt2":
+        return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                "use_regex": True}
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_RE}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}]}
+
+
+def tokenizer_bytes(pre):
+    """256 byte symbols, merges for common English pieces, 3 special tokens."""
+    b2u = bytes_to_unicode()
+    vocab = {}
+    for b in range(256):
+        vocab[b2u[b]] = len(vocab)
+    merges = []
+    words = ["the", "and", "ing", "Hello", "world", "ion", "er", "in", "on", "at", "is"]
+    sp = b2u[ord(" ")]
+    for w in words + [sp + w for w in words]:
+        cur = w[0]
+        for ch in w[1:]:
+            if cur + ch not in vocab:
+                merges.append([cur, ch])
+                vocab[cur + ch] = len(vocab)
+            cur = cur + ch
+    n = len(vocab)
+    added = [{"id": n, "content": "<|begin_of_text|>", "special": True},
+             {"id": n + 1, "content": "<|end_of_text|>", "special": True},
+             {"id": n + 2, "content": "<|eot_id|>", "special": True}]
+    for a in added:
+        a.update({"single_word": False, "lstrip": False, "rstrip": False, "normalized": False})
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+           "normalizer": None, "pre_tokenizer": pre_tokenizer(pre),
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                     "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                     "fuse_unk": False, "byte_fallback": False, "ignore_merges": pre == "llama3",
+                     "vocab": vocab, "merges": merges}}
+    cfg = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "add_bos_token": True,
+           "chat_template": "{% for m in messages %}<|begin_of_text|>{{ m['content'] }}<|eot_id|>"
+                            "{% endfor %}"}
+    return tok, cfg, n + 3
+
+
+def tokenizer_llama3(path):
+    """The Llama 3 vocabulary from the GGUF-form dump in shared/data/vocab."""
+    d = json.load(open(path, encoding="utf-8"))
+    toks, types, merges = (d["tokenizer.ggml.tokens"], d["tokenizer.ggml.token_type"],
+                           d["tokenizer.ggml.merges"])
+    vocab = {t: i for i, t in enumerate(toks) if types[i] == 1}
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(toks) if types[i] == 3]
+    tok = {"version": "1.0", "added_tokens": added, "normalizer": None,
+           "pre_tokenizer": pre_tokenizer("llama3"), "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "byte_fallback": False, "ignore_merges": True,
+                     "vocab": vocab, "merges": [m.split(" ") for m in merges]}}
+    cfg = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+    return tok, cfg, len(toks)
+
+
+def f16(x):
+    return struct.pack("<e", max(-65504.0, min(65504.0, x)))
+
+
+def bf16(x):
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    u += 0x7FFF + ((u >> 16) & 1)
+    return struct.pack("<H", (u >> 16) & 0xFFFF)
+
+
+def encode(vals, dtype):
+    if dtype == "F32":
+        return struct.pack("<%df" % len(vals), *vals)
+    if dtype == "F16":
+        return b"".join(f16(v) for v in vals)
+    return b"".join(bf16(v) for v in vals)
+
+
+def decode(vals, dtype):
+    """What the stored values read back as (the forward uses these)."""
+    if dtype == "F32":
+        return [struct.unpack("<f", struct.pack("<f", v))[0] for v in vals]
+    if dtype == "F16":
+        return [struct.unpack("<e", f16(v))[0] for v in vals]
+    return [struct.unpack("<f", b"\0\0" + bf16(v))[0] for v in vals]
+
+
+def write_safetensors(path, tensors, brk=None):
+    """tensors: list of (name, dtype, shape, bytes)."""
+    header, off = {}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
+        off += len(data)
+    if brk == "offset":
+        first = header[next(iter(header))]["data_offsets"]
+        first[0], first[1] = off + 4096, off + 4096 + first[1] - first[0]
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for _, _, _, data in tensors:
+            f.write(data)
+    if brk == "truncate":
+        os.truncate(path, os.path.getsize(path) - 100)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--embd", type=int, default=32)
+    ap.add_argument("--ff", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--vocab", default="bytes")
+    ap.add_argument("--pre", default="llama3")
+    ap.add_argument("--llama3-json")
+    ap.add_argument("--dtype", default="F32")
+    ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--rope-llama3", action="store_true")
+    ap.add_argument("--arch", default="LlamaForCausalLM")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--big-mb", type=int, default=0)
+    ap.add_argument("--break", dest="brk")
+    ap.add_argument("--forward", nargs=2)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    if a.vocab == "llama3":
+        tok, tcfg, n_vocab = tokenizer_llama3(a.llama3_json)
+    else:
+        tok, tcfg, n_vocab = tokenizer_bytes(a.pre)
+    hd = a.embd // a.heads
+    cfg = {"architectures": [a.arch], "model_type": "llama", "vocab_size": n_vocab,
+           "hidden_size": a.embd, "intermediate_size": a.ff, "num_hidden_layers": a.layers,
+           "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+           "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+           "tie_word_embeddings": a.tied, "torch_dtype": {"F32": "float32", "F16": "float16",
+                                                          "BF16": "bfloat16"}[a.dtype],
+           "bos_token_id": n_vocab - 3 if a.vocab == "bytes" else 128000,
+           "eos_token_id": n_vocab - 1 if a.vocab == "bytes" else 128009,
+           "hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+    if a.rope_llama3:
+        cfg["rope_scaling"] = {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                               "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    if a.brk != "no-tokenizer":
+        with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(a.out, "tokenizer_config.json"), "w") as f:
+        json.dump(tcfg, f)
+
+    rng = random.Random(a.seed)
+    shapes = [("model.embed_tokens.weight", [n_vocab, a.embd])]
+    for i in range(a.layers):
+        p = "model.layers.%d." % i
+        shapes += [(p + "input_layernorm.weight", [a.embd]),
+                   (p + "self_attn.q_proj.weight", [a.heads * hd, a.embd]),
+                   (p + "self_attn.k_proj.weight", [a.kv_heads * hd, a.embd]),
+                   (p + "self_attn.v_proj.weight", [a.kv_heads * hd, a.embd]),
+                   (p + "self_attn.o_proj.weight", [a.embd, a.heads * hd]),
+                   (p + "post_attention_layernorm.weight", [a.embd]),
+                   (p + "mlp.gate_proj.weight", [a.ff, a.embd]),
+                   (p + "mlp.up_proj.weight", [a.ff, a.embd]),
+                   (p + "mlp.down_proj.weight", [a.embd, a.ff])]
+    shapes.append(("model.norm.weight", [a.embd]))
+    if not a.tied:
+        shapes.append(("lm_head.weight", [n_vocab, a.embd]))
+    if a.brk == "shape":
+        shapes[2] = (shapes[2][0], [shapes[2][1][0] + 2, shapes[2][1][1]])
+    if a.brk == "layer":
+        shapes.append(("model.layers.%d.input_layernorm.weight" % a.layers, [a.embd]))
+    weights, tensors = {}, []
+    chunk = None
+    for name, shape in shapes:
+        n = 1
+        for s in shape:
+            n *= s
+        dtype = a.dtype
+        if a.big_mb:
+            if chunk is None:
+                chunk = encode([rng.gauss(0, 0.02) for _ in range(4096)], "F16")
+                if dtype != "F16":
+                    chunk = encode([rng.gauss(0, 0.02) for _ in range(4096 * 2 // (
+                        4 if dtype == "F32" else 2))], dtype)
+            esz = 4 if dtype == "F32" else 2
+            data = (chunk * (n * esz // len(chunk) + 1))[:n * esz]
+        else:
+            if name.endswith("norm.weight"):
+                vals = [1.0 + rng.gauss(0, 0.1) for _ in range(n)]
+            else:
+                vals = [rng.gauss(0, 0.5 if "embed" in name else 0.2) for _ in range(n)]
+            data = encode(vals, dtype)
+            weights[name] = (shape, decode(vals, dtype))
+        if a.brk == "dtype" and name.endswith("q_proj.weight"):
+            dtype = "F8_E4M3"
+            data = data[:n]
+        tensors.append((name, dtype, shape, data))
+    if a.shards > 1:
+        per = (len(tensors) + a.shards - 1) // a.shards
+        wm = {}
+        for s in range(a.shards):
+            fn = "model-%05d-of-%05d.safetensors" % (s + 1, a.shards)
+            part = tensors[s * per:(s + 1) * per]
+            write_safetensors(os.path.join(a.out, fn), part, a.brk if s == 0 else None)
+            for t in part:
+                wm[t[0]] = fn
+        with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": sum(len(t[3]) for t in tensors)},
+                       "weight_map": wm}, f)
+    else:
+        write_safetensors(os.path.join(a.out, "model.safetensors"), tensors, a.brk)
+    if a.forward:
+        ids = [int(x) for x in a.forward[0].split(",")]
+        print(",".join(str(t) for t in greedy(cfg, weights, ids, int(a.forward[1]))))
+
+
+# ---- transformers' LlamaForCausalLM forward, in plain Python ----
+
+def matvec(w, shape, x):
+    rows, cols = shape
+    return [sum(w[r * cols + c] * x[c] for c in range(cols)) for r in range(rows)]
+
+
+def rmsnorm(x, w, eps):
+    ms = sum(v * v for v in x) / len(x)
+    s = 1.0 / math.sqrt(ms + eps)
+    return [v * s * w[i] for i, v in enumerate(x)]
+
+
+def rope(v, pos, hd, theta):
+    """rotate_half: pairs (i, i + hd/2)."""
+    out = v[:]
+    half = hd // 2
+    for i in range(half):
+        inv = 1.0 / (theta ** (2 * i / hd))
+        c, s = math.cos(pos * inv), math.sin(pos * inv)
+        a, b = v[i], v[i + half]
+        out[i] = a * c - b * s
+        out[i + half] = b * c + a * s
+    return out
+
+
+def greedy(cfg, W, ids, n):
+    E, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd, L, eps, theta = E // H, cfg["num_hidden_layers"], cfg["rms_norm_eps"], cfg["rope_theta"]
+    V = cfg["vocab_size"]
+    emb = W["model.embed_tokens.weight"][1]
+    head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
+    kcache = [[] for _ in range(L)]
+    vcache = [[] for _ in range(L)]
+    seq, out = list(ids), []
+    pos = 0
+    logits = None
+    for step in range(len(ids) + n - 1):
+        tok = seq[step]
+        x = emb[tok * E:(tok + 1) * E]
+        for l in range(L):
+            p = "model.layers.%d." % l
+            h = rmsnorm(x, W[p + "input_layernorm.weight"][1], eps)
+            q = matvec(W[p + "self_attn.q_proj.weight"][1], W[p + "self_attn.q_proj.weight"][0], h)
+            k = matvec(W[p + "self_attn.k_proj.weight"][1], W[p + "self_attn.k_proj.weight"][0], h)
+            v = matvec(W[p + "self_attn.v_proj.weight"][1], W[p + "self_attn.v_proj.weight"][0], h)
+            q = sum((rope(q[i * hd:(i + 1) * hd], pos, hd, theta) for i in range(H)), [])
+            k = sum((rope(k[i * hd:(i + 1) * hd], pos, hd, theta) for i in range(KV)), [])
+            kcache[l].append(k)
+            vcache[l].append(v)
+            att = []
+            for hh in range(H):
+                g = hh // (H // KV)
+                qs = q[hh * hd:(hh + 1) * hd]
+                sc = [sum(qs[d] * kk[g * hd + d] for d in range(hd)) / math.sqrt(hd)
+                      for kk in kcache[l]]
+                m = max(sc)
+                e = [math.exp(s - m) for s in sc]
+                z = sum(e)
+                att += [sum(e[t] / z * vcache[l][t][g * hd + d] for t in range(len(e)))
+                        for d in range(hd)]
+            o = matvec(W[p + "self_attn.o_proj.weight"][1], W[p + "self_attn.o_proj.weight"][0], att)
+            x = [x[i] + o[i] for i in range(E)]
+            h = rmsnorm(x, W[p + "post_attention_layernorm.weight"][1], eps)
+            gt = matvec(W[p + "mlp.gate_proj.weight"][1], W[p + "mlp.gate_proj.weight"][0], h)
+            up = matvec(W[p + "mlp.up_proj.weight"][1], W[p + "mlp.up_proj.weight"][0], h)
+            act = [gt[i] / (1.0 + math.exp(-gt[i])) * up[i] for i in range(len(gt))]
+            d = matvec(W[p + "mlp.down_proj.weight"][1], W[p + "mlp.down_proj.weight"][0], act)
+            x = [x[i] + d[i] for i in range(E)]
+        pos += 1
+        if step >= len(ids) - 1:
+            h = rmsnorm(x, W["model.norm.weight"][1], eps)
+            logits = matvec(head[1], [V, E], h)
+            nxt = max(range(V), key=lambda i: logits[i])
+            out.append(nxt)
+            if len(seq) == step + 1:
+                seq.append(nxt)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

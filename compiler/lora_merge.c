@@ -529,7 +529,8 @@ static int write_computed(struct merge *m, struct gguf_writer *wr, uint64_t i, s
 /* ---- writing ---------------------------------------------------------------- */
 
 /* Metadata in order; general.file_type set when requantizing, and
- * general.quantization_version added when the output has quantized tensors. */
+ * general.quantization_version added when requantizing gives quantized
+ * tensors; without --quantize the metadata is copied unchanged. */
 static int write_kvs(struct merge *m, struct gguf_writer *wr, struct mf_err *err)
 {
     int rc = 0, had_ft = 0, had_qv = 0, quantized = 0;
@@ -547,7 +548,7 @@ static int write_kvs(struct merge *m, struct gguf_writer *wr, struct mf_err *err
         quantized |= !is_float_type(m->out_type[i]);
     if (!rc && m->o->quantize && !had_ft)
         rc = gguf_writer_add_u32(wr, "general.file_type", (uint32_t)m->o->ftype, err);
-    if (!rc && quantized && !had_qv)
+    if (!rc && m->o->quantize && quantized && !had_qv)
         rc = gguf_writer_add_u32(wr, "general.quantization_version", 2, err);
     return rc;
 }

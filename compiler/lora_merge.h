@@ -17,8 +17,8 @@
  *
  * Tensors no adapter touches and whose type does not change are copied byte
  * for byte; metadata is copied key by key in order (general.file_type is
- * set when requantizing, general.quantization_version added when the output
- * gains quantized tensors). The output is written through a temporary next
+ * set when requantizing, general.quantization_version added when requantizing
+ * gives quantized tensors). The output is written through a temporary next
  * to it and renamed at the end: on any failure nothing is left at out_path.
  * Memory: the adapters' A and B of one tensor in F32 plus a window of rows
  * (a few MB), never a whole tensor or model.

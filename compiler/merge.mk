@@ -2,3 +2,10 @@
 libmfc_compiler_a_SOURCES += compiler/cmd_lora_merge.c
 libmfc_compiler_a_SOURCES += compiler/exec_merge.c
 libmfc_compiler_a_SOURCES += compiler/lora_merge.c compiler/lora_merge.h
+
+## tests
+check_PROGRAMS += tests/unit/test_lora_merge
+tests_unit_test_lora_merge_SOURCES = tests/unit/test_lora_merge.c
+tests_unit_test_lora_merge_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_lora_merge_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS) -lm
+TESTS += tests/unit/test_lora_merge

@@ -195,6 +195,9 @@ struct serve {
     int32_t n_blocks;          /* KV blocks */
     struct serve_adapter adapters[SERVE_MAX_ADAPTERS];
     int n_adapters;
+    json_t *model_info;        /* owned: GGUF scalar metadata for /api/show */
+    char quant[16];            /* the projections' type name ("Q4_K", "F32") */
+    uint64_t n_params;         /* parameters, counted from the tensors */
     uint64_t model_bytes;      /* size of the GGUF */
     char digest[72];           /* "sha256:..." of the model path and size (a stable id) */
     int64_t load_ns;           /* time spent loading */

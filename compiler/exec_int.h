@@ -31,6 +31,10 @@ int exec_op_run(const struct exec_job *j, struct exec_node *r, int *cached, stru
 /* Node types with files of their own; the contract is exec_op_run's. */
 int exec_op_convert(const struct exec_job *j, struct exec_node *r, int *cached,
                     struct mf_err *err); /* exec_convert.c: HF directory -> GGUF */
+/* A model directory's convert key content: the digests of the files the
+ * converter reads and its version. exec_convert.c. */
+int exec_convert_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
+                         struct mf_err *err);
 int exec_op_merge(const struct exec_job *j, struct exec_node *r, int *cached,
                   struct mf_err *err); /* exec_merge.c: ADAPTER --merge */
 int exec_op_quantize(const struct exec_job *j, struct exec_node *r, int *cached,

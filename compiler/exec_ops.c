@@ -110,6 +110,8 @@ int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], in
         return build_content(j, content, err);
     if (j->node->op == PLAN_CONFIG && j->node->n_inputs)
         return json_content(json_object_get(exec_input(j, 0)->result, "defaults"), content, err);
+    if (j->node->op == PLAN_CONVERT)
+        return exec_convert_content(j, content, err);
     if (j->node->op != PLAN_SOURCE)
         return 0;
     if (src->kind == FETCH_NAME) {

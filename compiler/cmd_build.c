@@ -28,6 +28,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,64 @@ struct build_cli {
     struct oci_output output;                     /* --output; type 0: the store only */
     char *modelfile;                              /* owned: the Modelfile's path */
     char *context;                                /* owned: the build context directory */
+    struct exec_secret secrets[BUILD_MAX_ARGS];   /* --secret (strings owned) */
+    size_t n_secrets;                             /* entries in secrets */
+    int64_t run_timeout_ms;                       /* --run-timeout (default 1h) */
+    uint64_t run_memory;                          /* --run-memory (0: none) */
 };
+
+/* --secret id=ID,src=FILE (also source=): the file must be readable now. */
+static int add_secret(struct build_cli *cli, const char *s)
+{
+    char *id = NULL, *src = NULL;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        if (!strncmp(s, "id=", 3) && n > 3 && !id)
+            id = strndup(s + 3, n - 3);
+        else if (!strncmp(s, "src=", 4) && n > 4 && !src)
+            src = strndup(s + 4, n - 4);
+        else if (!strncmp(s, "source=", 7) && n > 7 && !src)
+            src = strndup(s + 7, n - 7);
+        else
+            break;
+        s += n + (s[n] == ',');
+    }
+    if (*s || !id || !src || cli->n_secrets == BUILD_MAX_ARGS || access(src, R_OK) != 0 ||
+        strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+            strlen(id)) {
+        free(id);
+        free(src);
+        return -1;
+    }
+    cli->secrets[cli->n_secrets].id = id;
+    cli->secrets[cli->n_secrets++].src = src;
+    return 0;
+}
+
+/* 512M, 8G, 1T (also 8GB, 8GiB; powers of 1024) or bytes. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    char *end;
+    int shift = 0;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-' || v == 0)
+        return -1;
+    if (*end) {
+        const char *u = strchr(units, *end >= 'a' && *end <= 'z' ? *end - 'a' + 'A' : *end);
+        if (!u || !*u)
+            return -1;
+        shift = 10 * (int)(u - units + 1);
+        end++;
+        if (*end && strcmp(end, "B") != 0 && strcmp(end, "iB") != 0)
+            return -1;
+    }
+    if (v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
 
 static void usage(FILE *f, const char *cmd)
 {
@@ -85,6 +143,9 @@ static void usage(FILE *f, const char *cmd)
           "  -f, --file=FILE        the Modelfile (default PATH/Modelfile)\n"
           "  -t, --tag=NAME         tag the image (repeatable)\n"
           "      --build-arg=K=V    set a build argument (ARG; repeatable)\n"
+          "      --secret=id=ID,src=FILE  a secret for RUN --mount=type=secret (repeatable)\n"
+          "      --run-timeout=DUR  a RUN's timeout unless it sets --timeout (default 1h)\n"
+          "      --run-memory=SIZE  address-space limit of each RUN (e.g. 8G; default none)\n"
           "      --no-cache         run every step, ignoring the build cache\n"
           "      --progress=MODE    auto, tty, plain, json or quiet (default auto)\n"
           "  -q, --quiet            print only the image digest\n"
@@ -174,6 +235,23 @@ static int parse_one(struct build_cli *cli, int c, struct mfc_ctx *ctx)
     case 'M':
         cli->merge_adapters = 1;
         return -1;
+    case 'S':
+        if (add_secret(cli, optarg) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "--secret takes id=ID,src=FILE with a "
+                                   "readable FILE: '%s'", optarg);
+        return -1;
+    case 'T':
+        if (strcmp(optarg, "0") == 0)
+            cli->run_timeout_ms = 0;
+        else if (mf_modelfile_duration_ms(optarg, &cli->run_timeout_ms) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "--run-timeout takes a duration such as "
+                                   "90s, 10m or 0 for none: '%s'", optarg);
+        return -1;
+    case 'm':
+        if (parse_size(optarg, &cli->run_memory) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "--run-memory takes a size such as 512M or "
+                                   "8G: '%s'", optarg);
+        return -1;
     case 'F':
         if (plan_parse_format(optarg, &cli->format, &err) != 0)
             return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
@@ -191,6 +269,8 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_c
 {
     static const struct option build_opts[] = {
         {"help", no_argument, NULL, 'h'},          {"file", required_argument, NULL, 'f'},
+        {"secret", required_argument, NULL, 'S'},  {"run-timeout", required_argument, NULL, 'T'},
+        {"run-memory", required_argument, NULL, 'm'},
         {"tag", required_argument, NULL, 't'},     {"build-arg", required_argument, NULL, 'a'},
         {"no-cache", no_argument, NULL, 'n'},      {"progress", required_argument, NULL, 'p'},
         {"quiet", no_argument, NULL, 'q'},         {"jobs", required_argument, NULL, 'j'},
@@ -298,6 +378,10 @@ static void cli_fini(struct build_cli *cli)
 {
     for (size_t i = 0; i < cli->n_args; i++)
         free(cli->arg_names[i]);
+    for (size_t i = 0; i < cli->n_secrets; i++) {
+        free((char *)cli->secrets[i].id);
+        free((char *)cli->secrets[i].src);
+    }
     free(cli->modelfile);
     free(cli->context);
 }
@@ -436,6 +520,15 @@ static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan
     struct exec_opts eo = {
         .store_root = root, .fo = fo,           .progress = pr,     .jobs = cli->jobs,
         .no_cache = cli->no_cache, .runtime = runtime};
+    char self[PATH_MAX];
+    ssize_t self_len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[self_len > 0 ? self_len : 0] = '\0';
+    eo.bwrap = getenv("MFC_BWRAP") && *getenv("MFC_BWRAP") ? getenv("MFC_BWRAP") : NULL;
+    eo.self_exe = self[0] ? self : NULL;
+    eo.secrets = cli->secrets;
+    eo.n_secrets = cli->n_secrets;
+    eo.run_timeout_ms = cli->run_timeout_ms;
+    eo.run_memory = cli->run_memory;
     int rc = exec_run(p, &eo, &b, &err);
     enum progress_mode mode = progress_get_mode(pr);
     progress_close(pr);
@@ -496,7 +589,7 @@ static void fetch_env(struct fetch_opts *fo)
 
 int mfc_cmd_build(int argc, char **argv, struct mfc_ctx *ctx)
 {
-    struct build_cli cli = {.cmd = "build", .mode = PROGRESS_AUTO};
+    struct build_cli cli = {.cmd = "build", .mode = PROGRESS_AUTO, .run_timeout_ms = 3600000};
     struct fetch_opts fo;
     fetch_opts_init(&fo);
     fo.user_agent = "mfc/" PACKAGE_VERSION;

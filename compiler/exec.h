@@ -49,6 +49,12 @@ enum exec_state {
     EXEC_CANCELLED,
 };
 
+/* One `mfc build --secret id=ID,src=FILE`. */
+struct exec_secret {
+    const char *id;  /* borrowed */
+    const char *src; /* borrowed: the host file, bound read-only; never read by mfc */
+};
+
 struct exec_opts {
     const char *store_root;      /* borrowed: each worker opens its own handle on it */
     const struct fetch_opts *fo; /* borrowed: for source nodes (progress taken from here) */
@@ -57,6 +63,13 @@ struct exec_opts {
     int no_cache;                /* nonzero: ignore cache records (still write them) */
     const char *runtime;         /* borrowed: the mfc-serve binary for the runtime layer;
                                     NULL: the image gets no runtime layer */
+    /* RUN steps (docs/run.md): */
+    const char *bwrap;           /* borrowed: bubblewrap binary; NULL: "bwrap" in $PATH */
+    const char *self_exe;        /* borrowed: mfc, bound at /opt/mfc/bin/mfc; NULL: none */
+    const struct exec_secret *secrets; /* borrowed: --secret entries */
+    size_t n_secrets;
+    int64_t run_timeout_ms;      /* a RUN's timeout when it has no --timeout; 0: none */
+    uint64_t run_memory;         /* RLIMIT_AS of each RUN in bytes; 0: none */
 };
 
 /* What happened to one plan node. */

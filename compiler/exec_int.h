@@ -41,6 +41,15 @@ int exec_op_quantize(const struct exec_job *j, struct exec_node *r, int *cached,
                      struct mf_err *err); /* exec_merge.c: --quantize */
 int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached,
                     struct mf_err *err); /* exec_run.c: RUN in bubblewrap */
+/* exec_run.c: a RUN's key content (a digest of the build context's tree),
+ * and a source naming /out/PATH (args "kind": "run-output"): that file of
+ * the RUN input's record, as a blob. */
+int exec_run_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
+                     struct mf_err *err);
+int exec_run_output(const struct exec_job *j, struct exec_node *r, int *cached,
+                    struct mf_err *err);
+/* 1 for such a source node. */
+int exec_is_run_output(const struct plan_node *n);
 
 /* Checks an ADAPTER's GGUF against the base model (the check node's input
  * 1, when the plan gives it one) before anything is baked. exec_lora.c. */
@@ -51,6 +60,10 @@ int exec_check_adapter(const struct exec_job *j, const struct gguf_file *adapter
 /* The convert step of an ADAPTER from a PEFT directory (exec_convert.c
  * hands adapters here): PEFT safetensors -> GGUF LoRA. exec_lora.c. */
 int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached,
+                      struct mf_err *err);
+/* That convert step's key content: a digest over the digests of the
+ * directory's adapter_config.json and adapter_model.safetensors. exec_lora.c. */
+int exec_peft_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
                       struct mf_err *err);
 
 /* Helpers the op files share (exec_ops.c). */

@@ -110,9 +110,13 @@ int exec_op_content(const struct exec_job *j, char content[STORE_DIGEST_BUF], in
         return build_content(j, content, err);
     if (j->node->op == PLAN_CONFIG && j->node->n_inputs)
         return json_content(json_object_get(exec_input(j, 0)->result, "defaults"), content, err);
+    if (j->node->op == PLAN_RUN)
+        return exec_run_content(j, content, err);
+    if (j->node->op == PLAN_CONVERT && j->node->role == PLAN_ROLE_ADAPTER)
+        return exec_peft_content(j, content, err);
     if (j->node->op == PLAN_CONVERT)
         return exec_convert_content(j, content, err);
-    if (j->node->op != PLAN_SOURCE)
+    if (j->node->op != PLAN_SOURCE || exec_is_run_output(j->node))
         return 0;
     if (src->kind == FETCH_NAME) {
         *cacheable = 0; /* a tag may move: resolve it every time (cheap when nothing changed) */
@@ -285,6 +289,8 @@ static int op_source(const struct exec_job *j, struct exec_node *r, int *cached,
     const struct fetch_source *src = &j->node->src;
     struct fetch_opts fo = *j->o->fo;
     struct fetch_result fr;
+    if (exec_is_run_output(j->node))
+        return exec_run_output(j, r, cached, err);
     if (src->kind == FETCH_NAME)
         return op_source_name(j, r, cached, err);
     if (src->kind == FETCH_FILE)

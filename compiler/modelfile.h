@@ -228,6 +228,11 @@ const char *mf_modelfile_kind_name(enum mf_instr_kind kind);
 /* "system", "user", "assistant". */
 const char *mf_modelfile_role_name(enum mf_role role);
 
+/* Parses a Go duration ("90s", "1h30m", "250ms"; "0" is not one) into
+ * milliseconds, as RUN --timeout and mfc build --run-timeout read it.
+ * Returns 0, or -1 for a malformed or too large value. */
+int mf_modelfile_duration_ms(const char *s, int64_t *ms);
+
 /* Output */
 
 /* Appends every diagnostic, rendered as

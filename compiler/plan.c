@@ -56,6 +56,12 @@ struct walk {
     size_t *extra_run;               /* owned: the RUN node before each */
     size_t n_extra;                  /* entries in extra and extra_run */
     int config_line;                 /* first line that feeds the config, or 0 */
+    /* RUN (docs/run.md): */
+    const struct fetch_opts *fo;     /* borrowed: to plan sources a RUN reads early */
+    const struct mf_instr *instrs;   /* borrowed: mf->instrs (indexes checked[]) */
+    size_t *checked;                 /* owned: per instruction, its check node, or NO_NODE */
+    size_t *runs;                    /* owned: the RUN nodes, in order (their layers) */
+    size_t n_runs;
 };
 
 /* Appends a node; args is stolen (also on failure). Returns its id, or
@@ -87,8 +93,157 @@ static size_t node_add(struct plan *p, enum plan_op op, enum plan_role role, int
     return n->id;
 }
 
+static int plan_checked(struct plan *p, const struct mf_instr *in, size_t run, size_t base_check,
+                        const struct fetch_opts *fo, size_t *out, struct mf_err *err);
+
+/* plan_checked once per instruction: a source a RUN reads is planned when
+ * the RUN is, and reused by the image's part of the plan. */
+static int checked_once(struct plan *p, const struct walk *w, const struct mf_instr *in,
+                        size_t run, size_t base_check, size_t *out, struct mf_err *err)
+{
+    size_t i = (size_t)(in - w->instrs);
+    if (w->checked[i] != NO_NODE) {
+        *out = w->checked[i];
+        return 0;
+    }
+    int rc = plan_checked(p, in, run, base_check, w->fo, out, err);
+    if (!rc)
+        w->checked[i] = *out;
+    return rc;
+}
+
+/* "x.gguf" for "/out/x.gguf"; NULL when ref is not a clean path under /out. */
+static const char *out_rel(const char *ref)
+{
+    if (strncmp(ref, "/out/", 5) != 0 || !ref[5] || ref[strlen(ref) - 1] == '/' ||
+        strstr(ref, "//") || strstr(ref, "/../") || strstr(ref, "/./") ||
+        !strcmp(ref + strlen(ref) - 3, "/..") || !strcmp(ref + strlen(ref) - 2, "/."))
+        return NULL;
+    return ref + 5;
+}
+
+/* The RUN's args: the command, network, mounts (a secret by id only), timeout,
+ * the ARG/ENV environment in effect, where each input appears under /inputs,
+ * and the /out files later lines take as sources (kept out of its layer). */
+static json_t *run_args(const struct mf_modelfile *mf, size_t at, const json_t *env)
+{
+    const struct mf_instr *in = &mf->instrs[at];
+    const struct mf_run *r = &in->u.run;
+    static const char *const nets[] = {"default", "none", "host"};
+    json_t *a = json_pack("{s:s, s:I, s:s, s:O, s:[], s:[], s:[]}", "command", in->value,
+                          "timeout_ms", (json_int_t)r->timeout_ms, "network", nets[r->network],
+                          "env", env, "mounts", "inputs", "exclude");
+    if (!a)
+        return NULL;
+    if (r->argv) {
+        json_t *v = json_array();
+        for (size_t i = 0; v && i < r->argc; i++)
+            json_array_append_new(v, json_string(r->argv[i]));
+        json_object_set_new(a, "argv", v);
+    } else {
+        json_object_set_new(a, "shell", json_string(r->shell));
+    }
+    for (size_t i = 0; i < r->n_mounts; i++) {
+        const struct mf_mount *m = &r->mounts[i];
+        json_array_append_new(json_object_get(a, "mounts"),
+                              json_pack("{s:s, s:s?, s:s?, s:b}", "type",
+                                        m->type == MF_MOUNT_CACHE ? "cache" : "secret", "target",
+                                        m->target, "id", m->id, "required", m->required));
+    }
+    for (size_t i = at + 1; i < mf->n_instrs; i++) {
+        const struct mf_instr *l = &mf->instrs[i];
+        const char *rel = (l->kind == MF_INSTR_FROM || l->kind == MF_INSTR_ADAPTER ||
+                           l->kind == MF_INSTR_DRAFT)
+                              ? out_rel(l->u.src.ref)
+                              : NULL;
+        if (rel)
+            json_array_append_new(json_object_get(a, "exclude"), json_string(rel));
+    }
+    return a;
+}
+
+/* A RUN node: reads the previous RUN's files (/inputs/out), the FROM in
+ * effect (/inputs/model.gguf) and the ADAPTERs and DRAFT above it
+ * (/inputs/adapters/NAME.gguf, /inputs/draft.gguf), planned here. */
+static int plan_run(const struct mf_modelfile *mf, size_t at, struct plan *p, struct walk *w,
+                    size_t *last_run, const json_t *env, struct mf_err *err)
+{
+    const struct mf_instr *in = &mf->instrs[at];
+    size_t *ins = malloc((w->n_extra + 2) * sizeof *ins), n = 0, base = NO_NODE;
+    json_t *args = run_args(mf, at, env);
+    json_t *paths = json_object_get(args, "inputs");
+    char name[160], path[128];
+    int rc = ins && args ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+    if (!rc && *last_run != NO_NODE) {
+        ins[n++] = *last_run;
+        json_array_append_new(paths, json_string("out"));
+    }
+    if (!rc && w->from && !(rc = checked_once(p, w, w->from, w->from_run, NO_NODE, &base, err))) {
+        ins[n++] = base;
+        json_array_append_new(paths, json_string("model.gguf"));
+    }
+    for (size_t i = 0, k = 0; !rc && i < w->n_extra; i++) {
+        const struct mf_instr *x = w->extra[i];
+        int adapter = x->kind == MF_INSTR_ADAPTER;
+        rc = checked_once(p, w, x, w->extra_run[i], adapter ? base : NO_NODE, &ins[n], err);
+        if (adapter && x->u.src.name)
+            snprintf(path, sizeof path, "adapters/%s.gguf", x->u.src.name);
+        else if (adapter)
+            snprintf(path, sizeof path, "adapters/%zu.gguf", k);
+        else
+            snprintf(path, sizeof path, "draft.gguf");
+        k += adapter;
+        if (!rc) {
+            n++;
+            json_array_append_new(paths, json_string(path));
+        }
+    }
+    snprintf(name, sizeof name, "RUN %.150s", in->value);
+    if (!rc) {
+        size_t *r = realloc(w->runs, (w->n_runs + 1) * sizeof *r);
+        if (!r)
+            rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+        else
+            w->runs = r;
+    }
+    if (!rc) {
+        *last_run = node_add(p, PLAN_RUN, PLAN_ROLE_NONE, in->line, name, name, args, ins, n);
+        args = NULL;
+        if (*last_run == NO_NODE)
+            rc = mf_err_set(err, MF_ENOMEM, "%s:%d: out of memory", p->modelfile, in->line);
+        else
+            w->runs[w->n_runs++] = *last_run;
+    }
+    json_decref(args);
+    free(ins);
+    return rc;
+}
+
+static int collect_walk(const struct mf_modelfile *mf, struct plan *p, struct walk *w,
+                        json_t *envs, json_t *argvals, struct mf_err *err);
+
 static int collect(const struct mf_modelfile *mf, struct plan *p, struct walk *w,
                    struct mf_err *err)
+{
+    json_t *env = json_object(), *argv = json_object();
+    w->instrs = mf->instrs;
+    w->checked = malloc((mf->n_instrs + 1) * sizeof *w->checked);
+    if (!env || !argv || !w->checked) {
+        json_decref(env);
+        json_decref(argv);
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < mf->n_instrs; i++)
+        w->checked[i] = NO_NODE;
+    int rc = collect_walk(mf, p, w, env, argv, err);
+    json_decref(env);
+    json_decref(argv);
+    return rc;
+}
+
+/* The walk of collect: env and args hold the ENV and ARG values in effect. */
+static int collect_walk(const struct mf_modelfile *mf, struct plan *p, struct walk *w,
+                        json_t *envs, json_t *argvals, struct mf_err *err)
 {
     size_t last_run = NO_NODE;
     w->from_run = NO_NODE;
@@ -96,16 +251,23 @@ static int collect(const struct mf_modelfile *mf, struct plan *p, struct walk *w
         const struct mf_instr *in = &mf->instrs[i];
         if (in->ignored)
             continue;
+        if (in->kind == MF_INSTR_ENV || in->kind == MF_INSTR_ARG) {
+            for (size_t k = 0; k < in->u.kv.n; k++)
+                if (in->u.kv.items[k].value &&
+                    json_object_set_new(in->kind == MF_INSTR_ENV ? envs : argvals,
+                                        in->u.kv.items[k].key,
+                                        json_string(in->u.kv.items[k].value)) != 0)
+                    return mf_err_set(err, MF_ENOMEM, "out of memory");
+        }
         if (in->kind == MF_INSTR_RUN) {
-            char name[160];
-            snprintf(name, sizeof name, "RUN %.150s", in->value);
-            json_t *args = json_pack("{s:s, s:I}", "command", in->value, "timeout_ms",
-                                     (json_int_t)in->u.run.timeout_ms);
-            last_run = node_add(p, PLAN_RUN, PLAN_ROLE_NONE, in->line, name, name, args,
-                                &last_run, last_run == NO_NODE ? 0 : 1);
-            if (last_run == NO_NODE)
-                return mf_err_set(err, MF_ENOMEM, "%s:%d: out of memory", p->modelfile,
-                                  in->line);
+            /* as in a Dockerfile: ARG values are in a RUN's environment, ENV wins */
+            json_t *env = json_deep_copy(argvals);
+            int rc = env && json_object_update(env, envs) == 0
+                         ? plan_run(mf, i, p, w, &last_run, env, err)
+                         : mf_err_set(err, MF_ENOMEM, "out of memory");
+            json_decref(env);
+            if (rc)
+                return rc;
         } else if (in->kind == MF_INSTR_FROM) {
             w->from = in;
             w->from_run = last_run;
@@ -146,6 +308,29 @@ static json_t *source_args(const struct fetch_source *src)
     return a;
 }
 
+/* FROM/ADAPTER/DRAFT /out/PATH after a RUN: that file of the RUN's output
+ * (not the host path), a source node reading the RUN node. */
+static int plan_run_output(struct plan *p, const struct mf_instr *in, size_t run, size_t *out,
+                           struct mf_err *err)
+{
+    char name[4200];
+    snprintf(name, sizeof name, "%s %s", mf_modelfile_kind_name(in->kind), in->u.src.ref);
+    json_t *args = json_pack("{s:s, s:s, s:s}", "kind", "run-output", "path",
+                             out_rel(in->u.src.ref), "pin",
+                             in->u.src.digest ? in->u.src.digest : "");
+    size_t id = node_add(p, PLAN_SOURCE, role_of(in), in->line, name, name, args, &run, 1);
+    if (id == NO_NODE)
+        return mf_err_set(err, MF_ENOMEM, "%s:%d: out of memory", p->modelfile, in->line);
+    struct fetch_source *src = &p->nodes[id].src;
+    src->kind = FETCH_FILE;
+    src->location = strdup(in->u.src.ref);
+    src->display = strdup(in->u.src.ref);
+    if (!src->location || !src->display)
+        return mf_err_set(err, MF_ENOMEM, "%s:%d: out of memory", p->modelfile, in->line);
+    *out = id;
+    return 0;
+}
+
 /* Plans the source of in (source, or convert for a safetensors directory);
  * *out gets the node whose output is a GGUF blob. */
 static int plan_source(struct plan *p, const struct mf_instr *in, size_t run,
@@ -154,6 +339,8 @@ static int plan_source(struct plan *p, const struct mf_instr *in, size_t run,
     struct fetch_source src;
     char ref[4096], name[4200];
     enum plan_role role = role_of(in);
+    if (run != NO_NODE && out_rel(in->u.src.ref))
+        return plan_run_output(p, in, run, out, err);
     snprintf(ref, sizeof ref, "%s%s%s", in->u.src.ref, in->u.src.digest ? "@" : "",
              in->u.src.digest ? in->u.src.digest : "");
     int rc = fetch_resolve(ref, fo, &src, err);
@@ -182,6 +369,14 @@ static int plan_checked(struct plan *p, const struct mf_instr *in, size_t run, s
     int rc = plan_source(p, in, run, fo, &src, err);
     if (rc)
         return rc;
+    if (p->nodes[src].op == PLAN_CONVERT && base_check != NO_NODE) {
+        /* a PEFT adapter's conversion reads the base (architecture, head counts) */
+        size_t *v = realloc(p->nodes[src].inputs, (p->nodes[src].n_inputs + 1) * sizeof *v);
+        if (!v)
+            return mf_err_set(err, MF_ENOMEM, "out of memory");
+        p->nodes[src].inputs = v;
+        v[p->nodes[src].n_inputs++] = base_check;
+    }
     const struct plan_node *s = &p->nodes[src];
     ins[0] = src;
     ins[1] = base_check; /* hook: the LoRA issue validates an adapter against its base */
@@ -255,7 +450,7 @@ static int plan_adapters(struct plan *p, const struct walk *w, const struct fetc
         const struct mf_instr *in = w->extra[i];
         int adapter = in->kind == MF_INSTR_ADAPTER;
         size_t chk, id;
-        int rc = plan_checked(p, in, w->extra_run[i], adapter ? base_check : NO_NODE, fo, &chk,
+        int rc = checked_once(p, w, in, w->extra_run[i], adapter ? base_check : NO_NODE, &chk,
                               err);
         if (rc)
             return rc;
@@ -312,13 +507,25 @@ static int plan_image(struct plan *p, const struct walk *w, size_t base_src, siz
                           "config", cargs, &base_src, base_src != NO_NODE);
     if (cfg == NO_NODE)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
-    layers[n_layers] = layer_add(p, cfg, PLAN_CONFIG_PATH, PLAN_MT_CONFIG);
-    if (layers[n_layers++] == NO_NODE)
+    /* each RUN's /out is a layer of its own (the RUN node's record is one) */
+    size_t *all = malloc((n_layers + w->n_runs + 1) * sizeof *all);
+    if (!all)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
+    memcpy(all, layers, n_layers * sizeof *all);
+    if (w->n_runs)
+        memcpy(all + n_layers, w->runs, w->n_runs * sizeof *all);
+    layers = all;
+    n_layers += w->n_runs;
+    layers[n_layers] = layer_add(p, cfg, PLAN_CONFIG_PATH, PLAN_MT_CONFIG);
+    if (layers[n_layers++] == NO_NODE) {
+        free(all);
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    }
     json_t *iargs = json_pack("{s:s, s:O, s:s}", "modelfile", p->modelfile_digest, "labels",
                               p->labels, "artifactType", PLAN_ARTIFACT_TYPE);
     p->image = node_add(p, PLAN_IMAGE, PLAN_ROLE_NONE, 0, "image", "image", iargs, layers,
                         n_layers);
+    free(all);
     return p->image == NO_NODE ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
 }
 
@@ -330,7 +537,7 @@ static int plan_nodes(struct plan *p, const struct walk *w, const struct plan_op
     size_t *layers = malloc((w->n_extra + 2) * sizeof *layers);
     if (!layers)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
-    int rc = plan_checked(p, w->from, w->from_run, NO_NODE, o->fo, &base_check, err);
+    int rc = checked_once(p, w, w->from, w->from_run, NO_NODE, &base_check, err);
     weights = base_check;
     if (!rc)
         rc = plan_extras(p, w, o, base_check, &weights, layers + 1, &n_layers, err);
@@ -369,7 +576,7 @@ static int plan_meta(struct plan *p, const struct mf_modelfile *mf, const struct
 int plan_build(const struct mf_modelfile *mf, const struct plan_opts *o, struct plan **out,
                struct mf_err *err)
 {
-    struct walk w = {0};
+    struct walk w = {.fo = o->fo};
     struct plan *p = calloc(1, sizeof *p);
     *out = NULL;
     if (!p)
@@ -381,6 +588,8 @@ int plan_build(const struct mf_modelfile *mf, const struct plan_opts *o, struct 
         rc = plan_nodes(p, &w, o, err);
     free(w.extra);
     free(w.extra_run);
+    free(w.checked);
+    free(w.runs);
     if (rc) {
         plan_free(p);
         return rc;

@@ -215,10 +215,10 @@ tags() {
     run "$MFC" build "$CTX"
     [ "$status" -eq 1 ]
     [[ "$output" == *"Modelfile:2:"* ]]
-    modelfile "FROM ./base.gguf" "RUN echo hi"
+    modelfile "FROM ./base.gguf" "RUN exit 3"
     run "$MFC" build --progress plain "$CTX"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"Modelfile:2: RUN echo hi: RUN is not supported yet"* ]]
+    [[ "$output" == *"Modelfile:2: RUN exit 3: the command exited with status 3"* ]]
 }
 
 @test "--progress=plain numbers steps as mfc plan does; a local source shows its bytes in its step" {

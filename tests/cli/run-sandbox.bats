@@ -1,0 +1,187 @@
+#!/usr/bin/env bats
+# run-sandbox.bats: RUN steps in the bubblewrap sandbox (docs/run.md), with
+# real builds: no network unless --network=host (a python http.server on
+# 127.0.0.1 is the probe); /context, /inputs and the host are read-only or
+# invisible; a secret is seen only by its step and lands in no blob; ENV and
+# ARG reach the command; /out becomes a layer (umoci unpack shows it) whose
+# files later lines use (ADAPTER /out/x.gguf); failures name the line, the
+# status and the output; a cached RUN does not run again; --timeout kills it;
+# a bwrap that cannot create namespaces stops the build with the fix named.
+
+load helpers
+
+setup_file() {
+    export DATA="$BATS_FILE_TMPDIR/data"
+    mkdir -p "$DATA"
+    MKMODEL="$MFC_BUILDDIR/tests/tools/mkmodel"
+    "$MKMODEL" -o "$DATA/base.gguf" --preset toy --seed 1 >/dev/null
+    "$MKMODEL" -o "$DATA/lora.gguf" --preset toy --lora 4 --targets q,v >/dev/null
+}
+
+setup() {
+    T="$BATS_TEST_TMPDIR"
+    export MFC_HOME="$T/store" MFC_SERVE=/bin/echo
+    CTX="$T/ctx"
+    mkdir -p "$CTX"
+    cp "$DATA/base.gguf" "$DATA/lora.gguf" "$CTX/"
+}
+
+# Writes the Modelfile: FROM ./base.gguf, then the lines given.
+mf() {
+    printf '%s\n' "FROM ./base.gguf" "$@" >"$CTX/Modelfile"
+}
+
+@test "RUN has no network by default and the host's with --network=host" {
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    python3 -m http.server "$port" --bind 127.0.0.1 --directory "$T" >/dev/null 2>&1 &
+    srv=$!
+    for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+    mf "RUN bash -c 'exec 3<>/dev/tcp/127.0.0.1/$port' && echo REACHED >/out/net || echo BLOCKED >/out/net"
+    run "$MFC" build -q -t none "$CTX"
+    mf "RUN --network=host bash -c 'exec 3<>/dev/tcp/127.0.0.1/$port' && echo REACHED >/out/net || echo BLOCKED >/out/net"
+    run2=$("$MFC" build -q -t host "$CTX" 2>&1) || true
+    kill "$srv"
+    [ "$status" -eq 0 ]
+    "$MFC" save none -o "type=oci,dest=$T/o1" && "$MFC" save host -o "type=oci,dest=$T/o2"
+    umoci unpack --rootless --image "$T/o1:none" "$T/b1" >/dev/null
+    umoci unpack --rootless --image "$T/o2:host" "$T/b2" >/dev/null
+    [ "$(cat "$T/b1/rootfs/out/net")" = BLOCKED ]
+    [ "$(cat "$T/b2/rootfs/out/net")" = REACHED ]
+}
+
+@test "RUN cannot write to /context, /inputs or the host, and does not see the host's files" {
+    echo keep >"$T/hostfile"
+    mf "RUN touch /context/x 2>/dev/null && echo ctx-writable >>/out/bad; \
+touch /inputs/model.gguf 2>/dev/null && echo inputs-writable >>/out/bad; \
+echo x >>$T/hostfile 2>/dev/null && echo host-writable >>/out/bad; \
+test -e $T/hostfile && echo host-visible >>/out/bad; \
+touch /usr/x 2>/dev/null && echo usr-writable >>/out/bad; \
+cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
+    "$MFC" build -q -t m "$CTX" >/dev/null
+    [ "$(cat "$T/hostfile")" = keep ]
+    [ ! -e "$CTX/x" ]
+    "$MFC" save m -o "type=oci,dest=$T/o"
+    umoci unpack --rootless --image "$T/o:m" "$T/b" >/dev/null
+    [ ! -e "$T/b/rootfs/out/bad" ] || { cat "$T/b/rootfs/out/bad"; false; }
+    [ "$(cat "$T/b/rootfs/out/ok")" = ok ]
+}
+
+@test "a secret is mounted for its step only, and is in no blob, record or log" {
+    printf 'S3CR3T-%s' "$RANDOM$RANDOM" >"$T/token"
+    tok=$(cat "$T/token")
+    sum=$(sha256sum <"$T/token" | cut -c1-64)
+    mf "RUN --mount=type=secret,id=tok test \"\$(sha256sum </run/secrets/tok | cut -c1-64)\" = $sum && echo seen >/out/first" \
+       "RUN test -e /run/secrets/tok && echo leaked >/out/second || echo gone >/out/second" \
+       "RUN --mount=type=secret,id=tok,target=/tmp/t,required=true test \"\$(sha256sum </tmp/t | cut -c1-64)\" = $sum && test ! -e /run/secrets/tok && echo moved >/out/third"
+    run "$MFC" build --progress plain --secret "id=tok,src=$T/token" -t m "$CTX"
+    [ "$status" -eq 0 ]
+    [[ "$output" != *"$tok"* ]]
+    "$MFC" save m -o "type=oci,dest=$T/o"
+    umoci unpack --rootless --image "$T/o:m" "$T/b" >/dev/null
+    [ "$(cat "$T/b/rootfs/out/first")" = seen ]
+    [ "$(cat "$T/b/rootfs/out/second")" = gone ]
+    [ "$(cat "$T/b/rootfs/out/third")" = moved ]
+    ! grep -rqF "$tok" "$MFC_HOME"
+    # a required secret that is not given stops the step (a cached step needs none:
+    # the secret is not in the key)
+    mf "RUN --mount=type=secret,id=tok,required=true true"
+    run "$MFC" build -q --no-cache "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"secret 'tok' is required"* ]]
+}
+
+@test "RUN sees ENV and ARG (with --build-arg and defaults), and LABEL/ENV reach the image" {
+    mf "ARG GREETING=hello" "ARG WHO" "ENV MODE=\${WHO:-nobody}-mode" "LABEL org.example.k=\$GREETING" \
+       "RUN echo \"\$GREETING \$WHO \$MODE\" >/out/env; env | grep -c '^HOSTNAME=' >/out/hostenv || true"
+    "$MFC" build -q -t a "$CTX" >/dev/null
+    "$MFC" build -q -t b --build-arg WHO=world --build-arg GREETING=hi "$CTX" >/dev/null
+    "$MFC" save a -o "type=oci,dest=$T/oa" && "$MFC" save b -o "type=oci,dest=$T/ob"
+    umoci unpack --rootless --image "$T/oa:a" "$T/ba" >/dev/null
+    umoci unpack --rootless --image "$T/ob:b" "$T/bb" >/dev/null
+    [ "$(cat "$T/ba/rootfs/out/env")" = "hello  nobody-mode" ]
+    [ "$(cat "$T/bb/rootfs/out/env")" = "hi world world-mode" ]
+    [ "$(cat "$T/ba/rootfs/out/hostenv")" = 0 ]
+    skopeo inspect "oci:$T/ob:b" | jq -e '.Labels."org.example.k" == "hi"'
+    skopeo inspect --config "oci:$T/ob:b" | jq -e '.config.Env | index("MODE=world-mode") != null'
+}
+
+@test "/out becomes a layer; ADAPTER /out/x.gguf takes the RUN's file, not the host path" {
+    mf "RUN mkdir -p /out/sub && cp /context/lora.gguf /out/sql.gguf && echo note >/out/sub/readme.txt" \
+       "ADAPTER --name=sql /out/sql.gguf"
+    run "$MFC" build --progress plain -t m "$CTX"
+    [ "$status" -eq 0 ]
+    "$MFC" save m -o "type=oci,dest=$T/o"
+    umoci unpack --rootless --image "$T/o:m" "$T/b" >/dev/null
+    r="$T/b/rootfs"
+    [ "$(cat "$r/out/sub/readme.txt")" = note ]
+    # the adapter is in the image where adapters go, and not twice
+    cmp "$r/adapters/sql.gguf" "$CTX/lora.gguf"
+    [ ! -e "$r/out/sql.gguf" ]
+    # equal builds give equal layers and images
+    [ "$("$MFC" build -q --no-cache "$CTX")" = "${lines[-1]}" ]
+    # a RUN that does not write the file named: the error says what it wrote
+    mf "RUN echo x >/out/other.gguf" "ADAPTER /out/sql.gguf"
+    run "$MFC" build -q "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"Modelfile:3: ADAPTER /out/sql.gguf"* ]]
+    [[ "$output" == *"/out/other.gguf"* ]]
+}
+
+@test "a failing RUN names its line, command, exit status and last output; nothing is kept" {
+    mf "SYSTEM hi" "RUN echo first line; echo some error >&2; exit 7"
+    run "$MFC" build -q "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"Modelfile:3: RUN echo first line; echo some error >&2; exit 7"* ]]
+    [[ "$output" == *"exited with status 7"* ]]
+    [[ "$output" == *"some error"* ]]
+    [ -z "$(ls -A "$MFC_HOME/tmp" 2>/dev/null)" ]
+}
+
+@test "a cached RUN is not executed again; a changed context runs it again" {
+    mf "RUN --mount=type=cache,target=/cache echo run >>/cache/count; wc -l </cache/count >/out/n"
+    "$MFC" build -q "$CTX" >/dev/null
+    run "$MFC" build --progress plain "$CTX"
+    [ "$status" -eq 0 ]
+    grep -q 'RUN --mount=type=cache,target=/cache echo run.* CACHED' <<<"$output"
+    # the cache mount persisted: one run so far; a context change re-runs and sees it
+    echo more >"$CTX/new.txt"
+    run "$MFC" build --progress plain -t m "$CTX"
+    grep -q 'RUN --mount=type=cache,target=/cache echo run.* DONE' <<<"$output"
+    "$MFC" save m -o "type=oci,dest=$T/o"
+    umoci unpack --rootless --image "$T/o:m" "$T/b" >/dev/null
+    [ "$(cat "$T/b/rootfs/out/n")" = 2 ]
+}
+
+@test "--timeout kills the sandbox; the build default applies without it" {
+    mf "RUN --timeout=1s sleep 30"
+    start=$SECONDS
+    run "$MFC" build -q "$CTX"
+    [ "$status" -ne 0 ]
+    [ $((SECONDS - start)) -lt 15 ]
+    [[ "$output" == *"timed out after 1000 ms"* ]]
+    mf "RUN sleep 30"
+    run "$MFC" build -q --run-timeout=500ms "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"timed out after 500 ms"* ]]
+}
+
+@test "where bwrap cannot create namespaces, the build stops and names the fix" {
+    mkdir -p "$T/bin"
+    printf '#!/bin/sh\necho "bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces." >&2\nexit 1\n' >"$T/bin/bwrap"
+    chmod +x "$T/bin/bwrap"
+    mf "RUN echo hi >/out/x"
+    run env MFC_BWRAP="$T/bin/bwrap" "$MFC" build -q "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"No permissions to creating new namespace"* ]]
+    [[ "$output" == *"kernel.unprivileged_userns_clone=1"* ]]
+    [[ "$output" == *"--privileged"* ]]
+    [[ "$output" == *"never runs RUN steps unsandboxed"* ]]
+    run env MFC_BWRAP="$T/bin/none" "$MFC" build -q "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"apt-get install bubblewrap"* ]]
+}
+
+@test "the run-peft example passes mfc check" {
+    run "$MFC" check "$MFC_SRCDIR/modelfiles/run-peft/Modelfile"
+    [ "$status" -eq 0 ]
+}

@@ -9,3 +9,5 @@ tests_unit_test_lora_merge_SOURCES = tests/unit/test_lora_merge.c
 tests_unit_test_lora_merge_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_lora_merge_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS) -lm
 TESTS += tests/unit/test_lora_merge
+TESTS += tests/cli/merge.bats
+EXTRA_DIST += tests/cli/merge.bats

@@ -18,7 +18,9 @@
  *   image    oci_image_write: the runtime layer (layer_write_runtime, when the
  *            caller found an mfc-serve), the input layers, and a config with
  *            entrypoint, env, labels and history; the caller tags the manifest
- *   convert, merge, quantize, run: not yet (a clear error naming the line)
+ *   run      exec_run.c: the command in a bubblewrap sandbox; its /out as a
+ *            layer; a "run-output" source takes one of its files (docs/run.md)
+ *   convert, merge, quantize: their own files (exec_convert.c, exec_merge.c)
  *
  * Owns nothing past one call; every blob enters the store through the store's
  * atomic writers, so a failure here leaves no partial blob.

@@ -583,6 +583,32 @@ static int store_out(const struct exec_job *j, const char *dir, struct exec_node
 
 /* ---- the step --------------------------------------------------------------------- */
 
+/* Masks the content of every secret this RUN mounted wherever it shows in
+ * the output tail (a command that prints its token must not put it into the
+ * build's error message). Secrets over 64 KiB or unreadable are skipped. */
+static void redact(const struct exec_job *j, char *tail)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach (json_object_get(j->node->args, "mounts"), i, m) {
+        const char *id = json_string_value(json_object_get(m, "id"));
+        const char *type = json_string_value(json_object_get(m, "type"));
+        for (size_t k = 0; id && type && !strcmp(type, "secret") && k < j->o->n_secrets; k++) {
+            char *data = NULL;
+            size_t len = 0;
+            struct mf_err ignored;
+            if (strcmp(j->o->secrets[k].id, id) != 0 ||
+                mf_file_read(j->o->secrets[k].src, 64u << 10, &data, &len, &ignored) != 0)
+                continue;
+            while (len && (data[len - 1] == '\n' || data[len - 1] == '\r'))
+                data[--len] = '\0'; /* a token file usually ends in a newline */
+            for (char *at; len >= 4 && (at = memmem(tail, strlen(tail), data, len));)
+                memset(at, '*', len);
+            free(data);
+        }
+    }
+}
+
 static int run_failed(const struct sandbox_result *res, int64_t timeout_ms, struct mf_err *err)
 {
     char what[96];
@@ -675,7 +701,7 @@ int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached, 
             (rc = sandbox_probe(&bare, err)) != 0)
             ;
         else
-            rc = run_failed(&res, timeout, err);
+            rc = (redact(j, res.tail), run_failed(&res, timeout, err));
     }
     if (!rc)
         rc = store_out(j, c->out_dir, r, err);

@@ -15,7 +15,11 @@
  * A safetensors directory adds a convert step after its source, ADAPTER
  * --merge a merge step (base check + adapter check -> weights), and each RUN a
  * run step that every later local FROM/ADAPTER/DRAFT source depends on (the
- * RUN may write that file). All merged adapters go into one merge step
+ * RUN may write that file); a RUN reads the RUN before it and the sources
+ * above it (planned early, once), `FROM|ADAPTER|DRAFT /out/PATH` after a RUN
+ * is a source node reading the RUN's output (args kind "run-output"), and
+ * each RUN's /out is an image layer (the RUN node is an input of the image
+ * node; docs/run.md). All merged adapters go into one merge step
  * (base + their checks -> weights, requantized once, to --quantize's type
  * when given); --quantize without merged adapters adds a quantize step.
  *

@@ -9,4 +9,4 @@ TESTS += tests/unit/test_sandbox
 
 TESTS += tests/cli/run-sandbox.bats
 EXTRA_DIST += tests/cli/run-sandbox.bats modelfiles/run-peft/Modelfile \
-	modelfiles/run-peft/README.md
+	modelfiles/run-peft/README.md docs/run.md

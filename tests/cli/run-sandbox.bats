@@ -88,6 +88,13 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     run "$MFC" build -q --no-cache "$CTX"
     [ "$status" -ne 0 ]
     [[ "$output" == *"secret 'tok' is required"* ]]
+    # a command that prints the secret and fails: the error masks it
+    mf "RUN --mount=type=secret,id=tok cat /run/secrets/tok; echo; exit 1"
+    run "$MFC" build -q --secret "id=tok,src=$T/token" "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"exited with status 1"* ]]
+    [[ "$output" == *"*************"* ]]
+    [[ "$output" != *"$tok"* ]]
 }
 
 @test "RUN sees ENV and ARG (with --build-arg and defaults), and LABEL/ENV reach the image" {

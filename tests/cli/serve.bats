@@ -1,0 +1,427 @@
+#!/usr/bin/env bats
+# serve.bats: mfc-serve over HTTP with curl, on mkmodel's toy llamas: every
+# endpoint (OpenAI, Ollama, health, metrics, tokenize), their framing (SSE
+# with [DONE], NDJSON ending done:true), the error paths (400 naming the
+# field, 401, 404, 405, 413, 429 with Retry-After), a client disconnect
+# freeing its KV blocks, and the SIGTERM drain. Servers listen on port 0
+# (the kernel picks a free one; the log says which) and are killed in
+# teardown.
+
+load helpers
+
+SERVE="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/mfc-serve"
+MKMODEL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/mkmodel"
+
+setup_file() {
+    export D="$BATS_FILE_TMPDIR"
+    "$MKMODEL" -o "$D/toy.gguf" --preset toy >/dev/null
+    "$MKMODEL" -o "$D/toy-lora.gguf" --preset toy --lora 4 --targets q,v --lora-alpha 64 >/dev/null
+    # slower: 4 layers 1024 wide, about 400 tokens/s on one thread
+    "$MKMODEL" -o "$D/slow.gguf" --preset toy --layers 4 --embd 1024 --ff 2816 --heads 8 \
+        --kv-heads 8 --ctx 2048 --type q8_0 >/dev/null
+    mkdir -p "$D/etc"
+    cat >"$D/etc/model.yaml" <<EOF
+schema: "mfc.config/v1"
+model:
+  path: "../toy.gguf"
+adapters:
+  - name: "ad1"
+    scale: 1
+    path: "../toy-lora.gguf"
+params:
+  temperature: 0
+  top_k: 1
+  stop:
+    - "never-matches-xyz"
+template: "{{ if .System }}S:{{ .System }} {{ end }}U:{{ .Prompt }} A:"
+system: "be brief"
+messages: []
+license:
+  - "MIT"
+EOF
+    start_server MAIN --config "$D/etc/model.yaml" --name toy
+    echo "$PORT" >"$D/main.port"
+}
+
+teardown_file() {
+    stop_all
+}
+
+teardown() {
+    for f in "$BATS_TEST_TMPDIR"/*.pid; do
+        [ -e "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+    done
+    true
+}
+
+# start_server NAME ARGS...: starts mfc-serve on a free port, waits for
+# ready; sets PORT and writes $D/NAME.pid (killed by stop_all / teardown).
+start_server() {
+    local name=$1
+    shift
+    local log="$D/$name.log"
+    "$SERVE" --port 0 --threads 1 "$@" 2>"$log" &
+    echo $! >"$D/$name.pid"
+    for _ in $(seq 1 200); do
+        if grep -q 'ready: model' "$log"; then
+            PORT=$(grep -o 'listening on http://[^ ]*' "$log" | grep -o '[0-9]*$')
+            return 0
+        fi
+        kill -0 "$(cat "$D/$name.pid")" 2>/dev/null || break
+        sleep 0.05
+    done
+    cat "$log"
+    return 1
+}
+
+stop_all() {
+    for f in "$D"/*.pid; do
+        [ -e "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+        rm -f "$f"
+    done
+    true
+}
+
+main_url() {
+    echo "http://127.0.0.1:$(cat "$D/main.port")"
+}
+
+# post PATH BODY: prints "status" on the first line, then the body
+post() {
+    curl -s -o "$BATS_TEST_TMPDIR/body" -w '%{http_code}' -H 'Content-Type: application/json' \
+        "$(main_url)$1" -d "$2"
+    echo
+    cat "$BATS_TEST_TMPDIR/body"
+}
+
+@test "serve: / and /health and /api/version" {
+    run curl -s "$(main_url)/"
+    [ "$output" = "mfc is running" ]
+    run curl -s -w ' %{http_code}' "$(main_url)/health"
+    [ "$output" = '{"status":"ok"} 200' ]
+    run curl -s "$(main_url)/api/version"
+    echo "$output" | jq -e '.version | length > 0'
+}
+
+@test "serve: --help, bad flags and a missing model" {
+    run "$SERVE" --help
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"--model FILE.gguf"* ]]
+    run "$SERVE" --port nope --model x.gguf
+    [ "$status" -eq 2 ]
+    [[ "$output" == *'port "nope"'* ]]
+    run "$SERVE"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"no model"* ]]
+    run env MFC_DEVICE=tpu "$SERVE" --model x.gguf
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"only cpu"* ]]
+    run "$SERVE" --model "$D/missing.gguf" --port 0
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"missing.gguf"* ]]
+}
+
+@test "serve: /v1/models lists the base and the named adapter" {
+    run curl -s "$(main_url)/v1/models"
+    echo "$output" | jq -e '.object == "list" and ([.data[].id] == ["toy", "ad1"])'
+    echo "$output" | jq -e '.data[1].parent == "toy"'
+    run curl -s "$(main_url)/v1/models/ad1"
+    echo "$output" | jq -e '.id == "ad1" and .object == "model"'
+    run curl -s -w '\n%{http_code}' "$(main_url)/v1/models/nope"
+    [ "${lines[1]}" = 404 ]
+    echo "${lines[0]}" | jq -e '.error.code == "model_not_found"'
+}
+
+@test "serve: chat completion, whole response" {
+    run post /v1/chat/completions \
+        '{"model":"toy","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"ignore_eos":true}'
+    [ "${lines[0]}" = 200 ]
+    echo "${lines[1]}" | jq -e '.object == "chat.completion" and (.id | startswith("chatcmpl-"))'
+    echo "${lines[1]}" | jq -e '.choices[0].message.role == "assistant" and .choices[0].finish_reason == "length"'
+    echo "${lines[1]}" | jq -e '.usage.completion_tokens == 5 and .usage.total_tokens == .usage.prompt_tokens + 5'
+}
+
+@test "serve: chat streaming is SSE ending with [DONE], usage when asked" {
+    run curl -sN "$(main_url)/v1/chat/completions" -d \
+        '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}'
+    [ "$status" -eq 0 ]
+    # every line is "data: ..." or empty, and events are separated by blank lines
+    ! printf '%s\n' "$output" | grep -v '^data: ' | grep -v '^$'
+    [ "${lines[-1]}" = "data: [DONE]" ]
+    local chunks
+    chunks=$(printf '%s\n' "$output" | grep '^data: {' | sed 's/^data: //')
+    echo "$chunks" | head -1 | jq -e '.object == "chat.completion.chunk" and .choices[0].delta.role == "assistant"'
+    echo "$chunks" | jq -s -e '[.[] | select(.choices[0].finish_reason == "length")] | length == 1'
+    echo "$chunks" | tail -1 | jq -e '.choices == [] and .usage.completion_tokens == 4'
+    [ "$(echo "$chunks" | jq -s '[.[].id] | unique | length')" = 1 ]
+}
+
+@test "serve: completions with n, seed, temperature 0 and stop" {
+    run post /v1/completions '{"prompt":"hello","max_tokens":8,"temperature":0,"ignore_eos":true}'
+    [ "${lines[0]}" = 200 ]
+    local greedy
+    greedy=$(echo "${lines[1]}" | jq -r '.choices[0].text')
+    echo "${lines[1]}" | jq -e '.object == "text_completion"'
+    run post /v1/completions '{"prompt":"hello","max_tokens":8,"temperature":0,"ignore_eos":true}'
+    [ "$(echo "${lines[1]}" | jq -r '.choices[0].text')" = "$greedy" ]
+    # seeded sampling: same seed, same text; n gives n choices
+    run post /v1/completions '{"prompt":"hello","max_tokens":8,"temperature":1,"seed":7,"n":2}'
+    echo "${lines[1]}" | jq -e '(.choices | length) == 2 and .choices[1].index == 1'
+    local a
+    a=$(echo "${lines[1]}" | jq -c '[.choices[].text]')
+    run post /v1/completions '{"prompt":"hello","max_tokens":8,"temperature":1,"seed":7,"n":2}'
+    [ "$(echo "${lines[1]}" | jq -c '[.choices[].text]')" = "$a" ]
+    # a stop string taken from the greedy text cuts it there
+    local stop=${greedy:4:3}
+    [ -n "$stop" ]
+    run post /v1/completions "$(jq -nc --arg s "$stop" '{prompt:"hello",max_tokens:8,temperature:0,ignore_eos:true,stop:[$s]}')"
+    echo "${lines[1]}" | jq -e '.choices[0].finish_reason == "stop"'
+    local cut
+    cut=$(echo "${lines[1]}" | jq -r '.choices[0].text')
+    [ "$cut" = "${greedy%%"$stop"*}" ]
+}
+
+@test "serve: completions from token ids and logprobs" {
+    run post /v1/completions '{"prompt":[1,72,105],"max_tokens":3,"logprobs":2,"ignore_eos":true}'
+    [ "${lines[0]}" = 200 ]
+    echo "${lines[1]}" | jq -e '.usage.prompt_tokens == 3'
+    echo "${lines[1]}" | jq -e '.choices[0].logprobs.token_logprobs | length == 3 and all(. <= 0)'
+    echo "${lines[1]}" | jq -e '.choices[0].logprobs.top_logprobs[0] | length == 2'
+    run post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":3,"ignore_eos":true}'
+    echo "${lines[1]}" | jq -e '.choices[0].logprobs.content | length == 2'
+    echo "${lines[1]}" | jq -e '.choices[0].logprobs.content[0].top_logprobs | length == 3'
+}
+
+@test "serve: the request's model selects the adapter" {
+    local body='{"model":"MODEL","prompt":"hello","max_tokens":12,"temperature":0,"ignore_eos":true}'
+    run post /v1/completions "${body/MODEL/toy}"
+    local base
+    base=$(echo "${lines[1]}" | jq -r '.choices[0].text')
+    run post /v1/completions "${body/MODEL/ad1}"
+    [ "${lines[0]}" = 200 ]
+    echo "${lines[1]}" | jq -e '.model == "ad1"'
+    [ "$(echo "${lines[1]}" | jq -r '.choices[0].text')" != "$base" ]
+    run post /v1/completions "${body/MODEL/toy:latest}"
+    [ "$(echo "${lines[1]}" | jq -r '.choices[0].text')" = "$base" ]
+    run post /v1/completions "${body/MODEL/nope}"
+    [ "${lines[0]}" = 404 ]
+    echo "${lines[1]}" | jq -e '.error.type == "invalid_request_error" and .error.code == "model_not_found"'
+    [[ "${lines[1]}" == *"nope"* ]]
+}
+
+@test "serve: OpenAI errors name the field" {
+    run post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}'
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error.param == "temperature" and .error.type == "invalid_request_error"'
+    run post /v1/chat/completions '{"messages":[{"role":1,"content":"x"}]}'
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error.param == "messages[0].role"'
+    run post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"n":99}'
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error.param == "n"'
+    run post /v1/chat/completions '{"messages": ['
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error.message | test("request body")'
+    run post /v1/completions '{"max_tokens":3}'
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error.param == "prompt"'
+    run post /v1/completions "$(jq -nc '{prompt: ("a " * 700)}')"
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error.code == "context_length_exceeded"'
+    run curl -s -w '\n%{http_code}' "$(main_url)/v1/chat/completions"
+    [ "${lines[1]}" = 405 ]
+    run curl -s -w '\n%{http_code}' "$(main_url)/v2/nothing"
+    [ "${lines[1]}" = 404 ]
+    echo "${lines[0]}" | jq -e '.error.code == "not_found"'
+}
+
+@test "serve: Ollama generate streams NDJSON ending done:true with context" {
+    run curl -sN "$(main_url)/api/generate" -d '{"model":"toy","prompt":"hello","options":{"num_predict":5}}'
+    [ "$status" -eq 0 ]
+    printf '%s\n' "$output" | jq -e -s 'all(has("model") and has("created_at"))'
+    echo "${lines[-1]}" | jq -e '.done == true and .done_reason == "length" and .eval_count == 5'
+    echo "${lines[-1]}" | jq -e 'all(.total_duration, .load_duration, .prompt_eval_count, .prompt_eval_duration, .eval_duration; type == "number")'
+    echo "${lines[-1]}" | jq -e '(.context | length) == .prompt_eval_count + 5'
+    printf '%s\n' "${lines[@]:0:${#lines[@]}-1}" | jq -e -s 'all(.done == false)'
+    # the template and system of model.yaml were applied: S:be brief U:hello A:
+    run post /tokenize '{"prompt":"S:be brief U:hello A:"}'
+    local n
+    n=$(echo "${lines[1]}" | jq '.count')
+    run post /api/generate '{"model":"toy","prompt":"hello","stream":false,"options":{"num_predict":2}}'
+    [ "${lines[0]}" = 200 ]
+    echo "${lines[1]}" | jq -e --argjson n "$n" '.prompt_eval_count == $n and .done == true and (.response | type == "string")'
+    # raw skips the template; context continues a conversation
+    local ctx
+    ctx=$(echo "${lines[1]}" | jq -c '.context')
+    run post /api/generate "{\"prompt\":\"more\",\"raw\":true,\"stream\":false,\"context\":$ctx,\"options\":{\"num_predict\":1}}"
+    [ "${lines[0]}" = 200 ]
+    echo "${lines[1]}" | jq -e --argjson c "$ctx" '.context[0:($c | length)] == $c'
+    # an empty prompt only loads the model
+    run post /api/generate '{"model":"toy"}'
+    echo "${lines[1]}" | jq -e '.done == true and .done_reason == "load"'
+}
+
+@test "serve: Ollama chat, streaming and not" {
+    run curl -sN "$(main_url)/api/chat" -d '{"model":"toy","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":3,"seed":1}}'
+    echo "${lines[-1]}" | jq -e '.done == true and .message.role == "assistant" and .eval_count == 3'
+    printf '%s\n' "$output" | jq -e -s 'all(.message.role == "assistant")'
+    run post /api/chat '{"model":"toy","messages":[{"role":"user","content":"hi"}],"stream":false,"options":{"num_predict":3}}'
+    [ "${lines[0]}" = 200 ]
+    echo "${lines[1]}" | jq -e '.done == true and (.message.content | type == "string") and .done_reason == "length"'
+    run post /api/chat '{"model":"toy","messages":[{"role":"user"}],"options":{"temperature":"x"}}'
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error | test("options.temperature")'
+    run post /api/chat '{"model":"other","messages":[]}'
+    [ "${lines[0]}" = 404 ]
+    echo "${lines[1]}" | jq -e '.error | type == "string"'
+}
+
+@test "serve: /api/tags, /api/show, /api/ps" {
+    run curl -s "$(main_url)/api/tags"
+    echo "$output" | jq -e '[.models[].name] == ["toy:latest", "ad1:latest"]'
+    echo "$output" | jq -e '.models[0].details.format == "gguf" and .models[0].size > 0'
+    run post /api/show '{"model":"toy"}'
+    [ "${lines[0]}" = 200 ]
+    echo "${lines[1]}" | jq -e '.template | startswith("{{ if .System }}")'
+    echo "${lines[1]}" | jq -e '.parameters | test("temperature +0")'
+    echo "${lines[1]}" | jq -e '.modelfile | test("FROM .*toy.gguf")'
+    echo "${lines[1]}" | jq -e '.model_info["general.architecture"] == "llama" and .system == "be brief" and .license == "MIT"'
+    run post /api/show '{"model":"missing"}'
+    [ "${lines[0]}" = 404 ]
+    run curl -s "$(main_url)/api/ps"
+    echo "$output" | jq -e '.models[0].name == "toy:latest" and has("models")'
+}
+
+@test "serve: /tokenize and /detokenize round-trip" {
+    run post /tokenize '{"prompt":"hello world","add_special_tokens":false}'
+    [ "${lines[0]}" = 200 ]
+    local toks
+    toks=$(echo "${lines[1]}" | jq -c '.tokens')
+    echo "${lines[1]}" | jq -e '.count == (.tokens | length) and .max_model_len == 512'
+    run post /detokenize "{\"tokens\":$toks}"
+    # the toy vocabulary is bytes: SPM's U+2581 comes back as itself
+    echo "${lines[1]}" | jq -e '.prompt | gsub("\u2581"; " ") | ltrimstr(" ") == "hello world"'
+    run post /tokenize '{"messages":[{"role":"user","content":"hi"}]}'
+    echo "${lines[1]}" | jq -e '.count > 3'
+    run post /detokenize '{"tokens":[99999]}'
+    [ "${lines[0]}" = 400 ]
+    echo "${lines[1]}" | jq -e '.error.param == "tokens[0]"'
+}
+
+@test "serve: /metrics is Prometheus text with mfc: names" {
+    post /v1/completions '{"prompt":"hi","max_tokens":2}' >/dev/null
+    run curl -s -D "$BATS_TEST_TMPDIR/h" "$(main_url)/metrics"
+    grep -qi '^content-type: text/plain; version=0.0.4' "$BATS_TEST_TMPDIR/h"
+    for m in num_requests_running num_requests_waiting kv_cache_usage_perc \
+        prefix_cache_queries_total prefix_cache_hits_total prompt_tokens_total \
+        generation_tokens_total num_preemptions_total; do
+        echo "$output" | grep -q "^# TYPE mfc:$m "
+        echo "$output" | grep -q "^mfc:$m{model_name=\"toy\"} "
+    done
+    echo "$output" | grep -q '^mfc:request_success_total{finished_reason="length",model_name="toy"} [1-9]'
+    for h in time_to_first_token_seconds inter_token_latency_seconds e2e_request_latency_seconds \
+        request_queue_time_seconds; do
+        echo "$output" | grep -q "^# TYPE mfc:$h histogram"
+        echo "$output" | grep -q "^mfc:${h}_bucket{le=\"+Inf\",model_name=\"toy\"} [1-9]"
+        echo "$output" | grep -q "^mfc:${h}_count{model_name=\"toy\"} [1-9]"
+    done
+}
+
+@test "serve: bearer auth with MFC_API_KEY" {
+    MFC_API_KEY=sekrit start_server AUTH --model "$D/toy.gguf"
+    local u="http://127.0.0.1:$PORT"
+    run curl -s -w '\n%{http_code}' "$u/v1/models"
+    [ "${lines[1]}" = 401 ]
+    echo "${lines[0]}" | jq -e '.error.code == "invalid_api_key"'
+    run curl -s -w '\n%{http_code}' -H 'Authorization: Bearer sekrix' "$u/v1/models"
+    [ "${lines[1]}" = 401 ]
+    run curl -s -w '\n%{http_code}' -H 'Authorization: Bearer sekrit' "$u/v1/models"
+    [ "${lines[1]}" = 200 ]
+    run curl -s -w '\n%{http_code}' "$u/api/tags"
+    [ "${lines[1]}" = 401 ]
+    echo "${lines[0]}" | jq -e '.error | type == "string"'
+    run curl -s -w '\n%{http_code}' "$u/health"
+    [ "${lines[1]}" = 200 ]
+    kill "$(cat "$D/AUTH.pid")"
+}
+
+@test "serve: bodies over MFC_MAX_BODY get 413" {
+    MFC_MAX_BODY=2048 start_server SMALL --model "$D/toy.gguf"
+    local u="http://127.0.0.1:$PORT"
+    run curl -s -w '\n%{http_code}' "$u/v1/completions" -d "$(jq -nc '{prompt: ("a" * 4000)}')"
+    [ "${lines[-1]}" = 413 ]
+    echo "${lines[0]}" | jq -e '.error.code == "request_too_large"'
+    # chunked, no Content-Length: cut while reading
+    run curl -s -w '\n%{http_code}' -H 'Transfer-Encoding: chunked' "$u/v1/completions" \
+        -d "$(jq -nc '{prompt: ("a" * 4000)}')"
+    [ "${lines[-1]}" = 413 ]
+    kill "$(cat "$D/SMALL.pid")"
+}
+
+@test "serve: 429 with Retry-After past MFC_MAX_REQUESTS; a disconnect frees the KV blocks" {
+    MFC_MAX_REQUESTS=1 start_server SLOW --model "$D/slow.gguf"
+    local u="http://127.0.0.1:$PORT"
+    curl -sN --max-time 2 "$u/v1/completions" \
+        -d '{"prompt":"hi","max_tokens":1900,"ignore_eos":true,"stream":true}' >"$BATS_TEST_TMPDIR/s1" &
+    echo $! >"$BATS_TEST_TMPDIR/c1.pid"
+    for _ in $(seq 1 100); do
+        [ -s "$BATS_TEST_TMPDIR/s1" ] && break
+        sleep 0.05
+    done
+    run curl -s -D "$BATS_TEST_TMPDIR/h" -w '\n%{http_code}' "$u/v1/completions" -d '{"prompt":"x","max_tokens":1}'
+    [ "${lines[-1]}" = 429 ]
+    grep -qi '^retry-after: 1' "$BATS_TEST_TMPDIR/h"
+    echo "${lines[0]}" | jq -e '.error.type == "rate_limit_error"'
+    run curl -s "$u/metrics"
+    echo "$output" | grep -q '^mfc:num_requests_running{model_name="slow"} 1'
+    # curl gives up after 2 s mid-stream: the request is cancelled, blocks freed
+    wait "$(cat "$BATS_TEST_TMPDIR/c1.pid")" || true
+    head -1 "$BATS_TEST_TMPDIR/s1" | grep -q '^data: {'
+    ! grep -q 'DONE' "$BATS_TEST_TMPDIR/s1"
+    local ok=0
+    for _ in $(seq 1 60); do
+        run curl -s "$u/metrics"
+        if echo "$output" | grep -q '^mfc:num_requests_running{model_name="slow"} 0' &&
+            echo "$output" | grep -q '^mfc:kv_cache_blocks_used{model_name="slow"} 0' &&
+            echo "$output" | grep -q '^mfc:kv_cache_usage_perc{model_name="slow"} 0' &&
+            echo "$output" | grep -q '^mfc:http_requests_in_flight{model_name="slow"} 0'; then
+            ok=1
+            break
+        fi
+        sleep 0.05
+    done
+    [ "$ok" = 1 ]
+    echo "$output" | grep -q '^mfc:request_success_total{finished_reason="abort",model_name="slow"} 1'
+    grep -q 'access method=POST path=/v1/completions status=200 .* aborted=1' "$D/SLOW.log"
+    # and the server takes work again
+    run curl -s -w '\n%{http_code}' "$u/v1/completions" -d '{"prompt":"x","max_tokens":1}'
+    [ "${lines[-1]}" = 200 ]
+    kill "$(cat "$D/SLOW.pid")"
+}
+
+@test "serve: SIGTERM lets the in-flight stream finish, then exits 0" {
+    start_server DRAIN --model "$D/slow.gguf"
+    local u="http://127.0.0.1:$PORT" pid
+    pid=$(cat "$D/DRAIN.pid")
+    curl -sN "$u/v1/completions" \
+        -d '{"prompt":"hi","max_tokens":300,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}' \
+        >"$BATS_TEST_TMPDIR/s2" &
+    echo $! >"$BATS_TEST_TMPDIR/c2.pid"
+    for _ in $(seq 1 100); do
+        [ -s "$BATS_TEST_TMPDIR/s2" ] && break
+        sleep 0.05
+    done
+    kill -TERM "$pid"
+    sleep 0.2
+    run curl -s --max-time 2 "$u/health"
+    [ "$status" -ne 0 ] # no new connections
+    wait "$(cat "$BATS_TEST_TMPDIR/c2.pid")"
+    grep -q '^data: \[DONE\]$' "$BATS_TEST_TMPDIR/s2"
+    grep '^data: {' "$BATS_TEST_TMPDIR/s2" | tail -1 | sed 's/^data: //' |
+        jq -e '.usage.completion_tokens == 300'
+    local st=0
+    wait "$pid" || st=$?
+    [ "$st" -eq 0 ]
+    grep -q 'SIGTERM: draining 1 requests' "$D/DRAIN.log"
+    grep -q 'stopped' "$D/DRAIN.log"
+}

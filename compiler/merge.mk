@@ -11,3 +11,4 @@ tests_unit_test_lora_merge_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS) $(PTHREAD
 TESTS += tests/unit/test_lora_merge
 TESTS += tests/cli/merge.bats
 EXTRA_DIST += tests/cli/merge.bats
+EXTRA_DIST += docs/merge.md

@@ -4,3 +4,6 @@ libmfc_common_a_SOURCES += common/safetensors.h
 libmfc_compiler_a_SOURCES += compiler/exec_convert.c
 libmfc_compiler_a_SOURCES += compiler/hf.h compiler/hf_int.h compiler/hf_config.c \
 	compiler/hf_tokenizer.c compiler/hf_tensors.c compiler/hf_convert.c
+
+TESTS += tests/cli/convert.bats
+EXTRA_DIST += tests/cli/convert.bats tests/cli/hf_mkdir.py tests/cli/hf_gguf.py

@@ -1,0 +1,245 @@
+#!/usr/bin/env bats
+# convert.bats: mfc convert and FROM ./dir on Hugging Face llama directories
+# written by tests/cli/hf_mkdir.py (stdlib Python: safetensors, config.json,
+# tokenizer.json). The converted GGUF must load in llama.cpp (node-llama-cpp)
+# and continue a prompt with exactly the greedy tokens of the Python
+# transformers forward in hf_mkdir.py (which uses HF's rotate-half RoPE, so
+# a wrong q/k permutation changes them); the Llama 3 vocabulary must encode
+# llama.cpp's test strings to the ids Hugging Face's tokenizer gave
+# (ggml-vocab-llama-bpe.gguf.out) in llama.cpp and in mfc's runtime; the
+# metadata keys and their types must be convert_hf_to_gguf.py's; malformed
+# directories fail with a sentence naming the problem.
+
+load helpers
+
+MKDIR="$MFC_SRCDIR/tests/cli/hf_mkdir.py"
+GG="$MFC_SRCDIR/tests/cli/hf_gguf.py"
+LLAMA_REF="$MFC_SRCDIR/tests/tools/llama-ref.mjs"
+LLAMA_TOK="$MFC_SRCDIR/tests/tools/llama-tok.mjs"
+TOKTOOL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/toktool"
+VOCAB="$MFC_SHARED/data/vocab"
+FIXTURE="$MFC_SRCDIR/tests/data/hf"
+
+require_llama() {
+    command -v node >/dev/null || skip "node is not installed"
+    [ -d "$MFC_SRCDIR/tests/tools/node/node_modules/node-llama-cpp" ] ||
+        skip "node-llama-cpp not installed (cd tests/tools/node && npm i)"
+}
+
+setup() {
+    export MFC_HOME="$BATS_TEST_TMPDIR/home"
+    D="$BATS_TEST_TMPDIR"
+}
+
+# greedy GGUF PROMPT N: llama.cpp's greedy continuation, comma-separated.
+greedy() {
+    node "$LLAMA_REF" --model "$1" --tokens "$2" --n "$3" --top 1 |
+        python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["generated"])))'
+}
+
+@test "GQA checkpoint: llama.cpp's greedy tokens equal the transformers forward (F32)" {
+    require_llama
+    want=$(python3 "$MKDIR" "$D/m" --layers 2 --embd 32 --heads 4 --kv-heads 2 --forward 5,80,200,17 6)
+    run "$MFC" convert "$D/m" -o "$D/m.gguf" --outtype f32
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"21 tensors, F32"* ]]
+    got=$(greedy "$D/m.gguf" 5,80,200,17 6)
+    echo "transformers $want / llama.cpp $got"
+    [ "$got" = "$want" ]
+}
+
+@test "MHA, tied embeddings, BF16 in 3 shards: auto keeps BF16, no output.weight, same tokens" {
+    require_llama
+    want=$(python3 "$MKDIR" "$D/m" --layers 3 --embd 32 --heads 2 --kv-heads 2 --dtype BF16 \
+        --tied --shards 3 --seed 7 --forward 9,10,11 5)
+    [ -f "$D/m/model.safetensors.index.json" ]
+    "$MFC" convert "$D/m" -o "$D/m.gguf"
+    run python3 "$GG" tensors "$D/m.gguf"
+    [[ "$output" == *"token_embd.weight BF16 32,"* ]]
+    [[ "$output" == *"blk.2.ffn_norm.weight F32 32"* ]]
+    ! python3 "$GG" tensors "$D/m.gguf" | grep -q '^output.weight'
+    python3 "$GG" tensors "$D/m.gguf" | grep -q '^output_norm.weight F32'
+
+    python3 "$GG" kv "$D/m.gguf" | grep -qx 'general.file_type uint32 32'
+    # BF16 weights, F32 arithmetic in both: the same greedy path
+    got=$(greedy "$D/m.gguf" 9,10,11 5)
+    echo "transformers $want / llama.cpp $got"
+    [ "$got" = "$want" ]
+}
+
+@test "metadata keys, order and types are convert_hf_to_gguf.py's" {
+    python3 "$MKDIR" "$D/m" --layers 2 --embd 32 --heads 4 --kv-heads 2 --dtype F16 --pre gpt2
+    "$MFC" convert "$D/m" -o "$D/m.gguf" --name tiny
+    python3 "$GG" kv "$D/m.gguf" | cut -d' ' -f1-2 >"$D/kv"
+    cat >"$D/want" <<'EOF'
+general.architecture string
+general.type string
+general.name string
+llama.block_count uint32
+llama.context_length uint32
+llama.embedding_length uint32
+llama.feed_forward_length uint32
+llama.attention.head_count uint32
+llama.attention.head_count_kv uint32
+llama.rope.freq_base float32
+llama.attention.layer_norm_rms_epsilon float32
+general.file_type uint32
+llama.vocab_size uint32
+llama.rope.dimension_count uint32
+tokenizer.ggml.model string
+tokenizer.ggml.pre string
+tokenizer.ggml.tokens array[string]
+tokenizer.ggml.token_type array[int32]
+tokenizer.ggml.merges array[string]
+tokenizer.ggml.bos_token_id uint32
+tokenizer.ggml.eos_token_id uint32
+tokenizer.ggml.eot_token_id uint32
+tokenizer.ggml.add_bos_token bool
+tokenizer.chat_template string
+general.quantization_version uint32
+EOF
+    diff "$D/want" "$D/kv"
+    run python3 "$GG" kv "$D/m.gguf"
+    [[ "$output" == *"general.name string tiny"* ]]
+    [[ "$output" == *"tokenizer.ggml.pre string gpt-2"* ]]
+    [[ "$output" == *"general.file_type uint32 1"* ]]
+    [[ "$output" == *"llama.rope.freq_base float32 500000"* ]]
+    [[ "$output" == *"llama.rope.dimension_count uint32 8"* ]]
+    [[ "$output" == *"tokenizer.ggml.eos_token_id uint32 305"* ]]
+}
+
+@test "Llama 3 vocabulary: llama.cpp and mfc's runtime encode the test strings to HF's ids" {
+    require_shared
+    require_llama
+    [ -f "$VOCAB/llama3-tokenizer.json" ] || skip "llama3-tokenizer.json not found"
+    python3 "$MKDIR" "$D/m" --vocab llama3 --llama3-json "$VOCAB/llama3-tokenizer.json" \
+        --layers 1 --embd 16 --ff 32 --heads 2 --kv-heads 1 --dtype BF16 --tied
+    "$MFC" convert "$D/m" -o "$D/m.gguf"
+    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.inp" >"$D/inp.json" <<'EOF'
+import json, sys
+s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
+json.dump(s, sys.stdout)
+EOF
+    node "$LLAMA_TOK" ids --model "$D/m.gguf" --in "$D/inp.json" >"$D/llama.json"
+    "$TOKTOOL" ids "$D/m.gguf" "$D/inp.json" >"$D/mfc.json"
+    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.out" "$D/llama.json" "$D/mfc.json" <<'EOF'
+import json, sys
+want = [[int(x) for x in l.split()] for l in open(sys.argv[1]).read().split("\n")[:46]]
+for f in sys.argv[2:]:
+    got = json.load(open(f))
+    bad = [i for i in range(len(want)) if want[i] != got[i]]
+    print(f, len(want) - len(bad), "of", len(want))
+    assert len(got) == 46 and not bad, bad[:5]
+EOF
+}
+
+@test "Llama 3.x rope_scaling: rope_freqs.weight holds the converter's factors" {
+    python3 "$MKDIR" "$D/m" --layers 1 --embd 64 --heads 2 --kv-heads 2 --rope-llama3
+    "$MFC" convert "$D/m" -o "$D/m.gguf"
+    python3 "$GG" f32 "$D/m.gguf" rope_freqs.weight >"$D/got"
+    python3 - "$D/got" <<'EOF'
+import math, sys
+got = [float(x) for x in open(sys.argv[1])]
+dim, base, factor, lo, hi, old = 32, 500000.0, 32.0, 1.0, 4.0, 8192
+want = []
+for i in range(0, dim, 2):
+    freq = 1.0 / base ** (i / dim)
+    wl = 2 * math.pi / freq
+    if wl < old / hi:
+        want.append(1.0)
+    elif wl > old / lo:
+        want.append(factor)
+    else:
+        s = (old / wl - lo) / (hi - lo)
+        want.append(1 / ((1 - s) / factor + s))
+assert len(got) == 16, got
+assert 1.0 in got and factor in got and any(1 < g < factor for g in got), got
+for g, w in zip(got, want):
+    assert abs(g - w) <= 1e-5 * w, (g, w)
+EOF
+}
+
+@test "--quantize Q8_0 and Q4_K_M write llama.cpp's file types and load in llama.cpp" {
+    require_llama
+    python3 "$MKDIR" "$D/m" --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --dtype F16
+    "$MFC" convert "$D/m" -o "$D/q8.gguf" --quantize Q8_0
+    python3 "$GG" kv "$D/q8.gguf" | grep -qx 'general.file_type uint32 7'
+    python3 "$GG" tensors "$D/q8.gguf" | grep -q 'blk.0.attn_q.weight Q8_0 256,256'
+    "$MFC" convert "$D/m" -o "$D/q4.gguf" --quantize q4_k_m
+    python3 "$GG" kv "$D/q4.gguf" | grep -qx 'general.file_type uint32 15'
+    python3 "$GG" tensors "$D/q4.gguf" | grep -q 'blk.0.attn_q.weight Q4_K 256,256'
+    python3 "$GG" tensors "$D/q4.gguf" | grep -q 'output.weight Q6_K'
+    python3 "$GG" tensors "$D/q4.gguf" | grep -q 'blk.0.attn_norm.weight F32'
+    greedy "$D/q8.gguf" 1,2,3 3
+    greedy "$D/q4.gguf" 1,2,3 3
+}
+
+@test "malformed directories fail with a sentence naming the problem, and write nothing" {
+    check() { # BREAK EXPECTED-TEXT [extra hf_mkdir args]
+        local b=$1 want=$2
+        shift 2
+        rm -rf "$D/b"
+        python3 "$MKDIR" "$D/b" --break "$b" "$@"
+        run "$MFC" convert "$D/b" -o "$D/b.gguf"
+        echo "$b: $output"
+        [ "$status" -eq 1 ]
+        [[ "$output" == *"$want"* ]]
+        [ ! -e "$D/b.gguf" ]
+    }
+    check truncate "model.safetensors"
+    check offset "model.safetensors"
+    check dtype "dtype F8_E4M3; mfc converts F32, F16 and BF16"
+    check no-tokenizer "no tokenizer.json"
+    check shape "tensor model.layers.0.self_attn.q_proj.weight has shape [34, 32], but config.json implies [32, 32]"
+    check layer "beyond num_hidden_layers 2"
+    check truncate "model-00001-of-00002.safetensors" --shards 2
+    rm -rf "$D/b"
+    python3 "$MKDIR" "$D/b" --arch Qwen2ForCausalLM
+    run "$MFC" convert "$D/b" -o "$D/b.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"architecture Qwen2ForCausalLM is not supported"* ]]
+    run "$MFC" convert "$D/nothing" -o "$D/b.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"not a directory"* ]]
+    mkdir "$D/empty"
+    run "$MFC" convert "$D/empty" -o "$D/b.gguf"
+    [[ "$output" == *"no config.json"* ]]
+}
+
+@test "usage errors exit 2" {
+    run "$MFC" convert
+    [ "$status" -eq 2 ]
+    run "$MFC" convert "$D" --outtype f8 -o x
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"--outtype must be"* ]]
+    run "$MFC" convert "$D"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"-o OUT.gguf is required"* ]]
+    run "$MFC" convert "$D" -o x --quantize Q9
+    [ "$status" -eq 2 ]
+}
+
+@test "FROM ./dir builds an image; a rebuild is CACHED; an edited file converts again" {
+    mkdir "$D/ctx"
+    python3 "$MKDIR" "$D/ctx/model" --dtype F16
+    printf 'FROM ./model\nSYSTEM hi\n' >"$D/ctx/Modelfile"
+    run "$MFC" build -t hfdir --progress=plain "$D/ctx"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"#1 convert FROM ./model DONE"* ]]
+    run "$MFC" build -t hfdir --progress=plain "$D/ctx"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"#1 convert FROM ./model CACHED"* ]]
+    run "$MFC" inspect hfdir
+    echo "$output"
+    [[ "$output" == *llama* ]]
+    sed -i 's/"rms_norm_eps": 1e-05/"rms_norm_eps": 1e-06/' "$D/ctx/model/config.json"
+    run "$MFC" build -t hfdir --progress=plain "$D/ctx"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"#1 convert FROM ./model DONE"* ]]
+    rm "$D/ctx/model/tokenizer.json"
+    run "$MFC" build -t hfdir --progress=plain "$D/ctx"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"no tokenizer.json"* ]]
+}
+

@@ -2,13 +2,21 @@
  * kernels.h: the C interface of the CUDA kernels library (libmfc_kernels).
  *
  * Everything here is callable from C. Functions return 0 or a negative MF_E*
- * code and fill a struct mf_err; they never abort the process. The runtime's
- * CUDA backend (runtime/backend_cuda.c) is the only caller.
+ * code and fill a struct mf_err; they never abort the process. Every CUDA
+ * call is checked, and every launch is followed by a check of the launch
+ * error, so a failure surfaces as MF_EIO naming the kernel, not as a hang.
+ * The runtime's CUDA backend (runtime/cuda.c) and tests/gpu, bench/cuda are
+ * the callers; nothing here knows about models or batches.
+ *
+ * Work is queued on the stream of an mfk_ctx (one per backend) and runs in
+ * order; mfk_sync waits for it and reports an asynchronous fault. Device
+ * pointers are plain pointers into memory from mfk_malloc.
  */
 #ifndef MFC_KERNELS_H
 #define MFC_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/err.h"
 
@@ -31,6 +39,131 @@ int mfk_device_count(int *n, struct mf_err *err);
 
 /* Describes device `index`. On failure *info is untouched. */
 int mfk_device_query(int index, struct mfk_device_info *info, struct mf_err *err);
+
+/* ---- context, memory, copies (kernels/mem.cu) --------------------------- */
+
+struct mfk_ctx; /* opaque: a device, one stream, two pinned staging buffers */
+
+/* Binds device `index`, creates a stream. MF_EIO on any CUDA failure,
+ * MF_ENOMEM when allocation fails; *out NULL then. */
+int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err);
+/* Waits for queued work and releases the stream and staging. Accepts NULL. */
+void mfk_ctx_free(struct mfk_ctx *c);
+
+/* Free and total device memory now. */
+int mfk_mem_info(struct mfk_ctx *c, size_t *free_b, size_t *total_b, struct mf_err *err);
+/* Device memory: *p = n bytes (256-byte aligned), MF_ENOMEM when it does not fit. */
+int mfk_malloc(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err);
+void mfk_free(void *p); /* accepts NULL */
+/* Page-locked host memory (fast, asynchronous copies). */
+int mfk_host_alloc(size_t n, void **p, struct mf_err *err);
+void mfk_host_free(void *p); /* accepts NULL */
+
+/* Copies queued on the stream. h2d/d2h source/destination must stay valid
+ * until mfk_sync (pinned memory makes them asynchronous). */
+int mfk_copy_h2d(struct mfk_ctx *c, void *dst, const void *src, size_t n, struct mf_err *err);
+int mfk_copy_d2h(struct mfk_ctx *c, void *dst, const void *src, size_t n, struct mf_err *err);
+int mfk_copy_d2d(struct mfk_ctx *c, void *dst, const void *src, size_t n, struct mf_err *err);
+int mfk_memset(struct mfk_ctx *c, void *dst, int byte, size_t n, struct mf_err *err);
+
+/* Copies n bytes of ordinary (pageable, e.g. mmapped) host memory to the
+ * device through the context's two pinned staging buffers: the host copy
+ * into one buffer overlaps the DMA out of the other. Returns when the data
+ * is on the device (the source may be unmapped after). */
+int mfk_upload(struct mfk_ctx *c, void *dst, const void *src, size_t n, struct mf_err *err);
+
+/* Waits for all queued work; MF_EIO naming the fault if a kernel failed. */
+int mfk_sync(struct mfk_ctx *c, struct mf_err *err);
+
+/* Stream-ordered timer: mfk_timer_start records a start event, then
+ * mfk_timer_ms waits for everything queued since and gives the elapsed
+ * device milliseconds. */
+int mfk_timer_start(struct mfk_ctx *c, struct mf_err *err);
+int mfk_timer_ms(struct mfk_ctx *c, float *ms, struct mf_err *err);
+
+/* ---- transformer kernels (kernels/llama.cu) ----------------------------- */
+
+/* A weight matrix on the device, in its GGUF block format. Rows are
+ * row_bytes apart from data (which is 256-byte aligned). */
+struct mfk_weight {
+    const void *data; /* device */
+    int type;         /* enum ggml_type value */
+    int64_t ne0;      /* elements per row (input dimension) */
+    int64_t ne1;      /* rows (output dimension) */
+    uint64_t row_bytes;
+};
+
+/* 1 if the GEMV, embedding and dequantization kernels handle a weight of
+ * this ggml type with rows of ne0 elements: F32, F16, BF16, Q4_0, Q8_0,
+ * Q4_K, Q5_K, Q6_K, with ne0 a multiple of 32 (256 for the K-quants). */
+int mfk_weight_ok(int type, int64_t ne0);
+
+/* out[r][0..ne0) = row r0 + r of w as floats, for r < n_rows (bit-exact
+ * with common/quant.h's dequantizers). */
+int mfk_dequant_rows(struct mfk_ctx *c, const struct mfk_weight *w, int64_t r0, int32_t n_rows,
+                     float *out, struct mf_err *err);
+
+/* x[t][0..ne0) = row ids[t] of w, t < n (ids on the device, < w->ne1). */
+int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids, int32_t n,
+              float *x, int64_t ldx, struct mf_err *err);
+
+/* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * g for t < rows (sum of squares
+ * in double, as the CPU backend). With res non-NULL, first x[t] += res[t]
+ * (written back: the fused residual add). */
+int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int64_t ldr,
+                const float *g, float *y, int64_t ldy, int32_t rows, int64_t n, float eps,
+                struct mf_err *err);
+
+/* y[t][r] (+)= dot(w row r, x[t]) for r < w->ne1, t < nt: the weight
+ * bytes are read from memory once per 8 tokens (once per step in decode).
+ * x is rounded to fp16/bf16 first for F16/BF16 weights, as the CPU does;
+ * quantized weights meet the float x. add: accumulate into y. */
+int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
+             int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err);
+
+/* Shape of the paged KV arena (runtime/backend.h layout, F16 elements:
+ * keys [head_dim][16] per block and head, values [16][head_dim]). */
+struct mfk_kv_shape {
+    int32_t n_layer, n_head, n_head_kv, head_dim, n_rot;
+};
+
+/* For each token t < T: rotates q[t] (all heads) and k[t] by the (cos,
+ * sin) pairs rope[t][0..n_rot) (llama "normal" pairs 2i, 2i+1), then
+ * stores k[t] and v[t] as fp16 into block blk[t], slot pos[t] % 16, of
+ * layer `layer` in kv. */
+int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
+                   float *q, int64_t ldq, float *k, const float *v, int64_t ldkv,
+                   const float *rope, const int32_t *pos, const int32_t *blk, uint16_t *kv,
+                   struct mf_err *err);
+
+/* Paged attention for T tokens: token t at position pos[t] attends to
+ * positions 0..pos[t] of its sequence, whose block table is
+ * tables[toff[t] ..]. One thread block per (token, KV head) serves all
+ * query heads of that KV head, so each K/V block is read once for them.
+ * Numerics follow the CPU backend's F16 path: q rounded to fp16,
+ * softmax(q.k / sqrt(hd)) with the sum in double, weights rounded to fp16
+ * before P.V. out[t] gets n_head * head_dim floats. max_ctx bounds pos+1
+ * (it sizes shared memory; MF_EUNSUPPORTED when the scores do not fit). */
+int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
+                  const float *q, int64_t ldq, const int32_t *pos, const int32_t *toff,
+                  const int32_t *tables, const uint16_t *kv, int32_t max_ctx, float *out,
+                  int64_t ldo, struct mf_err *err);
+
+/* Largest context mfk_attention takes for this shape. */
+int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);
+
+/* g[i] = g[i] / (1 + e^-g[i]) * u[i] over rows x n (rows ld apart). */
+int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t rows, int64_t n,
+               struct mf_err *err);
+
+/* dst[j] = src[rows[j]] (n_cols floats each), j < n. */
+int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows, int32_t n,
+               float *dst, int64_t ldd, int64_t n_cols, struct mf_err *err);
+
+/* out[r] = the index of the largest of x[r][0..n) (the first on ties;
+ * NaN never wins), r < rows: greedy sampling on the device. */
+int mfk_argmax(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t rows, int64_t n,
+               int32_t *out, struct mf_err *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,341 @@
+/*
+ * cuda_bench.c: decode throughput of the CUDA backend against the HBM
+ * roofline measured in the same run (tests/gpu/run calls it on a GPU host).
+ *
+ *   cuda_bench SHAPE TYPE [BATCH...]
+ *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
+ *     TYPE:  f16 | bf16 | q8_0 | q4_k_m (llama.cpp's per-tensor mix) | q4_k
+ *     BATCH: sequences decoding together (default 1 8 32)
+ *
+ * The model is synthesized in memory (random bytes with sane block scales,
+ * mkmodel's shapes and llama.cpp's type mix), so an 8B model costs seconds,
+ * not a 16 GB file; throughput does not depend on the values. Steps:
+ *   1. device-to-device copy bandwidth (4 GiB, bytes read + written), the
+ *      roofline's denominator;
+ *   2. upload (backend create): GB/s from the host mapping to the device;
+ *   3. one 512-token prefill (the simple GEMV path; its tokens/s reported);
+ *   4. for each batch B: B sequences share the 512-token context's blocks
+ *      (a cached prefix) and each decodes 32 steps into blocks of its own;
+ *      tokens/s over the wall clock of those steps (host planning, copies
+ *      and logits included), and the roofline: bytes a step must read
+ *      (every weight except the embedding table, B embedding rows, B
+ *      contexts of K/V) over the measured bandwidth.
+ * Prints a table row per batch.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/quant.h"
+#include "kernels/kernels.h"
+#include "runtime/backend.h"
+#include "runtime/cuda.h"
+#include "runtime/model.h"
+
+#define CTX 512
+#define STEPS 32
+#define MAX_B 64
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const struct mf_err *err)
+{
+    fprintf(stderr, "cuda_bench: %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+static uint64_t rs = 88172645463325252ull;
+
+static void fill_random(uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+        memcpy(p + i, &rs, 8);
+    }
+    for (; i < n; i++)
+        p[i] = (uint8_t)i;
+}
+
+static void wr16(uint8_t *p, uint16_t v)
+{
+    memcpy(p, &v, 2);
+}
+
+/* Random bytes made into valid, small values of type t. */
+static void *make_data(enum ggml_type t, int64_t ne0, int64_t ne1, uint64_t *row_bytes)
+{
+    uint64_t rb;
+    ggml_type_row_size(t, (uint64_t)ne0, &rb);
+    size_t n = (size_t)rb * (size_t)ne1;
+    uint8_t *p = malloc(n);
+    if (!p) {
+        fprintf(stderr, "cuda_bench: out of memory\n");
+        exit(1);
+    }
+    *row_bytes = rb;
+    uint16_t d = quant_f32_to_f16(0.002f), dm = quant_f32_to_f16(0.0005f);
+    if (t == GGML_TYPE_F32) {
+        float one = 1.0f;
+        for (size_t i = 0; i < n; i += 4)
+            memcpy(p + i, &one, 4);
+        return p;
+    }
+    fill_random(p, n);
+    size_t bs = ggml_type_size(t);
+    switch (t) {
+    case GGML_TYPE_F16:
+        for (size_t i = 0; i < n; i += 2) {
+            uint16_t h;
+            memcpy(&h, p + i, 2);
+            wr16(p + i, (uint16_t)((h & 0x83FF) | 0x2000));
+        }
+        break;
+    case GGML_TYPE_BF16:
+        for (size_t i = 0; i < n; i += 2) {
+            uint16_t h;
+            memcpy(&h, p + i, 2);
+            wr16(p + i, (uint16_t)((h & 0x807F) | 0x3C00));
+        }
+        break;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0:
+        for (size_t i = 0; i < n; i += bs)
+            wr16(p + i, d);
+        break;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+        for (size_t i = 0; i < n; i += bs)
+            wr16(p + i, d), wr16(p + i + 2, dm);
+        break;
+    case GGML_TYPE_Q6_K:
+        for (size_t i = 0; i < n; i += bs)
+            wr16(p + i + 208, d);
+        break;
+    default:
+        fprintf(stderr, "cuda_bench: type %s not synthesized\n", ggml_type_name(t));
+        exit(1);
+    }
+    return p;
+}
+
+struct shape {
+    const char *name;
+    int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
+};
+
+static const struct shape shapes[] = {
+    {"1b", 16, 2048, 8192, 32, 8, 128256},
+    {"llama3-8b", 32, 4096, 14336, 32, 8, 128256},
+};
+
+static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct shape *s,
+                           const char *name, int64_t ne0, int64_t ne1)
+{
+    if (strcmp(type, "q4_k") == 0)
+        return GGML_TYPE_Q4_K;
+    struct quant_model_info mi = {.arch = "llama", .n_layer = s->n_layer,
+                                  .n_gqa = s->n_head / s->n_head_kv, .has_output = 1};
+    struct quant_tensor_info ti = {.name = name, .type = GGML_TYPE_F32, .n_dims = 2,
+                                   .ne = {ne0, ne1, 1, 1}};
+    enum ggml_type t;
+    struct mf_err err = {0};
+    if (quant_ftype_tensor_type(ft, &mi, &ti, &t, &err))
+        die("type rule", &err);
+    return t;
+}
+
+static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
+                  const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int vec)
+{
+    enum ggml_type t = vec ? GGML_TYPE_F32 : pick(type, ft, s, name, ne0, ne1);
+    w->type = t;
+    w->ne0 = ne0;
+    w->ne1 = ne1;
+    w->name = strdup(name);
+    w->data = make_data(t, ne0, ne1, &w->row_bytes);
+}
+
+static struct model *synth(const struct shape *s, const char *type, uint64_t *mat_bytes,
+                           uint64_t *embd_row)
+{
+    static const char *wn[MODEL_W_PER_LAYER] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                                                "ffn_gate", "ffn_up", "ffn_down"};
+    enum quant_ftype ft;
+    struct model *m = calloc(1, sizeof *m);
+    if (strcmp(type, "q4_k") != 0 && quant_ftype_from_name(type, &ft)) {
+        fprintf(stderr, "cuda_bench: unknown type %s\n", type);
+        exit(1);
+    }
+    int64_t hd = s->n_embd / s->n_head, qd = s->n_head * hd, kvd = s->n_head_kv * hd;
+    m->hp = (struct model_hparams){.n_ctx_train = 8192, .n_embd = s->n_embd, .n_ff = s->n_ff,
+                                   .n_layer = s->n_layer, .n_head = s->n_head,
+                                   .n_head_kv = s->n_head_kv, .head_dim = (int32_t)hd,
+                                   .n_rot = (int32_t)hd, .n_vocab = s->n_vocab,
+                                   .rope_base = 500000.0f, .rope_freq_scale = 1.0f,
+                                   .rms_eps = 1e-5f};
+    set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 0);
+    set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 0);
+    set_w(&m->out_norm, type, ft, s, "output_norm.weight", s->n_embd, 1, 1);
+    m->layers = calloc((size_t)s->n_layer, sizeof *m->layers);
+    *mat_bytes = m->output.row_bytes * (uint64_t)m->output.ne1 + 4u * (uint64_t)s->n_embd;
+    *embd_row = m->tok_embd.row_bytes;
+    for (int32_t l = 0; l < s->n_layer; l++) {
+        char name[64];
+        int64_t in[MODEL_W_PER_LAYER] = {s->n_embd, s->n_embd, s->n_embd, qd, s->n_embd, s->n_embd, s->n_ff};
+        int64_t out[MODEL_W_PER_LAYER] = {qd, kvd, kvd, s->n_embd, s->n_ff, s->n_ff, s->n_embd};
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        set_w(&m->layers[l].attn_norm, type, ft, s, name, s->n_embd, 1, 1);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        set_w(&m->layers[l].ffn_norm, type, ft, s, name, s->n_embd, 1, 1);
+        for (int w = 0; w < MODEL_W_PER_LAYER; w++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, wn[w]);
+            set_w(&m->layers[l].w[w], type, ft, s, name, in[w], out[w], 0);
+            *mat_bytes += m->layers[l].w[w].row_bytes * (uint64_t)out[w];
+        }
+        *mat_bytes += 8u * (uint64_t)s->n_embd;
+    }
+    return m;
+}
+
+static double copy_bandwidth(void)
+{
+    struct mfk_ctx *c;
+    struct mf_err err = {0};
+    size_t n = (size_t)4 << 30;
+    void *a, *b;
+    float ms;
+    if (mfk_ctx_new(0, &c, &err) || mfk_malloc(c, n, &a, &err) || mfk_malloc(c, n, &b, &err))
+        die("copy bandwidth", &err);
+    mfk_memset(c, a, 0x5A, n, &err);
+    for (int i = 0; i < 3; i++)
+        mfk_copy_d2d(c, b, a, n, &err);
+    if (mfk_timer_start(c, &err))
+        die("timer", &err);
+    for (int i = 0; i < 10; i++)
+        mfk_copy_d2d(c, i & 1 ? a : b, i & 1 ? b : a, n, &err);
+    if (mfk_timer_ms(c, &ms, &err))
+        die("timer", &err);
+    mfk_free(a);
+    mfk_free(b);
+    mfk_ctx_free(c);
+    return 2.0 * (double)n * 10 / (ms * 1e-3);
+}
+
+int main(int argc, char **argv)
+{
+    struct mf_err err = {0};
+    const struct shape *s = NULL;
+    int batches[8] = {1, 8, 32}, nb = 3;
+    if (argc < 3) {
+        fprintf(stderr, "usage: cuda_bench SHAPE TYPE [BATCH...]\n");
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (strcmp(argv[1], shapes[i].name) == 0)
+            s = &shapes[i];
+    if (!s) {
+        fprintf(stderr, "cuda_bench: unknown shape %s\n", argv[1]);
+        return 2;
+    }
+    if (argc > 3) {
+        nb = 0;
+        for (int i = 3; i < argc && nb < 8; i++) {
+            batches[nb] = atoi(argv[i]);
+            if (batches[nb] < 1 || batches[nb] > MAX_B)
+                return 2;
+            nb++;
+        }
+    }
+    if (cuda_device_count() < 1) {
+        fprintf(stderr, "cuda_bench: no CUDA device\n");
+        return 77;
+    }
+    double bw = copy_bandwidth();
+    double t0 = now_s();
+    uint64_t mat_bytes, embd_row;
+    struct model *m = synth(s, argv[2], &mat_bytes, &embd_row);
+    double t_synth = now_s() - t0;
+
+    int32_t max_b = 1;
+    for (int i = 0; i < nb; i++)
+        max_b = batches[i] > max_b ? batches[i] : max_b;
+    int32_t per_seq = (CTX + STEPS) / 16 + 1 - CTX / 16; /* private tail blocks */
+    int32_t n_blocks_need = CTX / 16 + max_b * per_seq;
+    struct backend_config cfg = {.kv_type = BACKEND_KV_F16, .max_tokens = CTX, .max_seqs = MAX_B};
+    cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, BACKEND_KV_F16);
+    struct backend *be;
+    int32_t n_blocks;
+    if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err))
+        die("create", &err);
+    if (backend_kv_alloc(be, &n_blocks, &err))
+        die("kv_alloc", &err);
+    struct cuda_upload_stats st;
+    cuda_backend_stats(be, &st);
+
+    /* prefill the shared 512-token context */
+    int32_t *toks = malloc((CTX + STEPS) * sizeof *toks);
+    for (int i = 0; i < CTX + STEPS; i++)
+        toks[i] = (int32_t)((i * 7919) % s->n_vocab);
+    int32_t table[MAX_B][CTX / 16 + 8];
+    for (int b = 0; b < max_b; b++) {
+        for (int k = 0; k < CTX / 16; k++)
+            table[b][k] = k;
+        for (int k = 0; k < per_seq; k++)
+            table[b][CTX / 16 + k] = CTX / 16 + b * per_seq + k;
+    }
+    float *logits = malloc((size_t)MAX_B * (size_t)s->n_vocab * sizeof(float));
+    struct batch_seq bs[MAX_B];
+    bs[0] = (struct batch_seq){.tokens = toks, .n_tokens = CTX, .n_past = 0, .block_table = table[0],
+                               .n_blocks = CTX / 16, .want_logits = 1};
+    struct batch bt = {.n_seqs = 1, .seqs = bs, .logits = logits};
+    if (backend_step(be, &bt, &err)) /* warm-up (module load) */
+        die("prefill", &err);
+    t0 = now_s();
+    if (backend_step(be, &bt, &err))
+        die("prefill", &err);
+    double t_prefill = now_s() - t0;
+
+    printf("shape %s type %s: %.2f GB of weights (synthesized in %.1f s)\n", s->name, argv[2],
+           st.bytes / 1e9, t_synth);
+    printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
+    printf("upload: %.2f GB in %.2f s = %.1f GB/s\n", st.bytes / 1e9, st.seconds,
+           st.bytes / 1e9 / st.seconds);
+    printf("prefill %d tokens (GEMV path): %.3f s = %.0f tokens/s\n", CTX, t_prefill, CTX / t_prefill);
+    printf("| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    uint64_t kv_tok = 2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->hp.n_head_kv *
+                      (uint64_t)m->hp.head_dim * 2;
+    for (int i = 0; i < nb; i++) {
+        int B = batches[i];
+        double dt = 0;
+        for (int rep = -1; rep < STEPS; rep++) { /* rep -1: warm-up step, not timed */
+            int step = rep < 0 ? 0 : rep;
+            for (int b = 0; b < B; b++)
+                bs[b] = (struct batch_seq){.tokens = toks + CTX + step, .n_tokens = 1,
+                                           .n_past = CTX + step, .block_table = table[b],
+                                           .n_blocks = CTX / 16 + per_seq, .want_logits = 1};
+            bt.n_seqs = B;
+            t0 = now_s();
+            if (backend_step(be, &bt, &err))
+                die("decode", &err);
+            if (rep >= 0)
+                dt += now_s() - t0;
+        }
+        double ms = dt / STEPS * 1e3;
+        double bytes = (double)mat_bytes + (double)B * embd_row +
+                       (double)B * (CTX + STEPS / 2) * (double)kv_tok;
+        double roof = bytes / bw * 1e3; /* bytes over the copy's traffic rate */
+        printf("| %s | %s | %d | %d | %.1f | %.3f | %.3f | %.0f%% |\n", s->name, argv[2], B, CTX,
+               B / (ms * 1e-3), ms, roof, 100 * roof / ms);
+    }
+    backend_free(be);
+    return 0;
+}

@@ -1,0 +1,739 @@
+/*
+ * llama.cu: the transformer kernels of the CUDA backend: dequantization of
+ * GGUF blocks, embedding, RMSNorm (with the fused residual add), GEMV over
+ * block-format weights, RoPE fused with the paged K/V store, paged
+ * attention (GQA-aware), SwiGLU, row gather and argmax.
+ *
+ * Numerics mirror the CPU backend (runtime/cpu_fwd.c, cpu_dot.c) where the
+ * CPU's choice is observable: dequantization is bit-exact with
+ * common/quant.h (products and differences are rounded one at a time with
+ * __fmul_rn/__fsub_rn, never contracted into an FMA), activations meet
+ * F16/BF16 weights rounded to that format, and attention rounds q and the
+ * softmax weights to fp16 as the CPU's F16 path does. Quantized weights meet
+ * float activations here, where the CPU quantizes them to 8 bits: logits of
+ * quantized models differ from the CPU's by that rounding (docs/cuda.md).
+ *
+ * Every element is produced by deq8, which decodes the 8 consecutive
+ * elements i..i+7 (i a multiple of 8) of a row; a warp covers 256 elements
+ * per step, one K-quant super-block. A GEMV warp owns one output row and
+ * serves up to GEMV_NB tokens with each decoded weight, so a decode step
+ * reads each weight byte from memory once.
+ */
+#include "kernels/kernels.h"
+
+#include <cfloat>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "common/ggml_type.h"
+}
+
+cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
+
+#define GEMV_NB 8        /* tokens served by one pass over a weight row */
+#define GEMV_WARPS 4     /* rows (warps) per GEMV thread block */
+#define ATT_THREADS 128  /* threads per attention block */
+#define ATT_MAX_RATIO 8  /* query heads per KV head handled in one pass of P.V */
+#define KVB 16           /* KV_BLOCK_TOKENS (runtime/batch.h) */
+
+static int launched(const char *what, struct mf_err *err)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return 0;
+    return mf_err_set(err, MF_EIO, "CUDA kernel %s failed to launch: %s", what,
+                      cudaGetErrorString(e));
+}
+
+/* ------------------------------------------------------------------------
+ * Block decoding (8 elements at a time)
+ * ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ float h2f(uint16_t h)
+{
+    return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ uint16_t ld16(const uint8_t *p)
+{
+    return *reinterpret_cast<const uint16_t *>(p);
+}
+
+/* ggml's get_scale_min_k4 */
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+template <int TY> __device__ __forceinline__ void deq8(const uint8_t *row, int64_t i, float v[8]);
+
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_F32>(const uint8_t *row, int64_t i, float v[8])
+{
+    const float4 *p = reinterpret_cast<const float4 *>(row + 4 * i);
+    float4 a = p[0], b = p[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_F16>(const uint8_t *row, int64_t i, float v[8])
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(row + 2 * i);
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = h2f((uint16_t)(w[k] & 0xFFFF));
+        v[2 * k + 1] = h2f((uint16_t)(w[k] >> 16));
+    }
+}
+
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_BF16>(const uint8_t *row, int64_t i, float v[8])
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(row + 2 * i);
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+    }
+}
+
+/* Q8_0: 34-byte blocks {fp16 d, int8 qs[32]}: y = q * d */
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q8_0>(const uint8_t *row, int64_t i, float v[8])
+{
+    const uint8_t *b = row + (i >> 5) * 34;
+    const int o = (int)(i & 31);
+    const float d = h2f(ld16(b));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint16_t w = ld16(b + 2 + o + 2 * k);
+        v[2 * k] = __fmul_rn((float)(int8_t)(w & 0xFF), d);
+        v[2 * k + 1] = __fmul_rn((float)(int8_t)(w >> 8), d);
+    }
+}
+
+/* Q4_0: 18-byte blocks {fp16 d, qs[16]}: element j < 16 in the low nibble
+ * of qs[j], j >= 16 in the high nibble of qs[j - 16]; y = (q - 8) * d */
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_0>(const uint8_t *row, int64_t i, float v[8])
+{
+    const uint8_t *b = row + (i >> 5) * 18;
+    const int o = (int)(i & 31), sh = o >= 16 ? 4 : 0;
+    const float d = h2f(ld16(b));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint16_t w = ld16(b + 2 + (o & 15) + 2 * k);
+        v[2 * k] = __fmul_rn((float)((int)((w >> sh) & 0xF) - 8), d);
+        v[2 * k + 1] = __fmul_rn((float)((int)((w >> (8 + sh)) & 0xF) - 8), d);
+    }
+}
+
+/* Q4_K: 144-byte super-blocks {fp16 d, fp16 dmin, scales[12], qs[128]}:
+ * sub-block j (32 elements) uses the low (even j) or high (odd j) nibbles
+ * of qs[32 * (j / 2) ..]; y = (d * sc) * q - (dmin * m) */
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_K>(const uint8_t *row, int64_t i, float v[8])
+{
+    const uint8_t *b = row + (i >> 8) * 144;
+    const int e = (int)(i & 255), j = e >> 5, l0 = e & 31, sh = (j & 1) * 4;
+    int sc, m;
+    scale_min_k4(j, b + 4, &sc, &m);
+    const float d1 = __fmul_rn(h2f(ld16(b)), (float)sc), m1 = __fmul_rn(h2f(ld16(b + 2)), (float)m);
+    uint2 q = *reinterpret_cast<const uint2 *>(b + 16 + 32 * (j >> 1) + l0);
+    uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        v[k] = __fsub_rn(__fmul_rn(d1, (float)((w[k >> 2] >> (8 * (k & 3) + sh)) & 0xF)), m1);
+}
+
+/* Q5_K: 176-byte super-blocks {d, dmin, scales[12], qh[32], qs[128]}: as
+ * Q4_K plus a fifth bit, bit j of qh[l] */
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q5_K>(const uint8_t *row, int64_t i, float v[8])
+{
+    const uint8_t *b = row + (i >> 8) * 176;
+    const int e = (int)(i & 255), j = e >> 5, l0 = e & 31, sh = (j & 1) * 4;
+    int sc, m;
+    scale_min_k4(j, b + 4, &sc, &m);
+    const float d1 = __fmul_rn(h2f(ld16(b)), (float)sc), m1 = __fmul_rn(h2f(ld16(b + 2)), (float)m);
+    uint2 q = *reinterpret_cast<const uint2 *>(b + 48 + 32 * (j >> 1) + l0);
+    uint2 h = *reinterpret_cast<const uint2 *>(b + 16 + l0);
+    uint32_t w[2] = {q.x, q.y}, hw[2] = {h.x, h.y};
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int lo = (int)((w[k >> 2] >> (8 * (k & 3) + sh)) & 0xF);
+        int hi = (int)((hw[k >> 2] >> (8 * (k & 3) + j)) & 1);
+        v[k] = __fsub_rn(__fmul_rn(d1, (float)(lo + 16 * hi)), m1);
+    }
+}
+
+/* Q6_K: 210-byte super-blocks {ql[128], qh[64], int8 scales[16], fp16 d};
+ * per 128-element half c, quarter k, element l: low nibble of ql[64c +
+ * 32(k&1) + l] (high nibble for k >= 2), 2 bits of qh[32c + l] at 2k,
+ * minus 32; y = (d * sc[8c + l/16 + 2k]) * q */
+template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q6_K>(const uint8_t *row, int64_t i, float v[8])
+{
+    const uint8_t *b = row + (i >> 8) * 210;
+    const int e = (int)(i & 255), c = e >> 7, r = e & 127, k4 = r >> 5, l0 = r & 31;
+    const uint8_t *ql = b + 64 * c + 32 * (k4 & 1) + l0, *qh = b + 128 + 32 * c + l0;
+    const int shl = (k4 >> 1) * 4, shh = 2 * k4;
+    const float ds = __fmul_rn(h2f(ld16(b + 208)), (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * k4]);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint16_t lw = ld16(ql + 2 * k), hw = ld16(qh + 2 * k);
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            int q = (int)(((lw >> (8 * s + shl)) & 0xF) | (((hw >> (8 * s + shh)) & 3) << 4)) - 32;
+            v[2 * k + s] = __fmul_rn(ds, (float)q);
+        }
+    }
+}
+
+/* Dispatches a kernel template over the weight types. */
+#define MFK_TYPE_SWITCH(type, TY, ...)                                                           \
+    switch (type) {                                                                              \
+    case GGML_TYPE_F32: { constexpr int TY = GGML_TYPE_F32; __VA_ARGS__; } break;               \
+    case GGML_TYPE_F16: { constexpr int TY = GGML_TYPE_F16; __VA_ARGS__; } break;               \
+    case GGML_TYPE_BF16: { constexpr int TY = GGML_TYPE_BF16; __VA_ARGS__; } break;             \
+    case GGML_TYPE_Q8_0: { constexpr int TY = GGML_TYPE_Q8_0; __VA_ARGS__; } break;             \
+    case GGML_TYPE_Q4_0: { constexpr int TY = GGML_TYPE_Q4_0; __VA_ARGS__; } break;             \
+    case GGML_TYPE_Q4_K: { constexpr int TY = GGML_TYPE_Q4_K; __VA_ARGS__; } break;             \
+    case GGML_TYPE_Q5_K: { constexpr int TY = GGML_TYPE_Q5_K; __VA_ARGS__; } break;             \
+    case GGML_TYPE_Q6_K: { constexpr int TY = GGML_TYPE_Q6_K; __VA_ARGS__; } break;             \
+    default: break;                                                                              \
+    }
+
+extern "C" int mfk_weight_ok(int type, int64_t ne0)
+{
+    switch (type) {
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16:
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0:
+        return ne0 > 0 && ne0 % 32 == 0;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+        return ne0 > 0 && ne0 % 256 == 0;
+    default:
+        return 0;
+    }
+}
+
+static int check_weight(const struct mfk_weight *w, const char *what, struct mf_err *err)
+{
+    if (!mfk_weight_ok(w->type, w->ne0))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "CUDA %s: weight type %s with rows of %lld elements is not supported",
+                          what, ggml_type_name((uint32_t)w->type), (long long)w->ne0);
+    if (((uintptr_t)w->data & 15) || (w->row_bytes & 1))
+        return mf_err_set(err, MF_EINVAL, "CUDA %s: weight data is not aligned", what);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Dequantization and embedding
+ * ---------------------------------------------------------------------- */
+
+template <int TY>
+__global__ void k_rows(const uint8_t *w, uint64_t rb, int64_t ne0, const int32_t *ids, int64_t r0,
+                       float *out, int64_t ldo)
+{
+    const int64_t r = ids ? ids[blockIdx.x] : r0 + blockIdx.x;
+    const uint8_t *row = w + (uint64_t)r * rb;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int64_t i = (int64_t)threadIdx.x * 8; i < ne0; i += (int64_t)blockDim.x * 8) {
+        float v[8];
+        deq8<TY>(row, i, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            o[i + k] = v[k];
+    }
+}
+
+static int rows_launch(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids, int64_t r0,
+                       int32_t n, float *out, int64_t ldo, const char *what, struct mf_err *err)
+{
+    int rc = check_weight(w, what, err);
+    if (rc || n <= 0)
+        return rc;
+    MFK_TYPE_SWITCH(w->type, TY,
+                    k_rows<TY><<<n, 128, 0, mfk_stream(c)>>>((const uint8_t *)w->data, w->row_bytes,
+                                                              w->ne0, ids, r0, out, ldo));
+    return launched(what, err);
+}
+
+extern "C" int mfk_dequant_rows(struct mfk_ctx *c, const struct mfk_weight *w, int64_t r0,
+                                int32_t n_rows, float *out, struct mf_err *err)
+{
+    if (r0 < 0 || r0 + n_rows > w->ne1)
+        return mf_err_set(err, MF_EINVAL, "CUDA dequantize: rows %lld..%lld outside %lld",
+                          (long long)r0, (long long)(r0 + n_rows), (long long)w->ne1);
+    return rows_launch(c, w, nullptr, r0, n_rows, out, w->ne0, "dequantize", err);
+}
+
+extern "C" int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids,
+                         int32_t n, float *x, int64_t ldx, struct mf_err *err)
+{
+    return rows_launch(c, w, ids, 0, n, x, ldx, "embedding", err);
+}
+
+/* ------------------------------------------------------------------------
+ * RMSNorm
+ * ---------------------------------------------------------------------- */
+
+__global__ void k_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *g,
+                          float *y, int64_t ldy, int64_t n, float eps)
+{
+    __shared__ double part[32];
+    float *xr = x + (int64_t)blockIdx.x * ldx;
+    float *yr = y + (int64_t)blockIdx.x * ldy;
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (res) {
+            v = __fadd_rn(v, res[(int64_t)blockIdx.x * ldr + i]);
+            xr[i] = v;
+        }
+        s += (double)__fmul_rn(v, v);
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+            t += part[w];
+        part[0] = t;
+    }
+    __syncthreads();
+    const float scale = 1.0f / sqrtf((float)(part[0] / (double)n) + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
+}
+
+extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res,
+                           int64_t ldr, const float *g, float *y, int64_t ldy, int32_t rows,
+                           int64_t n, float eps, struct mf_err *err)
+{
+    if (rows <= 0)
+        return 0;
+    k_rmsnorm<<<rows, 256, 0, mfk_stream(c)>>>(x, ldx, res, ldr, g, y, ldy, n, eps);
+    return launched("rmsnorm", err);
+}
+
+/* ------------------------------------------------------------------------
+ * GEMV
+ * ---------------------------------------------------------------------- */
+
+/* The activation as the CPU backend feeds it to a weight of type TY. */
+template <int TY> __device__ __forceinline__ float act(float x)
+{
+    if (TY == GGML_TYPE_F16)
+        return __half2float(__float2half_rn(x));
+    if (TY == GGML_TYPE_BF16)
+        return __bfloat162float(__float2bfloat16_rn(x));
+    return x;
+}
+
+template <int TY, int NB>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x, int64_t ldx,
+           int nt, float *y, int64_t ldy, int add)
+{
+    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= ne1)
+        return;
+    const uint8_t *row = w + (uint64_t)r * rb;
+    for (int t0 = 0; t0 < nt; t0 += NB) {
+        float acc[NB];
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++)
+            acc[cc] = 0.0f;
+#pragma unroll 2
+        for (int64_t i = (int64_t)lane * 8; i < ne0; i += 256) {
+            float v[8];
+            deq8<TY>(row, i, v);
+#pragma unroll
+            for (int cc = 0; cc < NB; cc++) {
+                if (t0 + cc < nt) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + i);
+                    float4 a = xp[0], b = xp[1];
+                    float s = v[0] * act<TY>(a.x);
+                    s += v[1] * act<TY>(a.y);
+                    s += v[2] * act<TY>(a.z);
+                    s += v[3] * act<TY>(a.w);
+                    s += v[4] * act<TY>(b.x);
+                    s += v[5] * act<TY>(b.y);
+                    s += v[6] * act<TY>(b.z);
+                    s += v[7] * act<TY>(b.w);
+                    acc[cc] += s;
+                }
+            }
+        }
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++) {
+            float s = acc[cc];
+            for (int o = 16; o > 0; o >>= 1)
+                s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0 && t0 + cc < nt) {
+                float *out = y + (int64_t)(t0 + cc) * ldy + r;
+                *out = add ? *out + s : s;
+            }
+        }
+    }
+}
+
+template <int TY>
+static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float *x, int64_t ldx,
+                        int nt, float *y, int64_t ldy, int add)
+{
+    dim3 grid((unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS));
+    const uint8_t *d = (const uint8_t *)w->data;
+    if (nt == 1)
+        k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+    else if (nt == 2)
+        k_gemv<TY, 2><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+    else if (nt <= 4)
+        k_gemv<TY, 4><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+    else
+        k_gemv<TY, GEMV_NB><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+}
+
+extern "C" int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
+                        int64_t ldx, int32_t nt, float *y, int64_t ldy, int add,
+                        struct mf_err *err)
+{
+    int rc = check_weight(w, "gemv", err);
+    if (rc || nt <= 0)
+        return rc;
+    if (((uintptr_t)x & 15) || (ldx & 3))
+        return mf_err_set(err, MF_EINVAL, "CUDA gemv: activations must be 16-byte aligned rows");
+    MFK_TYPE_SWITCH(w->type, TY, gemv_launch<TY>(mfk_stream(c), w, x, ldx, nt, y, ldy, add));
+    return launched("gemv", err);
+}
+
+/* ------------------------------------------------------------------------
+ * RoPE and the paged K/V store
+ * ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ size_t kv_index(const struct mfk_kv_shape &s, int32_t blk, int32_t layer,
+                                           int kv, int head)
+{
+    return ((((size_t)blk * (size_t)s.n_layer + (size_t)layer) * 2 + (size_t)kv) *
+                (size_t)s.n_head_kv + (size_t)head) * KVB * (size_t)s.head_dim;
+}
+
+__global__ void k_rope_store(struct mfk_kv_shape s, int32_t layer, float *q, int64_t ldq, float *k,
+                             const float *v, int64_t ldkv, const float *rope, const int32_t *pos,
+                             const int32_t *blk, __half *kv)
+{
+    const int t = blockIdx.x, hd = s.head_dim, half_hd = hd / 2;
+    const float *cs = rope + (int64_t)t * s.n_rot;
+    const int slot = pos[t] % KVB;
+    const int32_t b = blk[t];
+    const int n_pairs = (s.n_head + s.n_head_kv) * half_hd;
+    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int head = p / half_hd, d = 2 * (p % half_hd);
+        const bool is_k = head >= s.n_head;
+        float *y = is_k ? k + (int64_t)t * ldkv + (int64_t)(head - s.n_head) * hd
+                        : q + (int64_t)t * ldq + (int64_t)head * hd;
+        float x0 = y[d], x1 = y[d + 1];
+        if (d < s.n_rot) {
+            const float cv = cs[d], sv = cs[d + 1];
+            const float r0 = __fsub_rn(__fmul_rn(x0, cv), __fmul_rn(x1, sv));
+            const float r1 = __fadd_rn(__fmul_rn(x0, sv), __fmul_rn(x1, cv));
+            x0 = r0;
+            x1 = r1;
+            y[d] = x0;
+            y[d + 1] = x1;
+        }
+        if (is_k) {
+            __half *kt = kv + kv_index(s, b, layer, 0, head - s.n_head);
+            kt[(size_t)d * KVB + slot] = __float2half_rn(x0);
+            kt[(size_t)(d + 1) * KVB + slot] = __float2half_rn(x1);
+        }
+    }
+    const int kvd = s.n_head_kv * hd;
+    for (int e = threadIdx.x; e < kvd; e += blockDim.x) {
+        const int head = e / hd, d = e % hd;
+        __half *vt = kv + kv_index(s, b, layer, 1, head);
+        vt[(size_t)slot * hd + d] = __float2half_rn(v[(int64_t)t * ldkv + e]);
+    }
+}
+
+extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                              int32_t T, float *q, int64_t ldq, float *k, const float *v,
+                              int64_t ldkv, const float *rope, const int32_t *pos,
+                              const int32_t *blk, uint16_t *kv, struct mf_err *err)
+{
+    if (T <= 0)
+        return 0;
+    if (s->head_dim % 2 || s->n_rot % 2 || s->n_rot > s->head_dim)
+        return mf_err_set(err, MF_EINVAL, "CUDA rope: head_dim %d / n_rot %d not supported",
+                          s->head_dim, s->n_rot);
+    k_rope_store<<<T, 256, 0, mfk_stream(c)>>>(*s, layer, q, ldq, k, v, ldkv, rope, pos, blk,
+                                               reinterpret_cast<__half *>(kv));
+    return launched("rope_store", err);
+}
+
+/* ------------------------------------------------------------------------
+ * Paged attention
+ * ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ float block_max(float v, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+        m = fmaxf(m, red[w]);
+    return m;
+}
+
+__device__ __forceinline__ double block_sum(double v, double *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        s += red[w];
+    return s;
+}
+
+/* grid (T, n_head_kv): the ratio query heads of KV head g for token t.
+ * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores. */
+__global__ void __launch_bounds__(ATT_THREADS)
+    k_attention(struct mfk_kv_shape s, int32_t layer, const float *q, int64_t ldq,
+                const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                const __half *kv, int32_t ctx, float *out, int64_t ldo)
+{
+    extern __shared__ float smem[];
+    __shared__ float redf[ATT_THREADS / 32];
+    __shared__ double redd[ATT_THREADS / 32];
+    const int t = blockIdx.x, g = blockIdx.y, hd = s.head_dim;
+    const int ratio = s.n_head / s.n_head_kv;
+    const int npos = pos[t] + 1;
+    const int32_t *bt = tables + toff[t];
+    float *qs = smem, *sc = smem + ratio * hd;
+    const float kq_scale = 1.0f / sqrtf((float)hd);
+
+    for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
+        const int r = e / hd, d = e % hd;
+        qs[e] = __half2float(__float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < npos; j += blockDim.x) {
+        const __half *kt = kv + kv_index(s, bt[j / KVB], layer, 0, g) + (j % KVB);
+        float acc[ATT_MAX_RATIO];
+        for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
+#pragma unroll
+            for (int r = 0; r < ATT_MAX_RATIO; r++)
+                acc[r] = 0.0f;
+            for (int d = 0; d < hd; d++) {
+                const float kd = __half2float(kt[(size_t)d * KVB]);
+#pragma unroll
+                for (int r = 0; r < ATT_MAX_RATIO; r++)
+                    if (r0 + r < ratio)
+                        acc[r] += qs[(r0 + r) * hd + d] * kd;
+            }
+#pragma unroll
+            for (int r = 0; r < ATT_MAX_RATIO; r++)
+                if (r0 + r < ratio)
+                    sc[(size_t)(r0 + r) * ctx + j] = __fmul_rn(acc[r], kq_scale);
+        }
+    }
+    __syncthreads();
+    for (int r = 0; r < ratio; r++) {
+        float *sr = sc + (size_t)r * ctx;
+        float m = -INFINITY;
+        for (int j = threadIdx.x; j < npos; j += blockDim.x)
+            m = fmaxf(m, sr[j]);
+        m = block_max(m, redf);
+        double sum = 0.0;
+        for (int j = threadIdx.x; j < npos; j += blockDim.x) {
+            const float e = expf(sr[j] - m);
+            sr[j] = e;
+            sum += (double)e;
+        }
+        sum = block_sum(sum, redd);
+        const float inv = (float)(1.0 / sum);
+        for (int j = threadIdx.x; j < npos; j += blockDim.x)
+            sr[j] = __half2float(__float2half_rn(__fmul_rn(sr[j], inv)));
+        __syncthreads();
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
+            float acc[ATT_MAX_RATIO];
+#pragma unroll
+            for (int r = 0; r < ATT_MAX_RATIO; r++)
+                acc[r] = 0.0f;
+            for (int j = 0; j < npos; j++) {
+                const __half *vt = kv + kv_index(s, bt[j / KVB], layer, 1, g);
+                const float vd = __half2float(vt[(size_t)(j % KVB) * hd + d]);
+#pragma unroll
+                for (int r = 0; r < ATT_MAX_RATIO; r++)
+                    if (r0 + r < ratio)
+                        acc[r] += sc[(size_t)(r0 + r) * ctx + j] * vd;
+            }
+#pragma unroll
+            for (int r = 0; r < ATT_MAX_RATIO; r++)
+                if (r0 + r < ratio)
+                    out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = acc[r];
+        }
+    }
+}
+
+static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx)
+{
+    const int ratio = s->n_head / s->n_head_kv;
+    return ((size_t)ratio * (size_t)s->head_dim + (size_t)ratio * (size_t)ctx) * sizeof(float);
+}
+
+#define ATT_SMEM_MAX ((size_t)200 << 10) /* dynamic shared memory we ask for, at most */
+
+extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
+{
+    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
+    size_t n = ATT_SMEM_MAX / sizeof(float);
+    if (n <= ratio * (size_t)s->head_dim)
+        return 0;
+    n = (n - ratio * (size_t)s->head_dim) / ratio;
+    return n > INT32_MAX ? INT32_MAX : (int32_t)n;
+}
+
+extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                             int32_t T, const float *q, int64_t ldq, const int32_t *pos,
+                             const int32_t *toff, const int32_t *tables, const uint16_t *kv,
+                             int32_t max_ctx, float *out, int64_t ldo, struct mf_err *err)
+{
+    if (T <= 0)
+        return 0;
+    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv)
+        return mf_err_set(err, MF_EINVAL, "CUDA attention: %d heads over %d KV heads", s->n_head,
+                          s->n_head_kv);
+    if (max_ctx > mfk_attention_max_ctx(s))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "CUDA attention: a context of %d tokens is longer than the %d this "
+                          "kernel holds in shared memory",
+                          max_ctx, mfk_attention_max_ctx(s));
+    const int32_t ctx = (max_ctx + 3) / 4 * 4;
+    const size_t smem = att_smem(s, ctx);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
+                              smem, cudaGetErrorString(e));
+        }
+    }
+    dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
+    k_attention<<<grid, ATT_THREADS, smem, mfk_stream(c)>>>(
+        *s, layer, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), ctx, out, ldo);
+    return launched("attention", err);
+}
+
+/* ------------------------------------------------------------------------
+ * SwiGLU, gather, argmax
+ * ---------------------------------------------------------------------- */
+
+__global__ void k_swiglu(float *g, const float *u, int64_t ld, int64_t n)
+{
+    float *gr = g + (int64_t)blockIdx.y * ld;
+    const float *ur = u + (int64_t)blockIdx.y * ld;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = gr[i];
+        gr[i] = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), ur[i]);
+    }
+}
+
+extern "C" int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t rows,
+                          int64_t n, struct mf_err *err)
+{
+    if (rows <= 0)
+        return 0;
+    unsigned bx = (unsigned)((n + 255) / 256);
+    dim3 grid(bx > 64 ? 64 : bx, (unsigned)rows);
+    k_swiglu<<<grid, 256, 0, mfk_stream(c)>>>(g, u, ld, n);
+    return launched("swiglu", err);
+}
+
+__global__ void k_gather(const float *src, int64_t lds, const int32_t *rows, float *dst,
+                         int64_t ldd, int64_t n)
+{
+    const float *s = src + (int64_t)rows[blockIdx.x] * lds;
+    float *d = dst + (int64_t)blockIdx.x * ldd;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        d[i] = s[i];
+}
+
+extern "C" int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows,
+                          int32_t n, float *dst, int64_t ldd, int64_t n_cols, struct mf_err *err)
+{
+    if (n <= 0)
+        return 0;
+    k_gather<<<n, 256, 0, mfk_stream(c)>>>(src, lds, rows, dst, ldd, n_cols);
+    return launched("gather", err);
+}
+
+__device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
+{
+    if (v != v)
+        return false;
+    if (bi < 0 || v > bv)
+        return true;
+    return v == bv && i < bi;
+}
+
+__global__ void k_argmax(const float *x, int64_t ldx, int64_t n, int32_t *out)
+{
+    __shared__ float sv[256];
+    __shared__ int64_t si[256];
+    const float *r = x + (int64_t)blockIdx.x * ldx;
+    float bv = -INFINITY;
+    int64_t bi = -1;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (better(r[i], i, bv, bi))
+            bv = r[i], bi = i;
+    sv[threadIdx.x] = bv;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o && si[threadIdx.x + o] >= 0 &&
+            better(sv[threadIdx.x + o], si[threadIdx.x + o], sv[threadIdx.x], si[threadIdx.x])) {
+            sv[threadIdx.x] = sv[threadIdx.x + o];
+            si[threadIdx.x] = si[threadIdx.x + o];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = (int32_t)(si[0] < 0 ? 0 : si[0]);
+}
+
+extern "C" int mfk_argmax(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t rows, int64_t n,
+                          int32_t *out, struct mf_err *err)
+{
+    if (rows <= 0)
+        return 0;
+    k_argmax<<<rows, 256, 0, mfk_stream(c)>>>(x, ldx, n, out);
+    return launched("argmax", err);
+}

@@ -1,0 +1,210 @@
+/*
+ * mem.cu: the kernels library's context (device, stream, pinned staging),
+ * device and pinned memory, copies, the staged weight upload and timers.
+ *
+ * Every CUDA call goes through ck(), which turns a failure into MF_EIO (or
+ * MF_ENOMEM for an allocation) naming the call; nothing here aborts.
+ * The upload path: the source is ordinary host memory (an mmapped GGUF), so
+ * it is copied in STAGE_BYTES pieces into two pinned buffers in turn; the
+ * DMA of one piece overlaps the memcpy of the next (an event per buffer
+ * says when it may be refilled).
+ */
+#include "kernels/kernels.h"
+
+#include <cstring>
+#include <new>
+
+#include <cuda_runtime.h>
+
+#define STAGE_BYTES ((size_t)64 << 20) /* one pinned staging buffer */
+
+struct mfk_ctx {
+    int device;
+    cudaStream_t stream;
+    void *stage[2];          /* pinned, STAGE_BYTES each; allocated on first upload */
+    cudaEvent_t staged[2];   /* recorded after the DMA out of stage[i] */
+    cudaEvent_t t0, t1;      /* timer */
+};
+
+static int ck(cudaError_t e, const char *what, struct mf_err *err)
+{
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError(); /* clear a sticky-free error so later calls see their own */
+    return mf_err_set(err, e == cudaErrorMemoryAllocation ? MF_ENOMEM : MF_EIO, "CUDA %s: %s",
+                      what, cudaGetErrorString(e));
+}
+
+extern "C" int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err)
+{
+    *out = nullptr;
+    struct mfk_ctx *c = new (std::nothrow) mfk_ctx();
+    if (!c)
+        return mf_err_set(err, MF_ENOMEM, "out of memory for a CUDA context");
+    c->device = index;
+    int rc = ck(cudaSetDevice(index), "cudaSetDevice", err);
+    if (!rc)
+        rc = ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate", err);
+    for (int i = 0; !rc && i < 2; i++)
+        rc = ck(cudaEventCreateWithFlags(&c->staged[i], cudaEventDisableTiming), "cudaEventCreate",
+                err);
+    if (!rc)
+        rc = ck(cudaEventCreate(&c->t0), "cudaEventCreate", err);
+    if (!rc)
+        rc = ck(cudaEventCreate(&c->t1), "cudaEventCreate", err);
+    if (rc) {
+        mfk_ctx_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+extern "C" void mfk_ctx_free(struct mfk_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < 2; i++) {
+        if (c->stage[i])
+            cudaFreeHost(c->stage[i]);
+        if (c->staged[i])
+            cudaEventDestroy(c->staged[i]);
+    }
+    if (c->t0)
+        cudaEventDestroy(c->t0);
+    if (c->t1)
+        cudaEventDestroy(c->t1);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    cudaGetLastError();
+    delete c;
+}
+
+extern "C" int mfk_mem_info(struct mfk_ctx *c, size_t *free_b, size_t *total_b, struct mf_err *err)
+{
+    int rc = ck(cudaSetDevice(c->device), "cudaSetDevice", err);
+    return rc ? rc : ck(cudaMemGetInfo(free_b, total_b), "cudaMemGetInfo", err);
+}
+
+extern "C" int mfk_malloc(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err)
+{
+    (void)c;
+    *p = nullptr;
+    cudaError_t e = cudaMalloc(p, n ? n : 1);
+    if (e != cudaSuccess) {
+        *p = nullptr;
+        cudaGetLastError();
+        return mf_err_set(err, e == cudaErrorMemoryAllocation ? MF_ENOMEM : MF_EIO,
+                          "CUDA cannot allocate %zu bytes of device memory: %s", n,
+                          cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+extern "C" void mfk_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+extern "C" int mfk_host_alloc(size_t n, void **p, struct mf_err *err)
+{
+    *p = nullptr;
+    cudaError_t e = cudaMallocHost(p, n ? n : 1);
+    if (e != cudaSuccess) {
+        *p = nullptr;
+        cudaGetLastError();
+        return mf_err_set(err, MF_ENOMEM, "CUDA cannot allocate %zu bytes of pinned memory: %s",
+                          n, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+extern "C" void mfk_host_free(void *p)
+{
+    if (p)
+        cudaFreeHost(p);
+}
+
+extern "C" int mfk_copy_h2d(struct mfk_ctx *c, void *dst, const void *src, size_t n,
+                            struct mf_err *err)
+{
+    return ck(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream), "copy to device",
+              err);
+}
+
+extern "C" int mfk_copy_d2h(struct mfk_ctx *c, void *dst, const void *src, size_t n,
+                            struct mf_err *err)
+{
+    return ck(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream), "copy to host",
+              err);
+}
+
+extern "C" int mfk_copy_d2d(struct mfk_ctx *c, void *dst, const void *src, size_t n,
+                            struct mf_err *err)
+{
+    return ck(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream),
+              "device-to-device copy", err);
+}
+
+extern "C" int mfk_memset(struct mfk_ctx *c, void *dst, int byte, size_t n, struct mf_err *err)
+{
+    return ck(cudaMemsetAsync(dst, byte, n, c->stream), "memset", err);
+}
+
+extern "C" int mfk_upload(struct mfk_ctx *c, void *dst, const void *src, size_t n,
+                          struct mf_err *err)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < 2; i++)
+        if (!c->stage[i])
+            rc = mfk_host_alloc(STAGE_BYTES, &c->stage[i], err);
+    if (rc)
+        return rc;
+    size_t off = 0;
+    for (int k = 0; off < n; k ^= 1) {
+        size_t len = n - off < STAGE_BYTES ? n - off : STAGE_BYTES;
+        /* the DMA that last read this buffer must be done before refilling it */
+        rc = ck(cudaEventSynchronize(c->staged[k]), "upload wait", err);
+        if (rc)
+            return rc;
+        memcpy(c->stage[k], (const char *)src + off, len);
+        rc = ck(cudaMemcpyAsync((char *)dst + off, c->stage[k], len, cudaMemcpyHostToDevice,
+                                c->stream),
+                "upload copy", err);
+        if (!rc)
+            rc = ck(cudaEventRecord(c->staged[k], c->stream), "upload event", err);
+        if (rc)
+            return rc;
+        off += len;
+    }
+    return mfk_sync(c, err);
+}
+
+extern "C" int mfk_sync(struct mfk_ctx *c, struct mf_err *err)
+{
+    return ck(cudaStreamSynchronize(c->stream), "stream (a kernel failed)", err);
+}
+
+extern "C" int mfk_timer_start(struct mfk_ctx *c, struct mf_err *err)
+{
+    return ck(cudaEventRecord(c->t0, c->stream), "timer", err);
+}
+
+extern "C" int mfk_timer_ms(struct mfk_ctx *c, float *ms, struct mf_err *err)
+{
+    int rc = ck(cudaEventRecord(c->t1, c->stream), "timer", err);
+    if (!rc)
+        rc = ck(cudaEventSynchronize(c->t1), "timer (a kernel failed)", err);
+    if (!rc)
+        rc = ck(cudaEventElapsedTime(ms, c->t0, c->t1), "timer", err);
+    return rc;
+}
+
+/* The stream of c, for the kernel launchers in this library. */
+cudaStream_t mfk_stream(struct mfk_ctx *c)
+{
+    return c->stream;
+}

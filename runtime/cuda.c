@@ -1,0 +1,445 @@
+/*
+ * cuda.c: the CUDA backend's lifecycle and its step (backend.h over the
+ * kernels of kernels/kernels.h).
+ *
+ * create: checks every tensor against what the kernels read
+ * (cuda_plan_weights), uploads them once, in their GGUF block formats, into
+ * one device buffer through pinned staging (mfk_upload), and allocates the
+ * step scratch for cfg.max_tokens tokens / cfg.max_seqs logits rows, so
+ * kv_alloc sees the memory really left.
+ * kv_alloc: the arena (backend.h layout, F16) from cuda_plan_kv_budget.
+ * step: one host->device copy of the step's arrays (cuda_plan_step_fill),
+ * then per layer: RMSNorm, q/k/v GEMV, RoPE + paged K/V store, attention,
+ * o GEMV added to the residual, RMSNorm, gate/up GEMV, SwiGLU, down GEMV
+ * added to the residual; then the logits rows are gathered, normed,
+ * projected and copied back. Every call is checked; the first failure
+ * ends the step with its error (the KV written so far is then undefined
+ * for the step's new positions only, as on the CPU after a failure).
+ *
+ * States: CREATED --kv_alloc--> READY --step--> READY; free from any.
+ * Owns the context, every device buffer and the pinned step buffer.
+ */
+#include "config.h"
+
+#include "runtime/cuda.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/cuda_plan.h"
+
+#ifdef MFC_HAVE_CUDA_RUNTIME
+
+#include "kernels/kernels.h"
+
+#define DEFAULT_MAX_TOKENS 2048
+#define DEFAULT_MAX_SEQS 256
+
+struct cuda_layer {
+    struct mfk_weight w[MODEL_W_PER_LAYER]; /* device copies, by enum model_wid */
+    const float *attn_norm, *ffn_norm;      /* device */
+};
+
+struct cuda_backend {
+    struct backend base;         /* ops = &cuda_backend_ops; must be first */
+    const struct model *m;       /* borrowed */
+    struct backend_config cfg;   /* defaults filled in */
+    struct mfk_ctx *ctx;         /* owned */
+    struct cuda_wplan plan;      /* where each tensor lives in wbuf */
+    uint8_t *wbuf;               /* device: all weights */
+    struct mfk_weight tok_embd, output;
+    const float *out_norm;       /* device */
+    struct cuda_layer *layers;   /* owned: n_layer */
+    uint16_t *kv;                /* device: the arena, F16 */
+    int32_t n_blocks;
+    /* step scratch (device), sized for cfg.max_tokens rows */
+    float *x, *xb, *q, *k, *v, *att, *hg, *hu, *out_x, *logits;
+    int32_t *ids;                /* device: argmax results */
+    int32_t last_out;            /* logits rows of the last step */
+    uint8_t *hstep, *dstep;      /* pinned host / device step arrays */
+    size_t step_cap;             /* bytes of each */
+    struct cuda_upload_stats st;
+};
+
+static struct cuda_backend *cb_of(struct backend *b)
+{
+    return (struct cuda_backend *)(void *)b;
+}
+
+int cuda_device_count(void)
+{
+    struct mf_err err = {0};
+    int n = 0;
+    return mfk_device_count(&n, &err) ? 0 : n;
+}
+
+static void cuda_free(struct backend *b)
+{
+    struct cuda_backend *cb = cb_of(b);
+    void *dev[] = {cb ? cb->wbuf : NULL};
+    if (!cb)
+        return;
+    if (cb->ctx) {
+        struct mf_err err = {0};
+        mfk_sync(cb->ctx, &err);
+    }
+    mfk_free(dev[0]);
+    mfk_free(cb->kv);
+    mfk_free(cb->x);
+    mfk_free(cb->dstep);
+    mfk_host_free(cb->hstep);
+    mfk_ctx_free(cb->ctx);
+    cuda_wplan_free(&cb->plan);
+    free(cb->layers);
+    free(cb);
+}
+
+static struct mfk_weight dev_weight(const struct cuda_backend *cb, const struct model_weight *w)
+{
+    const struct cuda_wslot *s = cuda_wplan_find(&cb->plan, w);
+    return (struct mfk_weight){
+        .data = cb->wbuf + s->off, .type = (int)w->type, .ne0 = w->ne0, .ne1 = w->ne1,
+        .row_bytes = w->row_bytes};
+}
+
+static const float *dev_vec(const struct cuda_backend *cb, const struct model_weight *w)
+{
+    return (const float *)(const void *)(cb->wbuf + cuda_wplan_find(&cb->plan, w)->off);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int upload(struct cuda_backend *cb, struct mf_err *err)
+{
+    double t0 = now_s();
+    int rc = mfk_malloc(cb->ctx, cb->plan.total, (void **)&cb->wbuf, err);
+    for (int32_t i = 0; !rc && i < cb->plan.n; i++)
+        rc = mfk_upload(cb->ctx, cb->wbuf + cb->plan.slots[i].off, cb->plan.slots[i].w->data,
+                        cb->plan.slots[i].bytes, err);
+    if (rc)
+        return rc;
+    cb->st.bytes = cb->plan.total;
+    cb->st.seconds = now_s() - t0;
+    return 0;
+}
+
+/* Step scratch: one device allocation carved into the activations. */
+static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    size_t T = (size_t)cb->cfg.max_tokens, S = (size_t)cb->cfg.max_seqs;
+    size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim;
+    size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    size_t xbw = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
+    size_t n[] = {T * (size_t)hp->n_embd, T * xbw, T * qd, T * kvd, T * kvd, T * qd,
+                  T * (size_t)hp->n_ff, T * (size_t)hp->n_ff, S * (size_t)hp->n_embd,
+                  S * (size_t)hp->n_vocab, S};
+    float **dst[] = {&cb->x, &cb->xb, &cb->q, &cb->k, &cb->v, &cb->att, &cb->hg, &cb->hu,
+                     &cb->out_x, &cb->logits, (float **)(void *)&cb->ids};
+    size_t total = 0, off[11];
+    uint8_t *base;
+    int rc;
+
+    for (int i = 0; i < 11; i++) {
+        off[i] = total;
+        total += (n[i] * 4 + CUDA_PLAN_ALIGN - 1) / CUDA_PLAN_ALIGN * CUDA_PLAN_ALIGN;
+    }
+    rc = mfk_malloc(cb->ctx, total, (void **)&base, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < 11; i++)
+        *dst[i] = (float *)(void *)(base + off[i]);
+    return 0;
+}
+
+static int cuda_create(const struct model *m, const struct backend_config *cfg,
+                       struct backend **out, struct mf_err *err)
+{
+    struct cuda_backend *cb;
+    int rc, n = 0;
+
+    *out = NULL;
+    if (cfg->kv_type != BACKEND_KV_F16)
+        return mf_err_set(err, MF_EUNSUPPORTED, "the CUDA backend stores KV in F16 only");
+    rc = mfk_device_count(&n, err);
+    if (rc)
+        return rc;
+    if (n == 0)
+        return mf_err_set(err, MF_EUNSUPPORTED, "no CUDA device is visible");
+    cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return mf_err_set(err, MF_ENOMEM, "out of memory for the CUDA backend");
+    cb->base.ops = &cuda_backend_ops;
+    cb->m = m;
+    cb->cfg = *cfg;
+    if (cb->cfg.max_tokens <= 0)
+        cb->cfg.max_tokens = DEFAULT_MAX_TOKENS;
+    if (cb->cfg.max_seqs <= 0)
+        cb->cfg.max_seqs = DEFAULT_MAX_SEQS;
+    cb->layers = calloc((size_t)m->hp.n_layer, sizeof *cb->layers);
+    if (!cb->layers)
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory for %d layers", m->hp.n_layer);
+    if (!rc)
+        rc = cuda_plan_weights(m, &cb->plan, err);
+    if (!rc)
+        rc = mfk_ctx_new(0, &cb->ctx, err);
+    if (!rc)
+        rc = upload(cb, err);
+    if (!rc)
+        rc = alloc_scratch(cb, err);
+    if (rc) {
+        cuda_free(&cb->base);
+        return rc;
+    }
+    cb->tok_embd = dev_weight(cb, &m->tok_embd);
+    cb->output = dev_weight(cb, &m->output);
+    cb->out_norm = dev_vec(cb, &m->out_norm);
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        for (int w = 0; w < MODEL_W_PER_LAYER; w++)
+            cb->layers[l].w[w] = dev_weight(cb, &m->layers[l].w[w]);
+        cb->layers[l].attn_norm = dev_vec(cb, &m->layers[l].attn_norm);
+        cb->layers[l].ffn_norm = dev_vec(cb, &m->layers[l].ffn_norm);
+    }
+    *out = &cb->base;
+    return 0;
+}
+
+static int cuda_kv_alloc(struct backend *b, int32_t *n_blocks, struct mf_err *err)
+{
+    struct cuda_backend *cb = cb_of(b);
+    uint64_t bb = backend_kv_block_bytes(cb->m, BACKEND_KV_F16), budget = 0;
+    size_t free_b = 0, total_b = 0;
+    int32_t n;
+    int rc;
+
+    if (cb->kv)
+        return mf_err_set(err, MF_EINVAL, "the KV arena is already allocated");
+    rc = mfk_mem_info(cb->ctx, &free_b, &total_b, err);
+    if (!rc)
+        rc = cuda_plan_kv_budget(total_b, free_b, getenv("MFC_GPU_MEMORY_UTILIZATION"),
+                                 cb->cfg.kv_bytes, &budget, err);
+    if (rc)
+        return rc;
+    n = backend_kv_n_blocks(cb->m, BACKEND_KV_F16, budget);
+    if (n < 1)
+        return mf_err_set(err, MF_ENOMEM,
+                          "a GPU KV budget of %" PRIu64 " bytes holds no block of %" PRIu64 " bytes",
+                          budget, bb);
+    rc = mfk_malloc(cb->ctx, (size_t)n * bb, (void **)&cb->kv, err);
+    if (rc)
+        return rc;
+    cb->n_blocks = n;
+    cb->st.kv_bytes = (uint64_t)n * bb;
+    *n_blocks = n;
+    return 0;
+}
+
+/* Grows the pinned and device step buffers to bytes. */
+static int reserve_step(struct cuda_backend *cb, size_t bytes, struct mf_err *err)
+{
+    int rc;
+
+    if (bytes <= cb->step_cap)
+        return 0;
+    mfk_host_free(cb->hstep);
+    mfk_free(cb->dstep);
+    cb->hstep = NULL;
+    cb->dstep = NULL;
+    cb->step_cap = 0;
+    bytes = bytes * 2 > (64u << 10) ? bytes * 2 : (64u << 10);
+    rc = mfk_host_alloc(bytes, (void **)&cb->hstep, err);
+    if (!rc)
+        rc = mfk_malloc(cb->ctx, bytes, (void **)&cb->dstep, err);
+    if (!rc)
+        cb->step_cap = bytes;
+    return rc;
+}
+
+/* One layer over the step's T tokens. */
+static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_plan *p,
+                     struct mf_err *err)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    const struct cuda_layer *L = &cb->layers[l];
+    struct mfk_ctx *c = cb->ctx;
+    const int64_t E = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    const int64_t xbw = qd > E ? qd : E;
+    const int32_t T = p->T;
+    const struct mfk_kv_shape ks = {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot};
+    const int32_t *d32 = (const int32_t *)(void *)cb->dstep;
+    int rc;
+
+#define D32(field) (d32 + p->field / 4)
+    rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->attn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
+    if (!rc)
+        rc = mfk_gemv(c, &L->w[MODEL_W_Q], cb->xb, xbw, T, cb->q, qd, 0, err);
+    if (!rc)
+        rc = mfk_gemv(c, &L->w[MODEL_W_K], cb->xb, xbw, T, cb->k, kvd, 0, err);
+    if (!rc)
+        rc = mfk_gemv(c, &L->w[MODEL_W_V], cb->xb, xbw, T, cb->v, kvd, 0, err);
+    if (!rc)
+        rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
+                            (const float *)(const void *)(cb->dstep + p->rope), D32(tok_pos),
+                            D32(tok_blk), cb->kv, err);
+    if (!rc)
+        rc = mfk_attention(c, &ks, l, T, cb->q, qd, D32(tok_pos), D32(tok_toff), D32(tables),
+                           cb->kv, p->max_ctx, cb->att, qd, err);
+    if (!rc)
+        rc = mfk_gemv(c, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
+    if (!rc)
+        rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->ffn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
+    if (!rc)
+        rc = mfk_gemv(c, &L->w[MODEL_W_GATE], cb->xb, xbw, T, cb->hg, F, 0, err);
+    if (!rc)
+        rc = mfk_gemv(c, &L->w[MODEL_W_UP], cb->xb, xbw, T, cb->hu, F, 0, err);
+    if (!rc)
+        rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, err);
+    if (!rc)
+        rc = mfk_gemv(c, &L->w[MODEL_W_DOWN], cb->hg, F, T, cb->x, E, 1, err);
+#undef D32
+    return rc;
+}
+
+static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *err)
+{
+    struct cuda_backend *cb = cb_of(b);
+    const struct model_hparams *hp = &cb->m->hp;
+    struct cuda_step_plan p;
+    const int64_t E = hp->n_embd;
+    const int64_t xbw = (int64_t)hp->n_head * hp->head_dim > E ? (int64_t)hp->n_head * hp->head_dim : E;
+    int rc;
+
+    if (!cb->kv)
+        return mf_err_set(err, MF_EINVAL, "step before the KV arena was allocated");
+    rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, bt, err);
+    if (rc || bt->n_seqs == 0)
+        return rc;
+    for (int32_t i = 0; i < bt->n_seqs; i++)
+        if (bt->seqs[i].lora.n)
+            return mf_err_set(err, MF_EUNSUPPORTED,
+                              "sequence %d asks for a LoRA adapter, which the CUDA backend "
+                              "does not apply yet", i);
+    cuda_plan_step_size(cb->m, bt, &p);
+    {
+        struct mfk_kv_shape ks = {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot};
+        if (p.max_ctx > mfk_attention_max_ctx(&ks))
+            return mf_err_set(err, MF_EUNSUPPORTED,
+                              "a context of %d tokens is longer than the CUDA attention kernel's "
+                              "%d", p.max_ctx, mfk_attention_max_ctx(&ks));
+    }
+    rc = reserve_step(cb, p.bytes, err);
+    if (rc)
+        return rc;
+    /* the previous step's copy out of hstep is complete: steps end in a sync */
+    cuda_plan_step_fill(cb->m, bt, &p, cb->hstep);
+    rc = mfk_copy_h2d(cb->ctx, cb->dstep, cb->hstep, p.bytes, err);
+    if (!rc)
+        rc = mfk_embed(cb->ctx, &cb->tok_embd, (const int32_t *)(void *)(cb->dstep + p.tok_id),
+                       p.T, cb->x, E, err);
+    for (int32_t l = 0; !rc && l < hp->n_layer; l++)
+        rc = run_layer(cb, l, &p, err);
+    if (!rc && p.n_out > 0) {
+        rc = mfk_gather(cb->ctx, cb->x, E, (const int32_t *)(void *)(cb->dstep + p.out_rows),
+                        p.n_out, cb->out_x, E, E, err);
+        if (!rc)
+            rc = mfk_rmsnorm(cb->ctx, cb->out_x, E, NULL, 0, cb->out_norm, cb->xb, xbw, p.n_out, E,
+                             hp->rms_eps, err);
+        if (!rc)
+            rc = mfk_gemv(cb->ctx, &cb->output, cb->xb, xbw, p.n_out, cb->logits, hp->n_vocab, 0,
+                          err);
+        if (!rc && bt->logits)
+            rc = mfk_copy_d2h(cb->ctx, bt->logits, cb->logits,
+                              (size_t)p.n_out * (size_t)hp->n_vocab * sizeof(float), err);
+    }
+    if (!rc)
+        rc = mfk_sync(cb->ctx, err);
+    if (rc) {
+        struct mf_err e2 = {0};
+        mfk_sync(cb->ctx, &e2); /* drain what was queued before the failure */
+    }
+    cb->last_out = rc ? 0 : p.n_out;
+    return rc;
+}
+
+void cuda_backend_stats(const struct backend *b, struct cuda_upload_stats *st)
+{
+    *st = ((const struct cuda_backend *)(const void *)b)->st;
+}
+
+int cuda_backend_argmax(struct backend *b, int32_t n, int32_t *ids, struct mf_err *err)
+{
+    struct cuda_backend *cb = cb_of(b);
+    int rc;
+
+    if (n < 0 || n > cb->last_out)
+        return mf_err_set(err, MF_EINVAL, "argmax over %d rows; the last step produced %d", n,
+                          cb->last_out);
+    rc = mfk_argmax(cb->ctx, cb->logits, cb->m->hp.n_vocab, n, cb->m->hp.n_vocab, cb->ids, err);
+    if (!rc)
+        rc = mfk_copy_d2h(cb->ctx, ids, cb->ids, (size_t)n * sizeof *ids, err);
+    return rc ? rc : mfk_sync(cb->ctx, err);
+}
+
+const struct backend_ops cuda_backend_ops = {
+    .name = "cuda",
+    .create = cuda_create,
+    .kv_alloc = cuda_kv_alloc,
+    .step = cuda_step,
+    .free = cuda_free,
+};
+
+#else /* !MFC_HAVE_CUDA_RUNTIME: a build that cannot link CUDA */
+
+int cuda_device_count(void)
+{
+    return 0;
+}
+
+static int cuda_create(const struct model *m, const struct backend_config *cfg,
+                       struct backend **out, struct mf_err *err)
+{
+    *out = NULL;
+    return mf_err_set(err, MF_EUNSUPPORTED, "this mfc was built without the CUDA runtime");
+}
+
+static int cuda_kv_alloc(struct backend *b, int32_t *n_blocks, struct mf_err *err)
+{
+    return mf_err_set(err, MF_EUNSUPPORTED, "this mfc was built without the CUDA runtime");
+}
+
+static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *err)
+{
+    return mf_err_set(err, MF_EUNSUPPORTED, "this mfc was built without the CUDA runtime");
+}
+
+static void cuda_free(struct backend *b)
+{
+}
+
+void cuda_backend_stats(const struct backend *b, struct cuda_upload_stats *st)
+{
+    memset(st, 0, sizeof *st);
+}
+
+int cuda_backend_argmax(struct backend *b, int32_t n, int32_t *ids, struct mf_err *err)
+{
+    return mf_err_set(err, MF_EUNSUPPORTED, "this mfc was built without the CUDA runtime");
+}
+
+const struct backend_ops cuda_backend_ops = {
+    .name = "cuda",
+    .create = cuda_create,
+    .kv_alloc = cuda_kv_alloc,
+    .step = cuda_step,
+    .free = cuda_free,
+};
+
+#endif

@@ -1,0 +1,212 @@
+/*
+ * cuda_plan.c: weight placement, the KV budget and per-step bookkeeping of
+ * the CUDA backend (see cuda_plan.h). Pure host code: no CUDA calls, so it
+ * builds and is tested on machines without the CUDA libraries.
+ */
+#include "runtime/cuda_plan.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t align_up(uint64_t v)
+{
+    return (v + CUDA_PLAN_ALIGN - 1) / CUDA_PLAN_ALIGN * CUDA_PLAN_ALIGN;
+}
+
+int cuda_plan_type_ok(enum ggml_type t, int64_t ne0)
+{
+    switch (t) {
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16:
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0:
+        return ne0 > 0 && ne0 % 32 == 0;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+        return ne0 > 0 && ne0 % 256 == 0;
+    default:
+        return 0;
+    }
+}
+
+/* ---- weights ------------------------------------------------------------ */
+
+static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matrix,
+                    struct mf_err *err)
+{
+    if (!w->data)
+        return 0;
+    if (matrix ? !cuda_plan_type_ok(w->type, w->ne0) : w->type != GGML_TYPE_F32)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend cannot read tensor %s: type %s with rows of %" PRId64
+                          " elements",
+                          w->name ? w->name : "?", ggml_type_name((uint32_t)w->type), w->ne0);
+    p->slots[p->n] = (struct cuda_wslot){.w = w, .off = p->total, .bytes = w->row_bytes * (uint64_t)w->ne1};
+    p->total = align_up(p->total + p->slots[p->n].bytes);
+    p->n++;
+    return 0;
+}
+
+int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err)
+{
+    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 2);
+    int rc;
+
+    memset(p, 0, sizeof *p);
+    p->slots = calloc((size_t)cap, sizeof *p->slots);
+    if (!p->slots)
+        return mf_err_set(err, MF_ENOMEM, "out of memory planning %d weight uploads", cap);
+    rc = add_slot(p, &m->tok_embd, 1, err);
+    if (!rc && !m->tied)
+        rc = add_slot(p, &m->output, 1, err);
+    if (!rc)
+        rc = add_slot(p, &m->out_norm, 0, err);
+    for (int32_t l = 0; !rc && l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        rc = add_slot(p, &L->attn_norm, 0, err);
+        for (int w = 0; !rc && w < MODEL_W_PER_LAYER; w++)
+            rc = add_slot(p, &L->w[w], 1, err);
+        if (!rc)
+            rc = add_slot(p, &L->ffn_norm, 0, err);
+    }
+    if (rc)
+        cuda_wplan_free(p);
+    return rc;
+}
+
+void cuda_wplan_free(struct cuda_wplan *p)
+{
+    free(p->slots);
+    memset(p, 0, sizeof *p);
+}
+
+const struct cuda_wslot *cuda_wplan_find(const struct cuda_wplan *p, const struct model_weight *w)
+{
+    for (int32_t i = 0; i < p->n; i++)
+        if (p->slots[i].w == w || (w->data && p->slots[i].w->data == w->data))
+            return &p->slots[i];
+    return NULL;
+}
+
+/* ---- KV budget ---------------------------------------------------------- */
+
+int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uint64_t kv_bytes,
+                        uint64_t *budget, struct mf_err *err)
+{
+    double u = CUDA_DEFAULT_UTILIZATION, allowed, used;
+    char *end = NULL;
+
+    if (kv_bytes) {
+        *budget = kv_bytes;
+        return 0;
+    }
+    if (util && *util) {
+        errno = 0;
+        u = strtod(util, &end);
+        if (errno || end == util || *end || !(u > 0.0 && u <= 1.0))
+            return mf_err_set(err, MF_EINVAL,
+                              "MFC_GPU_MEMORY_UTILIZATION='%s' is not a fraction in (0, 1]", util);
+    }
+    if (free_b > total_b)
+        free_b = total_b;
+    allowed = u * (double)total_b;
+    used = (double)(total_b - free_b);
+    if (allowed - used < 1.0)
+        return mf_err_set(err, MF_ENOMEM,
+                          "no GPU memory left for the KV cache: %.2f GiB in use of the %.2f GiB "
+                          "that MFC_GPU_MEMORY_UTILIZATION=%.2f allows",
+                          used / 1073741824.0, allowed / 1073741824.0, u);
+    *budget = (uint64_t)floor(allowed - used);
+    if (*budget > free_b)
+        *budget = free_b;
+    return 0;
+}
+
+/* ---- one step ----------------------------------------------------------- */
+
+static size_t take(size_t *off, size_t bytes)
+{
+    size_t at = *off;
+    *off = (size_t)align_up(at + bytes);
+    return at;
+}
+
+void cuda_plan_step_size(const struct model *m, const struct batch *bt, struct cuda_step_plan *p)
+{
+    size_t off = 0, T;
+
+    memset(p, 0, sizeof *p);
+    for (int32_t i = 0; i < bt->n_seqs; i++) {
+        const struct batch_seq *sq = &bt->seqs[i];
+        int32_t ctx = sq->n_past + sq->n_tokens;
+        p->T += sq->n_tokens;
+        p->n_out += sq->want_logits ? 1 : 0;
+        p->n_tables += (ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+        if (ctx > p->max_ctx)
+            p->max_ctx = ctx;
+    }
+    T = (size_t)p->T;
+    p->tok_id = take(&off, T * 4);
+    p->tok_pos = take(&off, T * 4);
+    p->tok_blk = take(&off, T * 4);
+    p->tok_toff = take(&off, T * 4);
+    p->out_rows = take(&off, (size_t)p->n_out * 4);
+    p->tables = take(&off, (size_t)p->n_tables * 4);
+    p->rope = take(&off, T * (size_t)m->hp.n_rot * sizeof(float));
+    p->bytes = off;
+}
+
+static float rd_f32(const void *base, int64_t i)
+{
+    float f;
+    memcpy(&f, (const uint8_t *)base + 4 * i, 4);
+    return f;
+}
+
+/* The CPU backend's rope_row (cpu_fwd.c), kept identical on purpose. */
+static void rope_row(const struct model *m, int32_t pos, float *cs)
+{
+    const struct model_hparams *hp = &m->hp;
+    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+    float theta = (float)pos;
+
+    for (int32_t i = 0; i < hp->n_rot / 2; i++) {
+        float ff = m->rope_freqs.data ? rd_f32(m->rope_freqs.data, i) : 1.0f;
+        float th = hp->rope_freq_scale * (theta / ff);
+        cs[2 * i] = cosf(th);
+        cs[2 * i + 1] = sinf(th);
+        theta *= theta_scale;
+    }
+}
+
+void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
+                         const struct cuda_step_plan *p, void *buf)
+{
+    uint8_t *b = buf;
+    int32_t *id = (int32_t *)(void *)(b + p->tok_id), *pos = (int32_t *)(void *)(b + p->tok_pos);
+    int32_t *blk = (int32_t *)(void *)(b + p->tok_blk), *toff = (int32_t *)(void *)(b + p->tok_toff);
+    int32_t *out = (int32_t *)(void *)(b + p->out_rows), *tab = (int32_t *)(void *)(b + p->tables);
+    float *rope = (float *)(void *)(b + p->rope);
+    int32_t t = 0, n_out = 0, nt = 0;
+
+    for (int32_t i = 0; i < bt->n_seqs; i++) {
+        const struct batch_seq *sq = &bt->seqs[i];
+        int32_t nb = (sq->n_past + sq->n_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+        memcpy(tab + nt, sq->block_table, (size_t)nb * sizeof *tab);
+        for (int32_t j = 0; j < sq->n_tokens; j++, t++) {
+            id[t] = sq->tokens[j];
+            pos[t] = sq->n_past + j;
+            blk[t] = sq->block_table[pos[t] / KV_BLOCK_TOKENS];
+            toff[t] = nt;
+            rope_row(m, pos[t], rope + (size_t)t * (size_t)m->hp.n_rot);
+        }
+        if (sq->want_logits)
+            out[n_out++] = t - 1;
+        nt += nb;
+    }
+}

@@ -1,0 +1,96 @@
+/*
+ * cuda_plan.h: the CUDA backend's host-side planning, which needs no GPU
+ * and is unit-tested everywhere (tests/unit/test_cuda_host.c):
+ *
+ *   - weight placement: every tensor a step reads gets a 256-byte aligned
+ *     offset in one device buffer, in its GGUF block format (a tied output
+ *     shares token_embd's copy);
+ *   - the KV budget: MFC_GPU_MEMORY_UTILIZATION's share of the device's
+ *     memory minus what is already in use (vLLM's gpu_memory_utilization);
+ *   - one step's bookkeeping: the per-token arrays, the flattened block
+ *     tables and the RoPE angles, laid out in one buffer that a single copy
+ *     moves to the device.
+ *
+ * Nothing here allocates device memory or calls CUDA; runtime/cuda.c does.
+ */
+#ifndef MFC_CUDA_PLAN_H
+#define MFC_CUDA_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "runtime/batch.h"
+#include "runtime/model.h"
+
+#define CUDA_PLAN_ALIGN 256 /* device offsets of weights and step arrays */
+#define CUDA_DEFAULT_UTILIZATION 0.9
+
+/* 1 if the CUDA kernels handle a projection/embedding of type t with rows
+ * of ne0 elements (the same rule as kernels.h mfk_weight_ok). */
+int cuda_plan_type_ok(enum ggml_type t, int64_t ne0);
+
+/* ---- weights ------------------------------------------------------------ */
+
+struct cuda_wslot {
+    const struct model_weight *w; /* borrowed from the model */
+    uint64_t off;                 /* byte offset in the device buffer */
+    uint64_t bytes;               /* ne1 * row_bytes */
+};
+
+struct cuda_wplan {
+    struct cuda_wslot *slots; /* owned: one per distinct tensor, in upload order */
+    int32_t n;
+    uint64_t total;           /* bytes of the device buffer */
+};
+
+/* Places every tensor of m: token_embd, output (unless tied), output_norm,
+ * and per layer attn_norm, the 7 projections, ffn_norm. Fails with
+ * MF_EUNSUPPORTED naming the first tensor the kernels cannot read,
+ * MF_ENOMEM; *p is empty then. */
+int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err);
+void cuda_wplan_free(struct cuda_wplan *p); /* accepts an empty plan */
+/* The slot of w in p (by pointer, or by data for a tied output), or NULL. */
+const struct cuda_wslot *cuda_wplan_find(const struct cuda_wplan *p, const struct model_weight *w);
+
+/* ---- KV budget ---------------------------------------------------------- */
+
+/* Bytes for the KV arena. kv_bytes (the backend config) wins when nonzero.
+ * Otherwise util (MFC_GPU_MEMORY_UTILIZATION as read by the caller, NULL
+ * for 0.9) is the share of total_b the process may fill, and the budget is
+ * util * total_b minus what is in use now (total_b - free_b: weights,
+ * scratch, other processes). MF_EINVAL for a util that is not a number in
+ * (0, 1], MF_ENOMEM when nothing is left. */
+int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uint64_t kv_bytes,
+                        uint64_t *budget, struct mf_err *err);
+
+/* ---- one step ----------------------------------------------------------- */
+
+/* Offsets (bytes from the buffer start) and counts of a step's arrays. */
+struct cuda_step_plan {
+    int32_t T;        /* new tokens */
+    int32_t n_out;    /* logits rows */
+    int32_t n_tables; /* block table entries, all sequences */
+    int32_t max_ctx;  /* largest position + 1 */
+    size_t tok_id;    /* int32 (T): token ids */
+    size_t tok_pos;   /* int32 (T): positions */
+    size_t tok_blk;   /* int32 (T): physical block the token's K/V goes to */
+    size_t tok_toff;  /* int32 (T): offset of its sequence's table in tables */
+    size_t out_rows;  /* int32 (n_out): token row of each logits row */
+    size_t tables;    /* int32 (n_tables): the block tables, sequence after sequence */
+    size_t rope;      /* float (T, n_rot): cos, sin of each rotated pair */
+    size_t bytes;     /* total */
+};
+
+/* Sizes the step (no writes). The batch must have passed
+ * backend_check_batch. */
+void cuda_plan_step_size(const struct model *m, const struct batch *bt, struct cuda_step_plan *p);
+
+/* Fills buf (p->bytes, from cuda_plan_step_size) with the step's arrays.
+ * The RoPE angles are computed as the CPU backend computes them (theta
+ * advanced by repeated float multiplication, llama3 frequency divisors,
+ * linear scaling), so both backends rotate by the same floats. */
+void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
+                         const struct cuda_step_plan *p, void *buf);
+
+#endif

@@ -1,0 +1,617 @@
+/*
+ * test_cuda.c: the CUDA kernels and backend against the CPU reference, on
+ * a GPU host (tests/gpu/run builds and runs it; CI has no GPU).
+ *
+ *   test_cuda [MODEL.gguf ...]
+ *
+ * Kernels, on fresh random inputs, outputs poisoned with NaN first so an
+ * unwritten element fails:
+ *   dequantize, embedding  bit-exact with common/quant.h, every type
+ *   gemv                   ||y - ref|| / ||ref|| < 1e-5 (ref in double over the
+ *                          CPU-dequantized weights and the activations rounded
+ *                          as the CPU rounds them), nt = 1, 3, 8, 11, add on/off
+ *   rmsnorm (+residual)    < 1e-6;  swiglu < 1e-6
+ *   rope + paged K/V store q < 1e-6; every stored fp16 within 1 ulp, the rest
+ *                          of the arena untouched
+ *   attention              < 1e-4 against a double reference that rounds q and
+ *                          the softmax weights to fp16 as the kernel promises
+ *   argmax                 exact, ties and NaN included
+ * Each model: the CUDA backend against the CPU backend (F16 KV both):
+ * two sequences, chunked prefill then 24 greedy decode steps with
+ * shuffled block tables; logits rel. error bound per weight type (printed),
+ * greedy tokens must be identical for F32/F16/BF16 models.
+ * Prints one line per check and exits 1 if any failed.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ggml_type.h"
+#include "common/quant.h"
+#include "kernels/kernels.h"
+#include "runtime/backend.h"
+#include "runtime/cuda.h"
+#include "runtime/model.h"
+
+static int failures;
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t next_u64(void)
+{
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    return (float)((double)(next_u64() >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+/* One line: the check, what was measured (what: "rel err", "elements
+ * differ", ...) and its bound. */
+static void report(const char *name, int ok, const char *what, double v, double bound)
+{
+    printf("%s %-44s %s %.3g (bound %.1e)\n", ok ? "ok  " : "FAIL", name, what, v, bound);
+    if (!ok)
+        failures++;
+}
+
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        struct mf_err e_ = {0};                                                                  \
+        int r_ = (call);                                                                         \
+        (void)e_;                                                                                \
+        if (r_) {                                                                                \
+            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, r_);           \
+            exit(2);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static struct mf_err err;
+static struct mfk_ctx *ctx;
+
+static void *dalloc(size_t n)
+{
+    void *p;
+    if (mfk_malloc(ctx, n, &p, &err)) {
+        fprintf(stderr, "test_cuda: %s\n", err.msg);
+        exit(2);
+    }
+    return p;
+}
+
+static void h2d(void *d, const void *h, size_t n)
+{
+    CK(mfk_copy_h2d(ctx, d, h, n, &err));
+    CK(mfk_sync(ctx, &err));
+}
+
+static void d2h(void *h, const void *d, size_t n)
+{
+    CK(mfk_copy_d2h(ctx, h, d, n, &err));
+    CK(mfk_sync(ctx, &err));
+}
+
+static void poison(void *d, size_t n)
+{
+    CK(mfk_memset(ctx, d, 0xFF, n, &err)); /* all-ones floats are NaN */
+}
+
+static double rel_err(const float *y, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        if (y[i] != y[i])
+            return INFINITY;
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static float round_act(enum ggml_type t, float x)
+{
+    if (t == GGML_TYPE_F16)
+        return quant_f16_to_f32(quant_f32_to_f16(x));
+    if (t == GGML_TYPE_BF16)
+        return quant_bf16_to_f32(quant_f32_to_bf16(x));
+    return x;
+}
+
+/* ---- weights: dequantize, embedding, gemv -------------------------------- */
+
+static void test_type(enum ggml_type t)
+{
+    const int64_t ne0 = 512, ne1 = 259; /* rows not a multiple of the 4 a block takes */
+    uint64_t rb;
+    char name[96];
+    ggml_type_row_size(t, (uint64_t)ne0, &rb);
+    float *src = malloc((size_t)(ne0 * ne1) * 4), *deq = malloc((size_t)(ne0 * ne1) * 4);
+    float *got = malloc((size_t)(ne0 * ne1) * 4);
+    uint8_t *q = malloc((size_t)rb * (size_t)ne1);
+    for (int64_t i = 0; i < ne0 * ne1; i++)
+        src[i] = frand() * 0.05f;
+    for (int64_t r = 0; r < ne1; r++) {
+        CK(quant_quantize_row(t, src + r * ne0, q + r * rb, ne0, &err));
+        CK(quant_dequantize_row(t, q + r * rb, deq + r * ne0, ne0, &err));
+    }
+    void *dw = dalloc((size_t)rb * (size_t)ne1);
+    h2d(dw, q, (size_t)rb * (size_t)ne1);
+    struct mfk_weight w = {.data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+
+    /* dequantize: bit-exact */
+    float *dout = dalloc((size_t)(ne0 * ne1) * 4);
+    poison(dout, (size_t)(ne0 * ne1) * 4);
+    CK(mfk_dequant_rows(ctx, &w, 0, (int32_t)ne1, dout, &err));
+    d2h(got, dout, (size_t)(ne0 * ne1) * 4);
+    snprintf(name, sizeof name, "dequantize %s (bit-exact)", ggml_type_name(t));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < ne0 * ne1; i++)
+        bad += memcmp(&got[i], &deq[i], 4) != 0;
+    report(name, bad == 0, "elements differ", (double)bad, 0);
+
+    /* embedding of 5 rows, one repeated */
+    int32_t ids[5] = {3, 258, 0, 3, 100};
+    int32_t *dids = dalloc(sizeof ids);
+    h2d(dids, ids, sizeof ids);
+    poison(dout, 5 * (size_t)ne0 * 4);
+    CK(mfk_embed(ctx, &w, dids, 5, dout, ne0, &err));
+    d2h(got, dout, 5 * (size_t)ne0 * 4);
+    bad = 0;
+    for (int k = 0; k < 5; k++)
+        bad += memcmp(got + k * ne0, deq + ids[k] * ne0, (size_t)ne0 * 4) != 0;
+    snprintf(name, sizeof name, "embedding %s (bit-exact)", ggml_type_name(t));
+    report(name, bad == 0, "rows differ", (double)bad, 0);
+
+    /* gemv */
+    static const int nts[] = {1, 3, 8, 11};
+    for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+        const int nt = nts[k];
+        const int64_t ldx = ne0 + 4, ldy = ne1 + 3;
+        float *x = malloc((size_t)(nt * ldx) * 4), *y0 = malloc((size_t)(nt * ldy) * 4);
+        float *y = malloc((size_t)(nt * ldy) * 4);
+        double *ref = malloc((size_t)(nt * ne1) * 8);
+        float *yc = malloc((size_t)(nt * ne1) * 4);
+        for (int64_t i = 0; i < nt * ldx; i++)
+            x[i] = frand();
+        for (int64_t i = 0; i < nt * ldy; i++)
+            y0[i] = frand();
+        for (int add = 0; add < 2; add++) {
+            for (int c = 0; c < nt; c++)
+                for (int64_t r = 0; r < ne1; r++) {
+                    double s = add ? (double)y0[c * ldy + r] : 0.0;
+                    for (int64_t i = 0; i < ne0; i++)
+                        s += (double)deq[r * ne0 + i] * (double)round_act(t, x[c * ldx + i]);
+                    ref[c * ne1 + r] = s;
+                }
+            float *dx = dalloc((size_t)(nt * ldx) * 4), *dy = dalloc((size_t)(nt * ldy) * 4);
+            h2d(dx, x, (size_t)(nt * ldx) * 4);
+            if (add)
+                h2d(dy, y0, (size_t)(nt * ldy) * 4);
+            else
+                poison(dy, (size_t)(nt * ldy) * 4);
+            CK(mfk_gemv(ctx, &w, dx, ldx, nt, dy, ldy, add, &err));
+            d2h(y, dy, (size_t)(nt * ldy) * 4);
+            for (int c = 0; c < nt; c++)
+                memcpy(yc + c * ne1, y + c * ldy, (size_t)ne1 * 4);
+            double e = rel_err(yc, ref, (size_t)(nt * ne1));
+            snprintf(name, sizeof name, "gemv %s nt=%d%s", ggml_type_name(t), nt, add ? " add" : "");
+            report(name, e < 1e-5, "rel err", e, 1e-5);
+            mfk_free(dx);
+            mfk_free(dy);
+        }
+        free(x), free(y0), free(y), free(ref), free(yc);
+    }
+    mfk_free(dids);
+    mfk_free(dout);
+    mfk_free(dw);
+    free(src), free(deq), free(got), free(q);
+}
+
+/* ---- rmsnorm, swiglu ------------------------------------------------------ */
+
+static void test_norm_swiglu(void)
+{
+    const int rows = 7;
+    const int64_t n = 1000, ld = 1004;
+    float *x = malloc(rows * ld * 4), *r = malloc(rows * ld * 4), *g = malloc(n * 4);
+    float *y = malloc(rows * ld * 4), *xo = malloc(rows * ld * 4);
+    double *ref = malloc(rows * n * 8), *refx = malloc(rows * n * 8);
+    float *yc = malloc(rows * n * 4), *xc = malloc(rows * n * 4);
+    for (int64_t i = 0; i < rows * ld; i++)
+        x[i] = frand() * 3, r[i] = frand();
+    for (int64_t i = 0; i < n; i++)
+        g[i] = 1 + frand() * 0.1f;
+    float *dx = dalloc(rows * ld * 4), *dr = dalloc(rows * ld * 4), *dg = dalloc(n * 4);
+    float *dy = dalloc(rows * ld * 4);
+    for (int res = 0; res < 2; res++) {
+        for (int k = 0; k < rows; k++) {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double v = (double)x[k * ld + i] + (res ? (double)r[k * ld + i] : 0);
+                refx[k * n + i] = v;
+                s += v * v;
+            }
+            double sc = 1.0 / sqrt(s / (double)n + 1e-5);
+            for (int64_t i = 0; i < n; i++)
+                ref[k * n + i] = refx[k * n + i] * sc * g[i];
+        }
+        h2d(dx, x, rows * ld * 4);
+        h2d(dr, r, rows * ld * 4);
+        h2d(dg, g, n * 4);
+        poison(dy, rows * ld * 4);
+        CK(mfk_rmsnorm(ctx, dx, ld, res ? dr : NULL, ld, dg, dy, ld, rows, n, 1e-5f, &err));
+        d2h(y, dy, rows * ld * 4);
+        d2h(xo, dx, rows * ld * 4);
+        for (int k = 0; k < rows; k++) {
+            memcpy(yc + k * n, y + k * ld, n * 4);
+            memcpy(xc + k * n, xo + k * ld, n * 4);
+        }
+        report(res ? "rmsnorm + residual add" : "rmsnorm", rel_err(yc, ref, rows * n) < 1e-6,
+               "rel err", rel_err(yc, ref, rows * n), 1e-6);
+        if (res)
+            report("rmsnorm residual written back", rel_err(xc, refx, rows * n) < 1e-7,
+                   "rel err", rel_err(xc, refx, rows * n), 1e-7);
+    }
+    /* swiglu */
+    for (int k = 0; k < rows; k++)
+        for (int64_t i = 0; i < n; i++) {
+            double gv = x[k * ld + i], uv = r[k * ld + i];
+            ref[k * n + i] = gv / (1 + exp(-gv)) * uv;
+        }
+    h2d(dx, x, rows * ld * 4);
+    h2d(dr, r, rows * ld * 4);
+    CK(mfk_swiglu(ctx, dx, dr, ld, rows, n, &err));
+    d2h(y, dx, rows * ld * 4);
+    for (int k = 0; k < rows; k++)
+        memcpy(yc + k * n, y + k * ld, n * 4);
+    report("swiglu", rel_err(yc, ref, rows * n) < 1e-6, "rel err", rel_err(yc, ref, rows * n),
+           1e-6);
+    mfk_free(dx), mfk_free(dr), mfk_free(dg), mfk_free(dy);
+    free(x), free(r), free(g), free(y), free(xo), free(ref), free(refx), free(yc), free(xc);
+}
+
+/* ---- rope + K/V store, attention ------------------------------------------ */
+
+#define KVB 16
+
+static size_t kv_idx(const struct mfk_kv_shape *s, int blk, int layer, int kv, int head)
+{
+    return ((((size_t)blk * s->n_layer + layer) * 2 + kv) * s->n_head_kv + head) * KVB * s->head_dim;
+}
+
+static float h16(uint16_t h)
+{
+    return quant_f16_to_f32(h);
+}
+
+static void test_attention(int n_head, int n_head_kv, int hd, int n_rot)
+{
+    const struct mfk_kv_shape s = {2, n_head, n_head_kv, hd, n_rot};
+    const int layer = 1, n_blocks = 40, ratio = n_head / n_head_kv;
+    /* three sequences: a 200-token context decoding 1 token, a fresh 37-token
+     * prompt, a 16-token past plus 5 new tokens */
+    const int past[3] = {199, 0, 16}, nnew[3] = {1, 37, 5};
+    int32_t tables[64], toff[64], pos[64], blk[64];
+    int T = 0, nt = 0, max_ctx = 0;
+    int perm[40];
+    char name[96];
+    for (int i = 0; i < n_blocks; i++)
+        perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(next_u64() % (uint64_t)(i + 1)), tmp = perm[i];
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    int pb = 0;
+    for (int sq = 0; sq < 3; sq++) {
+        int ctxn = past[sq] + nnew[sq], nb = (ctxn + KVB - 1) / KVB;
+        for (int b = 0; b < nb; b++)
+            tables[nt + b] = perm[pb++];
+        for (int j = 0; j < nnew[sq]; j++, T++) {
+            pos[T] = past[sq] + j;
+            blk[T] = tables[nt + pos[T] / KVB];
+            toff[T] = nt;
+        }
+        nt += nb;
+        max_ctx = ctxn > max_ctx ? ctxn : max_ctx;
+    }
+    const int64_t qd = (int64_t)n_head * hd, kvd = (int64_t)n_head_kv * hd;
+    size_t kv_elems = kv_idx(&s, n_blocks, 0, 0, 0);
+    uint16_t *kv = malloc(kv_elems * 2), *kv_got = malloc(kv_elems * 2);
+    for (size_t i = 0; i < kv_elems; i++)
+        kv[i] = quant_f32_to_f16(frand());
+    float *q = malloc(T * qd * 4), *k = malloc(T * kvd * 4), *v = malloc(T * kvd * 4);
+    float *rope = malloc(T * n_rot * 4), *qgot = malloc(T * qd * 4);
+    double *qref = malloc(T * qd * 8);
+    for (int64_t i = 0; i < T * qd; i++)
+        q[i] = frand();
+    for (int64_t i = 0; i < T * kvd; i++)
+        k[i] = frand(), v[i] = frand();
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            double th = pos[t] * pow(10000.0, -2.0 * i / n_rot);
+            rope[t * n_rot + 2 * i] = (float)cos(th);
+            rope[t * n_rot + 2 * i + 1] = (float)sin(th);
+        }
+    /* reference rope (on the host copies) */
+    float *kref = malloc(T * kvd * 4);
+    memcpy(kref, k, T * kvd * 4);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < n_head + n_head_kv; h++)
+            for (int d = 0; d < hd; d += 2) {
+                float *y = h < n_head ? q + t * qd + h * hd : kref + t * kvd + (h - n_head) * hd;
+                double x0 = y[d], x1 = y[d + 1];
+                if (d < n_rot) {
+                    double c = rope[t * n_rot + d], sn = rope[t * n_rot + d + 1];
+                    double r0 = x0 * c - x1 * sn, r1 = x0 * sn + x1 * c;
+                    if (h < n_head)
+                        qref[t * qd + h * hd + d] = r0, qref[t * qd + h * hd + d + 1] = r1;
+                    else
+                        y[d] = (float)r0, y[d + 1] = (float)r1;
+                } else if (h < n_head) {
+                    qref[t * qd + h * hd + d] = x0, qref[t * qd + h * hd + d + 1] = x1;
+                }
+            }
+    }
+    uint16_t *dkv = dalloc(kv_elems * 2);
+    float *dq = dalloc(T * qd * 4), *dk = dalloc(T * kvd * 4), *dv = dalloc(T * kvd * 4);
+    float *drope = dalloc(T * n_rot * 4), *dout = dalloc(T * qd * 4);
+    int32_t *dpos = dalloc(T * 4), *dblk = dalloc(T * 4), *dtoff = dalloc(T * 4), *dtab = dalloc(nt * 4);
+    h2d(dkv, kv, kv_elems * 2);
+    h2d(dq, q, T * qd * 4);
+    h2d(dk, k, T * kvd * 4);
+    h2d(dv, v, T * kvd * 4);
+    h2d(drope, rope, T * n_rot * 4);
+    h2d(dpos, pos, T * 4);
+    h2d(dblk, blk, T * 4);
+    h2d(dtoff, toff, T * 4);
+    h2d(dtab, tables, nt * 4);
+    CK(mfk_rope_store(ctx, &s, layer, T, dq, qd, dk, dv, kvd, drope, dpos, dblk, dkv, &err));
+    d2h(qgot, dq, T * qd * 4);
+    d2h(kv_got, dkv, kv_elems * 2);
+    snprintf(name, sizeof name, "rope q (%d/%d heads, hd %d, rot %d)", n_head, n_head_kv, hd, n_rot);
+    report(name, rel_err(qgot, qref, T * qd) < 1e-6, "rel err", rel_err(qgot, qref, T * qd), 1e-6);
+    /* expected arena: the old one with every new token's K/V written */
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head_kv; h++)
+            for (int d = 0; d < hd; d++) {
+                kv[kv_idx(&s, blk[t], layer, 0, h) + d * KVB + pos[t] % KVB] =
+                    quant_f32_to_f16(kref[t * kvd + h * hd + d]);
+                kv[kv_idx(&s, blk[t], layer, 1, h) + (pos[t] % KVB) * hd + d] =
+                    quant_f32_to_f16(v[t * kvd + h * hd + d]);
+            }
+    int64_t bad = 0;
+    for (size_t i = 0; i < kv_elems; i++) {
+        int diff = (int)kv[i] - (int)kv_got[i];
+        bad += diff < -1 || diff > 1;
+    }
+    snprintf(name, sizeof name, "paged K/V store (1 ulp; rest untouched)");
+    report(name, bad == 0, "elements off", (double)bad, 0);
+    memcpy(kv, kv_got, kv_elems * 2); /* the reference attends over what was stored */
+
+    /* attention reference */
+    double *ref = malloc(T * qd * 8);
+    double *sc = malloc(max_ctx * 8);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head; h++) {
+            int g = h / ratio, np = pos[t] + 1;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < np; j++) {
+                const uint16_t *kt = kv + kv_idx(&s, tables[toff[t] + j / KVB], layer, 0, g);
+                double acc = 0;
+                for (int d = 0; d < hd; d++)
+                    acc += (double)h16(quant_f32_to_f16(qgot[t * qd + h * hd + d])) *
+                           h16(kt[d * KVB + j % KVB]);
+                sc[j] = acc / sqrt((double)hd);
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j < np; j++)
+                sc[j] = exp(sc[j] - mx), sum += sc[j];
+            for (int d = 0; d < hd; d++)
+                ref[t * qd + h * hd + d] = 0;
+            for (int j = 0; j < np; j++) {
+                double p = h16(quant_f32_to_f16((float)(sc[j] / sum)));
+                const uint16_t *vt = kv + kv_idx(&s, tables[toff[t] + j / KVB], layer, 1, g);
+                for (int d = 0; d < hd; d++)
+                    ref[t * qd + h * hd + d] += p * h16(vt[(j % KVB) * hd + d]);
+            }
+        }
+    poison(dout, T * qd * 4);
+    CK(mfk_attention(ctx, &s, layer, T, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, dout, qd, &err));
+    d2h(qgot, dout, T * qd * 4);
+    snprintf(name, sizeof name, "attention (%d/%d heads, hd %d, ctx %d)", n_head, n_head_kv, hd, max_ctx);
+    double e = rel_err(qgot, ref, T * qd);
+    report(name, e < 1e-4, "rel err", e, 1e-4);
+    mfk_free(dkv), mfk_free(dq), mfk_free(dk), mfk_free(dv), mfk_free(drope), mfk_free(dout);
+    mfk_free(dpos), mfk_free(dblk), mfk_free(dtoff), mfk_free(dtab);
+    free(kv), free(kv_got), free(q), free(k), free(v), free(rope), free(qgot), free(qref), free(kref);
+    free(ref), free(sc);
+}
+
+static void test_argmax(void)
+{
+    const int rows = 5;
+    const int64_t n = 70000, ld = 70004;
+    float *x = malloc(rows * ld * 4);
+    int32_t want[5], got[5];
+    for (int64_t i = 0; i < rows * ld; i++)
+        x[i] = frand();
+    want[0] = 69999, x[69999] = 5;             /* last element */
+    want[1] = 10, x[ld + 10] = 4, x[ld + 500] = 4; /* tie: the first wins */
+    want[2] = 0, x[2 * ld] = 7, x[2 * ld + 3] = NAN; /* NaN never wins */
+    want[3] = 31337, x[3 * ld + 31337] = 2;
+    want[4] = 4097, x[4 * ld + 4097] = 1.5f, x[4 * ld + 4098] = INFINITY * 0.0f;
+    float *dx = dalloc(rows * ld * 4);
+    int32_t *dids = dalloc(rows * 4);
+    h2d(dx, x, rows * ld * 4);
+    CK(mfk_argmax(ctx, dx, ld, rows, n, dids, &err));
+    d2h(got, dids, sizeof got);
+    int bad = 0;
+    for (int r = 0; r < rows; r++)
+        bad += got[r] != want[r];
+    report("argmax (ties, NaN)", bad == 0, "rows wrong", bad, 0);
+    mfk_free(dx), mfk_free(dids);
+    free(x);
+}
+
+/* ---- whole model: CUDA backend vs CPU backend ------------------------------ */
+
+struct side {
+    struct backend *be;
+    int32_t n_blocks;
+};
+
+static double logits_err(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != a[i])
+            return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / den);
+}
+
+static int32_t argmax_row(const float *x, int64_t n)
+{
+    int32_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = (int32_t)i;
+    return b;
+}
+
+static void test_model(const char *path)
+{
+    struct model *m;
+    char name[160];
+    if (model_open(path, &m, &err)) {
+        printf("FAIL model %s: %s\n", path, err.msg);
+        failures++;
+        return;
+    }
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    enum ggml_type wt = m->layers[0].w[MODEL_W_Q].type;
+    int exact = wt == GGML_TYPE_F32 || wt == GGML_TYPE_F16 || wt == GGML_TYPE_BF16;
+    double bound = exact ? 1e-3 : 6e-2;
+    const int64_t V = m->hp.n_vocab;
+    struct backend_config cfg = {.n_threads = 4, .kv_type = BACKEND_KV_F16};
+    cfg.kv_bytes = 24 * backend_kv_block_bytes(m, BACKEND_KV_F16);
+    struct side cpu = {0}, gpu = {0};
+    CK(backend_create(&cpu_backend_ops, m, &cfg, &cpu.be, &err));
+    CK(backend_kv_alloc(cpu.be, &cpu.n_blocks, &err));
+    if (backend_create(&cuda_backend_ops, m, &cfg, &gpu.be, &err) ||
+        backend_kv_alloc(gpu.be, &gpu.n_blocks, &err)) {
+        printf("FAIL %s: cuda backend: %s\n", base, err.msg);
+        failures++;
+        backend_free(cpu.be);
+        model_close(m);
+        return;
+    }
+    /* two sequences, block tables interleaved backwards */
+    int32_t table[2][12], toks[2][80];
+    for (int b = 0; b < 12; b++)
+        table[0][b] = 23 - 2 * b, table[1][b] = 22 - 2 * b;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 80; i++)
+            toks[s][i] = (int32_t)(next_u64() % (uint64_t)V);
+    float *lc = malloc(2 * V * 4), *lg = malloc(2 * V * 4);
+    int npast[2] = {0, 0}, same = 0, total = 0;
+    double worst = 0;
+    /* step 1: seq 0 prefill 37 tokens, seq 1 prefill 20; step 2: seq 0 decodes,
+     * seq 1 prefills 11 more; then 24 greedy decode steps of both */
+    for (int st = 0; st < 26; st++) {
+        int nn[2] = {st == 0 ? 37 : 1, st == 0 ? 20 : st == 1 ? 11 : 1};
+        struct batch_seq bs[2];
+        for (int s = 0; s < 2; s++)
+            bs[s] = (struct batch_seq){.tokens = toks[s] + npast[s], .n_tokens = nn[s],
+                                       .n_past = npast[s], .block_table = table[s],
+                                       .n_blocks = 12, .want_logits = 1};
+        struct batch bc = {.n_seqs = 2, .seqs = bs, .logits = lc};
+        struct batch bg = {.n_seqs = 2, .seqs = bs, .logits = lg};
+        memset(lg, 0xFF, 2 * V * 4);
+        CK(backend_step(cpu.be, &bc, &err));
+        if (backend_step(gpu.be, &bg, &err)) {
+            printf("FAIL %s: cuda step: %s\n", base, err.msg);
+            failures++;
+            break;
+        }
+        double e = logits_err(lg, lc, 2 * V);
+        worst = e > worst ? e : worst;
+        int32_t gid[2];
+        CK(cuda_backend_argmax(gpu.be, 2, gid, &err));
+        for (int s = 0; s < 2; s++) {
+            int32_t tc = argmax_row(lc + s * V, V), tg = argmax_row(lg + s * V, V);
+            if (gid[s] != tg) {
+                printf("FAIL %s: device argmax %d != host argmax %d\n", base, gid[s], tg);
+                failures++;
+            }
+            npast[s] += nn[s];
+            if (st >= 1) {
+                same += tc == tg;
+                total++;
+                /* both continue with the CPU's choice, so one divergence
+                 * does not hide the rest */
+                toks[s][npast[s]] = tc;
+            }
+        }
+    }
+    snprintf(name, sizeof name, "model %s logits vs CPU", base);
+    report(name, worst < bound, "rel err", worst, bound);
+    snprintf(name, sizeof name, "model %s greedy tokens = CPU's (%d of %d)", base, same, total);
+    if (exact)
+        report(name, same == total, "differ", (double)(total - same), 0);
+    else
+        printf("info %s\n", name);
+    /* refusals */
+    {
+        int32_t tok = 1;
+        struct batch_seq bs = {.tokens = &tok, .n_tokens = 1, .n_past = 0, .block_table = table[0],
+                               .n_blocks = 12, .want_logits = 1};
+        struct batch b = {.n_seqs = 1, .seqs = &bs, .logits = lg};
+        bs.block_table = (int32_t[]){gpu.n_blocks};
+        bs.n_blocks = 1;
+        int rc = backend_step(gpu.be, &b, &err);
+        snprintf(name, sizeof name, "model %s: out-of-range block refused", base);
+        report(name, rc == MF_EINVAL, "rc", rc, 0);
+    }
+    free(lc), free(lg);
+    backend_free(gpu.be);
+    backend_free(cpu.be);
+    model_close(m);
+}
+
+int main(int argc, char **argv)
+{
+    int n = 0;
+    struct mfk_device_info info;
+    if (mfk_device_count(&n, &err) || n == 0) {
+        fprintf(stderr, "test_cuda: no CUDA device (%s)\n", err.msg);
+        return 77;
+    }
+    CK(mfk_device_query(0, &info, &err));
+    printf("device: %s sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor,
+           info.sm_count, info.total_bytes / 1073741824.0);
+    CK(mfk_ctx_new(0, &ctx, &err));
+    static const enum ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
+                                           GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        test_type(types[i]);
+    test_norm_swiglu();
+    test_attention(8, 2, 64, 64);
+    test_attention(32, 8, 128, 128);
+    test_attention(6, 6, 64, 32);
+    test_argmax();
+    for (int i = 1; i < argc; i++)
+        test_model(argv[i]);
+    mfk_ctx_free(ctx);
+    printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}

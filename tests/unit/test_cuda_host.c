@@ -1,0 +1,237 @@
+/*
+ * test_cuda_host.c: the CUDA backend's host-side logic, which needs no GPU
+ * (runtime/cuda_plan.h): weight placement, the KV budget from
+ * MFC_GPU_MEMORY_UTILIZATION, one step's bookkeeping; and that without a
+ * GPU (or without CUDA in the build) the backend refuses to start with
+ * MF_EUNSUPPORTED instead of failing later.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runtime/backend.h"
+#include "runtime/cuda.h"
+#include "runtime/cuda_plan.h"
+
+#define GiB (1ull << 30)
+
+static uint8_t blob[1 << 20]; /* stands in for the GGUF mapping */
+
+static void set_w(struct model_weight *w, enum ggml_type t, int64_t ne0, int64_t ne1, size_t at,
+                  const char *name)
+{
+    uint64_t rb = 0;
+    ggml_type_row_size(t, (uint64_t)ne0, &rb);
+    *w = (struct model_weight){.data = blob + at, .type = t, .ne0 = ne0, .ne1 = ne1,
+                               .row_bytes = rb, .name = name};
+}
+
+/* A 2-layer model with 256-wide rows; weights of type t; tied or not. */
+static void fake_model(struct model *m, struct model_layer *L, enum ggml_type t, int tied)
+{
+    memset(m, 0, sizeof *m);
+    m->hp = (struct model_hparams){.n_embd = 256, .n_ff = 512, .n_layer = 2, .n_head = 4,
+                                   .n_head_kv = 2, .head_dim = 64, .n_rot = 8, .n_vocab = 100,
+                                   .rope_base = 10000.0f, .rope_freq_scale = 1.0f,
+                                   .rms_eps = 1e-5f};
+    m->layers = L;
+    set_w(&m->tok_embd, t, 256, 100, 0, "token_embd.weight");
+    m->tied = tied;
+    if (tied)
+        m->output = m->tok_embd;
+    else
+        set_w(&m->output, t, 256, 100, 4096, "output.weight");
+    set_w(&m->out_norm, GGML_TYPE_F32, 256, 1, 8192, "output_norm.weight");
+    for (int l = 0; l < 2; l++) {
+        set_w(&L[l].attn_norm, GGML_TYPE_F32, 256, 1, 16384 + 1024 * (size_t)l, "attn_norm");
+        set_w(&L[l].ffn_norm, GGML_TYPE_F32, 256, 1, 20480 + 1024 * (size_t)l, "ffn_norm");
+        for (int w = 0; w < MODEL_W_PER_LAYER; w++)
+            set_w(&L[l].w[w], t, w == MODEL_W_DOWN ? 512 : 256, w == MODEL_W_GATE || w == MODEL_W_UP ? 512 : 256,
+                  32768 + 4096 * (size_t)(l * MODEL_W_PER_LAYER + w), "blk.w");
+    }
+}
+
+static void test_types(void **state)
+{
+    (void)state;
+    assert_true(cuda_plan_type_ok(GGML_TYPE_F16, 64));
+    assert_true(cuda_plan_type_ok(GGML_TYPE_BF16, 32));
+    assert_true(cuda_plan_type_ok(GGML_TYPE_Q8_0, 96));
+    assert_true(cuda_plan_type_ok(GGML_TYPE_Q4_K, 512));
+    assert_true(cuda_plan_type_ok(GGML_TYPE_Q6_K, 256));
+    assert_false(cuda_plan_type_ok(GGML_TYPE_Q4_K, 288)); /* not whole super-blocks */
+    assert_false(cuda_plan_type_ok(GGML_TYPE_F16, 20));   /* kernels read 8 at a time, 32 a warp */
+    assert_false(cuda_plan_type_ok(GGML_TYPE_Q2_K, 256));
+    assert_false(cuda_plan_type_ok(GGML_TYPE_Q5_0, 256));
+}
+
+static void test_weights(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_wplan p;
+    struct mf_err err = {0};
+    (void)state;
+
+    for (int tied = 0; tied < 2; tied++) {
+        fake_model(&m, L, GGML_TYPE_Q4_K, tied);
+        assert_int_equal(cuda_plan_weights(&m, &p, &err), 0);
+        /* token_embd, output unless tied, output_norm, 2 x (2 norms + 7) */
+        assert_int_equal(p.n, 3 - tied + 2 * 9);
+        uint64_t end = 0;
+        for (int i = 0; i < p.n; i++) {
+            assert_int_equal(p.slots[i].off % CUDA_PLAN_ALIGN, 0);
+            assert_true(p.slots[i].off >= end); /* in order, no overlap */
+            assert_int_equal(p.slots[i].bytes, p.slots[i].w->row_bytes * (uint64_t)p.slots[i].w->ne1);
+            end = p.slots[i].off + p.slots[i].bytes;
+        }
+        assert_true(p.total >= end && p.total - end < CUDA_PLAN_ALIGN);
+        /* every tensor a step reads is found; a tied output is token_embd's copy */
+        const struct cuda_wslot *o = cuda_wplan_find(&p, &m.output);
+        assert_non_null(o);
+        assert_true(tied ? o == cuda_wplan_find(&p, &m.tok_embd) : o != cuda_wplan_find(&p, &m.tok_embd));
+        for (int l = 0; l < 2; l++)
+            for (int w = 0; w < MODEL_W_PER_LAYER; w++)
+                assert_ptr_equal(cuda_wplan_find(&p, &L[l].w[w])->w, &L[l].w[w]);
+        cuda_wplan_free(&p);
+        assert_null(p.slots);
+    }
+    /* a type the kernels cannot read is refused up front, naming the tensor */
+    fake_model(&m, L, GGML_TYPE_F16, 0);
+    set_w(&L[1].w[MODEL_W_UP], GGML_TYPE_Q2_K, 256, 512, 0, "blk.1.ffn_up.weight");
+    assert_int_equal(cuda_plan_weights(&m, &p, &err), MF_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "blk.1.ffn_up.weight"));
+    assert_non_null(strstr(err.msg, "Q2_K"));
+    assert_null(p.slots);
+}
+
+static void test_budget(void **state)
+{
+    struct mf_err err = {0};
+    uint64_t b = 0;
+    (void)state;
+
+    /* default 0.9: 90 GiB allowed, 20 GiB in use -> 70 GiB */
+    assert_int_equal(cuda_plan_kv_budget(100 * GiB, 80 * GiB, NULL, 0, &b, &err), 0);
+    assert_true(b > 70 * GiB - 1024 && b <= 70 * GiB);
+    assert_int_equal(cuda_plan_kv_budget(100 * GiB, 80 * GiB, "", 0, &b, &err), 0);
+    assert_true(b > 70 * GiB - 1024 && b <= 70 * GiB);
+    /* 0.5 with 20 GiB in use -> 30 GiB */
+    assert_int_equal(cuda_plan_kv_budget(100 * GiB, 80 * GiB, "0.5", 0, &b, &err), 0);
+    assert_true(b > 30 * GiB - 1024 && b <= 30 * GiB);
+    /* 1.0 never hands out more than is free */
+    assert_int_equal(cuda_plan_kv_budget(100 * GiB, 10 * GiB, "1", 0, &b, &err), 0);
+    assert_true(b <= 10 * GiB);
+    /* an explicit byte budget wins */
+    assert_int_equal(cuda_plan_kv_budget(100 * GiB, 80 * GiB, "0.1", 12345, &b, &err), 0);
+    assert_int_equal(b, 12345);
+    /* nothing left */
+    b = 7;
+    assert_int_equal(cuda_plan_kv_budget(100 * GiB, 40 * GiB, "0.5", 0, &b, &err), MF_ENOMEM);
+    assert_non_null(strstr(err.msg, "MFC_GPU_MEMORY_UTILIZATION"));
+    assert_int_equal(b, 7);
+    /* bad settings */
+    static const char *bad[] = {"abc", "0", "-0.5", "1.5", "0.9x", "nan"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(cuda_plan_kv_budget(100 * GiB, 80 * GiB, bad[i], 0, &b, &err), MF_EINVAL);
+        assert_non_null(strstr(err.msg, bad[i]));
+    }
+}
+
+static void test_step(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_step_plan p;
+    (void)state;
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+
+    /* a 5-token prompt, a decode at position 17, a 3-token chunk at 32
+     * that wants no logits */
+    int32_t t0[5] = {1, 2, 3, 4, 5}, t1[1] = {9}, t2[3] = {7, 8, 6};
+    int32_t b0[1] = {4}, b1[2] = {0, 6}, b2[3] = {1, 2, 3};
+    struct batch_seq s[3] = {
+        {.tokens = t0, .n_tokens = 5, .n_past = 0, .block_table = b0, .n_blocks = 1, .want_logits = 1},
+        {.tokens = t1, .n_tokens = 1, .n_past = 17, .block_table = b1, .n_blocks = 2, .want_logits = 1},
+        {.tokens = t2, .n_tokens = 3, .n_past = 32, .block_table = b2, .n_blocks = 3, .want_logits = 0},
+    };
+    struct batch bt = {.n_seqs = 3, .seqs = s};
+    cuda_plan_step_size(&m, &bt, &p);
+    assert_int_equal(p.T, 9);
+    assert_int_equal(p.n_out, 2);
+    assert_int_equal(p.n_tables, 1 + 2 + 3);
+    assert_int_equal(p.max_ctx, 35);
+    size_t offs[] = {p.tok_id, p.tok_pos, p.tok_blk, p.tok_toff, p.out_rows, p.tables, p.rope};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        assert_int_equal(offs[i] % CUDA_PLAN_ALIGN, 0);
+        if (i)
+            assert_true(offs[i] > offs[i - 1]);
+    }
+    assert_true(p.bytes >= p.rope + 9 * 8 * sizeof(float));
+
+    uint8_t *buf = malloc(p.bytes);
+    assert_non_null(buf);
+    memset(buf, 0xAB, p.bytes);
+    cuda_plan_step_fill(&m, &bt, &p, buf);
+    const int32_t *id = (const int32_t *)(buf + p.tok_id), *pos = (const int32_t *)(buf + p.tok_pos);
+    const int32_t *blk = (const int32_t *)(buf + p.tok_blk), *toff = (const int32_t *)(buf + p.tok_toff);
+    const int32_t *out = (const int32_t *)(buf + p.out_rows), *tab = (const int32_t *)(buf + p.tables);
+    const float *rope = (const float *)(buf + p.rope);
+    static const int32_t want_id[9] = {1, 2, 3, 4, 5, 9, 7, 8, 6};
+    static const int32_t want_pos[9] = {0, 1, 2, 3, 4, 17, 32, 33, 34};
+    static const int32_t want_blk[9] = {4, 4, 4, 4, 4, 6, 3, 3, 3};
+    static const int32_t want_toff[9] = {0, 0, 0, 0, 0, 1, 3, 3, 3};
+    static const int32_t want_tab[6] = {4, 0, 6, 1, 2, 3};
+    assert_memory_equal(id, want_id, sizeof want_id);
+    assert_memory_equal(pos, want_pos, sizeof want_pos);
+    assert_memory_equal(blk, want_blk, sizeof want_blk);
+    assert_memory_equal(toff, want_toff, sizeof want_toff);
+    assert_memory_equal(tab, want_tab, sizeof want_tab);
+    assert_int_equal(out[0], 4); /* last token of each sequence that wants logits */
+    assert_int_equal(out[1], 5);
+    for (int t = 0; t < 9; t++)
+        for (int i = 0; i < 4; i++) {
+            double th = want_pos[t] * pow(10000.0, -2.0 * i / 8);
+            assert_true(fabs(rope[t * 8 + 2 * i] - cos(th)) < 1e-4);
+            assert_true(fabs(rope[t * 8 + 2 * i + 1] - sin(th)) < 1e-4);
+        }
+    free(buf);
+}
+
+/* Here (CI, the build machines) no GPU is visible, or CUDA is not linked:
+ * the backend says so at create, and nothing is left allocated. */
+static void test_no_device(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct backend_config cfg = {.kv_type = BACKEND_KV_F16};
+    struct backend *be = (struct backend *)(void *)blob;
+    struct mf_err err = {0};
+    (void)state;
+
+    if (cuda_device_count() > 0)
+        skip(); /* a GPU host: tests/gpu/test_cuda covers the backend there */
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+    assert_int_equal(backend_create(&cuda_backend_ops, &m, &cfg, &be, &err), MF_EUNSUPPORTED);
+    assert_null(be);
+    assert_true(strlen(err.msg) > 0);
+    assert_string_equal(cuda_backend_ops.name, "cuda");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types),
+        cmocka_unit_test(test_weights),
+        cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_step),
+        cmocka_unit_test(test_no_device),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

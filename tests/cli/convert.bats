@@ -133,6 +133,39 @@ for f in sys.argv[2:]:
 EOF
 }
 
+@test "Llama 2 (SentencePiece BPE, byte fallback) vocabulary: ids as HF's, types as sentencepiece's" {
+    require_shared
+    require_llama
+    local spm="$VOCAB/ggml-vocab-llama-spm.gguf"
+    [ -f "$spm" ] || skip "$spm not found"
+    python3 "$MKDIR" "$D/m" --vocab spm --spm-gguf "$spm" --layers 1 --embd 16 --ff 32 \
+        --heads 2 --kv-heads 1 --dtype F16 --tied
+    "$MFC" convert "$D/m" -o "$D/m.gguf"
+    python3 - "$spm.inp" >"$D/inp.json" <<'EOF'
+import json, sys
+s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
+json.dump(s, sys.stdout)
+EOF
+    node "$LLAMA_TOK" ids --model "$D/m.gguf" --in "$D/inp.json" >"$D/llama.json"
+    "$TOKTOOL" ids "$D/m.gguf" "$D/inp.json" >"$D/mfc.json"
+    PYTHONPATH="$MFC_SRCDIR/tests/cli" python3 - "$spm" "$D/m.gguf" "$spm.out" "$D/llama.json" \
+        "$D/mfc.json" <<'EOF'
+import json, sys
+import hf_gguf
+kv = [{k: v for k, t, v in hf_gguf.parse(open(f, "rb").read())[0]} for f in sys.argv[1:3]]
+for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+    assert kv[0][key] == kv[1][key], key
+for key in ("bos_token_id", "eos_token_id", "unknown_token_id"):
+    assert kv[1]["tokenizer.ggml." + key] == kv[0]["tokenizer.ggml." + key], key
+want = [[int(x) for x in l.split()] for l in open(sys.argv[3]).read().split("\n")[:46]]
+for f in sys.argv[4:]:
+    got = json.load(open(f))
+    bad = [i for i in range(len(want)) if want[i] != got[i]]
+    print(f, len(want) - len(bad), "of", len(want))
+    assert len(got) == 46 and not bad, bad[:5]
+EOF
+}
+
 @test "Llama 3.x rope_scaling: rope_freqs.weight holds the converter's factors" {
     python3 "$MKDIR" "$D/m" --layers 1 --embd 64 --heads 2 --kv-heads 2 --rope-llama3
     "$MFC" convert "$D/m" -o "$D/m.gguf"

@@ -5,7 +5,8 @@ numpy): config.json, model.safetensors (or shards + index), tokenizer.json,
 tokenizer_config.json. Weights are seeded random numbers.
 
 usage: hf_mkdir.py OUT_DIR [--layers N] [--embd N] [--ff N] [--heads N]
-         [--kv-heads N] [--vocab bytes|llama3] [--pre gpt2|llama3]
+         [--kv-heads N] [--vocab bytes|llama3|spm] [--pre gpt2|llama3]
+         [--spm-gguf ggml-vocab-llama-spm.gguf]
          [--dtype F32|F16|BF16] [--tied] [--shards N] [--rope-llama3]
          [--arch NAME] [--seed N] [--llama3-json PATH] [--big-mb N]
          [--break truncate|offset|dtype|shape|no-tokenizer|layer]
@@ -102,6 +103,46 @@ def tokenizer_llama3(path):
     return tok, cfg, len(toks)
 
 
+def tokenizer_spm(path):
+    """A Llama 2 style tokenizer.json (BPE with byte_fallback, merges made from
+    the piece scores as transformers' SentencePieceExtractor makes them) from a
+    SentencePiece vocabulary GGUF such as ggml-vocab-llama-spm.gguf."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import hf_gguf
+    kvs, _, _ = hf_gguf.parse(open(path, "rb").read())
+    kv = {k: v for k, t, v in kvs}
+    toks, scores, types = (kv["tokenizer.ggml.tokens"][1], kv["tokenizer.ggml.scores"][1],
+                           kv["tokenizer.ggml.token_type"][1])
+    vocab = {t: i for i, t in enumerate(toks)}
+    merges = []
+    for i, piece in enumerate(toks):
+        if types[i] != 1:
+            continue
+        local = [(piece[:k], piece[k:], scores[i]) for k in range(1, len(piece))
+                 if piece[:k] in vocab and piece[k:] in vocab]
+        local.sort(key=lambda x: (vocab[x[0]], vocab[x[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda m: m[2], reverse=True)
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(toks)
+             if types[i] in (2, 3)]
+    tok = {"version": "1.0", "added_tokens": added,
+           "normalizer": {"type": "Sequence", "normalizers": [
+               {"type": "Prepend", "prepend": "\u2581"},
+               {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+           "pre_tokenizer": None,
+           "decoder": {"type": "Sequence", "decoders": [
+               {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+               {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ",
+                                                            "start": 1, "stop": 0}]},
+           "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                     "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                     "vocab": vocab, "merges": [[a, b] for a, b, _ in merges]}}
+    cfg = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+           "add_bos_token": True, "add_eos_token": False}
+    return tok, cfg, len(toks)
+
+
 def f16(x):
     return struct.pack("<e", max(-65504.0, min(65504.0, x)))
 
@@ -161,6 +202,7 @@ def main():
     ap.add_argument("--vocab", default="bytes")
     ap.add_argument("--pre", default="llama3")
     ap.add_argument("--llama3-json")
+    ap.add_argument("--spm-gguf")
     ap.add_argument("--dtype", default="F32")
     ap.add_argument("--tied", action="store_true")
     ap.add_argument("--shards", type=int, default=1)
@@ -174,6 +216,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     if a.vocab == "llama3":
         tok, tcfg, n_vocab = tokenizer_llama3(a.llama3_json)
+    elif a.vocab == "spm":
+        tok, tcfg, n_vocab = tokenizer_spm(a.spm_gguf)
     else:
         tok, tcfg, n_vocab = tokenizer_bytes(a.pre)
     hd = a.embd // a.heads
@@ -183,8 +227,8 @@ def main():
            "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
            "tie_word_embeddings": a.tied, "torch_dtype": {"F32": "float32", "F16": "float16",
                                                           "BF16": "bfloat16"}[a.dtype],
-           "bos_token_id": n_vocab - 3 if a.vocab == "bytes" else 128000,
-           "eos_token_id": n_vocab - 1 if a.vocab == "bytes" else 128009,
+           "bos_token_id": {"bytes": n_vocab - 3, "llama3": 128000, "spm": 1}[a.vocab],
+           "eos_token_id": {"bytes": n_vocab - 1, "llama3": 128009, "spm": 2}[a.vocab],
            "hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
     if a.rope_llama3:
         cfg["rope_scaling"] = {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,

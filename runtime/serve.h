@@ -76,7 +76,8 @@ void serve_config_init(struct serve_config *c);
 void serve_config_free(struct serve_config *c);
 /* Reads a model.yaml (schema mfc.config/v1) into c: model.path (relative
  * paths resolve against the file's folder), adapters, params, template,
- * system, messages. Returns 0 or MF_EIO/MF_EFORMAT naming file:line. */
+ * system, messages. Returns 0 or MF_ENOTFOUND/MF_EIO/MF_EFORMAT/MF_EUNSUPPORTED
+ * naming the file (and line:col for YAML errors). */
 int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_err *err);
 /* Parses YAML text into JSON (plain scalars: int, float, bool, null resolved
  * as YAML 1.2 core; quoted ones stay strings). For tests and the loader. */

@@ -225,7 +225,7 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
     int interactive = 0, verbose = 0, c;
     long timeout_ms = READY_TIMEOUT_MS;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+hi", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hi", opts, NULL)) != -1) {
         switch (c) {
         case 'h':
             run_usage(ctx->out);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/num.h"
 
 #define INPUT_MAX (16u << 20) /* one message typed or piped in */
 
@@ -121,16 +122,14 @@ static void set_parameter(struct run_chat *ch, char *args)
     for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
         if (strcmp(params[i].name, name) != 0)
             continue;
-        char *end = NULL;
         json_t *v = NULL;
-        errno = 0;
         if (params[i].type == P_INT) {
-            long long x = strtoll(value, &end, 10);
-            if (!errno && end != value && !*end)
-                v = json_integer(x);
+            int64_t x;
+            if (mf_num_parse_i64(value, &x) == 0)
+                v = json_integer((json_int_t)x);
         } else if (params[i].type == P_FLOAT) {
-            double x = strtod(value, &end);
-            if (!errno && end != value && !*end)
+            double x;
+            if (mf_num_parse_f64(value, &x) == 0)
                 v = json_real(x);
         } else { /* stop: each word is one stop sequence, as in ollama */
             v = json_array();

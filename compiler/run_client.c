@@ -48,9 +48,12 @@ static int ndjson_line(struct run_ndjson *p, const char *s, size_t n, struct mf_
         n--;
     if (n == 0)
         return 0;
-    json_t *o = mf_json_parse(s, n, "a line of mfc-serve's stream", err);
+    /* not mf_json_parse: a token may decode to a NUL byte, sent as "\u0000" */
+    json_error_t je;
+    json_t *o = json_loadb(s, n, JSON_ALLOW_NUL, &je);
     if (!o)
-        return MF_ENET;
+        return mf_err_set(err, MF_ENET, "a line of mfc-serve's stream: %s at column %d", je.text,
+                          je.column);
     int rc = 0;
     const json_t *e = json_object_get(o, "error");
     if (e) {

@@ -14,6 +14,7 @@
 
 #include "common/json.h"
 #include "compiler/cli.h"
+#include "compiler/lora.h"
 #include "compiler/oci.h"
 #include "compiler/store.h"
 
@@ -107,6 +108,20 @@ int mfc_cmd_load(int argc, char **argv, struct mfc_ctx *ctx)
     return 0;
 }
 
+/* v["adapters"]: the image's adapters with name, scale, rank, alpha
+ * (compiler/lora_image.c); left out for an image that is not an mfc model
+ * image (no /models/model.gguf layer), which inspect still shows. */
+static void inspect_adapters(const char *ref, json_t *v)
+{
+    char *root = NULL;
+    json_t *list = NULL;
+    struct mf_err ignored;
+    if (store_default_root(&root, &ignored) == 0 &&
+        lora_image_adapters(root, ref, v, &list, &ignored) == 0)
+        json_object_set_new(v, "adapters", list);
+    free(root);
+}
+
 int mfc_image_inspect(const char *ref, struct mfc_ctx *ctx)
 {
     struct mf_err err;
@@ -118,6 +133,7 @@ int mfc_image_inspect(const char *ref, struct mfc_ctx *ctx)
     store_close(s);
     if (rc)
         return mfc_report(ctx, &err);
+    inspect_adapters(ref, v);
     json_dumpf(v, ctx->out, JSON_INDENT(2) | JSON_SORT_KEYS);
     fputc('\n', ctx->out);
     json_decref(v);

@@ -65,6 +65,12 @@ int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached
  * directory's adapter_config.json and adapter_model.safetensors. exec_lora.c. */
 int exec_peft_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
                       struct mf_err *err);
+/* Adds an adapter's "rank", "alpha" and "pairs" to its check record. exec_lora.c. */
+void exec_adapter_facts(const struct gguf_file *adapter, json_t *result);
+/* The image's "dev.mfc.adapters.merged" label: a JSON array of the adapters
+ * the weights' merge step folded in ({name, source, scale, rank, alpha}).
+ * Returns 0 (and out "") when nothing was merged or it does not fit cap. */
+int exec_merged_label(const struct exec_job *j, char *out, size_t cap);
 
 /* Helpers the op files share (exec_ops.c). */
 /* The entry of the node's input i (final, read-only). */

@@ -1,19 +1,202 @@
 /*
- * exec_lora.c: the adapter-against-base check of a build (placeholder: only
- * general.type is checked, in exec_ops.c, until adapter validation lands).
+ * exec_lora.c: the build's adapter steps (plan.h):
+ *
+ *   check    of an ADAPTER (input 0: its source or convert node, input 1:
+ *            the base's check): lora_check against the base, before anything
+ *            is baked; a warning (no alpha, embedding pair) becomes a
+ *            progress note on the step.
+ *   convert  of an ADAPTER naming a PEFT directory (inputs: the RUN before
+ *            it, if any, and the base's check): lora_peft_convert into the
+ *            store's tmp directory, then stored as the node's blob. Its key
+ *            content is the digest of the directory's two files
+ *            (exec_peft_content), so an edited adapter converts again.
+ *   image    the "dev.mfc.adapters.merged" label (exec_merged_label): which
+ *            adapters the weights' merge step folded in, with their scale,
+ *            rank and alpha (from the check records, exec_adapter_facts),
+ *            so mfc inspect can list merged adapters too.
+ *
+ * Does not own the rules (lora_check.c, lora_peft.c) or the store layout.
  */
 #include "compiler/exec_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/gguf.h"
+#include "common/sha256.h"
+#include "compiler/lora.h"
+#include "compiler/progress.h"
+
+/* The index of the input that is the base's check node, or SIZE_MAX. */
+static size_t base_input(const struct exec_job *j)
+{
+    for (size_t i = 0; i < j->node->n_inputs; i++) {
+        const struct plan_node *n = &j->plan->nodes[j->node->inputs[i]];
+        if (n->op == PLAN_CHECK && n->role == PLAN_ROLE_BASE)
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+/* A one-line remark on this step's progress line. */
+static void step_note(const struct exec_job *j, const char *msg)
+{
+    struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
+    int id = progress_begin(pg, "check", j->node->name);
+    progress_note(pg, id, msg);
+    progress_close(pg);
+}
 
 int exec_check_adapter(const struct exec_job *j, const struct gguf_file *adapter,
                        struct mf_err *err)
 {
-    return 0;
+    size_t bi = base_input(j);
+    if (bi == SIZE_MAX)
+        return 0; /* a plan without the base hook (mfc lora check runs its own) */
+    char *path = NULL;
+    const json_t *local = NULL;
+    struct gguf_file *base = NULL;
+    struct lora_tensor *ts = NULL;
+    struct lora_view v;
+    struct lora_summary sum;
+    int rc = exec_input_file_at(j, bi, &path, &local, err);
+    if (!rc)
+        rc = gguf_open(path, &base, err);
+    if (!rc)
+        rc = lora_view_gguf(adapter, &v, &ts, err);
+    if (!rc)
+        rc = lora_check(base, &v, &sum, err);
+    if (!rc && sum.warning[0])
+        step_note(j, sum.warning);
+    free(ts);
+    gguf_close(base);
+    free(path);
+    return rc;
+}
+
+int exec_peft_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
+                      struct mf_err *err)
+{
+    static const char *const files[] = {"adapter_config.json", "adapter_model.safetensors"};
+    char text[2 * STORE_DIGEST_BUF + 8], path[4096], hex[MF_SHA256_HEX_LEN + 1];
+    uint8_t d[MF_SHA256_LEN];
+    size_t n = 0;
+    for (size_t i = 0; i < 2; i++) {
+        char dg[STORE_DIGEST_BUF];
+        uint64_t size;
+        snprintf(path, sizeof path, "%s/%s", j->node->src.location, files[i]);
+        int rc = store_digest_file(j->s, path, dg, &size, err);
+        if (rc)
+            return rc;
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s\n", dg);
+    }
+    int rc = mf_sha256_mem(text, n, d, err);
+    if (!rc) {
+        mf_sha256_hex(d, hex);
+        snprintf(content, STORE_DIGEST_BUF, "sha256:%s", hex);
+    }
+    return rc;
 }
 
 int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached,
                       struct mf_err *err)
 {
+    const char *dir = j->node->src.location;
+    size_t bi = base_input(j);
+    char *base = NULL, *tmp = NULL, name[128];
+    const json_t *local = NULL;
+    struct lora_peft_info info;
     *cached = 0;
-    return mf_err_set(err, MF_EUNSUPPORTED,
-                      "converting a PEFT adapter directory is not supported yet (give a GGUF LoRA)");
+    if (!lora_peft_is_dir(dir))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "%s is a directory without adapter_config.json: an ADAPTER directory "
+                          "must be a PEFT adapter (adapter_config.json + "
+                          "adapter_model.safetensors)",
+                          dir);
+    if (bi == SIZE_MAX)
+        return mf_err_set(err, MF_EINVAL, "converting %s needs the base model (FROM)", dir);
+    int rc = exec_input_file_at(j, bi, &base, &local, err);
+    snprintf(name, sizeof name, "peft-%ld-%.64s.gguf", (long)getpid(),
+             strlen(r->key) > 7 ? r->key + 7 : "node");
+    if (!rc)
+        rc = store_tmp_path(j->s, name, &tmp, err);
+    if (!rc)
+        rc = lora_peft_convert_ex(dir, base, tmp, &info, err);
+    if (!rc)
+        rc = exec_local_unchanged(local, base, err);
+    if (!rc)
+        rc = store_put_file(j->s, tmp, NULL, r->digest, &r->size, err);
+    if (tmp)
+        unlink(tmp);
+    free(tmp);
+    free(base);
+    if (rc)
+        return rc;
+    if (info.sum.warning[0])
+        step_note(j, info.sum.warning);
+    r->result = json_pack("{s:s, s:I, s:s, s:i, s:f, s:b, s:I, s:I}", "digest", r->digest, "size",
+                          (json_int_t)r->size, "from", "peft", "rank", (int)info.rank, "alpha",
+                          (double)info.alpha, "rslora", info.rslora, "pairs",
+                          (json_int_t)info.n_pairs, "permuted", (json_int_t)info.n_permuted);
+    return r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+}
+
+void exec_adapter_facts(const struct gguf_file *adapter, json_t *result)
+{
+    struct lora_view v;
+    struct lora_tensor *ts = NULL;
+    struct lora_summary sum;
+    struct mf_err ignored;
+    if (!result || lora_view_gguf(adapter, &v, &ts, &ignored) != 0 || lora_describe(&v, &sum)) {
+        free(ts);
+        return; /* the check itself has refused it already, or out of memory: no facts */
+    }
+    json_object_set_new(result, "rank", json_integer(sum.rank_max));
+    json_object_set_new(result, "alpha", sum.has_alpha ? json_real(sum.alpha) : json_null());
+    json_object_set_new(result, "pairs", json_integer((json_int_t)sum.n_pairs));
+    free(ts);
+}
+
+/* "o3" for "ADAPTER ./dir/o3.gguf": the file name without its extension. */
+static json_t *adapter_name(const char *source)
+{
+    const char *slash = strrchr(source, '/');
+    const char *base = slash ? slash + 1 : source;
+    size_t n = strcspn(base, ".");
+    return json_stringn(base, n ? n : strlen(base));
+}
+
+int exec_merged_label(const struct exec_job *j, char *out, size_t cap)
+{
+    const struct plan_node *m = NULL;
+    out[0] = '\0';
+    for (size_t i = 0; i < j->plan->n_nodes && !m; i++)
+        if (j->plan->nodes[i].op == PLAN_MERGE)
+            m = &j->plan->nodes[i];
+    if (!m || m->n_inputs < 2)
+        return 0;
+    json_t *arr = json_array();
+    const json_t *scales = json_object_get(m->args, "scales");
+    for (size_t k = 1; arr && k < m->n_inputs; k++) {
+        const struct plan_node *c = &j->plan->nodes[m->inputs[k]];
+        const json_t *rec = j->b->nodes[m->inputs[k]].result;
+        const char *src = strncmp(c->name, "ADAPTER ", 8) == 0 ? c->name + 8 : c->name;
+        json_t *a = json_pack("{s:o, s:s, s:O?, s:O?, s:O?}", "name", adapter_name(src), "source",
+                              src, "scale", json_array_get(scales, k - 1), "rank",
+                              json_object_get(rec, "rank"), "alpha",
+                              json_object_get(rec, "alpha"));
+        if (!a || json_array_append_new(arr, a) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    char *text = arr ? json_dumps(arr, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    int ok = text && strlen(text) < cap;
+    if (ok)
+        snprintf(out, cap, "%s", text);
+    free(text);
+    json_decref(arr);
+    return ok;
 }

@@ -351,6 +351,8 @@ static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
         r->result = json_pack("{s:s, s:I, s:s%}", "digest", in->digest, "size",
                               (json_int_t)in->size, "architecture", arch.p, (size_t)arch.len);
         rc = r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+        if (!rc && j->node->role == PLAN_ROLE_ADAPTER)
+            exec_adapter_facts(gf, r->result); /* rank, alpha: for the merged-adapters label */
     }
     if (!rc) {
         snprintf(r->digest, sizeof r->digest, "%s", in->digest);
@@ -538,6 +540,7 @@ struct image_parts {
     char created[32];                          /* RFC 3339 of SOURCE_DATE_EPOCH */
     char params[24], ctx_len[24];              /* decimal label values */
     char adapters[2048];                       /* "sql,chat": the adapters' names */
+    char merged[2048];                         /* JSON: merged adapters (exec_lora.c) */
 };
 
 static void kv_add(struct oci_kv *kv, size_t *n, const char *key, const char *value)
@@ -659,6 +662,8 @@ static void image_labels(const struct exec_job *j, struct image_parts *P, const 
     adapter_names(json_object_get(cfg, "adapters"), P->adapters, sizeof P->adapters);
     if (P->adapters[0])
         kv_add(P->labels, &P->n_labels, "dev.mfc.adapters", P->adapters);
+    if (exec_merged_label(j, P->merged, sizeof P->merged))
+        kv_add(P->labels, &P->n_labels, "dev.mfc.adapters.merged", P->merged);
     json_object_foreach ((json_t *)json_object_get(j->node->args, "labels"), key, val)
         kv_add(P->labels, &P->n_labels, key, json_string_value(val));
 }

@@ -1,0 +1,369 @@
+/*
+ * test_lora.c: unit tests for compiler/lora_check.c and lora_peft.c's name
+ * map.
+ *
+ * A base model and adapters are written with the GGUF writer into a temp
+ * directory (tensor data zero: the check reads headers only). Each adapter
+ * has one defect of the kinds the issue lists (other architecture, other
+ * hidden size, missing base tensor, transposed lora_a, rank mismatch) plus
+ * the others llama.cpp refuses (missing half, bad suffix, quantized half,
+ * not an adapter, embedding vocabulary); each error class and message (the
+ * tensor and both shapes) is checked. A good adapter's summary is checked
+ * field by field.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "common/gguf.h"
+#include "compiler/lora.h"
+
+#define EMBD 32
+#define FF 48
+#define VOCAB 300
+#define QKV 32 /* 4 heads x 8 */
+#define KV 16  /* 2 kv heads x 8 */
+
+static char dir[64];
+
+struct tdef {
+    const char *name;
+    uint32_t type;
+    uint64_t ne0, ne1; /* ne1 0: 1-D */
+};
+
+/* Writes a GGUF with the KVs (NULL-ended key/value string pairs; the value
+ * "@alpha=X" writes adapter.lora.alpha as f32) and tensors. */
+static void write_gguf(const char *name, const char *const *kvs, const struct tdef *t, size_t n)
+{
+    char path[128];
+    struct gguf_writer *w;
+    struct mf_err err;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    assert_int_equal(gguf_writer_open(path, &w, &err), 0);
+    for (size_t i = 0; kvs && kvs[i]; i += 2) {
+        if (strncmp(kvs[i], "@alpha=", 7) == 0)
+            assert_int_equal(gguf_writer_add_f32(w, "adapter.lora.alpha",
+                                                 strtof(kvs[i] + 7, NULL), &err), 0);
+        else
+            assert_int_equal(gguf_writer_add_cstr(w, kvs[i], kvs[i + 1], &err), 0);
+        if (strncmp(kvs[i], "@", 1) == 0)
+            i--; /* "@..." entries take one slot */
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t ne[2] = {t[i].ne0, t[i].ne1 ? t[i].ne1 : 1};
+        assert_int_equal(gguf_writer_add_tensor(w, t[i].name, (enum ggml_type)t[i].type,
+                                                t[i].ne1 ? 2 : 1, ne, &err), 0);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bytes = gguf_writer_tensor_bytes(w, i);
+        void *z = calloc(1, bytes ? bytes : 1);
+        assert_int_equal(gguf_writer_write(w, z, bytes, &err), 0);
+        free(z);
+    }
+    assert_int_equal(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/test_lora.XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    static const char *const kv[] = {"general.architecture", "llama", NULL};
+    const struct tdef base[] = {
+        {"token_embd.weight", GGML_TYPE_F32, EMBD, VOCAB},
+        {"blk.0.attn_q.weight", GGML_TYPE_F32, EMBD, QKV},
+        {"blk.0.attn_k.weight", GGML_TYPE_F32, EMBD, KV},
+        {"blk.0.attn_v.weight", GGML_TYPE_F32, EMBD, KV},
+        {"blk.0.ffn_down.weight", GGML_TYPE_F32, FF, EMBD},
+        {"blk.1.attn_q.weight", GGML_TYPE_F32, EMBD, QKV},
+        {"blk.0.attn_norm.weight", GGML_TYPE_F32, EMBD, 0},
+    };
+    write_gguf("base.gguf", kv, base, sizeof base / sizeof base[0]);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    return 0;
+}
+
+static const char *const adapter_kv[] = {"general.architecture", "llama", "general.type",
+                                         "adapter", "adapter.type", "lora", "@alpha=16", NULL};
+
+/* Writes adapter tensors t (with adapter_kv unless kvs given) and checks it;
+ * returns the code, err and sum filled. */
+static int check(const char *const *kvs, const struct tdef *t, size_t n,
+                 struct lora_summary *sum, struct mf_err *err)
+{
+    char a[128], b[128];
+    write_gguf("a.gguf", kvs ? kvs : adapter_kv, t, n);
+    snprintf(a, sizeof a, "%s/a.gguf", dir);
+    snprintf(b, sizeof b, "%s/base.gguf", dir);
+    mf_err_clear(err);
+    return lora_check_files(a, b, sum, err);
+}
+
+#define N(x) (sizeof(x) / sizeof((x)[0]))
+
+static void expect(int rc, const struct mf_err *err, int code, const char *want)
+{
+    if (rc != code || !strstr(err->msg, want))
+        fail_msg("rc %d (want %d): \"%s\" lacks \"%s\"", rc, code, err->msg, want);
+}
+
+static void test_good(void **state)
+{
+    (void)state;
+    const struct tdef t[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F16, 4, QKV},
+        {"blk.1.attn_q.weight.lora_a", GGML_TYPE_BF16, EMBD, 4},
+        {"blk.1.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+        {"blk.0.ffn_down.weight.lora_a", GGML_TYPE_F32, FF, 8},
+        {"blk.0.ffn_down.weight.lora_b", GGML_TYPE_F32, 8, EMBD},
+        {"blk.0.attn_norm.weight", GGML_TYPE_F32, EMBD, 0},
+    };
+    struct lora_summary s;
+    struct mf_err err;
+    assert_int_equal(check(NULL, t, N(t), &s, &err), 0);
+    assert_string_equal(s.arch, "llama");
+    assert_int_equal(s.rank_min, 4);
+    assert_int_equal(s.rank_max, 8);
+    assert_true(s.has_alpha);
+    assert_true(s.alpha == 16.0f);
+    assert_int_equal(s.n_pairs, 3);
+    assert_int_equal(s.n_ignored, 1);
+    assert_int_equal(s.n_layers, 2);
+    assert_string_equal(s.targets, "attn_q ffn_down");
+    assert_string_equal(s.warning, "");
+}
+
+static void test_embedding(void **state)
+{
+    (void)state;
+    const struct tdef good[] = {
+        {"token_embd.weight.lora_a", GGML_TYPE_F32, 4, VOCAB},
+        {"token_embd.weight.lora_b", GGML_TYPE_F32, 4, EMBD},
+    };
+    struct lora_summary s;
+    struct mf_err err;
+    assert_int_equal(check(NULL, good, N(good), &s, &err), 0);
+    assert_string_equal(s.targets, "token_embd");
+    assert_non_null(strstr(s.warning, "token_embd"));
+    const struct tdef vocab[] = {
+        {"token_embd.weight.lora_a", GGML_TYPE_F32, 4, VOCAB + 10},
+        {"token_embd.weight.lora_b", GGML_TYPE_F32, 4, EMBD},
+    };
+    expect(check(NULL, vocab, N(vocab), &s, &err), &err, MF_EINVAL,
+           "embedding lora_a 'token_embd.weight.lora_a' is [4, 310] but base tensor "
+           "'token_embd.weight' is [32, 300]: the adapter covers 310 tokens, the base "
+           "vocabulary has 300");
+    const struct tdef width[] = {
+        {"token_embd.weight.lora_a", GGML_TYPE_F32, 4, VOCAB},
+        {"token_embd.weight.lora_b", GGML_TYPE_F32, 4, 64},
+    };
+    expect(check(NULL, width, N(width), &s, &err), &err, MF_EINVAL,
+           "embedding lora_b 'token_embd.weight.lora_b' is [4, 64] but base tensor "
+           "'token_embd.weight' is [32, 300]: embedding width 64 against the base's 32");
+    const struct tdef rank[] = {
+        {"token_embd.weight.lora_a", GGML_TYPE_F32, 4, VOCAB},
+        {"token_embd.weight.lora_b", GGML_TYPE_F32, 8, EMBD},
+    };
+    expect(check(NULL, rank, N(rank), &s, &err), &err, MF_EINVAL, "rank mismatch");
+}
+
+static void test_other_arch(void **state)
+{
+    (void)state;
+    static const char *const kv[] = {"general.architecture", "qwen2", "general.type", "adapter",
+                                     "adapter.type", "lora", "@alpha=16", NULL};
+    const struct tdef t[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+    };
+    struct mf_err err;
+    expect(check(kv, t, N(t), NULL, &err), &err, MF_EINVAL,
+           "a.gguf is an adapter for architecture 'qwen2', but the base model");
+    assert_non_null(strstr(err.msg, "base.gguf is 'llama'"));
+}
+
+static void test_hidden_size(void **state)
+{
+    (void)state;
+    const struct tdef t[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, 64, 4},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+    };
+    struct mf_err err;
+    expect(check(NULL, t, N(t), NULL, &err), &err, MF_EINVAL,
+           "lora_a 'blk.0.attn_q.weight.lora_a' is [64, 4] but base tensor "
+           "'blk.0.attn_q.weight' is [32, 32]: lora_a ne0 must be the base's ne0 (32) "
+           "(other hidden size?");
+    const struct tdef out[] = {
+        {"blk.0.attn_k.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"blk.0.attn_k.weight.lora_b", GGML_TYPE_F32, 4, 32},
+    };
+    expect(check(NULL, out, N(out), NULL, &err), &err, MF_EINVAL,
+           "lora_b 'blk.0.attn_k.weight.lora_b' is [4, 32] but base tensor "
+           "'blk.0.attn_k.weight' is [32, 16]: lora_b ne1 must be the base's ne1 (16)");
+}
+
+static void test_missing_tensor(void **state)
+{
+    (void)state;
+    const struct tdef t[] = {
+        {"blk.7.attn_q.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"blk.7.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+    };
+    struct mf_err err;
+    expect(check(NULL, t, N(t), NULL, &err), &err, MF_EINVAL,
+           "tensor 'blk.7.attn_q.weight.lora_a' adapts 'blk.7.attn_q.weight', which the base "
+           "model");
+    assert_non_null(strstr(err.msg, "wrong base model?"));
+    const struct tdef o[] = {
+        {"output.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"output.weight.lora_b", GGML_TYPE_F32, 4, VOCAB},
+    };
+    expect(check(NULL, o, N(o), NULL, &err), &err, MF_EINVAL, "tied to token_embd.weight");
+}
+
+static void test_transposed_a(void **state)
+{
+    (void)state;
+    const struct tdef t[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, 4, EMBD},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+    };
+    struct mf_err err;
+    expect(check(NULL, t, N(t), NULL, &err), &err, MF_EINVAL,
+           "lora_a 'blk.0.attn_q.weight.lora_a' is [4, 32] but base tensor "
+           "'blk.0.attn_q.weight' is [32, 32]: lora_a ne0 must be the base's ne0 (32) (lora_a "
+           "looks transposed");
+}
+
+static void test_rank_mismatch(void **state)
+{
+    (void)state;
+    const struct tdef t[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 8, QKV},
+    };
+    struct mf_err err;
+    expect(check(NULL, t, N(t), NULL, &err), &err, MF_EINVAL,
+           "rank mismatch: lora_a 'blk.0.attn_q.weight.lora_a' is [32, 4] and lora_b "
+           "'blk.0.attn_q.weight.lora_b' is [8, 32]");
+}
+
+static void test_pairs_and_names(void **state)
+{
+    (void)state;
+    struct mf_err err;
+    const struct tdef no_b[] = {{"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, EMBD, 4}};
+    expect(check(NULL, no_b, N(no_b), NULL, &err), &err, MF_EFORMAT,
+           "tensor 'blk.0.attn_q.weight.lora_a' has no matching 'blk.0.attn_q.weight.lora_b'");
+    const struct tdef no_a[] = {{"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV}};
+    expect(check(NULL, no_a, N(no_a), NULL, &err), &err, MF_EFORMAT,
+           "tensor 'blk.0.attn_q.weight.lora_b' has no matching 'blk.0.attn_q.weight.lora_a'");
+    const struct tdef suffix[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+        {"blk.0.attn_q.weight.lora_c", GGML_TYPE_F32, 4, QKV},
+    };
+    expect(check(NULL, suffix, N(suffix), NULL, &err), &err, MF_EFORMAT,
+           "tensor 'blk.0.attn_q.weight.lora_c' is neither a .lora_a nor a .lora_b");
+    const struct tdef quant[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_Q8_0, EMBD, 4},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+    };
+    expect(check(NULL, quant, N(quant), NULL, &err), &err, MF_EUNSUPPORTED,
+           "tensor 'blk.0.attn_q.weight.lora_a' has type Q8_0; adapters must be F32, F16 or "
+           "BF16");
+    expect(check(NULL, NULL, 0, NULL, &err), &err, MF_EFORMAT, "has no lora_a/lora_b tensors");
+}
+
+static void test_identity(void **state)
+{
+    (void)state;
+    struct mf_err err;
+    struct lora_summary s;
+    const struct tdef t[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F32, EMBD, 4},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F32, 4, QKV},
+    };
+    static const char *const model[] = {"general.architecture", "llama", NULL};
+    expect(check(model, t, N(t), NULL, &err), &err, MF_EFORMAT,
+           "is not a LoRA adapter: general.type is not 'adapter'");
+    static const char *const cvec[] = {"general.architecture", "llama", "general.type",
+                                       "adapter", "adapter.type", "control_vector", NULL};
+    expect(check(cvec, t, N(t), NULL, &err), &err, MF_EUNSUPPORTED, "adapter.type is not 'lora'");
+    static const char *const noarch[] = {"general.type", "adapter", "adapter.type", "lora",
+                                         NULL};
+    expect(check(noarch, t, N(t), NULL, &err), &err, MF_EFORMAT,
+           "a.gguf has no general.architecture");
+    static const char *const noalpha[] = {"general.architecture", "llama", "general.type",
+                                          "adapter", "adapter.type", "lora", NULL};
+    assert_int_equal(check(noalpha, t, N(t), &s, &err), 0);
+    assert_false(s.has_alpha);
+    assert_non_null(strstr(s.warning, "no adapter.lora.alpha: the raw scale is used"));
+    /* the base given as the adapter: refused as a base */
+    char a[128];
+    snprintf(a, sizeof a, "%s/a.gguf", dir);
+    write_gguf("a.gguf", adapter_kv, t, N(t));
+    assert_int_equal(lora_check_files(a, a, NULL, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "is itself an adapter"));
+}
+
+static void test_map_name(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"model.layers.0.self_attn.q_proj", "blk.0.attn_q.weight"},
+        {"model.layers.12.self_attn.k_proj", "blk.12.attn_k.weight"},
+        {"model.layers.3.self_attn.v_proj", "blk.3.attn_v.weight"},
+        {"model.layers.3.self_attn.o_proj", "blk.3.attn_output.weight"},
+        {"model.layers.31.mlp.gate_proj", "blk.31.ffn_gate.weight"},
+        {"model.layers.31.mlp.up_proj", "blk.31.ffn_up.weight"},
+        {"model.layers.31.mlp.down_proj", "blk.31.ffn_down.weight"},
+        {"model.embed_tokens", "token_embd.weight"},
+        {"lm_head", "output.weight"},
+    };
+    char out[64];
+    for (size_t i = 0; i < N(cases); i++) {
+        assert_int_equal(lora_peft_map_name(cases[i][0], out, sizeof out), 0);
+        assert_string_equal(out, cases[i][1]);
+    }
+    static const char *const bad[] = {"model.layers.0.self_attn.qkv_proj",
+                                      "model.layers.x.self_attn.q_proj",
+                                      "model.layers.0.mlp.fc1", "transformer.h.0.attn.c_attn",
+                                      "model.layers.0.self_attn.q_proj.extra", ""};
+    for (size_t i = 0; i < N(bad); i++)
+        assert_int_equal(lora_peft_map_name(bad[i], out, sizeof out), MF_EUNSUPPORTED);
+    assert_int_equal(lora_peft_map_name("model.layers.0.self_attn.q_proj", out, 8),
+                     MF_EUNSUPPORTED);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good),          cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_other_arch),    cmocka_unit_test(test_hidden_size),
+        cmocka_unit_test(test_missing_tensor), cmocka_unit_test(test_transposed_a),
+        cmocka_unit_test(test_rank_mismatch), cmocka_unit_test(test_pairs_and_names),
+        cmocka_unit_test(test_identity),      cmocka_unit_test(test_map_name),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -7,3 +7,9 @@ libmfc_compiler_a_SOURCES += compiler/hf.h compiler/hf_int.h compiler/hf_config.
 
 TESTS += tests/cli/convert.bats
 EXTRA_DIST += tests/cli/convert.bats tests/cli/hf_mkdir.py tests/cli/hf_gguf.py
+
+check_PROGRAMS += tests/unit/test_hf
+tests_unit_test_hf_SOURCES = tests/unit/test_hf.c
+tests_unit_test_hf_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_hf_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS) -lm
+TESTS += tests/unit/test_hf

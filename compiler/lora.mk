@@ -19,5 +19,5 @@ check_PROGRAMS += tests/unit/test_lora
 tests_unit_test_lora_SOURCES = tests/unit/test_lora.c
 tests_unit_test_lora_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_lora_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
-TESTS += tests/unit/test_lora
-EXTRA_DIST += tests/cli/peft_ref.py
+TESTS += tests/unit/test_lora tests/cli/lora.bats
+EXTRA_DIST += tests/cli/lora.bats tests/cli/peft_ref.py

@@ -1,0 +1,222 @@
+#!/usr/bin/env bats
+# lora.bats: LoRA adapters end to end: PEFT directories (written by
+# tests/cli/peft_ref.py with PEFT's names and shapes) convert to exactly the
+# tensors llama.cpp's convert_lora_to_gguf.py writes (peft_ref.py verify:
+# its own safetensors and GGUF readers, gguf-py's name map, LlamaModel.permute
+# as reshape/swapaxes on lists, bit for bit); the converted adapter runs in
+# mfc's runtime and in llama.cpp with the same logits; `mfc lora check`
+# refuses mismatched adapters naming the tensor and both shapes; mfc build
+# converts `ADAPTER ./peft-dir`, checks adapters before baking, and mfc
+# inspect lists every adapter with name, scale and rank (merged ones too).
+
+load helpers
+
+DIMS="--layers 2 --embd 32 --ff 48 --heads 4 --kv-heads 2 --vocab 300"
+
+setup_file() {
+    export D="$BATS_FILE_TMPDIR"
+    MKMODEL="$MFC_BUILDDIR/tests/tools/mkmodel"
+    "$MKMODEL" -o "$D/base.gguf" --preset toy $DIMS --seed 1 >/dev/null
+    "$MKMODEL" -o "$D/lora.gguf" --preset toy $DIMS --lora 4 --targets q,v >/dev/null
+    "$MKMODEL" -o "$D/wide.gguf" --preset toy --layers 2 --embd 64 --ff 48 --heads 4 \
+        --kv-heads 2 --vocab 300 --lora 4 --targets q,v >/dev/null
+    "$MKMODEL" -o "$D/deep.gguf" --preset toy --layers 3 --embd 32 --ff 48 --heads 4 \
+        --kv-heads 2 --vocab 300 --lora 4 --targets q,v >/dev/null
+}
+
+setup() {
+    T="$BATS_TEST_TMPDIR"
+    REF="$MFC_SRCDIR/tests/cli/peft_ref.py"
+    export MFC_HOME="$T/store" MFC_SERVE=/bin/echo
+}
+
+peft() { python3 "$REF" make "$@" --vocab 300; }
+
+@test "a PEFT directory converts to what convert_lora_to_gguf.py writes (names, shapes, q/k permutation, embedding, alpha)" {
+    peft "$T/p" --targets q,k,v,o,gate,up,down,embed --norms --alpha 16
+    run "$MFC" lora convert "$T/p" --base "$D/base.gguf" -o "$T/out.gguf"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"rank: 4"* ]]
+    [[ "$output" == *"alpha: 16 (scale = 4 x user scale)"* ]]
+    [[ "$output" == *"15 pairs in 2 layers"* ]]
+    [[ "$output" == *"4 q/k lora_b permuted"* ]]
+    run python3 "$REF" verify "$T/p" "$T/out.gguf" --arch llama --heads 4 --kv-heads 2
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [ "$output" = "ok: 32 tensors" ]
+    # the reference really checks the permutation: other head counts disagree
+    run python3 "$REF" verify "$T/p" "$T/out.gguf" --arch llama --heads 2 --kv-heads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"blk.0.attn_q.weight.lora_b: element"* ]]
+    [[ "$output" == *"blk.0.attn_k.weight.lora_b: element"* ]]
+    ! [[ "$output" == *"attn_v"* ]]
+}
+
+@test "F16, BF16 and F64 halves, rank 8, use_rslora (alpha written as alpha*sqrt(r))" {
+    for dt in F16 BF16 F64; do
+        peft "$T/$dt" --dtype $dt --rank 8 --rslora --seed 7 --targets q,k,v,down
+        run "$MFC" lora convert "$T/$dt" --base "$D/base.gguf" -o "$T/$dt.gguf" --json
+        [ "$status" -eq 0 ]
+        [ "$(jq -r .peft.use_rslora <<<"$output")" = true ]
+        [ "$(jq -r '.alpha * 1000 | round' <<<"$output")" = 22627 ] # 8 * sqrt(8)
+        run python3 "$REF" verify "$T/$dt" "$T/$dt.gguf" --arch llama --heads 4 --kv-heads 2
+        echo "$dt: $output"
+        [ "$status" -eq 0 ]
+    done
+}
+
+@test "the converted adapter runs: mfc's runtime, mfc lora merge and llama.cpp agree" {
+    EVAL="$MFC_BUILDDIR/tests/tools/mfc-eval"
+    peft "$T/p" --alpha 16 --seed 3
+    "$MFC" lora convert "$T/p" --base "$D/base.gguf" -o "$T/a.gguf" >/dev/null
+    "$EVAL" --model "$D/base.gguf" --tokens 1,2,3,4 --kv f32 >"$T/base.json"
+    "$EVAL" --model "$D/base.gguf" --lora "$T/a.gguf" --tokens 1,2,3,4 --kv f32 >"$T/rt.json"
+    "$MFC" lora merge "$D/base.gguf" "$T/a.gguf" -o "$T/merged.gguf" >/dev/null
+    "$EVAL" --model "$T/merged.gguf" --tokens 1,2,3,4 --kv f32 >"$T/merged.json"
+    python3 - "$T" <<'EOF'
+import json, sys
+t = sys.argv[1]
+b, r, m = (json.load(open(f"{t}/{n}.json"))["logits"] for n in ("base", "rt", "merged"))
+d_adapter = max(abs(x - y) for x, y in zip(b, r))
+d_merge = max(abs(x - y) for x, y in zip(r, m))
+print("adapter moves logits by", d_adapter, "runtime vs merged", d_merge)
+assert d_adapter > 1e-2, d_adapter
+assert d_merge < 1e-5, d_merge
+EOF
+    NODE_MODULES="${MFC_NODE_MODULES:-$MFC_SRCDIR/tests/tools/node/node_modules}"
+    command -v node >/dev/null || skip "node is not installed (llama.cpp comparison)"
+    [ -d "$NODE_MODULES/node-llama-cpp" ] || skip "node-llama-cpp is not installed at $NODE_MODULES"
+    MFC_NODE_MODULES="$NODE_MODULES" node "$MFC_SRCDIR/tests/tools/llama-logits.mjs" \
+        --model "$D/base.gguf" --lora "$T/a.gguf" --tokens 1,2,3,4 --kv f32 >"$T/llama.json"
+    python3 - "$T" <<'EOF'
+import json, math, sys
+t = sys.argv[1]
+ll = json.load(open(f"{t}/llama.json"))["logprobs"]
+lg = json.load(open(f"{t}/rt.json"))["logits"]
+m = max(lg)
+z = m + math.log(sum(math.exp(x - m) for x in lg))
+d = max(abs(a - (b - z)) for a, b in zip(ll, lg))
+print("llama.cpp vs mfc log-probs:", d)
+assert d < 5e-3, d
+EOF
+}
+
+@test "mfc lora check: a matching GGUF adapter passes with a summary" {
+    run "$MFC" lora check "$D/lora.gguf" --base "$D/base.gguf"
+    [ "$status" -eq 0 ]
+    [[ "${lines[0]}" == "architecture: llama" ]]
+    [[ "$output" == *"rank: 4"* ]]
+    [[ "$output" == *"targets: attn_q attn_v"* ]]
+    run "$MFC" lora check --json "$D/lora.gguf" --base "$D/base.gguf"
+    [ "$(jq -r '.pairs, .layers, .rank_max' <<<"$output" | tr '\n' ' ')" = "4 2 4 " ]
+}
+
+@test "mfc lora check refuses another hidden size and a missing tensor, naming tensor and shapes" {
+    run "$MFC" lora check "$D/wide.gguf" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"lora_a 'blk.0.attn_q.weight.lora_a' is [64, 4] but base tensor 'blk.0.attn_q.weight' is [32, 32]"* ]]
+    run "$MFC" lora check "$D/deep.gguf" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"tensor 'blk.2.attn_q.weight.lora_a' adapts 'blk.2.attn_q.weight', which the base model"* ]]
+    # a model is not an adapter, and an adapter is not a base
+    run "$MFC" lora check "$D/base.gguf" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"is not a LoRA adapter"* ]]
+    run "$MFC" lora check "$D/lora.gguf" --base "$D/lora.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"is itself an adapter"* ]]
+    run "$MFC" lora check "$D/lora.gguf"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"--base MODEL.gguf is required"* ]]
+}
+
+@test "PEFT directories mfc cannot convert are refused with the reason" {
+    peft "$T/m" --extra base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight
+    run "$MFC" lora check "$T/m" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"tensor 'base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight' adapts module 'model.layers.0.self_attn.qkv_proj', which mfc cannot map"* ]]
+    peft "$T/e" --extra base_model.model.model.embed_tokens.weight
+    run "$MFC" lora check "$T/e" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"unexpected tensor 'base_model.model.model.embed_tokens.weight': not a lora_A or lora_B tensor (the adapter carries whole embedding weights"* ]]
+    peft "$T/d"
+    sed -i 's/"use_dora": false/"use_dora": true/' "$T/d/adapter_config.json"
+    run "$MFC" lora check "$T/d" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"use_dora is set"* ]]
+    peft "$T/b"
+    mv "$T/b/adapter_model.safetensors" "$T/b/adapter_model.bin"
+    run "$MFC" lora check "$T/b" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"adapter_model.bin is a PyTorch pickle"* ]]
+    # a PEFT adapter for another model: q_proj rows are not the base's
+    python3 "$REF" make "$T/w" --vocab 300 --embd 64 --heads 4 --targets q
+    run "$MFC" lora check "$T/w" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"lora_a 'blk.0.attn_q.weight.lora_a' is [64, 4] but base tensor 'blk.0.attn_q.weight' is [32, 32]"* ]]
+    # a malformed safetensors header is named with its byte offset
+    peft "$T/x"
+    printf '\377\377\377\377\377\377\377\377' | dd of="$T/x/adapter_model.safetensors" conv=notrunc 2>/dev/null
+    run "$MFC" lora check "$T/x" --base "$D/base.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"adapter_model.safetensors: byte 0: header length"* ]]
+    # nothing is left behind by a failed convert
+    run "$MFC" lora convert "$T/m" --base "$D/base.gguf" -o "$T/none.gguf"
+    [ "$status" -eq 1 ]
+    [ ! -e "$T/none.gguf" ]
+}
+
+@test "no lora_alpha: converted without adapter.lora.alpha, with a warning that the raw scale is used" {
+    peft "$T/p" --no-alpha
+    run "$MFC" lora convert "$T/p" --base "$D/base.gguf" -o "$T/a.gguf"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"warning: no adapter.lora.alpha: the raw scale is used"* ]]
+    run python3 "$REF" verify "$T/p" "$T/a.gguf" --arch llama --heads 4 --kv-heads 2
+    [ "$status" -eq 0 ]
+}
+
+@test "mfc build: ADAPTER ./peft-dir converts, three ADAPTER lines (two named, one merged) are listed by mfc inspect" {
+    C="$T/ctx"
+    mkdir -p "$C"
+    cp "$D/base.gguf" "$D/lora.gguf" "$C/"
+    peft "$C/style" --alpha 16 --rank 8 --targets q,k,v,o
+    peft "$T/m" --alpha 8 --rank 2 --seed 5
+    "$MFC" lora convert "$T/m" --base "$D/base.gguf" -o "$C/fold.gguf" >/dev/null
+    printf '%s\n' "FROM ./base.gguf" "ADAPTER --name=sql --scale=0.5 ./lora.gguf" \
+        "ADAPTER --name=style ./style" "ADAPTER --merge --scale=0.25 ./fold.gguf" >"$C/Modelfile"
+    run "$MFC" build --progress plain -t m:1 "$C"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"convert ADAPTER ./style DONE"* ]]
+    run "$MFC" inspect m:1
+    [ "$status" -eq 0 ]
+    a=$(jq -c '[.adapters[] | [.name, .scale, .rank, .merged]]' <<<"$output")
+    [ "$a" = '[["sql",0.5,4,false],["style",1,8,false],["fold",0.25,2,true]]' ]
+    [ "$(jq -r '.adapters[1].targets' <<<"$output")" = "attn_q attn_k attn_v attn_output" ]
+    [ "$(jq -r '.adapters[1].alpha' <<<"$output")" = 16 ]
+    # unchanged: all cached; an edited PEFT directory converts again
+    run "$MFC" build --progress plain -t m:1 "$C"
+    ! grep -q ' DONE in ' <<<"$output"
+    peft "$C/style" --alpha 16 --rank 8 --targets q,k,v,o --seed 9
+    run "$MFC" build --progress plain -t m:1 "$C"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"convert ADAPTER ./style DONE"* ]]
+}
+
+@test "mfc build checks adapters before baking: a mismatched one fails naming tensor and shapes, no image" {
+    C="$T/ctx"
+    mkdir -p "$C"
+    cp "$D/base.gguf" "$D/wide.gguf" "$C/"
+    printf '%s\n' "FROM ./base.gguf" "ADAPTER ./wide.gguf" >"$C/Modelfile"
+    run "$MFC" build -t bad:1 "$C"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Modelfile:2: ADAPTER ./wide.gguf"*"lora_a 'blk.0.attn_q.weight.lora_a' is [64, 4] but base tensor 'blk.0.attn_q.weight' is [32, 32]"* ]]
+    run "$MFC" inspect bad:1
+    [ "$status" -ne 0 ]
+    # a directory that is not a PEFT adapter
+    mkdir -p "$C/notpeft" && echo '{}' >"$C/notpeft/config.json"
+    printf '%s\n' "FROM ./base.gguf" "ADAPTER ./notpeft" >"$C/Modelfile"
+    run "$MFC" build -t bad:2 "$C"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"ADAPTER ./notpeft"*"no PEFT adapter (adapter_config.json"* ]]
+}

@@ -3,6 +3,7 @@
  * roofline measured in the same run (tests/gpu/run calls it on a GPU host).
  *
  *   cuda_bench SHAPE TYPE [BATCH...]
+ *   cuda_bench gemv -      (GEMV alone, every type, at 1, 8 and 32 tokens)
  *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
  *     TYPE:  f16 | bf16 | q8_0 | q4_k_m (llama.cpp's per-tensor mix) | q4_k
  *     BATCH: sequences decoding together (default 1 8 32)
@@ -53,15 +54,18 @@ static void die(const char *what, const struct mf_err *err)
 
 static uint64_t rs = 88172645463325252ull;
 
-static void fill_random(uint8_t *p, size_t n)
+/* Random bytes; every 64-bit word is masked and or-ed (F16/BF16 values
+ * kept small and finite this way). */
+static void fill_random(uint8_t *p, size_t n, uint64_t and_mask, uint64_t or_mask)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-        memcpy(p + i, &rs, 8);
+        uint64_t w = (rs & and_mask) | or_mask;
+        memcpy(p + i, &w, 8);
     }
     for (; i < n; i++)
-        p[i] = (uint8_t)i;
+        p[i] = 0;
 }
 
 static void wr16(uint8_t *p, uint16_t v)
@@ -88,22 +92,21 @@ static void *make_data(enum ggml_type t, int64_t ne0, int64_t ne1, uint64_t *row
             memcpy(p + i, &one, 4);
         return p;
     }
-    fill_random(p, n);
     size_t bs = ggml_type_size(t);
     switch (t) {
-    case GGML_TYPE_F16:
-        for (size_t i = 0; i < n; i += 2) {
-            uint16_t h;
-            memcpy(&h, p + i, 2);
-            wr16(p + i, (uint16_t)((h & 0x83FF) | 0x2000));
-        }
+    case GGML_TYPE_F16: /* exponent 8: |x| in [2^-7, 2^-6) */
+        fill_random(p, n, 0x83FF83FF83FF83FFull, 0x2000200020002000ull);
         break;
+    case GGML_TYPE_BF16: /* exponent 120: |x| in [2^-7, 2^-6) */
+        fill_random(p, n, 0x807F807F807F807Full, 0x3C003C003C003C00ull);
+        break;
+    default:
+        fill_random(p, n, ~0ull, 0);
+        break;
+    }
+    switch (t) {
+    case GGML_TYPE_F16:
     case GGML_TYPE_BF16:
-        for (size_t i = 0; i < n; i += 2) {
-            uint16_t h;
-            memcpy(&h, p + i, 2);
-            wr16(p + i, (uint16_t)((h & 0x807F) | 0x3C00));
-        }
         break;
     case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_0:
@@ -229,6 +232,54 @@ static double copy_bandwidth(void)
     return 2.0 * (double)n * 10 / (ms * 1e-3);
 }
 
+/* GEMV alone on a 14336 x 4096 weight (Llama 3 8B's ffn_gate) of type t:
+ * weight GB/s at nt tokens, the median of 20 launches, rotating over 4
+ * copies so the 60 MB L2 never holds the weight. */
+static void gemv_bench(enum ggml_type t, double bw)
+{
+    struct mfk_ctx *c;
+    struct mf_err err = {0};
+    const int64_t ne0 = 4096, ne1 = 14336;
+    uint64_t rb;
+    void *h = make_data(t, ne0, ne1, &rb), *w[4];
+    float *x, *y;
+    size_t bytes = (size_t)rb * (size_t)ne1;
+    if (mfk_ctx_new(0, &c, &err))
+        die("gemv bench", &err);
+    for (int i = 0; i < 4; i++)
+        if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
+            die("gemv bench", &err);
+    if (mfk_malloc(c, 32 * ne0 * 4, (void **)&x, &err) || mfk_malloc(c, 32 * ne1 * 4, (void **)&y, &err))
+        die("gemv bench", &err);
+    mfk_memset(c, x, 0x3C, 32 * ne0 * 4, &err);
+    static const int nts[] = {1, 8, 32};
+    printf("gemv %-6s", ggml_type_name(t));
+    for (size_t k = 0; k < 3; k++) {
+        float ms[20];
+        for (int i = 0; i < 20; i++) {
+            struct mfk_weight mw = {.data = w[i & 3], .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+            mfk_timer_start(c, &err);
+            if (mfk_gemv(c, &mw, x, ne0, nts[k], y, ne1, 0, &err) || mfk_timer_ms(c, &ms[i], &err))
+                die("gemv bench", &err);
+        }
+        for (int i = 1; i < 20; i++) /* insertion sort for the median */
+            for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+                float tmp = ms[j];
+                ms[j] = ms[j - 1], ms[j - 1] = tmp;
+            }
+        double gbs = bytes / (ms[10] * 1e-3) / 1e9;
+        printf("  nt=%-2d %7.1f us %6.0f GB/s (%3.0f%% of copy)", nts[k], ms[10] * 1e3, gbs,
+               100 * gbs * 1e9 / bw);
+    }
+    printf("\n");
+    for (int i = 0; i < 4; i++)
+        mfk_free(w[i]);
+    mfk_free(x);
+    mfk_free(y);
+    mfk_ctx_free(c);
+    free(h);
+}
+
 int main(int argc, char **argv)
 {
     struct mf_err err = {0};
@@ -241,7 +292,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (strcmp(argv[1], shapes[i].name) == 0)
             s = &shapes[i];
-    if (!s) {
+    if (!s && strcmp(argv[1], "gemv") != 0) {
         fprintf(stderr, "cuda_bench: unknown shape %s\n", argv[1]);
         return 2;
     }
@@ -259,6 +310,15 @@ int main(int argc, char **argv)
         return 77;
     }
     double bw = copy_bandwidth();
+    if (strcmp(argv[1], "gemv") == 0) { /* cuda_bench gemv -: the GEMV table alone */
+        static const enum ggml_type ts[] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                            GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                            GGML_TYPE_Q6_K};
+        printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            gemv_bench(ts[i], bw);
+        return 0;
+    }
     double t0 = now_s();
     uint64_t mat_bytes, embd_row;
     struct model *m = synth(s, argv[2], &mat_bytes, &embd_row);

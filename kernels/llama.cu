@@ -36,7 +36,9 @@ cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
 
 #define GEMV_NB 8        /* tokens served by one pass over a weight row */
 #define GEMV_WARPS 4     /* rows (warps) per GEMV thread block */
-#define ATT_THREADS 128  /* threads per attention block */
+#define ATT_WARPS 8      /* warps per attention block */
+#define ATT_THREADS (ATT_WARPS * 32)
+#define ATT_MAX_DIM 256  /* head_dim the attention kernel takes, at most (a multiple of 32) */
 #define ATT_MAX_RATIO 8  /* query heads per KV head handled in one pass of P.V */
 #define KVB 16           /* KV_BLOCK_TOKENS (runtime/batch.h) */
 
@@ -518,21 +520,28 @@ __device__ __forceinline__ double block_sum(double v, double *red)
     return s;
 }
 
-/* grid (T, n_head_kv): the ratio query heads of KV head g for token t.
- * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores. */
+/* grid (T, n_head_kv): the ratio query heads of KV head g for token t, in
+ * ATT_WARPS warps that take the sequence's KV blocks in turn.
+ * Scores: a warp's lanes are 16 slots x 2 interleaved halves of head_dim,
+ * so each step reads 64 contiguous bytes of the transposed keys. P.V: lane
+ * l covers dimensions l, l + 32, ... (coalesced value rows); the warps'
+ * partial sums meet in shared memory at the end.
+ * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores then
+ * weights, red[ATT_WARPS][min(ratio, 8)][hd] partial outputs. */
 __global__ void __launch_bounds__(ATT_THREADS)
     k_attention(struct mfk_kv_shape s, int32_t layer, const float *q, int64_t ldq,
                 const int32_t *pos, const int32_t *toff, const int32_t *tables,
                 const __half *kv, int32_t ctx, float *out, int64_t ldo)
 {
     extern __shared__ float smem[];
-    __shared__ float redf[ATT_THREADS / 32];
-    __shared__ double redd[ATT_THREADS / 32];
+    __shared__ float redf[ATT_WARPS];
+    __shared__ double redd[ATT_WARPS];
     const int t = blockIdx.x, g = blockIdx.y, hd = s.head_dim;
-    const int ratio = s.n_head / s.n_head_kv;
-    const int npos = pos[t] + 1;
+    const int ratio = s.n_head / s.n_head_kv, rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
+    const int npos = pos[t] + 1, nblk = (npos + KVB - 1) / KVB;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t *bt = tables + toff[t];
-    float *qs = smem, *sc = smem + ratio * hd;
+    float *qs = smem, *sc = smem + ratio * hd, *red = sc + (size_t)ratio * ctx;
     const float kq_scale = 1.0f / sqrtf((float)hd);
 
     for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
@@ -540,24 +549,31 @@ __global__ void __launch_bounds__(ATT_THREADS)
         qs[e] = __half2float(__float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < npos; j += blockDim.x) {
-        const __half *kt = kv + kv_index(s, bt[j / KVB], layer, 0, g) + (j % KVB);
-        float acc[ATT_MAX_RATIO];
-        for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
-#pragma unroll
-            for (int r = 0; r < ATT_MAX_RATIO; r++)
-                acc[r] = 0.0f;
-            for (int d = 0; d < hd; d++) {
-                const float kd = __half2float(kt[(size_t)d * KVB]);
+    {
+        const int slot = lane & 15, half = lane >> 4;
+        for (int b = warp; b < nblk; b += ATT_WARPS) {
+            const __half *kt = kv + kv_index(s, bt[b], layer, 0, g) + slot;
+            const int j = b * KVB + slot;
+            for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
+                float acc[ATT_MAX_RATIO];
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++)
-                    if (r0 + r < ratio)
-                        acc[r] += qs[(r0 + r) * hd + d] * kd;
-            }
+                    acc[r] = 0.0f;
+#pragma unroll 4
+                for (int d = half; d < hd; d += 2) {
+                    const float kd = __half2float(kt[(size_t)d * KVB]);
 #pragma unroll
-            for (int r = 0; r < ATT_MAX_RATIO; r++)
-                if (r0 + r < ratio)
-                    sc[(size_t)(r0 + r) * ctx + j] = __fmul_rn(acc[r], kq_scale);
+                    for (int r = 0; r < ATT_MAX_RATIO; r++)
+                        if (r0 + r < ratio)
+                            acc[r] += qs[(r0 + r) * hd + d] * kd;
+                }
+#pragma unroll
+                for (int r = 0; r < ATT_MAX_RATIO; r++) {
+                    acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 16);
+                    if (half == 0 && j < npos && r0 + r < ratio)
+                        sc[(size_t)(r0 + r) * ctx + j] = __fmul_rn(acc[r], kq_scale);
+                }
+            }
         }
     }
     __syncthreads();
@@ -579,43 +595,75 @@ __global__ void __launch_bounds__(ATT_THREADS)
             sr[j] = __half2float(__float2half_rn(__fmul_rn(sr[j], inv)));
         __syncthreads();
     }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
-            float acc[ATT_MAX_RATIO];
+    const int E = hd / 32;
+    for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
+        float acc[ATT_MAX_RATIO][ATT_MAX_DIM / 32];
 #pragma unroll
-            for (int r = 0; r < ATT_MAX_RATIO; r++)
-                acc[r] = 0.0f;
-            for (int j = 0; j < npos; j++) {
-                const __half *vt = kv + kv_index(s, bt[j / KVB], layer, 1, g);
-                const float vd = __half2float(vt[(size_t)(j % KVB) * hd + d]);
+        for (int r = 0; r < ATT_MAX_RATIO; r++)
 #pragma unroll
-                for (int r = 0; r < ATT_MAX_RATIO; r++)
-                    if (r0 + r < ratio)
-                        acc[r] += sc[(size_t)(r0 + r) * ctx + j] * vd;
+            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                acc[r][e] = 0.0f;
+        for (int b = warp; b < nblk; b += ATT_WARPS) {
+            const __half *vt = kv + kv_index(s, bt[b], layer, 1, g) + lane;
+            const int n = npos - b * KVB < KVB ? npos - b * KVB : KVB;
+            for (int sl = 0; sl < n; sl++) {
+                const int j = b * KVB + sl;
+                float v[ATT_MAX_DIM / 32];
+#pragma unroll
+                for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                    v[e] = e < E ? __half2float(vt[(size_t)sl * hd + 32 * e]) : 0.0f;
+#pragma unroll
+                for (int r = 0; r < ATT_MAX_RATIO; r++) {
+                    if (r0 + r < ratio) {
+                        const float p = sc[(size_t)(r0 + r) * ctx + j];
+#pragma unroll
+                        for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                            acc[r][e] += p * v[e];
+                    }
+                }
             }
-#pragma unroll
-            for (int r = 0; r < ATT_MAX_RATIO; r++)
-                if (r0 + r < ratio)
-                    out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = acc[r];
         }
+#pragma unroll
+        for (int r = 0; r < ATT_MAX_RATIO; r++)
+#pragma unroll
+            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                if (r < rchunk && e < E)
+                    red[((size_t)warp * rchunk + r) * hd + lane + 32 * e] = acc[r][e];
+        __syncthreads();
+        for (int i = threadIdx.x; i < rchunk * hd; i += blockDim.x) {
+            const int r = i / hd, d = i % hd;
+            if (r0 + r < ratio) {
+                float sum = 0.0f;
+                for (int w = 0; w < ATT_WARPS; w++)
+                    sum += red[((size_t)w * rchunk + r) * hd + d];
+                out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = sum;
+            }
+        }
+        __syncthreads();
     }
 }
 
 static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx)
 {
-    const int ratio = s->n_head / s->n_head_kv;
-    return ((size_t)ratio * (size_t)s->head_dim + (size_t)ratio * (size_t)ctx) * sizeof(float);
+    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
+    const size_t rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
+    return (ratio * (size_t)s->head_dim + ratio * (size_t)ctx +
+            ATT_WARPS * rchunk * (size_t)s->head_dim) * sizeof(float);
 }
 
 #define ATT_SMEM_MAX ((size_t)200 << 10) /* dynamic shared memory we ask for, at most */
 
 extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
 {
-    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
-    size_t n = ATT_SMEM_MAX / sizeof(float);
-    if (n <= ratio * (size_t)s->head_dim)
+    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim % 32 ||
+        s->head_dim > ATT_MAX_DIM)
         return 0;
-    n = (n - ratio * (size_t)s->head_dim) / ratio;
+    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
+    const size_t fixed = att_smem(s, 0) / sizeof(float);
+    size_t n = ATT_SMEM_MAX / sizeof(float);
+    if (n <= fixed)
+        return 0;
+    n = (n - fixed) / ratio;
     return n > INT32_MAX ? INT32_MAX : (int32_t)n;
 }
 
@@ -626,9 +674,12 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
 {
     if (T <= 0)
         return 0;
-    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv)
-        return mf_err_set(err, MF_EINVAL, "CUDA attention: %d heads over %d KV heads", s->n_head,
-                          s->n_head_kv);
+    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim % 32 ||
+        s->head_dim > ATT_MAX_DIM)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "CUDA attention: %d heads over %d KV heads of %d dimensions (the kernel "
+                          "takes a multiple of 32 up to %d)",
+                          s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
     if (max_ctx > mfk_attention_max_ctx(s))
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "CUDA attention: a context of %d tokens is longer than the %d this "

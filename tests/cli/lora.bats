@@ -101,6 +101,37 @@ assert d < 5e-3, d
 EOF
 }
 
+@test "on a converted HF base, the converted adapter equals PEFT's merge_and_unload converted (q/k rows follow the base's permutation)" {
+    EVAL="$MFC_BUILDDIR/tests/tools/mfc-eval"
+    python3 "$MFC_SRCDIR/tests/cli/hf_mkdir.py" "$T/hf" --layers 2 --embd 32 --ff 48 --heads 4 \
+        --kv-heads 2 --dtype F32 >/dev/null
+    "$MFC" convert "$T/hf" --outtype f32 -o "$T/base.gguf" >/dev/null
+    # runtime: projections only
+    python3 "$REF" make "$T/p" --vocab 306 --alpha 16 --targets q,k,v,o,gate,up,down --seed 11
+    python3 "$REF" merge-hf "$T/hf" "$T/p" "$T/hf-merged"
+    "$MFC" convert "$T/hf-merged" --outtype f32 -o "$T/ref.gguf" >/dev/null
+    "$MFC" lora convert "$T/p" --base "$T/base.gguf" -o "$T/a.gguf" >/dev/null
+    "$EVAL" --model "$T/base.gguf" --lora "$T/a.gguf" --tokens 1,2,3,4,5 --kv f32 >"$T/rt.json"
+    "$EVAL" --model "$T/ref.gguf" --tokens 1,2,3,4,5 --kv f32 >"$T/ref.json"
+    # merge: embedding and lm_head too, with use_rslora and a scale
+    python3 "$REF" make "$T/p2" --vocab 306 --alpha 16 --targets q,k,down,embed,lm_head --seed 12 --rslora
+    python3 "$REF" merge-hf "$T/hf" "$T/p2" "$T/hf-merged2" --scale 0.5
+    "$MFC" convert "$T/hf-merged2" --outtype f32 -o "$T/ref2.gguf" >/dev/null
+    "$MFC" lora convert "$T/p2" --base "$T/base.gguf" -o "$T/a2.gguf" 2>/dev/null >/dev/null
+    "$MFC" lora merge "$T/base.gguf" "$T/a2.gguf:0.5" -o "$T/m2.gguf" >/dev/null
+    "$EVAL" --model "$T/m2.gguf" --tokens 1,2,3,4,5 --kv f32 >"$T/m2.json"
+    "$EVAL" --model "$T/ref2.gguf" --tokens 1,2,3,4,5 --kv f32 >"$T/ref2.json"
+    python3 - "$T" <<'EOF'
+import json, sys
+t = sys.argv[1]
+for a, b in (("rt", "ref"), ("m2", "ref2")):
+    x, y = (json.load(open(f"{t}/{n}.json"))["logits"] for n in (a, b))
+    d = max(abs(p - q) for p, q in zip(x, y))
+    print(a, "vs", b, d)
+    assert d < 1e-4, (a, d)
+EOF
+}
+
 @test "mfc lora check: a matching GGUF adapter passes with a summary" {
     run "$MFC" lora check "$D/lora.gguf" --base "$D/base.gguf"
     [ "$status" -eq 0 ]

@@ -18,6 +18,14 @@ what llama.cpp's convert_lora_to_gguf.py makes of them. Standard library only.
       same reshape/swapaxes on nested lists, alpha from lora_alpha), element
       by element and bit for bit. Prints "ok: N tensors" or every mismatch
       and exits 1.
+
+  peft_ref.py merge-hf HF_DIR PEFT_DIR OUT_DIR [--scale S]
+      what PEFT's merge_and_unload() computes, on a Hugging Face llama
+      directory (hf_mkdir.py's, F32): W += S * alpha/r * B @ A in HF's own
+      row order (alpha/sqrt(r) with use_rslora; the embedding's delta is
+      (B @ A)^T), written as a new directory. Converting it with mfc convert
+      gives the reference a converted adapter must reproduce on the
+      converted base, whatever permutation the conversion applies to q/k.
 """
 import json
 import math
@@ -292,6 +300,52 @@ def cmd_verify(a):
     print("ok: %d tensors" % len(want))
 
 
+def decode(el, dtype):
+    if dtype == "F32":
+        return [struct.unpack("<f", e)[0] for e in el]
+    if dtype == "F16":
+        return [struct.unpack("<e", e)[0] for e in el]
+    if dtype == "BF16":
+        return [struct.unpack("<f", b"\0\0" + e)[0] for e in el]
+    return [struct.unpack("<d", e)[0] for e in el]
+
+
+def cmd_merge_hf(a):
+    import shutil
+    with open(os.path.join(a["peft"], "adapter_config.json")) as f:
+        cfg = json.load(f)
+    r = cfg["r"]
+    s = a["scale"] * cfg["lora_alpha"] / (math.sqrt(r) if cfg.get("use_rslora") else r)
+    st = read_safetensors(os.path.join(a["peft"], "adapter_model.safetensors"))
+    pairs = {}
+    for name, (dt, shape, el) in st.items():
+        for suf, half, emb in ((".lora_A.weight", "A", 0), (".lora_B.weight", "B", 0),
+                               (".lora_embedding_A", "A", 1), (".lora_embedding_B", "B", 1)):
+            if name.endswith(suf):
+                base = name[len("base_model.model."):-len(suf)] + ".weight"
+                pairs.setdefault(base, {})[half] = (shape, decode(el, dt))
+                pairs[base]["emb"] = emb
+    shutil.copytree(a["dir"], a["out"])
+    w = read_safetensors(os.path.join(a["dir"], "model.safetensors"))
+    out = {}
+    for name, (dt, shape, el) in w.items():
+        vals = decode(el, dt)
+        if name in pairs:
+            (ash, av), (bsh, bv), emb = pairs[name]["A"], pairs[name]["B"], pairs[name]["emb"]
+            R = ash[0]
+            # delta (out, in) = B @ A; embedding: (B @ A)^T, B [E, r], A [r, V]
+            rows, cols = shape
+            for i in range(rows):
+                for j in range(cols):
+                    if emb:
+                        d = sum(bv[j * R + k] * av[k * ash[1] + i] for k in range(R))
+                    else:
+                        d = sum(bv[i * R + k] * av[k * ash[1] + j] for k in range(R))
+                    vals[i * cols + j] += s * d
+        out[name] = ("F32", shape, encode(vals, "F32"))
+    write_safetensors(os.path.join(a["out"], "model.safetensors"), out)
+
+
 def parse(argv):
     a = {"dir": argv[1], "layers": 2, "embd": 32, "heads": 4, "kv_heads": 2, "ff": 48,
          "vocab": 64, "rank": 4, "alpha": 8.0, "dtype": "F32", "seed": 1, "rslora": False,
@@ -301,6 +355,9 @@ def parse(argv):
     if argv[0] == "verify":
         a["gguf"] = argv[2]
         rest = argv[3:]
+    if argv[0] == "merge-hf":
+        a["peft"], a["out"], a["scale"] = argv[2], argv[3], 1.0
+        rest = argv[4:]
     i = 0
     while i < len(rest):
         k = rest[i][2:].replace("-", "_")
@@ -309,7 +366,7 @@ def parse(argv):
             i += 1
             continue
         v = rest[i + 1]
-        a[k] = float(v) if k == "alpha" else int(v) if isinstance(a.get(k), int) else v
+        a[k] = float(v) if k in ("alpha", "scale") else int(v) if isinstance(a.get(k), int) else v
         i += 2
     return a
 
@@ -317,4 +374,4 @@ def parse(argv):
 if __name__ == "__main__":
     cmd = sys.argv[1]
     args = parse(sys.argv[1:])
-    {"make": cmd_make, "verify": cmd_verify}[cmd](args)
+    {"make": cmd_make, "verify": cmd_verify, "merge-hf": cmd_merge_hf}[cmd](args)

@@ -1,2 +1,7 @@
 ### Benchmarks (make bench); never part of make check
 EXTRA_DIST += bench/README.md
+## bench/serve: mfc-serve vs llama.cpp at 1/8/32 streaming clients (`make bench-serve`)
+EXTRA_DIST += bench/serve bench/serve-llama.mjs
+.PHONY: bench-serve
+bench-serve: mfc-serve$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
+	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/serve

@@ -3,7 +3,8 @@
 // fetch, no client library, so the wire framing itself is checked), for
 // tests/cli/serve-load.bats and bench/serve.
 //
-// Each client POSTs /v1/chat/completions with "stream": true (SSE) or
+// Each client POSTs /v1/chat/completions with "stream": true (SSE),
+// /v1/completions (SSE, --api completions: the raw prompt, no template) or
 // /api/chat (NDJSON, --api ollama) and checks the framing as it reads:
 //   SSE: events separated by a blank line, each "data: " + one JSON chunk
 //        (object chat.completion.chunk, one choice), the first delta carries
@@ -20,7 +21,7 @@
 // client failed.
 //
 // usage: node stream-load.mjs --base URL --model NAME [--clients N] [--max-tokens M]
-//          [--api openai|ollama] [--allow-429] [--abort-after K] [--timeout-ms T]
+//          [--api openai|completions|ollama] [--allow-429] [--abort-after K] [--timeout-ms T]
 //          [--prompt TEXT] [--api-key KEY] [--seed S]
 function parseArgs(argv) {
     const o = {clients: 8, maxTokens: 16, api: "openai", allow429: false, abortAfter: 0, timeoutMs: 60000,
@@ -84,13 +85,18 @@ async function readSSE(res, t0, o, ctl) {
         } catch {
             throw new Framing(`not JSON: ${JSON.stringify(data.slice(0, 120))}`);
         }
-        if (c.object !== "chat.completion.chunk") throw new Framing(`object ${c.object}`);
+        const completions = o.api === "completions";
+        if (c.object !== (completions ? "text_completion" : "chat.completion.chunk")) throw new Framing(`object ${c.object}`);
         if (c.usage) usageTokens = c.usage.completion_tokens;
         for (const ch of c.choices) {
             if (ch.index !== 0) throw new Framing(`choice index ${ch.index}`);
             if (ch.delta?.role) {
                 if (role) throw new Framing("a second role delta");
                 role = true;
+            }
+            if (completions && ch.text) {
+                if (ttft === null) ttft = performance.now() - t0;
+                text++;
             }
             if (ch.delta?.content) {
                 if (ttft === null) ttft = performance.now() - t0;
@@ -109,7 +115,7 @@ async function readSSE(res, t0, o, ctl) {
         }
     }
     if (!done) throw new Framing("the stream ended without data: [DONE]");
-    if (!role) throw new Framing("no delta with the role");
+    if (!role && o.api !== "completions") throw new Framing("no delta with the role");
     if (finish !== 1) throw new Framing(`${finish} finish_reason chunks`);
     return {tokens: usageTokens ?? text, ttft: ttft ?? performance.now() - t0};
 }
@@ -145,14 +151,18 @@ async function client(o, i) {
     const timer = setTimeout(() => ctl.abort(new Error("client timeout")), o.timeoutMs);
     const t0 = performance.now();
     const messages = [{role: "user", content: `${o.prompt} (${i})`}];
-    const body = o.api === "ollama"
+    const body = o.api === "completions"
+        ? {model: o.model, prompt: `${o.prompt} (${i})`, stream: true, max_tokens: o.maxTokens, temperature: 0.8,
+            seed: o.seed + i, stream_options: {include_usage: true}}
+        : o.api === "ollama"
         ? {model: o.model, messages, stream: true, options: {num_predict: o.maxTokens, temperature: 0.8, seed: o.seed + i}}
         : {model: o.model, messages, stream: true, max_tokens: o.maxTokens, temperature: 0.8, seed: o.seed + i,
             stream_options: {include_usage: true}};
     const headers = {"Content-Type": "application/json"};
     if (o.apiKey) headers.Authorization = `Bearer ${o.apiKey}`;
     try {
-        const res = await fetch(`${o.base}${o.api === "ollama" ? "/api/chat" : "/v1/chat/completions"}`,
+        const route = {ollama: "/api/chat", completions: "/v1/completions"}[o.api] ?? "/v1/chat/completions";
+        const res = await fetch(`${o.base}${route}`,
             {method: "POST", headers, body: JSON.stringify(body), signal: ctl.signal});
         if (res.status === 429) {
             const ra = res.headers.get("retry-after");

@@ -21,3 +21,4 @@ tests_unit_test_lora_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_lora_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_lora tests/cli/lora.bats
 EXTRA_DIST += tests/cli/lora.bats tests/cli/peft_ref.py
+EXTRA_DIST += docs/lora.md

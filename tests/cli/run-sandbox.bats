@@ -188,7 +188,19 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     [[ "$output" == *"apt-get install bubblewrap"* ]]
 }
 
-@test "the run-peft example passes mfc check" {
+@test "the run-peft example passes mfc check, and builds: the PEFT dir converted in the sandbox is the image's adapter" {
     run "$MFC" check "$MFC_SRCDIR/modelfiles/run-peft/Modelfile"
     [ "$status" -eq 0 ]
+    dims="--layers 2 --embd 32 --ff 48 --heads 4 --kv-heads 2 --vocab 300"
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$CTX/base.gguf" --preset toy $dims --seed 1 >/dev/null
+    python3 "$MFC_SRCDIR/tests/cli/peft_ref.py" make "$CTX/sql-adapter" $dims --rank 4 \
+        --targets q,v --alpha 8
+    cp "$MFC_SRCDIR/modelfiles/run-peft/Modelfile" "$CTX/"
+    "$MFC" build -q -t sql "$CTX" >/dev/null
+    "$MFC" lora convert "$CTX/sql-adapter" --base "$CTX/base.gguf" -o "$T/host.gguf" >/dev/null
+    "$MFC" save sql -o "type=oci,dest=$T/o"
+    umoci unpack --rootless --image "$T/o:sql" "$T/b" >/dev/null
+    cmp "$T/b/rootfs/adapters/sql.gguf" "$T/host.gguf"
+    cmp "$T/b/rootfs/models/model.gguf" "$CTX/base.gguf"
+    grep -q 'sql' "$T/b/rootfs/etc/mfc/model.yaml"
 }

@@ -49,6 +49,8 @@ struct serve_config {
     int port;            /* 8080 */
     char *api_key;       /* owned or NULL: bearer token required when set */
     char *model_path;    /* owned: the GGUF */
+    uint64_t model_offset; /* --model-offset: where the GGUF starts inside model_path */
+    uint64_t model_size;   /* --model-size: its bytes; 0: to the end of the file */
     char *config_path;   /* owned or NULL: model.yaml read */
     char *model_name;    /* owned: the served name (MFC_MODEL_NAME, else the file's stem) */
     char *device;        /* owned: "cpu" (MFC_DEVICE) */
@@ -208,6 +210,8 @@ struct serve {
     atomic_int active;         /* generations in flight */
     atomic_uint_fast64_t seq;  /* request ids */
     struct MHD_Daemon *mhd;    /* owned */
+    void *map;                 /* owned: the mapping of a --model-offset range, or NULL */
+    size_t map_len;            /* its length */
 };
 
 /* serve_load.c: loads everything in s->cfg; 0 or MF_E* naming the file. */

@@ -26,10 +26,13 @@ const char serve_usage[] =
     "usage: mfc-serve --model FILE.gguf [--config model.yaml] [--host ADDR] [--port N]\n"
     "                 [--api-key KEY] [--adapter NAME=PATH]... [--threads N] [--name NAME]\n"
     "                 [--ctx N] [--max-seqs N] [--kv-cache-gb G] [--log-level LEVEL]\n"
+    "                 [--model-offset BYTES [--model-size BYTES]]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
     "  MFC_KV_CACHE_GB MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS MFC_MAX_WAITING\n"
-    "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n";
+    "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n"
+    "--model-offset/--model-size serve a GGUF lying inside a bigger file (a tar layer),\n"
+    "mapped in place.\n";
 
 static char *dup_or_null(const char *s)
 {
@@ -338,6 +341,17 @@ static int parse_int(const char *what, const char *s, long lo, long hi, int *out
     return 0;
 }
 
+static int parse_u64(const char *what, const char *s, uint64_t *out, struct mf_err *err)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || errno || s[0] == '-')
+        return mf_err_set(err, MF_EUSAGE, "%s \"%s\": expected a byte count", what, s);
+    *out = (uint64_t)v;
+    return 0;
+}
+
 static int add_adapter_flag(struct serve_config *c, const char *arg, struct mf_err *err)
 {
     const char *eq = strchr(arg, '=');
@@ -380,6 +394,10 @@ static int apply(struct serve_config *c, const char *key, const char *v, struct 
         set_str(&c->api_key, v[0] ? v : NULL);
     else if (!strcmp(key, "model"))
         set_str(&c->model_path, v);
+    else if (!strcmp(key, "model-offset"))
+        return parse_u64("--model-offset", v, &c->model_offset, err);
+    else if (!strcmp(key, "model-size"))
+        return parse_u64("--model-size", v, &c->model_size, err);
     else if (!strcmp(key, "name"))
         set_str(&c->model_name, v);
     else if (!strcmp(key, "device"))
@@ -443,6 +461,7 @@ static const struct option long_opts[] = {
     {"port", 1, 0, 'p'},     {"api-key", 1, 0, 'k'},      {"adapter", 1, 0, 'a'},
     {"threads", 1, 0, 't'},  {"name", 1, 0, 'n'},         {"ctx", 1, 0, 'C'},
     {"max-seqs", 1, 0, 'S'}, {"kv-cache-gb", 1, 0, 'K'},  {"log-level", 1, 0, 'L'},
+    {"model-offset", 1, 0, 'O'}, {"model-size", 1, 0, 'Z'},
     {"help", 0, 0, 'h'},     {0, 0, 0, 0},
 };
 

@@ -9,9 +9,14 @@
  */
 #include "runtime/serve.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -229,6 +234,45 @@ static int open_engine(struct serve *s, struct mf_err *err)
     return engine_open(&ec, &em, &engine_sampler_std, &s->e, err);
 }
 
+/* The model from a byte range of a bigger file (an image's weight layer, an
+ * uncompressed tar): the range is mapped read-only in place, no copy. */
+static int open_range(struct serve *s, struct mf_err *err)
+{
+    const char *path = s->cfg.model_path;
+    uint64_t off = s->cfg.model_offset, size = s->cfg.model_size;
+    long page = sysconf(_SC_PAGESIZE);
+    struct stat st;
+    struct gguf_file *gf;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return mf_err_sys(err, MF_EIO, errno, "%s", path);
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return mf_err_sys(err, MF_EIO, errno, "%s", path);
+    }
+    if (off > (uint64_t)st.st_size || (size && size > (uint64_t)st.st_size - off)) {
+        close(fd);
+        return mf_err_set(err, MF_ERANGE,
+                          "%s: --model-offset %" PRIu64 " --model-size %" PRIu64
+                          " lies past its %lld bytes",
+                          path, off, size, (long long)st.st_size);
+    }
+    if (!size)
+        size = (uint64_t)st.st_size - off;
+    uint64_t delta = off % (uint64_t)(page > 0 ? page : 4096);
+    s->map_len = (size_t)(size + delta);
+    s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, (off_t)(off - delta));
+    close(fd);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        return mf_err_sys(err, MF_EIO, errno, "mapping %s", path);
+    }
+    int rc = gguf_open_mem((const char *)s->map + delta, (size_t)size, path, &gf, err);
+    if (rc)
+        return rc;
+    return model_open_gguf(gf, &s->m, err);
+}
+
 int serve_load(struct serve *s, struct mf_err *err)
 {
     int64_t t0 = serve_now_ns();
@@ -236,8 +280,9 @@ int serve_load(struct serve *s, struct mf_err *err)
 
     if ((rc = serve_opts_from_json(&s->defaults, s->cfg.params, "params", err)))
         return mf_err_prefix(err, "%s", s->cfg.config_path ? s->cfg.config_path : "config");
-    if ((rc = model_open(s->cfg.model_path, &s->m, err)) ||
-        (rc = tok_load_gguf(s->m->gf, &s->tok, err)))
+    rc = s->cfg.model_offset || s->cfg.model_size ? open_range(s, err)
+                                                  : model_open(s->cfg.model_path, &s->m, err);
+    if (rc || (rc = tok_load_gguf(s->m->gf, &s->tok, err)))
         return rc;
     if ((int64_t)tok_n_vocab(s->tok) > s->m->hp.n_vocab)
         return mf_err_set(err, MF_EFORMAT, "%s: the tokenizer has %u tokens, the model %d",
@@ -279,6 +324,9 @@ void serve_unload(struct serve *s)
     s->tok = NULL;
     model_close(s->m);
     s->m = NULL;
+    if (s->map)
+        munmap(s->map, s->map_len);
+    s->map = NULL;
     json_decref(s->model_info);
     s->model_info = NULL;
     serve_opts_free(&s->defaults);

@@ -121,6 +121,28 @@ post() {
     [[ "$output" == *"missing.gguf"* ]]
 }
 
+@test "serve: --model-offset serves a GGUF inside a tar in place" {
+    head -c 3000 /dev/urandom >"$D/pad.bin"
+    tar -C "$D" -cf "$D/layer.tar" pad.bin toy.gguf
+    local off size
+    read -r off size < <(python3 -c 'import sys, tarfile
+m = tarfile.open(sys.argv[1]).getmember("toy.gguf")
+print(m.offset_data, m.size)' "$D/layer.tar")
+    run "$SERVE" --help
+    [[ "$output" == *"--model-offset"* ]]
+    start_server RANGE --model "$D/layer.tar" --model-offset "$off" --model-size "$size" --name toy
+    local u="http://127.0.0.1:$PORT"
+    run curl -s "$u/v1/completions" -d '{"prompt":"hello","max_tokens":6,"temperature":0,"ignore_eos":true}'
+    local a
+    a=$(echo "$output" | jq -r '.choices[0].text')
+    run curl -s "$(main_url)/v1/completions" -d '{"model":"toy","prompt":"hello","max_tokens":6,"temperature":0,"ignore_eos":true}'
+    [ "$(echo "$output" | jq -r '.choices[0].text')" = "$a" ]
+    kill "$(cat "$D/RANGE.pid")"
+    run "$SERVE" --model "$D/layer.tar" --model-offset "$off" --model-size 999999999999 --port 0
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"lies past"* ]]
+}
+
 @test "serve: /v1/models lists the base and the named adapter" {
     run curl -s "$(main_url)/v1/models"
     echo "$output" | jq -e '.object == "list" and ([.data[].id] == ["toy", "ad1"])'

@@ -103,6 +103,32 @@ post() {
     echo "$output" | jq -e '.version | length > 0'
 }
 
+@test "serve: 503 while the model loads" {
+    # a FIFO as the model: opening it blocks, so the server stays in loading
+    mkfifo "$D/fifo.gguf"
+    "$SERVE" --model "$D/fifo.gguf" --port 0 2>"$D/LOADING.log" &
+    echo $! >"$D/LOADING.pid"
+    for _ in $(seq 1 100); do
+        grep -q 'listening on' "$D/LOADING.log" && break
+        sleep 0.05
+    done
+    local u="http://127.0.0.1:$(grep -o 'listening on http://[^ ]*' "$D/LOADING.log" | grep -o '[0-9]*$')"
+    run curl -s -w ' %{http_code}' "$u/health"
+    [ "$output" = '{"status":"loading"} 503' ]
+    run curl -s -w '\n%{http_code}' "$u/v1/chat/completions" -d '{}'
+    [ "${lines[1]}" = 503 ]
+    echo "${lines[0]}" | jq -e '.error.code == "service_unavailable"'
+    run curl -s "$u/"
+    [ "$output" = "mfc is running" ]
+    # SIGTERM while loading ends it at once, exit 0
+    local pid st=0
+    pid=$(cat "$D/LOADING.pid")
+    kill -TERM "$pid"
+    wait "$pid" || st=$?
+    [ "$st" -eq 0 ]
+    grep -q 'SIGTERM while loading' "$D/LOADING.log"
+}
+
 @test "serve: --help, bad flags and a missing model" {
     run "$SERVE" --help
     [ "$status" -eq 0 ]
@@ -168,7 +194,7 @@ print(m.offset_data, m.size)' "$D/layer.tar")
         '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}'
     [ "$status" -eq 0 ]
     # every line is "data: ..." or empty, and events are separated by blank lines
-    ! printf '%s\n' "$output" | grep -v '^data: ' | grep -v '^$'
+    [ -z "$(printf '%s\n' "$output" | grep -v '^data: ' | grep -v '^$')" ]
     [ "${lines[-1]}" = "data: [DONE]" ]
     local chunks
     chunks=$(printf '%s\n' "$output" | grep '^data: {' | sed 's/^data: //')
@@ -399,7 +425,8 @@ print(m.offset_data, m.size)' "$D/layer.tar")
     # curl gives up after 2 s mid-stream: the request is cancelled, blocks freed
     wait "$(cat "$BATS_TEST_TMPDIR/c1.pid")" || true
     head -1 "$BATS_TEST_TMPDIR/s1" | grep -q '^data: {'
-    ! grep -q 'DONE' "$BATS_TEST_TMPDIR/s1"
+    run grep -c 'DONE' "$BATS_TEST_TMPDIR/s1"
+    [ "$output" = 0 ]
     local ok=0
     for _ in $(seq 1 60); do
         run curl -s "$u/metrics"

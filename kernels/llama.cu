@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
         for (int cc = 0; cc < NB; cc++)
             acc[cc] = 0.0f;
-#pragma unroll 2
+#pragma unroll 4
         for (int64_t i = (int64_t)lane * 8; i < ne0; i += 256) {
             float v[8];
             deq8<TY>(row, i, v);

@@ -273,8 +273,11 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
         rc = random_key(key, sizeof key, &err);
     struct run_model m;
     char **sargv = NULL;
+    /* the key goes through the environment: argv is world-readable in ps */
+    if (!rc && setenv("MFC_API_KEY", key, 1) != 0)
+        rc = mf_err_sys(&err, MF_EIO, errno, "setenv");
     if (!rc)
-        rc = prepare(ctx, model_arg, "127.0.0.1", port, key, &m, &sargv, &err);
+        rc = prepare(ctx, model_arg, "127.0.0.1", port, NULL, &m, &sargv, &err);
     if (rc) {
         free(prompt);
         return mfc_report(ctx, &err);
@@ -283,10 +286,10 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
     struct run_server srv = {.pid = -1, .log_fd = -1};
     struct run_client cl = {.api_key = key, .cancel = &interrupted};
     snprintf(cl.base_url, sizeof cl.base_url, "http://127.0.0.1:%d", port);
-    struct sigaction sa = {.sa_handler = on_sigint}, old_int, old_term;
+    /* SIGTERM keeps its default: the server follows through PR_SET_PDEATHSIG */
+    struct sigaction sa = {.sa_handler = on_sigint}, old_int;
     sigemptyset(&sa.sa_mask); /* no SA_RESTART: Ctrl-C interrupts a read at the prompt */
     sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
     rc = run_server_start(sargv, &srv, &err);
     if (!rc) {
         rc = run_server_wait_ready(&srv, cl.base_url, timeout_ms, &err);
@@ -310,7 +313,6 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
     }
     run_server_stop(&srv);
     sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
     curl_global_cleanup();
     free(name);
     free(prompt);

@@ -8,3 +8,8 @@ EXTRA_DIST += tests/fuzz/fuzz_run_tar.c tests/fuzz/corpus/run_tar \
 TESTS += tests/cli/api-clients.bats tests/cli/run.bats tests/cli/serve-load.bats
 EXTRA_DIST += tests/cli/api-clients.bats tests/cli/run.bats tests/cli/serve-load.bats \
 	tests/cli/serve_helpers.bash tests/tools/node/api-client.mjs tests/tools/node/stream-load.mjs
+check_PROGRAMS += tests/unit/test_run
+tests_unit_test_run_SOURCES = tests/unit/test_run.c
+tests_unit_test_run_CFLAGS = $(MFC_TEST_CFLAGS) $(CURL_CFLAGS)
+tests_unit_test_run_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_run

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -203,6 +204,7 @@ int run_server_start(char *const *argv, struct run_server *srv, struct mf_err *e
     if (srv->log_fd < 0)
         return mf_err_sys(err, MF_EIO, errno, "memfd_create");
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -216,9 +218,13 @@ int run_server_start(char *const *argv, struct run_server *srv, struct mf_err *e
             dup2(null, 0);
         dup2(srv->log_fd, 1);
         dup2(srv->log_fd, 2);
-        /* default signal dispositions: mfc run ignores nothing, but be sure */
         signal(SIGINT, SIG_IGN); /* Ctrl-C in the chat is for the chat, not the server */
+        signal(SIGTERM, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
+        /* the server goes when mfc run goes, however it goes (even SIGKILL) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
         execv(argv[0], argv);
         dprintf(2, "mfc: cannot execute %s (errno %d)\n", argv[0], errno);
         _exit(127);

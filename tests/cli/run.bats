@@ -74,6 +74,29 @@ run_out() {
     ! ps -eo args | grep -v grep | grep -q "only-here.gguf"
 }
 
+@test "mfc run killed with SIGKILL takes its server with it" {
+    D="$BATS_TEST_TMPDIR"
+    cp "$BATS_FILE_TMPDIR/toy.gguf" "$D/killed-run.gguf"
+    mkfifo "$D/in"
+    "$MFC" run -i "$D/killed-run.gguf" <"$D/in" >"$D/out" 2>&1 &
+    pid=$!
+    exec 8>"$D/in" # keep the chat waiting at its prompt
+    for i in $(seq 1 100); do
+        grep -q '>>> ' "$D/out" && break
+        sleep 0.1
+    done
+    grep -q '>>> ' "$D/out"
+    ps -eo args | grep -v grep | grep -q "killed-run.gguf" # the private server runs
+    ! ps -eo args | grep -v grep | grep "killed-run.gguf" | grep -q -- --api-key # its key is not in ps
+    kill -KILL $pid
+    exec 8>&-
+    for i in $(seq 1 100); do
+        ps -eo args | grep -v grep | grep -q "killed-run.gguf" || break
+        sleep 0.1
+    done
+    ! ps -eo args | grep -v grep | grep -q "killed-run.gguf"
+}
+
 @test "mfc run -i: /set parameter, two turns with history, /show, /clear, \"\"\" and /bye" {
     a1=$(ref_chat "Hello")
     a2=$(ref_chat "Hello" "$a1" "How are you")

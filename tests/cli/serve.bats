@@ -51,6 +51,11 @@ teardown() {
     for f in "$BATS_TEST_TMPDIR"/*.pid; do
         [ -e "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
     done
+    if [ -d "$BATS_TEST_TMPDIR/podman" ]; then # the podman test's container
+        podman --root "$BATS_TEST_TMPDIR/podman" --runroot "$BATS_TEST_TMPDIR/podman-run" \
+            --storage-driver=vfs --runtime runc --cgroup-manager=cgroupfs \
+            --events-backend=none rm -f -t 0 served >/dev/null 2>&1
+    fi
     true
 }
 
@@ -473,4 +478,36 @@ print(m.offset_data, m.size)' "$D/layer.tar")
     [ "$st" -eq 0 ]
     grep -q 'SIGTERM: draining 1 requests' "$D/DRAIN.log"
     grep -q 'stopped' "$D/DRAIN.log"
+}
+
+@test "serve: an mfc-built image runs mfc-serve under podman and answers" {
+    command -v podman || { echo "podman is not installed (script/bootstrap installs it)"; false; }
+    local T="$BATS_TEST_TMPDIR" port
+    mkdir -p "$T/ctx"
+    cp "$D/toy.gguf" "$T/ctx/toy.gguf"
+    printf 'FROM ./toy.gguf\nPARAMETER temperature 0\nPARAMETER stop "zz"\n' >"$T/ctx/Modelfile"
+    MFC_HOME="$T/store" "$MFC" build -q -t mfc-test/served:1 --output "type=docker,dest=$T/d.tar" \
+        "$T/ctx" >/dev/null
+    P=(podman --root "$T/podman" --runroot "$T/podman-run" --storage-driver=vfs
+       --runtime runc --cgroup-manager=cgroupfs --events-backend=none)
+    timeout 120 "${P[@]}" load -i "$T/d.tar" >/dev/null
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    timeout 60 "${P[@]}" run -d --name served --network=host -e MFC_PORT="$port" \
+        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 docker.io/mfc-test/served:1
+    local ok=0
+    for _ in $(seq 1 100); do
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null && { ok=1; break; }
+        sleep 0.1
+    done
+    "${P[@]}" logs served
+    [ "$ok" = 1 ]
+    run curl -s "http://127.0.0.1:$port/api/show" -d '{"model":"model"}'
+    echo "$output" | jq -e '.parameters | test("stop +\"zz\"")'
+    run curl -s "http://127.0.0.1:$port/v1/chat/completions" \
+        -d '{"model":"model","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"ignore_eos":true}'
+    echo "$output" | jq -e '.usage.completion_tokens == 3'
+    timeout 60 "${P[@]}" stop -t 10 served >/dev/null
+    "${P[@]}" logs served 2>&1 | grep -q 'SIGTERM: draining'
+    "${P[@]}" rm -f served >/dev/null 2>&1 || true
+    "${P[@]}" rmi -a -f >/dev/null 2>&1 || true
 }

@@ -19,6 +19,7 @@
 #include "compiler/lora_merge.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,7 +360,17 @@ struct factors {
     float s;       /* the patch's scale */
 };
 
-/* Decodes rows of tensor t (row length t->ne[0]) into dst. */
+/* The index of the first NaN or infinity in x[0..n), or n. */
+static uint64_t first_nonfinite(const float *x, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
+}
+
+/* Decodes rows of adapter tensor t (row length t->ne[0]) into dst; a NaN or
+ * infinity is refused (it would poison every weight it touches). */
 static int decode_rows(const struct gguf_tensor *t, float *dst, struct mf_err *err)
 {
     uint64_t ne0 = t->ne[0], rows = ne0 ? t->n_elements / ne0 : 0;
@@ -369,6 +380,10 @@ static int decode_rows(const struct gguf_tensor *t, float *dst, struct mf_err *e
                                       dst + r * ne0, (int64_t)ne0, err);
         if (rc)
             return mf_err_prefix(err, "LoRA tensor '%s'", t->name);
+        uint64_t bad = first_nonfinite(dst + r * ne0, ne0);
+        if (bad < ne0)
+            return mf_err_set(err, MF_EINVAL, "LoRA tensor '%s' holds a NaN or infinity (row %"
+                              PRIu64 ", element %" PRIu64 ")", t->name, r, bad);
     }
     return 0;
 }
@@ -451,6 +466,10 @@ static void do_rows(struct slice *sl)
                     x[e] += c * r[e];
             }
         }
+        if (!sl->rc && first_nonfinite(x, ne0) < ne0)
+            sl->rc = mf_err_set(&sl->err, MF_EINVAL, "row %" PRIu64 " holds a NaN or infinity "
+                                "(in the base, or the merged sum overflowed); nothing written",
+                                row);
         if (!sl->rc)
             sl->rc = quant_quantize_row(w->out, x, w->dst + i * w->out_rb, (int64_t)ne0, &sl->err);
     }

@@ -12,3 +12,4 @@ TESTS += tests/unit/test_lora_merge
 TESTS += tests/cli/merge.bats
 EXTRA_DIST += tests/cli/merge.bats
 EXTRA_DIST += docs/merge.md
+EXTRA_DIST += tests/fuzz/fuzz_lora_merge.c tests/fuzz/corpus/lora_merge

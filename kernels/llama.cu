@@ -35,7 +35,8 @@ extern "C" {
 cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
 
 #define GEMV_NB 8        /* tokens served by one pass over a weight row */
-#define GEMV_WARPS 4     /* rows (warps) per GEMV thread block */
+#define GEMV_WARPS 8     /* rows (warps) per GEMV thread block */
+#define GEMV_SMEM_FLOATS 8192 /* staged activations per GEMV block (32 KiB) */
 #define ATT_WARPS 8      /* warps per attention block */
 #define ATT_THREADS (ATT_WARPS * 32)
 #define ATT_MAX_DIM 256  /* head_dim the attention kernel takes, at most (a multiple of 32) */
@@ -346,39 +347,60 @@ template <int TY> __device__ __forceinline__ float act(float x)
     return x;
 }
 
+/* One warp per output row, GEMV_WARPS rows per block. The activations are
+ * staged in shared memory a chunk at a time (NB tokens x CH elements, rounded
+ * for the weight type once there), so the block's warps share one read of
+ * them instead of each row re-reading every token from L2. */
 template <int TY, int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x, int64_t ldx,
            int nt, float *y, int64_t ldy, int add)
 {
+    constexpr int CH = GEMV_SMEM_FLOATS / NB; /* elements per staged chunk, a multiple of 256 */
+    __shared__ __align__(16) float xs[GEMV_SMEM_FLOATS];
     const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    if (r >= ne1)
-        return;
-    const uint8_t *row = w + (uint64_t)r * rb;
+    const bool live = r < ne1; /* no early return: every thread takes part in the staging */
+    const uint8_t *row = w + (uint64_t)(live ? r : 0) * rb;
     for (int t0 = 0; t0 < nt; t0 += NB) {
+        const int nc = nt - t0 < NB ? nt - t0 : NB;
         float acc[NB];
 #pragma unroll
         for (int cc = 0; cc < NB; cc++)
             acc[cc] = 0.0f;
+        for (int64_t k0 = 0; k0 < ne0; k0 += CH) {
+            const int len = ne0 - k0 < CH ? (int)(ne0 - k0) : CH, len4 = len / 4;
+            __syncthreads(); /* the last chunk is consumed */
+            for (int idx = threadIdx.x; idx < NB * len4; idx += blockDim.x) {
+                const int cc = idx / len4, e4 = idx % len4;
+                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (cc < nc)
+                    v = *reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + 4 * e4);
+                v.x = act<TY>(v.x), v.y = act<TY>(v.y), v.z = act<TY>(v.z), v.w = act<TY>(v.w);
+                *reinterpret_cast<float4 *>(xs + cc * CH + 4 * e4) = v;
+            }
+            __syncthreads();
+            if (!live)
+                continue;
 #pragma unroll 4
-        for (int64_t i = (int64_t)lane * 8; i < ne0; i += 256) {
-            float v[8];
-            deq8<TY>(row, i, v);
+            for (int i = lane * 8; i < len; i += 256) {
+                float v[8];
+                deq8<TY>(row, k0 + i, v);
 #pragma unroll
-            for (int cc = 0; cc < NB; cc++) {
-                if (t0 + cc < nt) {
-                    const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + i);
-                    float4 a = xp[0], b = xp[1];
-                    float s = v[0] * act<TY>(a.x);
-                    s += v[1] * act<TY>(a.y);
-                    s += v[2] * act<TY>(a.z);
-                    s += v[3] * act<TY>(a.w);
-                    s += v[4] * act<TY>(b.x);
-                    s += v[5] * act<TY>(b.y);
-                    s += v[6] * act<TY>(b.z);
-                    s += v[7] * act<TY>(b.w);
-                    acc[cc] += s;
+                for (int cc = 0; cc < NB; cc++) {
+                    if (cc < nc) {
+                        const float4 a = *reinterpret_cast<const float4 *>(xs + cc * CH + i);
+                        const float4 b = *reinterpret_cast<const float4 *>(xs + cc * CH + i + 4);
+                        float s = v[0] * a.x;
+                        s += v[1] * a.y;
+                        s += v[2] * a.z;
+                        s += v[3] * a.w;
+                        s += v[4] * b.x;
+                        s += v[5] * b.y;
+                        s += v[6] * b.z;
+                        s += v[7] * b.w;
+                        acc[cc] += s;
+                    }
                 }
             }
         }
@@ -387,7 +409,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             float s = acc[cc];
             for (int o = 16; o > 0; o >>= 1)
                 s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0 && t0 + cc < nt) {
+            if (live && lane == 0 && cc < nc) {
                 float *out = y + (int64_t)(t0 + cc) * ldy + r;
                 *out = add ? *out + s : s;
             }

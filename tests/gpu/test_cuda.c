@@ -127,7 +127,10 @@ static float round_act(enum ggml_type t, float x)
 
 static void test_type(enum ggml_type t)
 {
-    const int64_t ne0 = 512, ne1 = 259; /* rows not a multiple of the 4 a block takes */
+    /* rows not a multiple of the 8 a GEMV block takes; rows longer than the
+     * 8192 / 1024 elements the GEMV stages at a time for 1 / 8 tokens, and
+     * not a multiple of them */
+    const int64_t ne0 = 8448, ne1 = 259;
     uint64_t rb;
     char name[96];
     ggml_type_row_size(t, (uint64_t)ne0, &rb);

@@ -167,10 +167,10 @@ void sandbox_tail_lines(const char *buf, size_t n, size_t max_lines, char *out, 
             break;
     int cut = 0;
     if (end - start > cap - 1) {
-        start = end - (cap - 4); /* room for "..." */
+        cut = cap > 4; /* room for "..." */
+        start = end - (cut ? cap - 4 : cap - 1);
         while (start < end && ((unsigned char)buf[start] & 0xC0) == 0x80)
             start++; /* do not begin inside a UTF-8 sequence */
-        cut = 1;
     }
     size_t o = 0;
     if (cut) {

@@ -9,4 +9,5 @@ TESTS += tests/unit/test_sandbox
 
 TESTS += tests/cli/run-sandbox.bats
 EXTRA_DIST += tests/cli/run-sandbox.bats modelfiles/run-peft/Modelfile \
-	modelfiles/run-peft/README.md docs/run.md
+	modelfiles/run-peft/README.md docs/run.md tests/fuzz/fuzz_sandbox.c \
+	tests/fuzz/corpus/sandbox/tail tests/fuzz/corpus/sandbox/spec tests/fuzz/corpus/sandbox/utf8

@@ -299,7 +299,7 @@ int main(int argc, char **argv)
     if (argc > 3) {
         nb = 0;
         for (int i = 3; i < argc && nb < 8; i++) {
-            batches[nb] = atoi(argv[i]);
+            batches[nb] = (int)strtol(argv[i], NULL, 10);
             if (batches[nb] < 1 || batches[nb] > MAX_B)
                 return 2;
             nb++;

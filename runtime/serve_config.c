@@ -50,7 +50,7 @@ void serve_config_init(struct serve_config *c)
     memset(c, 0, sizeof *c);
     c->host = strdup("0.0.0.0");
     c->port = 8080;
-    c->device = strdup("cpu");
+    c->device = strdup("auto"); /* the GPU when one is visible (serve_load.c pick_backend) */
     c->max_seqs = 64;
     c->max_batch_tokens = 512;
     c->max_requests = 256;
@@ -529,8 +529,9 @@ int serve_config_parse(struct serve_config *c, int argc, char **argv,
         free(from_yaml);
     if (!rc && !c->model_path)
         rc = mf_err_set(err, MF_EUSAGE, "no model: give --model FILE.gguf or --config model.yaml");
-    if (!rc && strcmp(c->device, "cpu") != 0)
-        rc = mf_err_set(err, MF_EUSAGE, "MFC_DEVICE \"%s\": only cpu is built in", c->device);
+    if (!rc && strcmp(c->device, "cpu") && strcmp(c->device, "cuda") && strcmp(c->device, "auto"))
+        rc = mf_err_set(err, MF_EUSAGE, "MFC_DEVICE \"%s\": only cpu, cuda and auto are known",
+                        c->device);
     if (!rc && !c->model_name) { /* the file's stem */
         const char *b = strrchr(c->model_path, '/');
         b = b ? b + 1 : c->model_path;

@@ -4,8 +4,9 @@
  * GGUF's tokenizer.chat_template matches, else {{ .Prompt }}), LoRA
  * adapters, the compute backend with its KV arena, and the engine.
  *
- * The backend is chosen in one place (pick_backend): MFC_DEVICE=cpu is the
- * only one built today; a CUDA backend slots in there.
+ * The backend is chosen in one place (pick_backend): MFC_DEVICE=auto (the
+ * default) takes the CUDA backend when a GPU is visible and the CPU one
+ * otherwise; cpu and cuda force a choice. The choice is logged at start.
  */
 #include "runtime/serve.h"
 
@@ -24,6 +25,7 @@
 #include "common/gguf.h"
 #include "common/sha256.h"
 #include "runtime/backend.h"
+#include "runtime/cuda.h"
 #include "runtime/engine.h"
 #include "runtime/lora.h"
 #include "runtime/model.h"
@@ -39,14 +41,18 @@ int64_t serve_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The one place a device is chosen. */
+/* The one place a device is chosen: "cpu", "cuda" (fails without a visible
+ * GPU), or "auto" (cuda when cuda_device_count() > 0, else cpu). */
 static const struct backend_ops *pick_backend(const char *device, struct mf_err *err)
 {
-    if (!strcmp(device, "cpu"))
+    int gpus = strcmp(device, "cpu") ? cuda_device_count() : 0;
+    if (!strcmp(device, "cpu") || (!strcmp(device, "auto") && gpus == 0))
         return &cpu_backend_ops;
-    /* a CUDA build returns its backend_ops for "cuda" here */
-    mf_err_set(err, MF_EUNSUPPORTED, "MFC_DEVICE \"%s\": this mfc-serve has only the cpu backend",
-               device);
+    if (gpus > 0)
+        return &cuda_backend_ops;
+    mf_err_set(err, MF_EUNSUPPORTED,
+               "MFC_DEVICE \"%s\": no CUDA GPU is visible (or this mfc-serve was built "
+               "without CUDA)", device);
     return NULL;
 }
 
@@ -205,12 +211,15 @@ static int open_engine(struct serve *s, struct mf_err *err)
     kb.bytes_per_block = backend_kv_block_bytes(s->m, bc.kv_type);
     if ((rc = kv_budget_blocks(&kb, &n_blocks, err)))
         return rc;
+    mf_log_info(&s->log, "compute backend: %s (MFC_DEVICE=%s)", ops->name, s->cfg.device);
     /* no more than every sequence at full context needs */
     want = (int32_t)(((int64_t)s->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) *
            s->cfg.max_seqs;
     if (!s->cfg.kv_cache_gb && n_blocks > want)
         n_blocks = want;
     bc.kv_bytes = (uint64_t)n_blocks * kb.bytes_per_block;
+    if (ops == &cuda_backend_ops && !s->cfg.kv_cache_gb)
+        bc.kv_bytes = 0; /* device memory: MFC_GPU_MEMORY_UTILIZATION (docs/cuda.md) */
     if ((rc = backend_create(ops, s->m, &bc, &s->be, err)) ||
         (rc = backend_kv_alloc(s->be, &s->n_blocks, err)))
         return rc;

@@ -19,6 +19,14 @@ what llama.cpp's convert_lora_to_gguf.py makes of them. Standard library only.
       by element and bit for bit. Prints "ok: N tensors" or every mismatch
       and exits 1.
 
+  peft_ref.py fixture EXPECTED.json NAME OUT.gguf
+      checks OUT.gguf (the conversion of tests/data/peft/NAME) against what
+      tests/tools/mkfixtures.py recorded for it on the GPU host from the real
+      peft output (peft/expected.json adapters.NAME.gguf): KVs, every tensor
+      name and ne, no other tensor, and every element equal to the source
+      tensor's, q/k lora_b rows taken in the recorded q_permutation /
+      k_permutation order; halves keep the source dtype.
+
   peft_ref.py merge-hf HF_DIR PEFT_DIR OUT_DIR [--scale S]
       what PEFT's merge_and_unload() computes, on a Hugging Face llama
       directory (hf_mkdir.py's, F32): W += S * alpha/r * B @ A in HF's own
@@ -346,6 +354,48 @@ def cmd_merge_hf(a):
     write_safetensors(os.path.join(a["out"], "model.safetensors"), out)
 
 
+def cmd_fixture(argv):
+    exp_path, name, out = argv
+    with open(exp_path) as f:
+        exp = json.load(f)["adapters"][name]
+    g = exp["gguf"]
+    st = read_safetensors(os.path.join(os.path.dirname(exp_path), name,
+                                       "adapter_model.safetensors"))
+    kv, kvt, got = read_gguf(out)
+    bad = []
+    for k, v in g["kv"].items():
+        ok = abs(kv.get(k, 0) - v) < 1e-6 if isinstance(v, float) else kv.get(k) == v
+        if not ok:
+            bad.append("%s is %r, want %r" % (k, kv.get(k), v))
+    names = [t["gguf"] for t in g["tensors"]]
+    if sorted(got) != sorted(names):
+        bad.append("tensors differ: extra %s, missing %s" %
+                   (sorted(set(got) - set(names)), sorted(set(names) - set(got))))
+    for t in g["tensors"]:
+        if t["gguf"] not in got:
+            continue
+        gt, gne, gel = got[t["gguf"]]
+        sdt, sshape, sel = st[t["peft"]]
+        if gne != t["ne"] or gt != sdt:
+            bad.append("%s: %s %s, want %s %s" % (t["gguf"], gt, gne, sdt, t["ne"]))
+            continue
+        rows = rows_of(sel, sshape)
+        if t["permute_rows"]:
+            perm = g["q_permutation"] if ".attn_q." in t["gguf"] else g["k_permutation"]
+            if len(perm) != len(rows):
+                bad.append("%s: %d rows, permutation of %d" % (t["gguf"], len(rows), len(perm)))
+                continue
+            rows = [rows[perm[i]] for i in range(len(rows))]
+        want = [e for r in rows for e in r]
+        if gel != want:
+            i = next(i for i in range(len(want)) if gel[i] != want[i])
+            bad.append("%s: element %d differs" % (t["gguf"], i))
+    if bad:
+        print("\n".join(bad))
+        sys.exit(1)
+    print("ok: %d tensors" % len(names))
+
+
 def parse(argv):
     a = {"dir": argv[1], "layers": 2, "embd": 32, "heads": 4, "kv_heads": 2, "ff": 48,
          "vocab": 64, "rank": 4, "alpha": 8.0, "dtype": "F32", "seed": 1, "rslora": False,
@@ -373,5 +423,8 @@ def parse(argv):
 
 if __name__ == "__main__":
     cmd = sys.argv[1]
+    if cmd == "fixture":
+        cmd_fixture(sys.argv[2:])
+        sys.exit(0)
     args = parse(sys.argv[1:])
     {"make": cmd_make, "verify": cmd_verify, "merge-hf": cmd_merge_hf}[cmd](args)

@@ -94,8 +94,14 @@ static int add_secret(struct build_cli *cli, const char *s)
         free(src);
         return -1;
     }
+    char *abs = realpath(src, NULL); /* bwrap must not depend on mfc's cwd */
+    free(src);
+    if (!abs) {
+        free(id);
+        return -1;
+    }
     cli->secrets[cli->n_secrets].id = id;
-    cli->secrets[cli->n_secrets++].src = src;
+    cli->secrets[cli->n_secrets++].src = abs;
     return 0;
 }
 

@@ -115,6 +115,12 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
 @test "/out becomes a layer; ADAPTER /out/x.gguf takes the RUN's file, not the host path" {
     mf "RUN mkdir -p /out/sub && cp /context/lora.gguf /out/sql.gguf && echo note >/out/sub/readme.txt" \
        "ADAPTER --name=sql /out/sql.gguf"
+    # the plan: RUN reads FROM's check; the ADAPTER's source reads the RUN; the image takes its layer
+    "$MFC" plan --format json "$CTX" >"$T/plan.json"
+    run_id=$(jq '.nodes[] | select(.op == "run") | .id' "$T/plan.json")
+    jq -e --argjson r "$run_id" '.nodes[] | select(.op == "source" and .role == "adapter") | .inputs == [$r]' "$T/plan.json"
+    jq -e --argjson r "$run_id" '.nodes[] | select(.op == "image") | .inputs | index($r) != null' "$T/plan.json"
+    jq -e '.nodes[] | select(.op == "run") | .args.inputs == ["model.gguf"] and .args.exclude == ["sql.gguf"]' "$T/plan.json"
     run "$MFC" build --progress plain -t m "$CTX"
     [ "$status" -eq 0 ]
     "$MFC" save m -o "type=oci,dest=$T/o"

@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -646,6 +647,37 @@ static int run_argv(const json_t *a, const char ***argv, size_t *argc)
     return (*argv)[2] ? 0 : -1;
 }
 
+/* Removes the temp /out directories (tmp/run-PID-...) that an mfc killed
+ * mid-step left behind, when PID is no longer running. Best effort. */
+static void sweep_stale(struct store *s)
+{
+    char *tmp = NULL;
+    struct mf_err ignored;
+    if (store_tmp_path(s, "x", &tmp, &ignored) != 0)
+        return;
+    tmp[strlen(tmp) - 2] = '\0'; /* the tmp directory itself */
+    DIR *d = opendir(tmp);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long pid = 0;
+        char *end;
+        if (strncmp(e->d_name, "run-", 4) != 0)
+            continue;
+        pid = strtol(e->d_name + 4, &end, 10);
+        if (pid <= 0 || *end != '-' || pid == (long)getpid() ||
+            !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+            continue;
+        char *path = NULL;
+        if (asprintf(&path, "%s/%s", tmp, e->d_name) > 0) {
+            remove_tree(path, 0);
+            free(path);
+        }
+    }
+    if (d)
+        closedir(d);
+    free(tmp);
+}
+
 int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached, struct mf_err *err)
 {
     struct run_ctx *c = calloc(1, sizeof *c);
@@ -658,6 +690,7 @@ int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached, 
     if (!c)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     c->j = j;
+    sweep_stale(j->s);
     int rc = 0;
     if (asprintf(&name, "run-%ld-%zu-%lx", (long)getpid(), j->node->id, (unsigned long)random()) < 0)
         rc = mf_err_set(err, MF_ENOMEM, "out of memory");

@@ -148,6 +148,11 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     [[ "$output" == *"exited with status 7"* ]]
     [[ "$output" == *"some error"* ]]
     [ -z "$(ls -A "$MFC_HOME/tmp" 2>/dev/null)" ]
+    # a step's temp /out left by an mfc killed mid-step goes at the next RUN
+    mf "RUN echo x >/out/x"
+    mkdir -p "$MFC_HOME/tmp/run-999999999-3-abc/sub" && touch "$MFC_HOME/tmp/run-999999999-3-abc/sub/f"
+    "$MFC" build -q "$CTX" >/dev/null
+    [ ! -e "$MFC_HOME/tmp/run-999999999-3-abc" ]
 }
 
 @test "a cached RUN is not executed again; a changed context runs it again" {

@@ -146,7 +146,7 @@ post() {
     [[ "$output" == *"no model"* ]]
     run env MFC_DEVICE=tpu "$SERVE" --model x.gguf
     [ "$status" -eq 2 ]
-    [[ "$output" == *"only cpu"* ]]
+    [[ "$output" == *"MFC_DEVICE \"tpu\""* ]]
     run "$SERVE" --model "$D/missing.gguf" --port 0
     [ "$status" -eq 1 ]
     [[ "$output" == *"missing.gguf"* ]]

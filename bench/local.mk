@@ -5,3 +5,8 @@ EXTRA_DIST += bench/serve bench/serve-llama.mjs
 .PHONY: bench-serve
 bench-serve: mfc-serve$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
 	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/serve
+## bench/convert: mfc convert of a generated HF checkpoint vs cat+sync (`make bench-convert`)
+EXTRA_DIST += bench/convert
+.PHONY: bench-convert
+bench-convert: mfc$(EXEEXT)
+	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/convert

@@ -8,7 +8,7 @@
  * order (general.architecture, general.type, general.name, llama.*,
  * general.file_type, tokenizer.*, general.quantization_version), tensor infos,
  * and the data tensor by tensor through a 4 MiB buffer. Source pages are
- * dropped from the mapping (MADV_DONTNEED) once a tensor is done, so the
+ * dropped from the mapping (MADV_DONTNEED) as the rows are done, so the
  * resident size stays near the buffer, the vocabulary and one tensor's pages
  * whatever the model size. The GGUF writer writes a temporary and renames it
  * at the end: a failure leaves nothing at the output path.
@@ -39,17 +39,39 @@ int hf_dir_kind(const char *dir)
     return access(path, F_OK) == 0 ? 1 : 0;
 }
 
-/* Drops the mapped pages of t's source (they are clean file pages: reading
- * them again would fault them back in). */
-static void drop_pages(const struct hf_tensor *t)
+/* Drops the mapped pages of t's source rows [0, rows) (clean file pages:
+ * reading them again would fault them back in), so the resident size stays
+ * near one buffer's worth of source rows even inside a big tensor. */
+static void drop_rows(const struct hf_tensor *t, uint64_t rows)
 {
     if (!t->src)
         return;
     long page = sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)st_data(t->f, t->src), e = a + t->src->size;
-    uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), hi = e & ~((uintptr_t)page - 1);
+    uint64_t total = t->n_dims == 2 ? t->ne[1] : 1;
+    uint64_t end = rows >= total ? t->src->size : rows * (t->src->size / total);
+    uintptr_t a = (uintptr_t)st_data(t->f, t->src), e = a + end;
+    uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t hi = e & ~((uintptr_t)page - 1);
     if (hi > lo)
         (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Asks the kernel to read [p, p + n) ahead (MADV_WILLNEED). */
+static void prefetch(const void *p, uint64_t n)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p & ~((uintptr_t)page - 1);
+    (void)madvise((void *)lo, (uintptr_t)p + n - lo, MADV_WILLNEED);
+}
+
+/* Source rows no output row at or after r needs: all before r's head (q/k
+ * rows move only within their head), or before r itself. */
+static uint64_t rows_done(const struct hf_tensor *t, uint64_t r)
+{
+    if (t->perm_heads <= 0 || t->n_dims != 2)
+        return r;
+    uint64_t hd = t->ne[1] / (uint64_t)t->perm_heads;
+    return r / hd * hd;
 }
 
 static int write_data(struct gguf_writer *w, const struct hf_tensor *t, size_t n,
@@ -77,15 +99,19 @@ static int write_data(struct gguf_writer *w, const struct hf_tensor *t, size_t n
             uint64_t per = HF_BUF / row;
             for (uint64_t r = 0; !rc && r < t[i].ne[1]; r += per) {
                 uint64_t nr = t[i].ne[1] - r < per ? t[i].ne[1] - r : per;
-                rc = hf_tensor_rows(&t[i], r, nr, buf, tmp, err);
+                const void *direct = hf_tensor_direct(&t[i], r);
+                if (direct && r + nr < t[i].ne[1]) /* the next chunk is read while this is written */
+                    prefetch(hf_tensor_direct(&t[i], r + nr), (t[i].ne[1] - r - nr < per ? t[i].ne[1] - r - nr : per) * row);
+                rc = direct ? 0 : hf_tensor_rows(&t[i], r, nr, buf, tmp, err);
                 if (!rc)
-                    rc = gguf_writer_write(w, buf, nr * row, err);
+                    rc = gguf_writer_write(w, direct ? direct : buf, nr * row, err);
                 done += nr * row;
+                drop_rows(&t[i], rows_done(&t[i], r + nr));
                 if (!rc && o->progress)
                     o->progress(o->progress_arg, done, total);
             }
         }
-        drop_pages(&t[i]);
+        drop_rows(&t[i], UINT64_MAX);
     }
     free(buf);
     free(tmp);

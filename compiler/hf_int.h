@@ -51,6 +51,10 @@ int hf_tensors_types(const struct hf_config *c, const struct hf_convert_opts *o,
 /* Output row r of t: the source row it comes from (RoPE permutation). */
 uint64_t hf_tensor_src_row(const struct hf_tensor *t, uint64_t r);
 
+/* The source bytes of output rows r0.. when they can be written as they are
+ * (same type, no permutation), else NULL. */
+const void *hf_tensor_direct(const struct hf_tensor *t, uint64_t r0);
+
 /* Converts output rows [r0, r0 + nr) of t into dst (nr * row bytes), using
  * tmp (ne[0] floats) as scratch. */
 int hf_tensor_rows(const struct hf_tensor *t, uint64_t r0, uint64_t nr, void *dst, float *tmp,

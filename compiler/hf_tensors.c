@@ -14,6 +14,7 @@
 #include "compiler/hf_int.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -469,6 +470,63 @@ static enum ggml_type st_ggml(enum st_dtype d)
     return d == ST_F32 ? GGML_TYPE_F32 : d == ST_F16 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* F32 -> F16 with F16C: round to nearest even, as quant_f32_to_f16 (and
+ * ggml, which uses the same instruction when it can) do for every finite
+ * value and infinity; NaN stays NaN. */
+__attribute__((target("avx,f16c"))) static void f16_row_f16c(const float *x, uint8_t *y,
+                                                              uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        uint16_t h = quant_f32_to_f16(x[i]);
+        memcpy(y + 2 * i, &h, 2);
+    }
+    /* NaN payloads: ggml's scalar rule (quiet NaN 0x7e00, sign kept) */
+    for (i = 0; i < n; i++)
+        if (x[i] != x[i]) {
+            uint16_t h = quant_f32_to_f16(x[i]);
+            memcpy(y + 2 * i, &h, 2);
+        }
+}
+static int have_f16c(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+}
+#else
+static void f16_row_f16c(const float *x, uint8_t *y, uint64_t n)
+{
+    (void)x, (void)y, (void)n;
+}
+static int have_f16c(void)
+{
+    return 0;
+}
+#endif
+
+const void *hf_tensor_direct(const struct hf_tensor *t, uint64_t r0)
+{
+    if (!t->src || t->n_dims != 2 || t->perm_heads > 0 || st_ggml(t->src->dtype) != t->type)
+        return NULL;
+    return (const uint8_t *)st_data(t->f, t->src) + r0 * t->ne[0] * st_dtype_size(t->src->dtype);
+}
+
+/* Encodes one row of floats as t->type. */
+static int encode_row(const struct hf_tensor *t, const float *x, uint8_t *out, int f16c,
+                      struct mf_err *err)
+{
+    if (t->type == GGML_TYPE_F16 && f16c) {
+        f16_row_f16c(x, out, t->ne[0]);
+        return 0;
+    }
+    return quant_quantize_row(t->type, x, out, (int64_t)t->ne[0], err);
+}
+
 int hf_tensor_rows(const struct hf_tensor *t, uint64_t r0, uint64_t nr, void *dst, float *tmp,
                    struct mf_err *err)
 {
@@ -476,9 +534,8 @@ int hf_tensor_rows(const struct hf_tensor *t, uint64_t r0, uint64_t nr, void *ds
     if (ggml_type_row_size(t->type, t->ne[0], &row_bytes) != 0)
         return mf_err_set(err, MF_EINVAL, "%s: bad row size", t->name);
     uint8_t *out = dst;
-    if (t->gen) { /* a generated vector: one row */
+    if (t->gen) /* a generated vector: one row */
         return quant_quantize_row(t->type, t->gen, out, (int64_t)t->ne[0], err);
-    }
     /* a 1-D tensor is one row of ne[0]; permuting it moves single elements */
     if (t->n_dims == 1) {
         for (uint64_t i = 0; i < t->ne[0]; i++) {
@@ -488,18 +545,20 @@ int hf_tensor_rows(const struct hf_tensor *t, uint64_t r0, uint64_t nr, void *ds
         }
         return quant_quantize_row(t->type, tmp, out, (int64_t)t->ne[0], err);
     }
-    int same = st_ggml(t->src->dtype) == t->type;
+    enum ggml_type in = st_ggml(t->src->dtype);
+    int same = in == t->type, f16c = t->type == GGML_TYPE_F16 && have_f16c();
     size_t esz = st_dtype_size(t->src->dtype);
     const uint8_t *base = st_data(t->f, t->src);
     for (uint64_t r = r0; r < r0 + nr; r++, out += row_bytes) {
-        uint64_t s = hf_tensor_src_row(t, r);
+        const uint8_t *row = base + hf_tensor_src_row(t, r) * t->ne[0] * esz;
         if (same) {
-            memcpy(out, base + s * t->ne[0] * esz, row_bytes);
+            memcpy(out, row, row_bytes);
             continue;
         }
-        int rc = st_read_f32(t->f, t->src, s * t->ne[0], (size_t)t->ne[0], tmp, err);
+        /* the SIMD dequantizers of common/quant (F16/BF16 -> F32 is exact) */
+        int rc = quant_dequantize_row(in, row, tmp, (int64_t)t->ne[0], err);
         if (!rc)
-            rc = quant_quantize_row(t->type, tmp, out, (int64_t)t->ne[0], err);
+            rc = encode_row(t, tmp, out, f16c, err);
         if (rc)
             return mf_err_prefix(err, "%s", t->name);
     }

@@ -67,6 +67,45 @@ greedy() {
     [ "$got" = "$want" ]
 }
 
+@test "--outtype f16 from BF16 and F32 sources: every value is the nearest-even F16, rows where they belong" {
+    for dt in BF16 F32; do
+        rm -rf "$D/m"
+        python3 "$MKDIR" "$D/m" --layers 1 --embd 64 --ff 96 --heads 4 --kv-heads 2 --dtype $dt
+        "$MFC" convert "$D/m" -o "$D/m.gguf" --outtype f16
+        PYTHONPATH="$MFC_SRCDIR/tests/cli" python3 - "$D/m/model.safetensors" "$D/m.gguf" $dt <<'EOF'
+import json, struct, sys
+import hf_gguf
+st = open(sys.argv[1], "rb").read()
+(hl,) = struct.unpack_from("<Q", st, 0)
+hdr = json.loads(st[8:8 + hl])
+data = open(sys.argv[2], "rb").read()
+kvs, tensors, base = hf_gguf.parse(data)
+off = {n: (t, o) for n, t, d, o in tensors}
+def src(name):
+    b, e = hdr[name]["data_offsets"]
+    raw = st[8 + hl + b:8 + hl + e]
+    if sys.argv[3] == "F32":
+        return list(struct.unpack("<%df" % (len(raw) // 4), raw))
+    return [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
+def check(hf, gg, rows, perm_heads):
+    vals = src(hf)
+    t, o = off[gg]
+    assert t == 1, (gg, t)
+    cols = len(vals) // rows
+    hd = rows // perm_heads if perm_heads else 0
+    got = data[base + o:base + o + 2 * len(vals)]
+    for r in range(rows):
+        s = r if not hd else (r // hd) * hd + (r % 2) * (hd // 2) + (r % hd) // 2
+        want = b"".join(struct.pack("<e", v) for v in vals[s * cols:(s + 1) * cols])
+        assert got[2 * r * cols:2 * (r + 1) * cols] == want, (gg, r)
+check("model.layers.0.mlp.up_proj.weight", "blk.0.ffn_up.weight", 96, 0)
+check("model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight", 64, 4)
+check("model.layers.0.self_attn.k_proj.weight", "blk.0.attn_k.weight", 32, 2)
+check("model.embed_tokens.weight", "token_embd.weight", 306, 0)
+EOF
+    done
+}
+
 @test "metadata keys, order and types are convert_hf_to_gguf.py's" {
     python3 "$MKDIR" "$D/m" --layers 2 --embd 32 --heads 4 --kv-heads 2 --dtype F16 --pre gpt2
     "$MFC" convert "$D/m" -o "$D/m.gguf" --name tiny

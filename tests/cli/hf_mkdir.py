@@ -8,12 +8,13 @@ usage: hf_mkdir.py OUT_DIR [--layers N] [--embd N] [--ff N] [--heads N]
          [--kv-heads N] [--vocab bytes|llama3|spm] [--pre gpt2|llama3]
          [--spm-gguf ggml-vocab-llama-spm.gguf]
          [--dtype F32|F16|BF16] [--tied] [--shards N] [--rope-llama3]
-         [--arch NAME] [--seed N] [--llama3-json PATH] [--big-mb N]
+         [--arch NAME] [--seed N] [--llama3-json PATH] [--big] [--vocab-size N]
          [--break truncate|offset|dtype|shape|no-tokenizer|layer]
          [--forward PROMPT_IDS N]   print the greedy continuation (ids) that
                                     transformers' LlamaForCausalLM computes
                                     for these weights, in pure Python
---big-mb N writes a bigger model quickly (same bytes repeated) for the bench.
+--big: weights are one random block repeated (fast to write; for the bench).
+--vocab-size N pads the vocabulary (config.json's vocab_size) to N.
 """
 import argparse
 import json
@@ -209,7 +210,8 @@ def main():
     ap.add_argument("--rope-llama3", action="store_true")
     ap.add_argument("--arch", default="LlamaForCausalLM")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--big-mb", type=int, default=0)
+    ap.add_argument("--big", dest="big_mb", action="store_true")
+    ap.add_argument("--vocab-size", type=int, default=0)
     ap.add_argument("--break", dest="brk")
     ap.add_argument("--forward", nargs=2)
     a = ap.parse_args()
@@ -220,6 +222,7 @@ def main():
         tok, tcfg, n_vocab = tokenizer_spm(a.spm_gguf)
     else:
         tok, tcfg, n_vocab = tokenizer_bytes(a.pre)
+    n_vocab = max(n_vocab, a.vocab_size)
     hd = a.embd // a.heads
     cfg = {"architectures": [a.arch], "model_type": "llama", "vocab_size": n_vocab,
            "hidden_size": a.embd, "intermediate_size": a.ff, "num_hidden_layers": a.layers,

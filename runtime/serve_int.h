@@ -20,6 +20,7 @@ struct serve_choice {
     json_t *lp;                /* non-streaming logprobs collected: chat content list or
                                   completions {tokens, token_logprobs, top_logprobs} */
     struct tok_ids out;        /* output token ids (Ollama generate's context) */
+    size_t lp_off;             /* completions logprobs: text_offset of the next token */
     enum sched_finish finish;  /* NONE until the final event */
     struct engine_summary sum; /* filled by the final event */
 };

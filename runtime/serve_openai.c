@@ -76,9 +76,15 @@ static json_t *chat_lp_entry(const struct serve_gen *g, const struct engine_even
                      top);
 }
 
-/* Completions: appends to {tokens, token_logprobs, top_logprobs, text_offset}. */
-static void cmpl_lp_add(const struct serve_gen *g, json_t *lp, const struct engine_event *ev)
+/* Completions: appends to {tokens, token_logprobs, top_logprobs, text_offset};
+ * offsets count the bytes of the tokens before, as vLLM's do. */
+static void cmpl_lp_add(const struct serve_gen *g, struct serve_choice *c, json_t *lp,
+                        const struct engine_event *ev)
 {
+    const char *piece = "";
+    size_t plen = 0;
+    if (tok_piece(g->s->tok, ev->token, 0, &piece, &plen, NULL))
+        plen = 0;
     json_t *top = json_object();
     for (int k = 0; k < ev->n_top && k < g->rq.top_logprobs; k++) {
         json_t *t = token_text(g, ev->top[k].token);
@@ -88,7 +94,8 @@ static void cmpl_lp_add(const struct serve_gen *g, json_t *lp, const struct engi
     json_array_append_new(json_object_get(lp, "tokens"), token_text(g, ev->token));
     json_array_append_new(json_object_get(lp, "token_logprobs"), lp_value(ev->logprob));
     json_array_append_new(json_object_get(lp, "top_logprobs"), top);
-    json_array_append_new(json_object_get(lp, "text_offset"), json_integer(0));
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)c->lp_off));
+    c->lp_off += plen;
 }
 
 static json_t *cmpl_lp_new(void)
@@ -105,7 +112,7 @@ void oai_collect_logprobs(struct serve_gen *g, int i, const struct engine_event 
     if (is_chat(g))
         json_array_append_new(c->lp, chat_lp_entry(g, ev));
     else
-        cmpl_lp_add(g, c->lp, ev);
+        cmpl_lp_add(g, c, c->lp, ev);
 }
 
 static json_t *chunk_head(const struct serve_gen *g)
@@ -131,7 +138,7 @@ void oai_chunk(struct serve_gen *g, int i, const struct engine_event *ev)
             lp = json_pack("{s:[o]}", "content", chat_lp_entry(g, ev));
         } else {
             lp = cmpl_lp_new();
-            cmpl_lp_add(g, lp, ev);
+            cmpl_lp_add(g, c, lp, ev);
         }
     }
     if (is_chat(g)) {

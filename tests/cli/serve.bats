@@ -240,6 +240,7 @@ print(m.offset_data, m.size)' "$D/layer.tar")
     echo "${lines[1]}" | jq -e '.usage.prompt_tokens == 3'
     echo "${lines[1]}" | jq -e '.choices[0].logprobs.token_logprobs | length == 3 and all(. <= 0)'
     echo "${lines[1]}" | jq -e '.choices[0].logprobs.top_logprobs[0] | length == 2'
+    echo "${lines[1]}" | jq -e '.choices[0].logprobs.text_offset | .[0] == 0 and .[1] > 0 and .[2] > .[1]'
     run post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":3,"ignore_eos":true}'
     echo "${lines[1]}" | jq -e '.choices[0].logprobs.content | length == 2'
     echo "${lines[1]}" | jq -e '.choices[0].logprobs.content[0].top_logprobs | length == 3'

@@ -132,6 +132,13 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     [ ! -e "$r/out/sql.gguf" ]
     # equal builds give equal layers and images
     [ "$("$MFC" build -q --no-cache "$CTX")" = "${lines[-1]}" ]
+    # FROM /out/...: the last FROM wins, and it is the file the RUN made from the first
+    mf "RUN cp /inputs/model.gguf /out/m.gguf" "FROM /out/m.gguf"
+    "$MFC" build -q -t m2 "$CTX" >/dev/null
+    "$MFC" save m2 -o "type=oci,dest=$T/o2"
+    umoci unpack --rootless --image "$T/o2:m2" "$T/b2" >/dev/null
+    cmp "$T/b2/rootfs/models/model.gguf" "$CTX/base.gguf"
+    [ ! -e "$T/b2/rootfs/out/m.gguf" ]
     # a RUN that does not write the file named: the error says what it wrote
     mf "RUN echo x >/out/other.gguf" "ADAPTER /out/sql.gguf"
     run "$MFC" build -q "$CTX"

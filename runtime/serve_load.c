@@ -130,6 +130,9 @@ static int load_template(struct serve *s, struct mf_err *err)
     }
     if (!src)
         src = fam ? fam->tmpl : "{{ .Prompt }}";
+    mf_log_info(&s->log, "chat template: %s", s->cfg.template_src ? "TEMPLATE from model.yaml"
+                                              : fam ? fam->name
+                                                    : "none ({{ .Prompt }})");
     if (!(s->tmpl_src = strdup(src)))
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     int rc = tmpl_compile(&s->tmpl, src, strlen(src), NULL, TMPL_F_OLLAMA, err);

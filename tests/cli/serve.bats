@@ -512,3 +512,22 @@ print(m.offset_data, m.size)' "$D/layer.tar")
     "${P[@]}" rm -f served >/dev/null 2>&1 || true
     "${P[@]}" rmi -a -f >/dev/null 2>&1 || true
 }
+
+@test "serve: the GGUF's chat template family renders chats (phi-3 vocabulary)" {
+    require_shared
+    "$MKMODEL" -o "$D/phi.gguf" --preset toy --type q8_0 \
+        --vocab-from "$MFC_SHARED/data/vocab/ggml-vocab-phi-3.gguf" >/dev/null
+    start_server PHI --model "$D/phi.gguf"
+    grep -q 'chat template: phi3' "$D/PHI.log"
+    local u="http://127.0.0.1:$PORT"
+    run curl -s "$u/tokenize" -d '{"messages":[{"role":"system","content":"sys"},{"role":"user","content":"hi"}]}'
+    local toks
+    toks=$(echo "$output" | jq -c '.tokens')
+    run curl -s "$u/detokenize" -d "{\"tokens\":$toks}"
+    echo "$output" | jq -e '.prompt | test("^<s><\\|system\\|>.*sys<\\|end\\|>.*<\\|user\\|>.*hi<\\|end\\|>.*<\\|assistant\\|>"; "m")'
+    run curl -s "$u/api/show" -d '{}'
+    echo "$output" | jq -e '.template | test("<\\|assistant\\|>")'
+    run curl -s "$u/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"ignore_eos":true}'
+    echo "$output" | jq -e '.usage.completion_tokens == 2 and .usage.prompt_tokens > 5'
+    kill "$(cat "$D/PHI.pid")"
+}

@@ -59,5 +59,6 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx);    /* cmd_serve.c *
 int mfc_cmd_lora(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_lora.c: check, merge */
 int mfc_lora_merge(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_lora_merge.c: mfc lora merge */
 int mfc_cmd_convert(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_convert.c */
+int mfc_cmd_manifest(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_manifest.c */
 
 #endif

@@ -41,6 +41,7 @@ static const struct mfc_cmd commands[] = {
     {"run", mfc_cmd_run, "run an image and answer a prompt or chat with it"},
     {"lora", mfc_cmd_lora, "check a LoRA adapter against a base model, or merge adapters into it"},
     {"convert", mfc_cmd_convert, "convert a Hugging Face model or PEFT adapter directory to GGUF"},
+    {"manifest", mfc_cmd_manifest, "print Kubernetes or Compose YAML that deploys an image"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

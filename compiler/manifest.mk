@@ -1,0 +1,11 @@
+### Deployment: `mfc manifest` (Kubernetes/Compose YAML for an image), the
+### docker/ toolchain image and examples, the user docs and man pages
+libmfc_compiler_a_SOURCES += compiler/manifest.c compiler/manifest.h compiler/cmd_manifest.c
+
+dist_man_MANS = docs/man/mfc.1 docs/man/Modelfile.5
+
+TESTS += tests/cli/manifest.bats tests/cli/docs.bats
+EXTRA_DIST += tests/cli/manifest.bats tests/cli/docs.bats tests/cli/yaml_check.py \
+	docker/Dockerfile docker/compose.yaml docker/kubernetes.yaml \
+	docker/github-actions-example.yml docker/README.md \
+	docs/getting-started.md docs/deploy.md docs/ci.md docs/troubleshooting.md docs/config.md

@@ -1,0 +1,129 @@
+#!/usr/bin/env bats
+# manifest.bats: `mfc manifest IMAGE --kubernetes|--compose` prints YAML that
+# PyYAML reads back (tests/cli/yaml_check.py) with what the image's config
+# says (port, Env) and what deployment needs (GPU, /health probes, Prometheus
+# annotations); the examples in docker/ parse and say the same things.
+# The image is built from a mkmodel toy with MFC_SERVE=/bin/echo (no model
+# runs here), ENV MFC_PORT=9000 FOO=bar.
+
+load helpers
+
+setup_file() {
+    export DATA="$BATS_FILE_TMPDIR/data" MFC_HOME="$BATS_FILE_TMPDIR/store" MFC_SERVE=/bin/echo
+    mkdir -p "$DATA"
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$DATA/base.gguf" --preset toy --seed 1 >/dev/null
+    printf '%s\n' "FROM ./base.gguf" "ENV MFC_PORT=9000 FOO=bar EMPTY=" >"$DATA/Modelfile"
+    "$MFC" build -q -t Team/Llama3_SQL:1 "$DATA" >"$DATA/digest"
+}
+
+Y() { python3 "$MFC_SRCDIR/tests/cli/yaml_check.py" "$@"; }
+
+@test "manifest --kubernetes: a Deployment and a Service for the image, from its config" {
+    run "$MFC" manifest --kubernetes Team/Llama3_SQL:1
+    [ "$status" -eq 0 ]
+    echo "$output" >"$BATS_TEST_TMPDIR/k.yaml"
+    Y "$BATS_TEST_TMPDIR/k.yaml" >"$BATS_TEST_TMPDIR/k.json"
+    cd "$BATS_TEST_TMPDIR"
+    jq -e 'length == 2 and .[0].kind == "Deployment" and .[0].apiVersion == "apps/v1"
+           and .[1].kind == "Service" and .[1].apiVersion == "v1"' k.json
+    # the name comes from the reference; labels select the pods
+    jq -e '.[0].metadata.name == "llama3-sql" and .[1].metadata.name == "llama3-sql"
+           and .[0].spec.selector.matchLabels == .[0].spec.template.metadata.labels
+           and .[1].spec.selector == .[0].spec.selector.matchLabels' k.json
+    local c='.[0].spec.template.spec.containers[0]'
+    jq -e "$c.image == \"Team/Llama3_SQL:1\" and $c.ports[0].containerPort == 9000" k.json
+    jq -e "$c.resources.limits.\"nvidia.com/gpu\" == 1" k.json
+    for p in startupProbe readinessProbe livenessProbe; do
+        jq -e "$c.$p.httpGet.path == \"/health\" and $c.$p.httpGet.port == \"http\"" k.json
+    done
+    # Env from the image, less PATH; "9000" stays a string (Kubernetes requires it)
+    jq -e "[$c.env[] | \"\\(.name)=\\(.value)\"] ==
+           [\"MFC_CONFIG=/etc/mfc/model.yaml\", \"MFC_PORT=9000\", \"FOO=bar\", \"EMPTY=\"]" k.json
+    jq -e '.[0].spec.template.metadata.annotations as $a |
+           $a."prometheus.io/scrape" == "true" and $a."prometheus.io/port" == "9000"
+           and $a."prometheus.io/path" == "/metrics"' k.json
+    jq -e --arg d "$(cat "$DATA/digest")" \
+        '.[0].spec.template.metadata.annotations."dev.mfc.image.digest" == $d' k.json
+    jq -e '.[1].spec.ports[0] == {"name":"http","port":9000,"targetPort":"http","protocol":"TCP"}
+           and .[1].metadata.annotations."prometheus.io/scrape" == "true"' k.json
+    # the same bytes every time
+    run "$MFC" manifest -k Team/Llama3_SQL:1
+    [ "$output" = "$(cat k.yaml)" ]
+}
+
+@test "manifest --compose: --port, --gpus, --image and --name go where they belong" {
+    run "$MFC" manifest --compose --port 8081 --gpus 2 --name sql \
+        --image registry.example.com/team/sql:1 Team/Llama3_SQL:1
+    [ "$status" -eq 0 ]
+    echo "$output" | Y >"$BATS_TEST_TMPDIR/c.json"
+    cd "$BATS_TEST_TMPDIR"
+    jq -e 'length == 1 and (.[0].services | keys) == ["sql"]' c.json
+    local s='.[0].services.sql'
+    jq -e "$s.image == \"registry.example.com/team/sql:1\" and $s.ports == [\"8081:8081\"]" c.json
+    jq -e "$s.environment == {\"MFC_CONFIG\": \"/etc/mfc/model.yaml\", \"MFC_PORT\": \"8081\",
+                             \"FOO\": \"bar\", \"EMPTY\": \"\"}" c.json
+    jq -e "$s.deploy.resources.reservations.devices ==
+           [{\"driver\": \"nvidia\", \"count\": 2, \"capabilities\": [\"gpu\"]}]" c.json
+    jq -e "$s.labels.\"prometheus.io/port\" == \"8081\"" c.json
+}
+
+@test "manifest --gpus 0 asks for no GPU; --replicas and a digest reference work" {
+    local d
+    d=$(cat "$DATA/digest")
+    run "$MFC" manifest -k --gpus 0 --replicas 3 "$d"
+    [ "$status" -eq 0 ]
+    echo "$output" | Y >"$BATS_TEST_TMPDIR/k.json"
+    cd "$BATS_TEST_TMPDIR"
+    jq -e '.[0].spec.replicas == 3 and (.[0].spec.template.spec.containers[0] | has("resources") | not)' k.json
+    jq -e '.[0].metadata.name | test("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")' k.json
+    jq -e '.[0].spec.template.spec.containers[0].ports[0].containerPort == 9000' k.json
+    run "$MFC" manifest -c -g 0 Team/Llama3_SQL:1
+    echo "$output" | Y | jq -e '.[0].services["llama3-sql"] | has("deploy") | not'
+}
+
+@test "manifest: usage errors exit 2, an unknown image exits 1 naming it" {
+    run "$MFC" manifest Team/Llama3_SQL:1
+    [ "$status" -eq 2 ] && [[ "$output" == *"give one of --kubernetes or --compose"* ]]
+    run "$MFC" manifest -k -c Team/Llama3_SQL:1
+    [ "$status" -eq 2 ]
+    run "$MFC" manifest -k
+    [ "$status" -eq 2 ] && [[ "$output" == *"expects one IMAGE"* ]]
+    run "$MFC" manifest -k --name Bad_Name Team/Llama3_SQL:1
+    [ "$status" -eq 2 ] && [[ "$output" == *"--name 'Bad_Name'"* ]]
+    run "$MFC" manifest -k --port 70000 Team/Llama3_SQL:1
+    [ "$status" -eq 2 ] && [[ "$output" == *"--port '70000'"* ]]
+    run "$MFC" manifest -k --gpus x Team/Llama3_SQL:1
+    [ "$status" -eq 2 ]
+    run "$MFC" manifest -k --port
+    [ "$status" -eq 2 ] && [[ "$output" == *"needs a value"* ]]
+    run "$MFC" manifest -k no/such:image
+    [ "$status" -eq 1 ] && [[ "$output" == *"no/such:image"* ]]
+    run "$MFC" help manifest
+    [ "$status" -eq 0 ] && [[ "$output" == *"--kubernetes"* ]]
+}
+
+@test "docker/: the compose file, Kubernetes manifests and workflow parse and deploy right" {
+    local D="$MFC_SRCDIR/docker"
+    cd "$BATS_TEST_TMPDIR"
+    Y "$D/kubernetes.yaml" >k.json
+    jq -e '[.[].kind] == ["Deployment", "Service"]' k.json
+    local c='.[0].spec.template.spec.containers[0]'
+    jq -e "$c.resources.limits.\"nvidia.com/gpu\" == 1 and $c.ports[0].containerPort == 8080" k.json
+    jq -e "$c.livenessProbe.httpGet.path == \"/health\" and $c.readinessProbe.httpGet.path == \"/health\"" k.json
+    jq -e '.[0].spec.template.metadata.annotations."prometheus.io/path" == "/metrics"
+           and .[0].spec.template.metadata.annotations."prometheus.io/port" == "8080"' k.json
+    jq -e '.[1].spec.ports[0].port == 8080' k.json
+    Y "$D/compose.yaml" >c.json
+    jq -e '[.[0].services[]][0] | .ports == ["8080:8080"]
+           and .deploy.resources.reservations.devices[0].capabilities == ["gpu"]' c.json
+    Y "$D/github-actions-example.yml" >w.json
+    jq -e '.[0].jobs | length >= 1' w.json
+    grep -q 'mfc push' "$D/github-actions-example.yml"
+    # docs/ci.md shows the same workflow as docker/github-actions-example.yml
+    python3 - "$MFC_SRCDIR/docs/ci.md" "$D/github-actions-example.yml" <<'PY'
+import sys
+md, wf = (open(p, encoding="utf-8").read() for p in sys.argv[1:])
+block = md.split("```yaml\n", 1)[1].split("```", 1)[0]
+assert block == wf, "docs/ci.md's workflow differs from docker/github-actions-example.yml"
+PY
+}

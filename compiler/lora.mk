@@ -12,6 +12,7 @@ tests_unit_test_safetensors_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_safetensors_LDADD = $(MFC_COMMON_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_safetensors
 EXTRA_DIST += tests/fuzz/fuzz_safetensors.c tests/fuzz/corpus/safetensors
+EXTRA_DIST += tests/fuzz/fuzz_lora.c tests/fuzz/corpus/lora
 
 ## Adapter checks and PEFT conversion: unit tests, CLI tests (bats) with a
 ## stdlib-Python PEFT writer and reference converter.

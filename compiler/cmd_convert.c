@@ -18,6 +18,7 @@
 #include "common/quant.h"
 #include "compiler/cli.h"
 #include "compiler/hf.h"
+#include "compiler/lora.h"
 
 #define CMD "convert"
 
@@ -93,8 +94,8 @@ int mfc_cmd_convert(int argc, char **argv, struct mfc_ctx *ctx)
                                    "%s is a PEFT adapter: give its base model with --base "
                                    "BASE.gguf",
                                    dir);
-        mf_err_set(&err, MF_EUNSUPPORTED, "%s: PEFT conversion is not built yet", dir);
-        return mfc_report(ctx, &err);
+        if (lora_peft_convert(dir, base, out, &err) != 0)
+            return mfc_report(ctx, &err);
         fprintf(ctx->out, "%s: LoRA adapter written to %s\n", dir, out);
         return 0;
     }

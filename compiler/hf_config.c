@@ -4,7 +4,8 @@
  * Follows convert_hf_to_gguf.py (Model.set_gguf_parameters, then
  * LlamaModel.set_gguf_parameters and generate_extra_tensors): the same keys,
  * in the same order, with the types gguf-py's writer gives them (u32 for
- * sizes, f32 for eps and theta). A JSON null counts as absent, as
+ * sizes, f32 for eps and theta). transformers 5's "rope_parameters" is read
+ * where 4.x configs have rope_theta and rope_scaling. A JSON null counts as absent, as
  * hparams.get() does. Only LlamaForCausalLM and MistralForCausalLM (which the
  * converter also handles as LlamaModel) are accepted.
  */
@@ -69,7 +70,12 @@ static int64_t get_id(const json_t *o, const char *key)
 static int parse_rope(const json_t *root, const char *what, struct hf_config *c,
                       struct mf_err *err)
 {
+    /* transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}
+     * where 4.x had rope_theta and rope_scaling */
     json_t *rs = get(root, "rope_scaling");
+    json_t *rp = get(root, "rope_parameters");
+    if (!rs && json_is_object(rp))
+        rs = rp;
     c->rope = HF_ROPE_NONE;
     c->rope_factor = 8.0;
     c->rope_low = 1.0;
@@ -91,11 +97,12 @@ static int parse_rope(const json_t *root, const char *what, struct hf_config *c,
             (rc = get_real(rs, "low_freq_factor", what, &c->rope_low, err)) == MF_EFORMAT ||
             (rc = get_real(rs, "high_freq_factor", what, &c->rope_high, err)) == MF_EFORMAT)
             return rc;
-        /* the converter reads the top-level key (absent in Meta's configs) and
-         * falls back to 8192; rope_scaling's own value is the same there */
-        if ((rc = get_real(root, "original_max_position_embeddings", what, &c->rope_orig_ctx,
+        /* the current converter reads rope_scaling's value (older ones the
+         * top-level key), then 8192 */
+        if ((rc = get_real(rs, "original_max_position_embeddings", what, &c->rope_orig_ctx,
                            err)) == MF_ENOTFOUND)
-            rc = get_real(rs, "original_max_position_embeddings", what, &c->rope_orig_ctx, err);
+            rc = get_real(root, "original_max_position_embeddings", what, &c->rope_orig_ctx,
+                          err);
         if (rc == MF_EFORMAT)
             return rc;
         if (c->rope_low == c->rope_high || c->rope_factor <= 0 || c->rope_orig_ctx <= 0)
@@ -174,6 +181,8 @@ int hf_config_parse(const char *text, size_t len, const char *what, struct hf_co
             goto out;
         c->rope_theta = 10000.0;
         rc = get_real(root, "rope_theta", what, &c->rope_theta, err);
+        if (rc == MF_ENOTFOUND && json_is_object(get(root, "rope_parameters")))
+            rc = get_real(get(root, "rope_parameters"), "rope_theta", what, &c->rope_theta, err);
         c->has_theta = rc == 0;
         if (rc && rc != MF_ENOTFOUND)
             goto out;

@@ -8,7 +8,9 @@
 # llama.cpp's test strings to the ids Hugging Face's tokenizer gave
 # (ggml-vocab-llama-bpe.gguf.out) in llama.cpp and in mfc's runtime; the
 # metadata keys and their types must be convert_hf_to_gguf.py's; malformed
-# directories fail with a sentence naming the problem.
+# directories fail with a sentence naming the problem. tests/data/hf holds two
+# checkpoints saved by transformers itself with the greedy tokens, top logits
+# and tokenizer ids it produced: the conversions must reproduce them.
 
 load helpers
 
@@ -46,6 +48,79 @@ greedy() {
     got=$(greedy "$D/m.gguf" 5,80,200,17 6)
     echo "transformers $want / llama.cpp $got"
     [ "$got" = "$want" ]
+}
+
+@test "transformers' own checkpoints (tests/data/hf): greedy tokens, top 5, rope_freqs, vocab ids as recorded" {
+    require_llama
+    local exp="$FIXTURE/expected.json"
+    for m in tiny-llama tiny-llama-bf16; do
+        "$MFC" convert "$FIXTURE/$m" -o "$D/$m.gguf" --outtype f32
+        python3 - "$exp" "$m" "$D/$m.gguf" "$LLAMA_REF" "$GG" "$FIXTURE/$m" <<'EOF'
+import json, subprocess, sys
+exp, m, gguf, ref, gg, src = sys.argv[1:]
+d = json.load(open(exp))["models"][m]
+for p in d["prompts"]:
+    out = json.loads(subprocess.check_output(
+        ["node", ref, "--model", gguf, "--tokens", ",".join(map(str, p["prompt_ids"])),
+         "--n", "16", "--top", "5"]))
+    assert out["generated"] == p["greedy"], (m, p["text"], out["generated"], p["greedy"])
+    assert [t for t, _ in out["top"]] == p["top5"]["ids"], (m, p["text"])
+    # log-softmax differences are logit differences (llama.cpp keeps K and V
+    # in F16 by default: about 1e-3 apart)
+    lp, lv = [v for _, v in out["top"]], p["top5"]["values"]
+    for i in range(1, 5):
+        assert abs((lp[0] - lp[i]) - (lv[0] - lv[i])) < 5e-3, (m, p["text"], i)
+    print(m, p["text"][:24], "greedy and top 5 as transformers")
+if "rope_freqs" in d:
+    got = [float(x) for x in subprocess.check_output(
+        ["python3", gg, "f32", gguf, "rope_freqs.weight"]).split()]
+    assert len(got) == len(d["rope_freqs"]), got
+    assert all(abs(a - b) <= 1e-6 * b for a, b in zip(got, d["rope_freqs"])), got
+kv = subprocess.check_output(["python3", gg, "kv", gguf], text=True)
+assert "tokenizer.ggml.pre string llama-bpe" in kv and "bos_token_id uint32 507" in kv, kv
+assert "eos_token_id uint32 511" in kv and "add_bos_token bool True" in kv, kv
+assert "tokenizer.chat_template string" in kv, kv
+EOF
+    done
+    require_shared
+    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.inp" >"$D/inp.json" <<'EOF'
+import json, sys
+s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
+json.dump(s, sys.stdout)
+EOF
+    node "$LLAMA_TOK" ids --model "$D/tiny-llama.gguf" --in "$D/inp.json" >"$D/llama.json"
+    "$TOKTOOL" ids "$D/tiny-llama.gguf" "$D/inp.json" >"$D/mfc.json"
+    python3 - "$FIXTURE/tiny-llama-vocab.out" "$D/llama.json" "$D/mfc.json" <<'EOF'
+import json, sys
+want = [[int(x) for x in l.split()] for l in open(sys.argv[1]).read().split("\n")[:46]]
+for f in sys.argv[2:]:
+    got = json.load(open(f))
+    bad = [i for i in range(len(want)) if want[i] != got[i]]
+    print(f, len(want) - len(bad), "of", len(want))
+    assert len(got) == 46 and not bad, bad[:5]
+EOF
+}
+
+@test "mfc convert of a PEFT directory (--base): llama.cpp with base + adapter gives PEFT's greedy tokens" {
+    require_llama
+    [ -d "$MFC_SRCDIR/tests/data/peft/tiny-lora" ] || skip "tests/data/peft not found"
+    "$MFC" convert "$FIXTURE/tiny-llama" -o "$D/base.gguf" --outtype f32
+    run "$MFC" convert "$MFC_SRCDIR/tests/data/peft/tiny-lora" -o "$D/a.gguf"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"give its base model with --base"* ]]
+    "$MFC" convert "$MFC_SRCDIR/tests/data/peft/tiny-lora" -o "$D/a.gguf" --base "$D/base.gguf"
+    python3 - "$MFC_SRCDIR/tests/data/peft/expected.json" "$FIXTURE/expected.json" "$D" \
+        "$LLAMA_REF" <<'EOF'
+import json, subprocess, sys
+peft, hf, d, ref = sys.argv[1:]
+want = json.load(open(peft))["adapters"]["tiny-lora"]["prompts"]
+prompts = json.load(open(hf))["models"]["tiny-llama"]["prompts"]
+for p, w in zip(prompts, want):
+    out = json.loads(subprocess.check_output(
+        ["node", ref, "--model", d + "/base.gguf", "--lora", d + "/a.gguf", "--tokens",
+         ",".join(map(str, p["prompt_ids"])), "--n", "16", "--top", "1"]))
+    assert out["generated"] == w["greedy"], (p["text"], out["generated"], w["greedy"])
+EOF
 }
 
 @test "MHA, tied embeddings, BF16 in 3 shards: auto keeps BF16, no output.weight, same tokens" {

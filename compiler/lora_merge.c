@@ -199,8 +199,9 @@ static int plan_adapter(struct merge *m, size_t k, struct mf_err *err)
         rc = check_pair(gf, w, t, o, alpha, m->o->adapters[k].scale, p, err);
         if (rc)
             return rc;
-        m->n_patches[wi]++;
         m->st.n_pairs++;
+        if (p->s != 0.0f)
+            m->n_patches[wi]++; /* scale 0 changes nothing: the tensor stays a byte copy */
     }
     return 0;
 }

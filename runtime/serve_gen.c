@@ -419,38 +419,38 @@ static void on_event(struct serve_gen *g, int i, struct engine_event *ev)
 {
     struct serve_choice *c = &g->ch[i];
     struct mf_err err;
+    int counted = 0;
+    int oai = g->rq.api == SERVE_OAI_CHAT || g->rq.api == SERVE_OAI_COMPLETION;
     mf_buf_reset(&c->delta);
-    if (ev->token >= 0) {
+    /* tokens the engine made after a stop string matched (it may have run
+     * ahead of this reader) are not part of the answer */
+    if (ev->token >= 0 && !c->text.stopped) {
+        counted = 1;
         tok_ids_push(&c->out, ev->token, NULL);
-        int r = engine_text_feed(&c->text, ev->token, &c->delta, &err);
-        if (r == 1)
+        if (engine_text_feed(&c->text, ev->token, &c->delta, &err) == 1)
             engine_stop(g->s->e, c->id, NULL);
     }
     if (ev->finish != SCHED_FINISH_NONE) {
         engine_text_finish(&c->text, &c->delta, &err);
-        c->finish = ev->finish;
+        c->finish = c->text.stopped ? SCHED_FINISH_STOP : ev->finish;
         c->live = 0;
         if (ev->finish == SCHED_FINISH_ERROR && !g->failed) {
             g->failed = 1;
             g->err = c->sum.err;
         }
     }
-    if (g->rq.logprobs && ev->token >= 0 && (g->rq.api == SERVE_OAI_CHAT ||
-                                             g->rq.api == SERVE_OAI_COMPLETION) &&
-        !is_stream(g))
-        oai_collect_logprobs(g, i, ev);
     if (!is_stream(g)) {
+        if (oai && g->rq.logprobs && counted)
+            oai_collect_logprobs(g, i, ev);
         mf_buf_append(&c->acc, c->delta.data ? c->delta.data : "", c->delta.len, NULL);
         return;
     }
-    if (g->rq.api == SERVE_OAI_CHAT || g->rq.api == SERVE_OAI_COMPLETION) {
-        if (c->delta.len || (g->rq.logprobs && ev->token >= 0))
+    if (oai) {
+        if (c->delta.len || (g->rq.logprobs && counted))
             oai_chunk(g, i, ev);
         if (ev->finish != SCHED_FINISH_NONE)
             oai_final_chunk(g, i);
-    } else if (c->delta.len && ev->finish == SCHED_FINISH_NONE) {
-        ollama_chunk(g, i);
-    } else if (c->delta.len) { /* last text before the done object */
+    } else if (c->delta.len) {
         ollama_chunk(g, i);
     }
 }

@@ -232,6 +232,12 @@ print(m.offset_data, m.size)' "$D/layer.tar")
     local cut
     cut=$(echo "${lines[1]}" | jq -r '.choices[0].text')
     [ "$cut" = "${greedy%%"$stop"*}" ]
+    # streamed, the deltas add up to the same cut text: held-back text never leaks
+    run curl -sN "$(main_url)/v1/completions" -d "$(jq -nc --arg s "$stop" '{prompt:"hello",max_tokens:8,temperature:0,ignore_eos:true,stop:[$s],stream:true}')"
+    local joined
+    joined=$(printf '%s\n' "$output" | grep '^data: {' | sed 's/^data: //' | jq -j '.choices[0].text')
+    [ "$joined" = "$cut" ]
+    printf '%s\n' "$output" | grep '^data: {' | sed 's/^data: //' | jq -s -e '.[-1].choices[0].finish_reason == "stop"'
 }
 
 @test "serve: completions from token ids and logprobs" {

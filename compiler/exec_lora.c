@@ -40,12 +40,14 @@ static size_t base_input(const struct exec_job *j)
     return SIZE_MAX;
 }
 
-/* A one-line remark on this step's progress line. */
+/* A warning on this step's progress line. */
 static void step_note(const struct exec_job *j, const char *msg)
 {
+    char line[MF_ERR_MSG_MAX + 16];
     struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
     int id = progress_begin(pg, "check", j->node->name);
-    progress_note(pg, id, msg);
+    snprintf(line, sizeof line, "warning: %s", msg);
+    progress_note(pg, id, line);
     progress_close(pg);
 }
 
@@ -134,8 +136,7 @@ int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached
     free(base);
     if (rc)
         return rc;
-    if (info.sum.warning[0])
-        step_note(j, info.sum.warning);
+    /* a warning (no alpha) is shown once, by the check step that follows */
     r->result = json_pack("{s:s, s:I, s:s, s:i, s:f, s:b, s:I, s:I}", "digest", r->digest, "size",
                           (json_int_t)r->size, "from", "peft", "rank", (int)info.rank, "alpha",
                           (double)info.alpha, "rslora", info.rslora, "pairs",

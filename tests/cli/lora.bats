@@ -245,6 +245,12 @@ EOF
     [[ "$output" == *"warning: no adapter.lora.alpha: the raw scale is used"* ]]
     run python3 "$REF" verify "$T/p" "$T/a.gguf" --arch llama --heads 4 --kv-heads 2
     [ "$status" -eq 0 ]
+    # mfc build says so once, on the adapter's check step
+    mkdir -p "$T/ctx" && cp "$D/base.gguf" "$T/ctx/" && cp -r "$T/p" "$T/ctx/na"
+    printf '%s\n' "FROM ./base.gguf" "ADAPTER ./na" >"$T/ctx/Modelfile"
+    run "$MFC" build --progress plain "$T/ctx"
+    [ "$status" -eq 0 ]
+    [ "$(grep -c 'warning: no adapter.lora.alpha: the raw scale is used' <<<"$output")" -eq 1 ]
 }
 
 @test "mfc build: ADAPTER ./peft-dir converts, three ADAPTER lines (two named, one merged) are listed by mfc inspect" {

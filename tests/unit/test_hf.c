@@ -95,6 +95,22 @@ static void test_config(void **state)
                      0);
     assert_int_equal(c.rope, HF_ROPE_LINEAR);
     assert_true(c.rope_factor == 4.0);
+    /* transformers 5: rope_parameters instead of rope_theta / rope_scaling */
+    assert_int_equal(cfg("{\"architectures\": [\"LlamaForCausalLM\"], " CFG_BASE
+                         ", \"rope_parameters\": {\"rope_type\": \"default\", "
+                         "\"rope_theta\": 250000.0}}",
+                         &c, &err),
+                     0);
+    assert_int_equal(c.has_theta, 1);
+    assert_true(c.rope_theta == 250000.0);
+    assert_int_equal(c.rope, HF_ROPE_NONE);
+    assert_int_equal(cfg("{\"architectures\": [\"LlamaForCausalLM\"], " CFG_BASE
+                         ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 32, "
+                         "\"rope_theta\": 500000.0, \"original_max_position_embeddings\": 64}}",
+                         &c, &err),
+                     0);
+    assert_int_equal(c.rope, HF_ROPE_LLAMA3);
+    assert_true(c.rope_factor == 32.0 && c.rope_orig_ctx == 64.0 && c.rope_theta == 500000.0);
 }
 
 static void test_rope_factors(void **state)

@@ -9,7 +9,9 @@
  * the others llama.cpp refuses (missing half, bad suffix, quantized half,
  * not an adapter, embedding vocabulary); each error class and message (the
  * tensor and both shapes) is checked. A good adapter's summary is checked
- * field by field.
+ * field by field. PEFT conversion paths the CLI tests do not reach (a qwen2
+ * base, which is not permuted; an unknown architecture; config fields a
+ * GGUF LoRA cannot express) use a PEFT directory written here.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include <cmocka.h>
 
 #include "common/err.h"
+#include "common/file.h"
 #include "common/gguf.h"
 #include "compiler/lora.h"
 
@@ -327,6 +330,123 @@ static void test_identity(void **state)
     assert_non_null(strstr(err.msg, "is itself an adapter"));
 }
 
+/* ---- PEFT conversion ---- */
+
+/* Writes dir/adapter_config.json (cfg) and a safetensors holding q_proj's
+ * A [4, 32] and B [32, 4] of layer 0 in F32, values 0, 1, 2, ... */
+static void write_peft(const char *sub, const char *cfg)
+{
+    char path[192], hdr[512];
+    struct mf_err err;
+    snprintf(path, sizeof path, "%s/%s", dir, sub);
+    assert_int_equal(mf_file_mkdirs(path, &err), 0);
+    snprintf(path, sizeof path, "%s/%s/adapter_config.json", dir, sub);
+    assert_int_equal(mf_file_write_atomic(path, cfg, strlen(cfg), &err), 0);
+    int n = snprintf(hdr, sizeof hdr,
+                     "{\"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight\":"
+                     "{\"dtype\":\"F32\",\"shape\":[4,32],\"data_offsets\":[0,512]},"
+                     "\"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight\":"
+                     "{\"dtype\":\"F32\",\"shape\":[32,4],\"data_offsets\":[512,1024]}}");
+    size_t size = 8 + (size_t)n + 1024;
+    uint8_t *buf = malloc(size);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, hdr, (size_t)n);
+    for (int i = 0; i < 256; i++) {
+        float f = (float)i;
+        memcpy(buf + 8 + n + 4 * i, &f, 4);
+    }
+    snprintf(path, sizeof path, "%s/%s/adapter_model.safetensors", dir, sub);
+    assert_int_equal(mf_file_write_atomic(path, buf, size, &err), 0);
+    free(buf);
+}
+
+/* Writes a base named name with architecture arch and blk.0.attn_q [32, 32]
+ * (no head counts: a llama one cannot be converted for). */
+static void write_arch_base(const char *name, const char *arch)
+{
+    const char *const kv[] = {"general.architecture", arch, NULL};
+    const struct tdef t[] = {{"blk.0.attn_q.weight", GGML_TYPE_F32, EMBD, QKV}};
+    write_gguf(name, kv, t, N(t));
+}
+
+static int convert(const char *sub, const char *base, struct lora_peft_info *info,
+                   struct mf_err *err)
+{
+    char d[192], b[192], o[192];
+    snprintf(d, sizeof d, "%s/%s", dir, sub);
+    snprintf(b, sizeof b, "%s/%s", dir, base);
+    snprintf(o, sizeof o, "%s/out.gguf", dir);
+    unlink(o);
+    mf_err_clear(err);
+    return lora_peft_convert_ex(d, b, o, info, err);
+}
+
+static void test_peft_qwen2(void **state)
+{
+    (void)state;
+    struct lora_peft_info info;
+    struct mf_err err;
+    write_arch_base("qwen2.gguf", "qwen2");
+    write_peft("pq", "{\"peft_type\":\"LORA\",\"r\":4,\"lora_alpha\":8}");
+    assert_int_equal(convert("pq", "qwen2.gguf", &info, &err), 0);
+    assert_int_equal(info.n_pairs, 1);
+    assert_int_equal(info.n_permuted, 0);
+    assert_string_equal(info.sum.arch, "qwen2");
+    /* lora_b's rows are the source's, in order (no RoPE permutation for qwen2) */
+    char o[192];
+    snprintf(o, sizeof o, "%s/out.gguf", dir);
+    struct gguf_file *gf;
+    assert_int_equal(gguf_open(o, &gf, &err), 0);
+    const struct gguf_tensor *b = gguf_find_tensor(gf, "blk.0.attn_q.weight.lora_b");
+    assert_non_null(b);
+    assert_int_equal(b->ne[0], 4);
+    assert_int_equal(b->ne[1], 32);
+    for (int i = 0; i < 128; i++) {
+        float f;
+        memcpy(&f, (const uint8_t *)b->data + 4 * i, 4);
+        assert_true(f == (float)(128 + i));
+    }
+    gguf_close(gf);
+}
+
+static void test_peft_refusals(void **state)
+{
+    (void)state;
+    struct lora_peft_info info;
+    struct mf_err err;
+    write_arch_base("phi3.gguf", "phi3");
+    write_peft("pa", "{\"peft_type\":\"LORA\",\"r\":4,\"lora_alpha\":8}");
+    expect(convert("pa", "phi3.gguf", &info, &err), &err, MF_EUNSUPPORTED,
+           "architecture 'phi3': mfc converts PEFT adapters for llama, qwen2 and qwen3 bases");
+    static const struct {
+        const char *cfg;
+        int code;
+        const char *want;
+    } cases[] = {
+        {"{\"r\":4,\"lora_alpha\":8,\"alpha_pattern\":{\"q_proj\":16}}", MF_EUNSUPPORTED,
+         "alpha_pattern gives modules their own alpha"},
+        {"{\"r\":4,\"lora_alpha\":8,\"fan_in_fan_out\":true}", MF_EUNSUPPORTED,
+         "fan_in_fan_out is set"},
+        {"{\"r\":4,\"lora_alpha\":8,\"use_dora\":true}", MF_EUNSUPPORTED, "use_dora is set"},
+        {"{\"peft_type\":\"IA3\",\"r\":4}", MF_EUNSUPPORTED, "peft_type is \"IA3\""},
+        {"{\"lora_alpha\":8}", MF_ENOTFOUND, "has no \"r\""},
+        {"{\"r\":0,\"lora_alpha\":8}", MF_ERANGE, "r is 0 (must be 1..65536)"},
+        {"{\"r\":4,\"lora_alpha\":\"8\"}", MF_EFORMAT, "\"lora_alpha\" must be a number"},
+        {"[1]", MF_EFORMAT, "must be a JSON object"},
+    };
+    write_arch_base("llama.gguf", "llama");
+    for (size_t i = 0; i < N(cases); i++) {
+        write_peft("pc", cases[i].cfg);
+        expect(convert("pc", "llama.gguf", &info, &err), &err, cases[i].code, cases[i].want);
+    }
+    /* a llama base without head counts cannot be permuted */
+    write_peft("ph", "{\"r\":4,\"lora_alpha\":8}");
+    expect(convert("ph", "llama.gguf", &info, &err), &err, MF_ENOTFOUND,
+           "llama.attention.head_count");
+}
+
 static void test_map_name(void **state)
 {
     (void)state;
@@ -364,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_missing_tensor), cmocka_unit_test(test_transposed_a),
         cmocka_unit_test(test_rank_mismatch), cmocka_unit_test(test_pairs_and_names),
         cmocka_unit_test(test_identity),      cmocka_unit_test(test_map_name),
+        cmocka_unit_test(test_peft_qwen2),    cmocka_unit_test(test_peft_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -25,7 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "common/gguf.h"
+#include "compiler/lora.h"
 
 #define WINDOW_FLOATS (1u << 22) /* 16 MiB of F32 rows per window */
 #define MAX_THREADS 64
@@ -157,12 +160,21 @@ static int check_pair(const struct gguf_file *gf, const struct gguf_tensor *w,
     return 0;
 }
 
-/* Checks adapter k and records its pairs in m->patches. */
+/* Checks adapter k (lora_check.c's rules first, the checks every build's
+ * ADAPTER step runs, so both give the same messages; then what the merge
+ * itself relies on) and records its pairs in m->patches. */
 static int plan_adapter(struct merge *m, size_t k, struct mf_err *err)
 {
     const struct gguf_file *gf = m->ad[k];
+    struct lora_view v;
+    struct lora_tensor *lt = NULL;
     float alpha = 0.0f;
-    int rc = check_identity(m->base, gf, err);
+    int rc = lora_view_gguf(gf, &v, &lt, err);
+    if (!rc)
+        rc = lora_check(m->base, &v, NULL, err);
+    free(lt);
+    if (!rc)
+        rc = check_identity(m->base, gf, err);
     if (rc)
         return rc;
     if (gguf_find_kv(gf, "adapter.lora.alpha") &&
@@ -610,6 +622,12 @@ int lora_merge_file(const char *base_path, const char *out_path, const struct lo
                     struct lora_merge_stats *st, struct mf_err *err)
 {
     struct merge m;
+    struct stat sb;
+    /* the writer renames a temporary over out_path: never over a device
+     * (-o /dev/null would replace the device node), a FIFO or a directory */
+    if (lstat(out_path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return mf_err_set(err, MF_EINVAL, "%s exists and is not a regular file; the merged "
+                          "model is written to a new or regular file only", out_path);
     int rc = merge_init(&m, base_path, o, err);
     if (!rc)
         rc = write_all(&m, out_path, err);

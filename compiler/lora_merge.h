@@ -72,7 +72,9 @@ int lora_merge_check(const char *base_path, const struct lora_merge_opts *o, str
 /*
  * Writes base + adapters (requantized when o->quantize) to out_path.
  * Refuses (MF_EUNSUPPORTED) to requantize a base holding quantized tensors,
- * as `ollama create -q` does, naming the first such tensor. st may be NULL.
+ * as `ollama create -q` does, naming the first such tensor, and (MF_EINVAL)
+ * an out_path that exists and is not a regular file (a device, FIFO,
+ * directory or symlink: it would be replaced by the rename). st may be NULL.
  * Returns 0, or a negative MF_E* code with err filled; nothing is left at
  * out_path on failure (a file already there is kept as it was).
  */

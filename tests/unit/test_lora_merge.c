@@ -476,7 +476,7 @@ static void test_failures(void **state)
 
     /* other architecture */
     write_gguf(bad, ADAPTER_OTHER_ARCH, 8.0f, a1_tensors, N(a1_tensors));
-    const char *w6[] = {"general.architecture", "qwen2", "llama"};
+    const char *w6[] = {"architecture", "qwen2", "llama"};
     expect_failure(fx, bad, MF_EINVAL, w6, N(w6), 1);
 
     /* NaN in an adapter: refused, naming the tensor (found by fuzz_lora_merge) */
@@ -503,6 +503,19 @@ static void test_failures(void **state)
     assert_int_equal(n, 7);
     assert_memory_equal(d, "keep me", 7);
     free(d);
+    /* an output that is not a regular file (a device, here a FIFO) is refused
+     * and stays what it was: the rename would replace the node itself */
+    char fifo[160];
+    struct stat sb;
+    snprintf(fifo, sizeof fifo, "%s/fifo", fx->dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    struct lora_merge_adapter good[] = {{fx->a1, 1.0f}};
+    o.adapters = good;
+    assert_int_equal(lora_merge_file(fx->base, fifo, &o, NULL, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    unlink(fifo);
     /* and no temporary is left in the directory */
     unlink(fx->out);
     unlink(bad);

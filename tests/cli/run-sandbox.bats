@@ -177,7 +177,7 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     [ "$(cat "$T/b/rootfs/out/n")" = 2 ]
 }
 
-@test "--timeout kills the sandbox; the build default applies without it" {
+@test "--timeout kills the sandbox; the build default applies without it; --run-memory limits it" {
     mf "RUN --timeout=1s sleep 30"
     start=$SECONDS
     run "$MFC" build -q "$CTX"
@@ -188,6 +188,12 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     run "$MFC" build -q --run-timeout=500ms "$CTX"
     [ "$status" -ne 0 ]
     [[ "$output" == *"timed out after 500 ms"* ]]
+    # --run-memory: 256 MiB fits without it, not in 128 MiB of address space
+    mf "RUN python3 -c 'b = bytearray(256 << 20)' && echo fits >/out/m"
+    "$MFC" build -q "$CTX" >/dev/null
+    run "$MFC" build -q --no-cache --run-memory=128M "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"MemoryError"* ]]
 }
 
 @test "where bwrap cannot create namespaces, the build stops and names the fix" {

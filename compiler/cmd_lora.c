@@ -6,7 +6,7 @@
  * check runs the validation mfc build runs before baking an adapter
  * (compiler/lora_check.c) on its own: ADAPTER is a GGUF LoRA or a PEFT
  * directory (converted into a temporary GGUF first, which is removed), MODEL
- * a GGUF. Exit 0 with a summary on stdout (architecture, rank, alpha,
+ * a GGUF file or an image in the store (its weight layer read in place). Exit 0 with a summary on stdout (architecture, rank, alpha,
  * pairs, targets) and any warning on stderr; 1 with the error (naming the
  * tensor and both shapes); 2 for a usage error. convert writes the GGUF LoRA
  * mfc build would bake for `ADAPTER PEFT_DIR` (atomically) and prints the
@@ -24,6 +24,7 @@
 #include "common/json.h"
 #include "compiler/cli.h"
 #include "compiler/lora.h"
+#include "compiler/store.h"
 
 #define CMD "lora check"
 
@@ -37,14 +38,49 @@ static void usage(FILE *f)
           "[base ne0, rank] and lora_b [rank, base ne1], alpha. ADAPTER is a GGUF LoRA or\n"
           "a PEFT directory (adapter_config.json + adapter_model.safetensors).\n\n"
           "convert: write a PEFT directory as a GGUF LoRA (llama.cpp's format) for MODEL.\n\n"
-          "  -b, --base=MODEL   the base model (GGUF, required)\n"
+          "  -b, --base=MODEL   the base model: a GGUF file, or an image in the store\n"
+          "                     (its weights are read in place); required\n"
           "  -o, --output=FILE  convert: where to write the GGUF LoRA (required)\n"
           "      --json         print the summary as one JSON object\n",
           f);
 }
 
+/* The base: a GGUF file, or else an image in the store (its weights read in
+ * place). Exactly one of *gf / b->gf is set on success. */
+static int open_base(const char *arg, struct gguf_file **gf, struct lora_image_base *b,
+                     struct mf_err *err)
+{
+    char *root = NULL;
+    *gf = NULL;
+    memset(b, 0, sizeof *b);
+    if (access(arg, F_OK) == 0 || strchr(arg, '/') || strstr(arg, ".gguf"))
+        return gguf_open(arg, gf, err);
+    int rc = store_default_root(&root, err);
+    if (!rc)
+        rc = lora_image_base_open(root, arg, b, err);
+    free(root);
+    return rc;
+}
+
+/* A GGUF adapter against the base. */
+static int check_gguf(const char *path, const struct gguf_file *base, struct lora_summary *sum,
+                      struct mf_err *err)
+{
+    struct gguf_file *a = NULL;
+    struct lora_tensor *ts = NULL;
+    struct lora_view v;
+    int rc = gguf_open(path, &a, err);
+    if (!rc)
+        rc = lora_view_gguf(a, &v, &ts, err);
+    if (!rc)
+        rc = lora_check(base, &v, sum, err);
+    free(ts);
+    gguf_close(a);
+    return rc;
+}
+
 /* Checks a PEFT directory by converting it into a temporary GGUF. */
-static int check_peft(const char *dir, const char *base, struct lora_summary *sum,
+static int check_peft(const char *dir, const struct gguf_file *base, struct lora_summary *sum,
                       struct lora_peft_info *info, struct mf_err *err)
 {
     char tmpl[] = "/tmp/mfc-lora-check-XXXXXX";
@@ -52,7 +88,7 @@ static int check_peft(const char *dir, const char *base, struct lora_summary *su
     if (!mkdtemp(tmpl))
         return mf_err_sys(err, MF_EIO, errno, "cannot create a temporary directory");
     snprintf(path, sizeof path, "%s/adapter.gguf", tmpl);
-    int rc = lora_peft_convert_ex(dir, base, path, info, err);
+    int rc = lora_peft_convert_gf(dir, base, path, info, err);
     if (!rc)
         *sum = info->sum;
     unlink(path);
@@ -152,15 +188,20 @@ static int lora_check_cmd(int argc, char **argv, int convert, struct mfc_ctx *ct
     struct mf_err err;
     mf_err_clear(&err);
     int peft = lora_peft_is_dir(adapter);
-    int rc;
-    if (convert && !peft)
-        rc = mf_err_set(&err, MF_EINVAL, "%s is not a PEFT adapter directory (no adapter_config.json)",
-                        adapter);
-    else if (convert)
-        rc = lora_peft_convert_ex(adapter, base, out, &info, &err);
-    else
-        rc = peft ? check_peft(adapter, base, &sum, &info, &err)
-                  : lora_check_files(adapter, base, &sum, &err);
+    struct gguf_file *bgf = NULL;
+    struct lora_image_base img;
+    int rc = open_base(base, &bgf, &img, &err);
+    const struct gguf_file *b = bgf ? bgf : img.gf;
+    if (!rc && convert && !peft)
+        rc = mf_err_set(&err, MF_EINVAL,
+                        "%s is not a PEFT adapter directory (no adapter_config.json)", adapter);
+    else if (!rc && convert)
+        rc = lora_peft_convert_gf(adapter, b, out, &info, &err);
+    else if (!rc)
+        rc = peft ? check_peft(adapter, b, &sum, &info, &err)
+                  : check_gguf(adapter, b, &sum, &err);
+    gguf_close(bgf);
+    lora_image_base_close(&img);
     if (!rc && convert)
         sum = info.sum;
     if (!rc && json)

@@ -127,6 +127,9 @@ int lora_peft_convert_ex(const char *dir, const char *base_gguf, const char *out
                          struct lora_peft_info *info, struct mf_err *err);
 int lora_peft_convert(const char *dir, const char *base_gguf, const char *out_gguf,
                       struct mf_err *err);
+/* The same against an open base (borrowed). */
+int lora_peft_convert_gf(const char *dir, const struct gguf_file *base, const char *out_gguf,
+                         struct lora_peft_info *info, struct mf_err *err);
 
 /* Maps a PEFT tensor's module path (after "base_model.model.", before
  * ".lora_A.weight"), e.g. "model.layers.3.self_attn.q_proj", to its GGUF
@@ -144,5 +147,18 @@ int lora_peft_map_name(const char *module, char *out, size_t cap);
  * and *out, or a negative MF_E* code (MF_EFORMAT: not an mfc model image). */
 int lora_image_adapters(const char *store_root, const char *ref, const json_t *inspect,
                         json_t **out, struct mf_err *err);
+
+/* An image's weights, opened in place (a byte range of the layer blob,
+ * mapped read-only), for `mfc lora check --base IMAGE`. */
+struct lora_image_base {
+    void *map;              /* owned: the whole blob's mapping, or NULL */
+    size_t map_len;         /* bytes of map */
+    struct gguf_file *gf;   /* owned: the GGUF inside it */
+};
+/* Opens ref's /models/model.gguf. Returns 0, or a negative MF_E* code
+ * (MF_ENOTFOUND: no such image); b is safe to close either way. */
+int lora_image_base_open(const char *store_root, const char *ref, struct lora_image_base *b,
+                         struct mf_err *err);
+void lora_image_base_close(struct lora_image_base *b);
 
 #endif

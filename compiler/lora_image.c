@@ -11,7 +11,8 @@
  * build did that), the YAML gives name and scale.
  *
  * Owns nothing after it returns; maps each adapter's blob read-only while it
- * reads the header.
+ * reads the header. lora_image_base_open maps an image's weights the same
+ * way, for `mfc lora check --base IMAGE`.
  */
 #include "compiler/lora.h"
 
@@ -27,32 +28,66 @@
 #include "compiler/run.h"
 #include "compiler/source_ref.h"
 
-/* Describes the GGUF at [offset, offset + size) of path into entry. */
-static int describe_range(const struct run_file *rf, json_t *entry, struct mf_err *err)
+/* Maps rf's file and opens the GGUF at its range into b. */
+static int map_range(const struct run_file *rf, struct lora_image_base *b, struct mf_err *err)
 {
+    memset(b, 0, sizeof *b);
     int fd = open(rf->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return mf_err_sys(err, MF_EIO, errno, "cannot open %s", rf->path);
     struct stat sb;
     int rc = fstat(fd, &sb) == 0 ? 0 : mf_err_sys(err, MF_EIO, errno, "cannot stat %s", rf->path);
-    uint64_t size = rf->size ? rf->size : (uint64_t)sb.st_size - rf->offset;
-    if (!rc && (rf->offset > (uint64_t)sb.st_size || size > (uint64_t)sb.st_size - rf->offset))
-        rc = mf_err_set(err, MF_EFORMAT, "%s: adapter range outside the blob", rf->path);
-    void *map = MAP_FAILED;
-    if (!rc && sb.st_size > 0) {
-        map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED)
+    uint64_t fsize = rc ? 0 : (uint64_t)sb.st_size;
+    uint64_t size = rf->size ? rf->size : fsize - (rf->offset < fsize ? rf->offset : fsize);
+    if (!rc && (rf->offset > fsize || size > fsize - rf->offset || fsize == 0))
+        rc = mf_err_set(err, MF_EFORMAT, "%s: GGUF range outside the blob", rf->path);
+    if (!rc) {
+        void *p = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
             rc = mf_err_sys(err, MF_EIO, errno, "cannot map %s", rf->path);
+        } else {
+            b->map = p;
+            b->map_len = (size_t)fsize;
+        }
     }
     close(fd);
-    struct gguf_file *gf = NULL;
+    if (!rc)
+        rc = gguf_open_mem((const uint8_t *)b->map + rf->offset, (size_t)size, rf->path, &b->gf,
+                           err);
+    return rc;
+}
+
+void lora_image_base_close(struct lora_image_base *b)
+{
+    gguf_close(b->gf);
+    if (b->map)
+        munmap(b->map, b->map_len);
+    memset(b, 0, sizeof *b);
+}
+
+int lora_image_base_open(const char *store_root, const char *ref, struct lora_image_base *b,
+                         struct mf_err *err)
+{
+    struct run_model m;
+    memset(&m, 0, sizeof m);
+    memset(b, 0, sizeof *b);
+    int rc = run_model_resolve(store_root, ref, &m, err);
+    if (!rc)
+        rc = map_range(&m.weights, b, err);
+    run_model_free(&m);
+    return rc;
+}
+
+/* Describes the adapter GGUF of rf into entry. */
+static int describe_range(const struct run_file *rf, json_t *entry, struct mf_err *err)
+{
+    struct lora_image_base b;
     struct lora_tensor *ts = NULL;
     struct lora_view v;
     struct lora_summary sum;
+    int rc = map_range(rf, &b, err);
     if (!rc)
-        rc = gguf_open_mem((const uint8_t *)map + rf->offset, (size_t)size, rf->path, &gf, err);
-    if (!rc)
-        rc = lora_view_gguf(gf, &v, &ts, err);
+        rc = lora_view_gguf(b.gf, &v, &ts, err);
     if (!rc && lora_describe(&v, &sum) != 0)
         rc = mf_err_set(err, MF_ENOMEM, "out of memory");
     if (!rc) {
@@ -65,9 +100,7 @@ static int describe_range(const struct run_file *rf, json_t *entry, struct mf_er
         json_object_set_new(entry, "architecture", json_string(sum.arch));
     }
     free(ts);
-    gguf_close(gf);
-    if (map != MAP_FAILED)
-        munmap(map, (size_t)sb.st_size);
+    lora_image_base_close(&b);
     return rc;
 }
 

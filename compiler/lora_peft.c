@@ -133,7 +133,7 @@ struct pair {
 struct conv {
     const char *dir;              /* borrowed: for messages */
     struct st_file *st;           /* owned */
-    struct gguf_file *base;       /* owned */
+    const struct gguf_file *base; /* borrowed: the base model */
     char arch[64];                /* the base's general.architecture */
     int permute;                  /* 1: llama-style q/k permutation */
     int64_t n_head, n_head_kv;    /* from the base (permute only) */
@@ -227,13 +227,12 @@ static int read_config(struct conv *c, struct mf_err *err)
 
 /* ---- base ------------------------------------------------------------------- */
 
-static int open_base(struct conv *c, const char *base_path, struct mf_err *err)
+/* Architecture and head counts of c->base. */
+static int read_base(struct conv *c, struct mf_err *err)
 {
-    int rc = gguf_open(base_path, &c->base, err);
-    if (rc)
-        return rc;
+    const char *base_path = gguf_name(c->base);
     struct gguf_str s;
-    rc = gguf_get_str(c->base, "general.architecture", &s, err);
+    int rc = gguf_get_str(c->base, "general.architecture", &s, err);
     if (rc)
         return mf_err_prefix(err, "base model");
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)(s.len > 63 ? 63 : s.len), s.p);
@@ -563,13 +562,13 @@ static int open_weights(struct conv *c, struct mf_err *err)
 }
 
 /* Config, weights, base; every tensor classified and every pair planned. */
-static int plan_all(struct conv *c, const char *base_gguf, struct mf_err *err)
+static int plan_all(struct conv *c, struct mf_err *err)
 {
     int rc = read_config(c, err);
     if (!rc)
         rc = open_weights(c, err);
     if (!rc)
-        rc = open_base(c, base_gguf, err);
+        rc = read_base(c, err);
     for (size_t i = 0; !rc && c->st && i < st_count(c->st); i++)
         rc = classify(c, st_at(c->st, i), err);
     for (size_t i = 0; !rc && i < c->n_pairs; i++)
@@ -590,13 +589,14 @@ static int plan_all(struct conv *c, const char *base_gguf, struct mf_err *err)
     return 0;
 }
 
-int lora_peft_convert_ex(const char *dir, const char *base_gguf, const char *out_gguf,
+int lora_peft_convert_gf(const char *dir, const struct gguf_file *base, const char *out_gguf,
                          struct lora_peft_info *info, struct mf_err *err)
 {
     struct conv c;
     memset(&c, 0, sizeof c);
     c.dir = dir;
-    int rc = plan_all(&c, base_gguf, err);
+    c.base = base;
+    int rc = plan_all(&c, err);
     struct lora_tensor *ts = NULL;
     if (!rc) {
         ts = malloc(c.n_out * sizeof *ts);
@@ -619,7 +619,17 @@ int lora_peft_convert_ex(const char *dir, const char *base_gguf, const char *out
     free(c.out);
     free(c.pairs);
     st_close(c.st);
-    gguf_close(c.base);
+    return rc;
+}
+
+int lora_peft_convert_ex(const char *dir, const char *base_gguf, const char *out_gguf,
+                         struct lora_peft_info *info, struct mf_err *err)
+{
+    struct gguf_file *base;
+    int rc = gguf_open(base_gguf, &base, err);
+    if (!rc)
+        rc = lora_peft_convert_gf(dir, base, out_gguf, info, err);
+    gguf_close(base);
     return rc;
 }
 

@@ -272,6 +272,18 @@ EOF
     [ "$a" = '[["sql",0.5,4,false],["style",1,8,false],["fold",0.25,2,true]]' ]
     [ "$(jq -r '.adapters[1].targets' <<<"$output")" = "attn_q attn_k attn_v attn_output" ]
     [ "$(jq -r '.adapters[1].alpha' <<<"$output")" = 16 ]
+    # the image as the base of mfc lora check (weights read in place)
+    run "$MFC" lora check "$D/lora.gguf" --base m:1
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"targets: attn_q attn_v"* ]]
+    run "$MFC" lora check "$T/m" --base m:1
+    [ "$status" -eq 0 ]
+    run "$MFC" lora check "$D/wide.gguf" --base m:1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"is [64, 4] but base tensor 'blk.0.attn_q.weight' is [32, 32]"* ]]
+    run "$MFC" lora check "$D/lora.gguf" --base nosuch:1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"no image tagged nosuch:1"* ]]
     # unchanged: all cached; an edited PEFT directory converts again
     run "$MFC" build --progress plain -t m:1 "$C"
     ! grep -q ' DONE in ' <<<"$output"

@@ -292,10 +292,11 @@ static char *own(struct run_ctx *c, char *s)
     return NULL;
 }
 
+/* Adds a bind; src or dst NULL (an allocation or own() failed) is an error. */
 static int bind(struct run_ctx *c, const char *src, const char *dst, int rw, struct mf_err *err)
 {
     if (!src || !dst)
-        return mf_err_set(err, MF_ENOMEM, "out of memory");
+        return mf_err_set(err, MF_ENOMEM, "out of memory (or too many mounts and inputs)");
     if (c->n_binds == RUN_MAX_BINDS)
         return mf_err_set(err, MF_ERANGE, "a RUN has at most %d mounts and inputs",
                           RUN_MAX_BINDS);
@@ -339,7 +340,7 @@ static int bind_inputs(struct run_ctx *c, struct mf_err *err)
                                      err);
                 if (rc)
                     break;
-                own(c, src);
+                src = own(c, src);
                 if (asprintf(&dst, "/inputs/%s/%s", at, name) < 0)
                     dst = NULL;
                 if ((rc = bind(c, src, own(c, dst), 0, err)) != 0)
@@ -349,7 +350,7 @@ static int bind_inputs(struct run_ctx *c, struct mf_err *err)
             char *src = NULL, *dst = NULL;
             rc = node_file(c, k, &src, err);
             if (!rc) {
-                own(c, src);
+                src = own(c, src);
                 if (asprintf(&dst, "/inputs/%s", at) < 0)
                     dst = NULL;
                 rc = bind(c, src, own(c, dst), 0, err);
@@ -378,7 +379,9 @@ static int bind_mounts(struct run_ctx *c, struct mf_err *err)
             free(text);
             if (!rc && asprintf(&dir, "%s/run-cache/%.32s", store_root(j->s), key + 7) < 0)
                 rc = mf_err_set(err, MF_ENOMEM, "out of memory");
-            if (!rc && own(c, dir) && (rc = mf_file_mkdirs(dir, err)) == 0)
+            if (!rc && !(dir = own(c, dir)))
+                rc = mf_err_set(err, MF_ERANGE, "a RUN has too many mounts and inputs");
+            if (!rc && (rc = mf_file_mkdirs(dir, err)) == 0)
                 rc = bind(c, dir, target, 1, err);
         } else {
             const struct exec_secret *s = NULL;

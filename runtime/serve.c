@@ -567,8 +567,7 @@ int serve_start(struct serve *s, struct mf_err *err)
                               MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
                               on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
                               MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                              MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->mhd)
         return mf_err_set(err, MF_EIO, "cannot listen on %s:%d (in use, or not allowed)",
                           s->cfg.host, s->cfg.port);

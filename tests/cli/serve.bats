@@ -150,6 +150,10 @@ post() {
     run "$SERVE" --model "$D/missing.gguf" --port 0
     [ "$status" -eq 1 ]
     [[ "$output" == *"missing.gguf"* ]]
+    # a port in use is an error, not a second server sharing it
+    run "$SERVE" --model "$D/toy.gguf" --port "$(cat "$D/main.port")"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"cannot listen on 0.0.0.0:$(cat "$D/main.port")"* ]]
 }
 
 @test "serve: --model-offset serves a GGUF inside a tar in place" {

@@ -262,6 +262,10 @@ int exec_run_output(const struct exec_job *j, struct exec_node *r, int *cached, 
                           path ? path : "?", have[0] ? "they wrote " : "their /out was empty",
                           have);
     }
+    const char *pin = json_string_value(json_object_get(j->node->args, "pin"));
+    if (pin && pin[0] && strcmp(pin, d) != 0)
+        return mf_err_set(err, MF_EINTEGRITY, "/out/%s has digest %s, but it is pinned to %s",
+                          path, d, pin);
     if (!store_blob_exists(j->s, d))
         return mf_err_set(err, MF_ENOTFOUND, "/out/%s (%s) is gone from the store; build "
                           "again with --no-cache", path, d);

@@ -145,6 +145,13 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     [ "$status" -ne 0 ]
     [[ "$output" == *"Modelfile:3: ADAPTER /out/sql.gguf"* ]]
     [[ "$output" == *"/out/other.gguf"* ]]
+    # a pin on an /out file is checked against what the RUN wrote
+    mf "RUN cp /context/lora.gguf /out/sql.gguf" "ADAPTER /out/sql.gguf@sha256:$(printf '0%.0s' $(seq 64))"
+    run "$MFC" build -q "$CTX"
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"but it is pinned to sha256:000"* ]]
+    mf "RUN cp /context/lora.gguf /out/sql.gguf" "ADAPTER /out/sql.gguf@sha256:$(sha256sum <"$CTX/lora.gguf" | cut -c1-64)"
+    "$MFC" build -q "$CTX" >/dev/null
 }
 
 @test "a failing RUN names its line, command, exit status and last output; nothing is kept" {

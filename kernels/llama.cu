@@ -37,7 +37,7 @@ cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
 #define GEMV_NB 8        /* tokens served by one pass over a weight row */
 #define GEMV_WARPS 8     /* rows (warps) per GEMV thread block */
 #define GEMV_SMEM_FLOATS 8192 /* staged activations per GEMV block (32 KiB) */
-#define ATT_WARPS 8      /* warps per attention block */
+#define ATT_WARPS 16     /* warps per attention block */
 #define ATT_THREADS (ATT_WARPS * 32)
 #define ATT_MAX_DIM 256  /* head_dim the attention kernel takes, at most (a multiple of 32) */
 #define ATT_MAX_RATIO 8  /* query heads per KV head handled in one pass of P.V */
@@ -59,6 +59,13 @@ static int launched(const char *what, struct mf_err *err)
 __device__ __forceinline__ float h2f(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));
+}
+
+/* u - bias as a float for 0 <= u < 2^23, exactly, without the slow I2F
+ * conversion: 2^23 + u is a float whose mantissa is u. */
+__device__ __forceinline__ float u2f(uint32_t u, float bias)
+{
+    return __fsub_rn(__uint_as_float(0x4B000000u | u), 8388608.0f + bias);
 }
 
 __device__ __forceinline__ uint16_t ld16(const uint8_t *p)
@@ -118,8 +125,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q8_0>(const uint8_t *
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint16_t w = ld16(b + 2 + o + 2 * k);
-        v[2 * k] = __fmul_rn((float)(int8_t)(w & 0xFF), d);
-        v[2 * k + 1] = __fmul_rn((float)(int8_t)(w >> 8), d);
+        v[2 * k] = __fmul_rn(u2f((w & 0xFF) ^ 0x80, 128.0f), d);
+        v[2 * k + 1] = __fmul_rn(u2f((uint32_t)(w >> 8) ^ 0x80, 128.0f), d);
     }
 }
 
@@ -133,8 +140,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_0>(const uint8_t *
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint16_t w = ld16(b + 2 + (o & 15) + 2 * k);
-        v[2 * k] = __fmul_rn((float)((int)((w >> sh) & 0xF) - 8), d);
-        v[2 * k + 1] = __fmul_rn((float)((int)((w >> (8 + sh)) & 0xF) - 8), d);
+        v[2 * k] = __fmul_rn(u2f((w >> sh) & 0xF, 8.0f), d);
+        v[2 * k + 1] = __fmul_rn(u2f((w >> (8 + sh)) & 0xF, 8.0f), d);
     }
 }
 
@@ -152,7 +159,7 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_K>(const uint8_t *
     uint32_t w[2] = {q.x, q.y};
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        v[k] = __fsub_rn(__fmul_rn(d1, (float)((w[k >> 2] >> (8 * (k & 3) + sh)) & 0xF)), m1);
+        v[k] = __fsub_rn(__fmul_rn(d1, u2f((w[k >> 2] >> (8 * (k & 3) + sh)) & 0xF, 0.0f)), m1);
 }
 
 /* Q5_K: 176-byte super-blocks {d, dmin, scales[12], qh[32], qs[128]}: as
@@ -169,9 +176,9 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q5_K>(const uint8_t *
     uint32_t w[2] = {q.x, q.y}, hw[2] = {h.x, h.y};
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        int lo = (int)((w[k >> 2] >> (8 * (k & 3) + sh)) & 0xF);
-        int hi = (int)((hw[k >> 2] >> (8 * (k & 3) + j)) & 1);
-        v[k] = __fsub_rn(__fmul_rn(d1, (float)(lo + 16 * hi)), m1);
+        const uint32_t lo = (w[k >> 2] >> (8 * (k & 3) + sh)) & 0xF;
+        const uint32_t hi = (hw[k >> 2] >> (8 * (k & 3) + j)) & 1;
+        v[k] = __fsub_rn(__fmul_rn(d1, u2f(lo | (hi << 4), 0.0f)), m1);
     }
 }
 
@@ -191,8 +198,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q6_K>(const uint8_t *
         uint16_t lw = ld16(ql + 2 * k), hw = ld16(qh + 2 * k);
 #pragma unroll
         for (int s = 0; s < 2; s++) {
-            int q = (int)(((lw >> (8 * s + shl)) & 0xF) | (((hw >> (8 * s + shh)) & 3) << 4)) - 32;
-            v[2 * k + s] = __fmul_rn(ds, (float)q);
+            const uint32_t q = ((lw >> (8 * s + shl)) & 0xF) | (((hw >> (8 * s + shh)) & 3) << 4);
+            v[2 * k + s] = __fmul_rn(ds, u2f(q, 32.0f));
         }
     }
 }
@@ -291,36 +298,80 @@ extern "C" int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const in
  * RMSNorm
  * ---------------------------------------------------------------------- */
 
-__global__ void k_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *g,
-                          float *y, int64_t ldy, int64_t n, float eps)
+#define NORM_THREADS 1024
+#define NORM_VEC 4 /* float4s a thread keeps in registers: rows up to 16384 in one pass */
+
+/* One block per row; a thread loads its float4s once (adding the residual
+ * and writing it back), the sum of squares meets in shared memory, then the
+ * kept values are scaled. Rows longer than NORM_THREADS * NORM_VEC * 4 are
+ * reread from memory for the part past that. */
+__global__ void __launch_bounds__(NORM_THREADS)
+    k_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *g, float *y,
+              int64_t ldy, int64_t n, float eps)
 {
-    __shared__ double part[32];
-    float *xr = x + (int64_t)blockIdx.x * ldx;
-    float *yr = y + (int64_t)blockIdx.x * ldy;
+    __shared__ double part[NORM_THREADS / 32];
+    float4 *xr = reinterpret_cast<float4 *>(x + (int64_t)blockIdx.x * ldx);
+    const float4 *rr = res ? reinterpret_cast<const float4 *>(res + (int64_t)blockIdx.x * ldr) : nullptr;
+    const float4 *g4 = reinterpret_cast<const float4 *>(g);
+    float4 *yr = reinterpret_cast<float4 *>(y + (int64_t)blockIdx.x * ldy);
+    const int64_t n4 = n / 4;
+    float4 keep[NORM_VEC];
     double s = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i];
-        if (res) {
-            v = __fadd_rn(v, res[(int64_t)blockIdx.x * ldr + i]);
+#pragma unroll
+    for (int k = 0; k < NORM_VEC; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * NORM_THREADS;
+        if (i < n4) {
+            float4 v = xr[i];
+            if (rr) {
+                const float4 a = rr[i];
+                v.x = __fadd_rn(v.x, a.x), v.y = __fadd_rn(v.y, a.y);
+                v.z = __fadd_rn(v.z, a.z), v.w = __fadd_rn(v.w, a.w);
+                xr[i] = v;
+            }
+            keep[k] = v;
+            s += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) +
+                 (double)__fmul_rn(v.z, v.z) + (double)__fmul_rn(v.w, v.w);
+        }
+    }
+    for (int64_t i = threadIdx.x + (int64_t)NORM_VEC * NORM_THREADS; i < n4; i += NORM_THREADS) {
+        float4 v = xr[i];
+        if (rr) {
+            const float4 a = rr[i];
+            v.x = __fadd_rn(v.x, a.x), v.y = __fadd_rn(v.y, a.y);
+            v.z = __fadd_rn(v.z, a.z), v.w = __fadd_rn(v.w, a.w);
             xr[i] = v;
         }
-        s += (double)__fmul_rn(v, v);
+        s += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) +
+             (double)__fmul_rn(v.z, v.z) + (double)__fmul_rn(v.w, v.w);
     }
     for (int o = 16; o > 0; o >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, o);
     if ((threadIdx.x & 31) == 0)
         part[threadIdx.x >> 5] = s;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
-            t += part[w];
-        part[0] = t;
+    if (threadIdx.x < 32) {
+        double t = part[threadIdx.x];
+        for (int o = 16; o > 0; o >>= 1)
+            t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (threadIdx.x == 0)
+            part[0] = t;
     }
     __syncthreads();
     const float scale = 1.0f / sqrtf((float)(part[0] / (double)n) + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
+#pragma unroll
+    for (int k = 0; k < NORM_VEC; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * NORM_THREADS;
+        if (i < n4) {
+            const float4 v = keep[k], w = g4[i];
+            yr[i] = make_float4(__fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
+                                __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
+        }
+    }
+    for (int64_t i = threadIdx.x + (int64_t)NORM_VEC * NORM_THREADS; i < n4; i += NORM_THREADS) {
+        const float4 v = xr[i], w = g4[i];
+        yr[i] = make_float4(__fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
+                            __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
+    }
 }
 
 extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res,
@@ -329,7 +380,10 @@ extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float
 {
     if (rows <= 0)
         return 0;
-    k_rmsnorm<<<rows, 256, 0, mfk_stream(c)>>>(x, ldx, res, ldr, g, y, ldy, n, eps);
+    if ((n & 3) || (ldx & 3) || (ldy & 3) || (res && (ldr & 3)) || ((uintptr_t)x & 15) ||
+        ((uintptr_t)y & 15) || ((uintptr_t)g & 15) || ((uintptr_t)res & 15))
+        return mf_err_set(err, MF_EINVAL, "CUDA rmsnorm: rows must be 16-byte aligned float4s");
+    k_rmsnorm<<<rows, NORM_THREADS, 0, mfk_stream(c)>>>(x, ldx, res, ldr, g, y, ldy, n, eps);
     return launched("rmsnorm", err);
 }
 
@@ -505,7 +559,7 @@ extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, i
     if (s->head_dim % 2 || s->n_rot % 2 || s->n_rot > s->head_dim)
         return mf_err_set(err, MF_EINVAL, "CUDA rope: head_dim %d / n_rot %d not supported",
                           s->head_dim, s->n_rot);
-    k_rope_store<<<T, 256, 0, mfk_stream(c)>>>(*s, layer, q, ldq, k, v, ldkv, rope, pos, blk,
+    k_rope_store<<<T, 1024, 0, mfk_stream(c)>>>(*s, layer, q, ldq, k, v, ldkv, rope, pos, blk,
                                                reinterpret_cast<__half *>(kv));
     return launched("rope_store", err);
 }
@@ -581,7 +635,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++)
                     acc[r] = 0.0f;
-#pragma unroll 4
+#pragma unroll 16
                 for (int d = half; d < hd; d += 2) {
                     const float kd = __half2float(kt[(size_t)d * KVB]);
 #pragma unroll
@@ -628,6 +682,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int b = warp; b < nblk; b += ATT_WARPS) {
             const __half *vt = kv + kv_index(s, bt[b], layer, 1, g) + lane;
             const int n = npos - b * KVB < KVB ? npos - b * KVB : KVB;
+#pragma unroll 4
             for (int sl = 0; sl < n; sl++) {
                 const int j = b * KVB + sl;
                 float v[ATT_MAX_DIM / 32];

@@ -218,10 +218,11 @@ static void test_type(enum ggml_type t)
 
 /* ---- rmsnorm, swiglu ------------------------------------------------------ */
 
-static void test_norm_swiglu(void)
+/* n: 1000 stays in the registers the kernel keeps, 20000 goes past them */
+static void test_norm_swiglu(int64_t n)
 {
     const int rows = 7;
-    const int64_t n = 1000, ld = 1004;
+    const int64_t ld = n + 4;
     float *x = malloc(rows * ld * 4), *r = malloc(rows * ld * 4), *g = malloc(n * 4);
     float *y = malloc(rows * ld * 4), *xo = malloc(rows * ld * 4);
     double *ref = malloc(rows * n * 8), *refx = malloc(rows * n * 8);
@@ -255,8 +256,9 @@ static void test_norm_swiglu(void)
             memcpy(yc + k * n, y + k * ld, n * 4);
             memcpy(xc + k * n, xo + k * ld, n * 4);
         }
-        report(res ? "rmsnorm + residual add" : "rmsnorm", rel_err(yc, ref, rows * n) < 1e-6,
-               "rel err", rel_err(yc, ref, rows * n), 1e-6);
+        char name[64];
+        snprintf(name, sizeof name, "rmsnorm%s (n %lld)", res ? " + residual add" : "", (long long)n);
+        report(name, rel_err(yc, ref, rows * n) < 1e-6, "rel err", rel_err(yc, ref, rows * n), 1e-6);
         if (res)
             report("rmsnorm residual written back", rel_err(xc, refx, rows * n) < 1e-7,
                    "rel err", rel_err(xc, refx, rows * n), 1e-7);
@@ -273,8 +275,8 @@ static void test_norm_swiglu(void)
     d2h(y, dx, rows * ld * 4);
     for (int k = 0; k < rows; k++)
         memcpy(yc + k * n, y + k * ld, n * 4);
-    report("swiglu", rel_err(yc, ref, rows * n) < 1e-6, "rel err", rel_err(yc, ref, rows * n),
-           1e-6);
+    report(n > 1000 ? "swiglu (n 20000)" : "swiglu (n 1000)", rel_err(yc, ref, rows * n) < 1e-6,
+           "rel err", rel_err(yc, ref, rows * n), 1e-6);
     mfk_free(dx), mfk_free(dr), mfk_free(dg), mfk_free(dy);
     free(x), free(r), free(g), free(y), free(xo), free(ref), free(refx), free(yc), free(xc);
 }
@@ -611,7 +613,8 @@ int main(int argc, char **argv)
                                            GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         test_type(types[i]);
-    test_norm_swiglu();
+    test_norm_swiglu(1000);
+    test_norm_swiglu(20000);
     test_attention(8, 2, 64, 64);
     test_attention(32, 8, 128, 128);
     test_attention(6, 6, 64, 32);

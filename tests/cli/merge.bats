@@ -125,6 +125,10 @@ image_file() {
     image_file m1 /adapters/sql.gguf "$T/sql.gguf"
     cmp "$CTX/a.gguf" "$T/sql.gguf"
     "$MFC" inspect m1 | jq -e '.config.config.Labels."dev.mfc.adapters" == "sql,chat"'
+    # mfc inspect lists all three, the merged one with its scale and rank
+    run "$MFC" inspect m1
+    echo "$output" | jq -e '[.adapters[] | [.name, .merged, .scale, .rank]] ==
+        [["sql", false, 1, 4], ["chat", false, 0.5, 2], ["c", true, 0.8, 8]]'
     # unchanged: all cached; another scale reruns the merge only
     run "$MFC" build --progress plain -t m1 "$CTX"
     [ "$status" -eq 0 ]

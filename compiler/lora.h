@@ -16,8 +16,8 @@
  * adapter_model.safetensors -> GGUF LoRA (used by mfc build for `ADAPTER
  * ./dir` and by mfc convert).
  */
-#ifndef MFC_LORA_H
-#define MFC_LORA_H
+#ifndef MFC_COMPILER_LORA_H
+#define MFC_COMPILER_LORA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -27,7 +27,8 @@
 #include "common/err.h"
 #include "common/gguf.h"
 
-#define LORA_MAX_TENSORS 65536 /* adapter tensors; a 405B model's full LoRA has < 4000 */
+#define LORA_MAX_TENSORS 16384 /* adapter tensors; a 405B model's full LoRA has < 4000 */
+#define LORA_CHECK_MAX_RANK 65536 /* larger ranks are refused (lora_merge's limit) */
 
 /* ---- checking ---- */
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/ggml_type.h"
+#include "runtime/lora.h" /* LORA_MAX_RANK: what mfc-serve applies */
 
 /* ---- views ------------------------------------------------------------------ */
 
@@ -244,7 +245,11 @@ static int check_pair(const struct gguf_file *base, const struct lora_view *v,
     rc = embd ? check_embd(v->name, a, b, w, err) : check_linear(v->name, a, b, w, err);
     if (rc)
         return rc;
-    int32_t rank = (int32_t)(embd ? a->ne[0] : a->ne[1]);
+    uint64_t r64 = embd ? a->ne[0] : a->ne[1];
+    if (r64 > LORA_CHECK_MAX_RANK)
+        return mf_err_set(err, MF_EUNSUPPORTED, "%s: tensor '%s' has rank %" PRIu64
+                          " (at most %d)", v->name, a->name, r64, LORA_CHECK_MAX_RANK);
+    int32_t rank = (int32_t)r64;
     if (!sum->n_pairs || rank < sum->rank_min)
         sum->rank_min = rank;
     if (rank > sum->rank_max)
@@ -343,7 +348,13 @@ int lora_check(const struct gguf_file *base, const struct lora_view *v, struct l
     if (!sum.has_alpha)
         add_warning(&sum, "no adapter.lora.alpha: the raw scale is used (scale, not "
                           "scale * alpha / rank), as llama.cpp does");
-    if (strstr(sum.targets, "token_embd"))
+    if (sum.rank_max > LORA_MAX_RANK) {
+        char w[160];
+        snprintf(w, sizeof w, "rank %d is above the %d mfc-serve applies at run time: merge "
+                 "this adapter (ADAPTER --merge)", (int)sum.rank_max, LORA_MAX_RANK);
+        add_warning(&sum, w);
+    }
+        if (strstr(sum.targets, "token_embd"))
         add_warning(&sum, "the token_embd pair is checked, but mfc-serve applies only projection "
                           "adapters at run time: merge this adapter (ADAPTER --merge) to use it");
     if (out)

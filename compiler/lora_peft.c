@@ -410,6 +410,9 @@ static int plan_pair(struct conv *c, const struct pair *p, struct mf_err *err)
                           "[%" PRId64 ", %" PRId64 "] (want A [r, in] and B [out, r])",
                           sn, a->name, a->shape[0], a->shape[1], b->name, b->shape[0],
                           b->shape[1]);
+    if (a->shape[0] > LORA_CHECK_MAX_RANK)
+        return mf_err_set(err, MF_EUNSUPPORTED, "%s: '%s' has rank %" PRId64 " (at most %d)", sn,
+                          a->name, a->shape[0], LORA_CHECK_MAX_RANK);
     int32_t r = (int32_t)a->shape[0];
     c->rank_seen = c->info.n_pairs == 0 ? r : c->rank_seen == r ? r : -1;
     c->info.n_pairs++;
@@ -569,6 +572,9 @@ static int plan_all(struct conv *c, struct mf_err *err)
         rc = open_weights(c, err);
     if (!rc)
         rc = read_base(c, err);
+    if (!rc && st_count(c->st) > LORA_MAX_TENSORS)
+        rc = mf_err_set(err, MF_EUNSUPPORTED, "%s has %zu tensors (at most %d)", st_name(c->st),
+                        st_count(c->st), LORA_MAX_TENSORS);
     for (size_t i = 0; !rc && c->st && i < st_count(c->st); i++)
         rc = classify(c, st_at(c->st, i), err);
     for (size_t i = 0; !rc && i < c->n_pairs; i++)

@@ -271,6 +271,25 @@ static void test_rank_mismatch(void **state)
            "'blk.0.attn_q.weight.lora_b' is [8, 32]");
 }
 
+static void test_rank_limits(void **state)
+{
+    (void)state;
+    struct lora_summary s;
+    struct mf_err err;
+    const struct tdef big[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F16, EMBD, 1025},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F16, 1025, QKV},
+    };
+    assert_int_equal(check(NULL, big, N(big), &s, &err), 0);
+    assert_non_null(strstr(s.warning, "rank 1025 is above the 1024 mfc-serve applies"));
+    const struct tdef huge[] = {
+        {"blk.0.attn_q.weight.lora_a", GGML_TYPE_F16, EMBD, 65537},
+        {"blk.0.attn_q.weight.lora_b", GGML_TYPE_F16, 65537, QKV},
+    };
+    expect(check(NULL, huge, N(huge), &s, &err), &err, MF_EUNSUPPORTED,
+           "tensor 'blk.0.attn_q.weight.lora_a' has rank 65537 (at most 65536)");
+}
+
 static void test_pairs_and_names(void **state)
 {
     (void)state;
@@ -482,7 +501,8 @@ int main(void)
         cmocka_unit_test(test_good),          cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_other_arch),    cmocka_unit_test(test_hidden_size),
         cmocka_unit_test(test_missing_tensor), cmocka_unit_test(test_transposed_a),
-        cmocka_unit_test(test_rank_mismatch), cmocka_unit_test(test_pairs_and_names),
+        cmocka_unit_test(test_rank_mismatch), cmocka_unit_test(test_rank_limits),
+        cmocka_unit_test(test_pairs_and_names),
         cmocka_unit_test(test_identity),      cmocka_unit_test(test_map_name),
         cmocka_unit_test(test_peft_qwen2),    cmocka_unit_test(test_peft_refusals),
     };

@@ -228,7 +228,7 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
         --targets q,v --alpha 8
     cp "$MFC_SRCDIR/modelfiles/run-peft/Modelfile" "$CTX/"
     "$MFC" build -q -t sql "$CTX" >/dev/null
-    "$MFC" lora convert "$CTX/sql-adapter" --base "$CTX/base.gguf" -o "$T/host.gguf" >/dev/null
+    "$MFC" lora convert "$CTX/sql-adapter" --base "$CTX/base.gguf" -o "$T/host.gguf" >/dev/null  # the same conversion, on the host
     "$MFC" save sql -o "type=oci,dest=$T/o"
     umoci unpack --rootless --image "$T/o:sql" "$T/b" >/dev/null
     cmp "$T/b/rootfs/adapters/sql.gguf" "$T/host.gguf"

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/num.h"
 #include "common/quant.h"
 #include "compiler/cli.h"
 #include "compiler/hf.h"
@@ -34,7 +35,8 @@ static void usage(FILE *f)
           "                       F32 becomes F16), f32, f16 or bf16\n"
           "  -q, --quantize=TYPE  write file type TYPE instead: Q8_0, Q4_K_M, Q6_K, ...\n"
           "      --name=NAME      general.name (default: the directory's name)\n"
-          "  -b, --base=FILE      the base model's GGUF (PEFT adapters only)\n",
+          "  -b, --base=FILE      the base model's GGUF (PEFT adapters only)\n"
+          "  -j, --threads=N      rows converted in parallel (default: online CPUs)\n",
           f);
 }
 
@@ -46,16 +48,18 @@ int mfc_cmd_convert(int argc, char **argv, struct mfc_ctx *ctx)
                                          {"quantize", required_argument, NULL, 'q'},
                                          {"name", required_argument, NULL, 'n'},
                                          {"base", required_argument, NULL, 'b'},
+                                         {"threads", required_argument, NULL, 'j'},
                                          {NULL, 0, NULL, 0}};
     struct hf_convert_opts o = {.outtype = HF_OUT_AUTO};
     struct hf_convert_info info;
     struct mf_err err;
     const char *out = NULL, *base = NULL;
     int c;
+    int64_t iv;
     mf_err_clear(&err);
     optind = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "ho:t:q:b:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "ho:t:q:b:j:", opts, NULL)) != -1) {
         switch (c) {
         case 'h':
             usage(ctx->out);
@@ -78,6 +82,11 @@ int mfc_cmd_convert(int argc, char **argv, struct mfc_ctx *ctx)
             break;
         case 'b':
             base = optarg;
+            break;
+        case 'j':
+            if (mf_num_parse_i64(optarg, &iv) != 0 || iv < 1 || iv > 16)
+                return mfc_usage_error(ctx, CMD, "--threads must be 1..16, not '%s'", optarg);
+            o.threads = (int)iv;
             break;
         default:
             return mfc_usage_error(ctx, CMD, "unknown option '%s'", argv[optind - 1]);

@@ -131,6 +131,7 @@ struct hf_convert_opts {
     int quantize;            /* 1: ftype picks per-tensor types (llama.cpp's mixes) */
     enum quant_ftype ftype;  /* with quantize: Q8_0, Q4_K_M, ... */
     const char *name;        /* general.name; NULL: the directory's base name */
+    int threads;             /* rows converted in parallel; 0: online CPUs (at most 16) */
     hf_progress_fn progress; /* bytes of tensor data written of total; may be NULL */
     void *progress_arg;
 };

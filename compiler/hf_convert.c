@@ -7,7 +7,8 @@
  * before a byte is written), then the GGUF: KVs in convert_hf_to_gguf.py's
  * order (general.architecture, general.type, general.name, llama.*,
  * general.file_type, tokenizer.*, general.quantization_version), tensor infos,
- * and the data tensor by tensor through a 4 MiB buffer. Source pages are
+ * and the data tensor by tensor through a 4 MiB buffer (rows that need
+ * converting are split among threads, one per CPU by default). Source pages are
  * dropped from the mapping (MADV_DONTNEED) as the rows are done, so the
  * resident size stays near the buffer, the vocabulary and one tensor's pages
  * whatever the model size. The GGUF writer writes a temporary and renames it
@@ -15,6 +16,7 @@
  */
 #include "compiler/hf_int.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,7 @@
 
 #define HF_CONFIG_MAX (4u << 20)
 #define HF_BUF (4u << 20)
+#define HF_MAX_THREADS 16
 #define GGML_QUANT_VERSION 2
 
 int hf_dir_kind(const char *dir)
@@ -79,15 +82,74 @@ static uint64_t rows_done(const struct hf_tensor *t, uint64_t r)
     return r / hd * hd;
 }
 
+/* One slice of a chunk's rows, converted by one thread. */
+struct slice {
+    const struct hf_tensor *t;
+    uint64_t r0, nr;
+    uint8_t *dst;
+    float *tmp;
+    int rc;
+    struct mf_err err;
+};
+
+static void *slice_run(void *arg)
+{
+    struct slice *s = arg;
+    s->rc = hf_tensor_rows(s->t, s->r0, s->nr, s->dst, s->tmp, &s->err);
+    return NULL;
+}
+
+/* Converts rows [r0, r0 + nr) of t into buf with up to nth threads (the
+ * calling one included); tmp holds nth scratch rows of stride ne0 floats. */
+static int convert_rows(const struct hf_tensor *t, uint64_t r0, uint64_t nr, uint64_t row,
+                        uint8_t *buf, float *tmp, uint64_t stride, int nth, struct mf_err *err)
+{
+    struct slice sl[HF_MAX_THREADS];
+    pthread_t th[HF_MAX_THREADS];
+    int started[HF_MAX_THREADS] = {0};
+    if ((uint64_t)nth > nr)
+        nth = (int)nr;
+    if (nth < 1)
+        nth = 1;
+    uint64_t per = (nr + (uint64_t)nth - 1) / (uint64_t)nth, at = 0;
+    int k = 0;
+    for (; k < nth && at < nr; k++, at += per) {
+        uint64_t m = nr - at < per ? nr - at : per;
+        sl[k] = (struct slice){t, r0 + at, m, buf + at * row, tmp + (uint64_t)k * stride, 0, {0}};
+        if (k > 0)
+            started[k] = pthread_create(&th[k], NULL, slice_run, &sl[k]) == 0;
+        if (k > 0 && !started[k])
+            slice_run(&sl[k]); /* no thread: do it here */
+    }
+    slice_run(&sl[0]);
+    int rc = 0;
+    for (int i = 0; i < k; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        if (sl[i].rc && !rc) {
+            rc = sl[i].rc;
+            *err = sl[i].err;
+        }
+    }
+    return rc;
+}
+
+static int n_threads(const struct hf_convert_opts *o)
+{
+    long n = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > HF_MAX_THREADS ? HF_MAX_THREADS : (int)n;
+}
+
 static int write_data(struct gguf_writer *w, const struct hf_tensor *t, size_t n,
                       const struct hf_convert_opts *o, uint64_t total, struct mf_err *err)
 {
     uint64_t max_ne0 = 1;
+    int nth = n_threads(o);
     for (size_t i = 0; i < n; i++)
         if (t[i].ne[0] > max_ne0)
             max_ne0 = t[i].ne[0];
     uint8_t *buf = malloc(HF_BUF);
-    float *tmp = malloc(max_ne0 * sizeof *tmp);
+    float *tmp = malloc(max_ne0 * (uint64_t)nth * sizeof *tmp);
     int rc = buf && tmp ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
     uint64_t done = 0;
     for (size_t i = 0; !rc && i < n; i++) {
@@ -107,7 +169,7 @@ static int write_data(struct gguf_writer *w, const struct hf_tensor *t, size_t n
                 const void *direct = hf_tensor_direct(&t[i], r);
                 if (direct)
                     populate(direct, nr * row);
-                rc = direct ? 0 : hf_tensor_rows(&t[i], r, nr, buf, tmp, err);
+                rc = direct ? 0 : convert_rows(&t[i], r, nr, row, buf, tmp, max_ne0, nth, err);
                 if (!rc)
                     rc = gguf_writer_write(w, direct ? direct : buf, nr * row, err);
                 done += nr * row;

@@ -293,6 +293,27 @@ EOF
     [[ "$output" == *"convert ADAPTER ./style DONE"* ]]
 }
 
+@test "mfc build FROM a Hugging Face dir with a real PEFT ADAPTER: the baked adapter is mfc lora convert's output, byte for byte" {
+    DATA="$MFC_SRCDIR/tests/data"
+    C="$T/ctx"
+    mkdir -p "$C"
+    cp -r "$DATA/hf/tiny-llama" "$C/base"
+    cp -r "$DATA/peft/tiny-lora" "$C/tl"
+    printf '%s\n' "FROM ./base" "ADAPTER --name=tl ./tl" >"$C/Modelfile"
+    run "$MFC" build --progress plain -t t:1 "$C"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    run "$MFC" inspect t:1
+    [ "$(jq -c '[.adapters[] | [.name, .rank, .alpha, .pairs]]' <<<"$output")" = '[["tl",4,8,14]]' ]
+    layer=$(jq -r '.manifest.layers[] | select(.annotations."org.cncf.model.filepath" == "/adapters/tl.gguf") | .digest' <<<"$output")
+    # the layer is an uncompressed tar holding the GGUF; compare with a conversion by hand
+    "$MFC" convert "$C/base" -o "$T/base.gguf" >/dev/null
+    "$MFC" lora convert "$C/tl" --base "$T/base.gguf" -o "$T/tl.gguf" >/dev/null
+    mkdir -p "$T/x"
+    tar -xf "$MFC_HOME/blobs/sha256/${layer#sha256:}" -C "$T/x"
+    cmp "$T/x/adapters/tl.gguf" "$T/tl.gguf"
+}
+
 @test "mfc build checks adapters before baking: a mismatched one fails naming tensor and shapes, no image" {
     C="$T/ctx"
     mkdir -p "$C"

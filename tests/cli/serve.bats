@@ -467,21 +467,24 @@ print(m.offset_data, m.size)' "$D/layer.tar")
 @test "serve: a full engine queue (MFC_MAX_WAITING) is a 429 too" {
     MFC_MAX_SEQS=1 MFC_MAX_WAITING=1 start_server QUEUE --model "$D/slow.gguf"
     local u="http://127.0.0.1:$PORT"
-    for i in 1 2; do # one running, one waiting
-        curl -sN --max-time 3 -o /dev/null "$u/v1/completions" \
+    # one running, then one waiting (started in turn: two at once could both
+    # find the queue holding one and the second get the 429 itself)
+    for i in 1 2; do
+        curl -sN --max-time 20 -o /dev/null "$u/v1/completions" \
             -d '{"prompt":"hi","max_tokens":1900,"ignore_eos":true,"stream":true}' &
         echo $! >"$BATS_TEST_TMPDIR/q$i.pid"
+        local want ok=0
+        want=$([ "$i" = 1 ] && echo running || echo waiting)
+        for _ in $(seq 1 200); do
+            run curl -s "$u/metrics"
+            if echo "$output" | grep -q "^mfc:num_requests_$want{model_name=\"slow\"} 1"; then
+                ok=1
+                break
+            fi
+            sleep 0.05
+        done
+        [ "$ok" = 1 ]
     done
-    local ok=0
-    for _ in $(seq 1 100); do
-        run curl -s "$u/metrics"
-        if echo "$output" | grep -q '^mfc:num_requests_waiting{model_name="slow"} 1'; then
-            ok=1
-            break
-        fi
-        sleep 0.05
-    done
-    [ "$ok" = 1 ]
     run curl -s -D "$BATS_TEST_TMPDIR/h" -w '\n%{http_code}' "$u/v1/completions" -d '{"prompt":"x","max_tokens":1}'
     [ "${lines[-1]}" = 429 ]
     grep -qi '^retry-after: 1' "$BATS_TEST_TMPDIR/h"

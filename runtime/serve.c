@@ -32,12 +32,13 @@
 #define STREAM_BLOCK 4096
 #define PUMP_MS 50
 
+/* One HTTP request, from its headers to MHD's completion callback. */
 struct reqctx {
-    struct serve *s;
-    int64_t t0;
-    char method[12];
-    char path[160];
-    int status;
+    struct serve *s;     /* borrowed: the server */
+    int64_t t0;          /* arrival, monotonic ns (the access log's ms) */
+    char method[12];     /* "GET", "POST", ... (cut) */
+    char path[160];      /* URL path (cut) */
+    int status;          /* the status queued; 0: none yet (499 in the log) */
     int ollama;          /* errors in Ollama's shape */
     struct mf_buf body;  /* the request body */
     int too_big;         /* more than max_body arrived */
@@ -46,6 +47,8 @@ struct reqctx {
 
 /* ---- responses ---- */
 
+/* Queues a copy of data[0..len) with status; records the status in rc.
+ * MHD_NO when MHD refuses (the connection is then closed). */
 static enum MHD_Result queue(struct MHD_Connection *c, struct reqctx *rc, int status,
                              const char *type, const char *data, size_t len, int retry)
 {
@@ -110,6 +113,9 @@ static enum MHD_Result send_error(struct MHD_Connection *c, struct reqctx *rc, i
 
 /* ---- auth ---- */
 
+/* 1 when the request carries "Authorization: Bearer <cfg.api_key>". The
+ * comparison touches every key byte whatever matches, so its time does not
+ * tell how much of a guess was right. */
 static int key_ok(const struct serve *s, struct MHD_Connection *c)
 {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -128,6 +134,8 @@ static int key_ok(const struct serve *s, struct MHD_Connection *c)
 
 /* ---- disconnects ---- */
 
+/* 1 when the client has closed its side (EOF or an error on the socket);
+ * pipelined request bytes waiting to be read do not count. Never blocks. */
 static int peer_gone(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -153,6 +161,10 @@ static int conn_fd(struct MHD_Connection *c)
 
 /* ---- streaming ---- */
 
+/* MHD's content reader for SSE/NDJSON: hands out g->wbuf, pumping the
+ * engine (blocking up to PUMP_MS at a time) when it is empty; ends the
+ * stream after the closing chunks, or with an error when the client has
+ * gone (stream_free then releases the engine requests). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct serve_gen *g = cls;
@@ -187,6 +199,8 @@ static void stream_free(void *cls)
 
 /* ---- routes ---- */
 
+/* The four generation routes: parse, admit (429 past max_requests), start,
+ * then stream or generate in place and answer the whole response. */
 static enum MHD_Result generate(struct MHD_Connection *c, struct reqctx *rc, enum serve_api api)
 {
     struct serve *s = rc->s;

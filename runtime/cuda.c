@@ -78,16 +78,15 @@ int cuda_device_count(void)
 static void cuda_free(struct backend *b)
 {
     struct cuda_backend *cb = cb_of(b);
-    void *dev[] = {cb ? cb->wbuf : NULL};
     if (!cb)
         return;
     if (cb->ctx) {
         struct mf_err err = {0};
-        mfk_sync(cb->ctx, &err);
+        mfk_sync(cb->ctx, &err); /* nothing may still use the buffers */
     }
-    mfk_free(dev[0]);
+    mfk_free(cb->wbuf);
     mfk_free(cb->kv);
-    mfk_free(cb->x);
+    mfk_free(cb->x); /* the whole step scratch: x is its first slice */
     mfk_free(cb->dstep);
     mfk_host_free(cb->hstep);
     mfk_ctx_free(cb->ctx);

@@ -14,3 +14,4 @@ tests_unit_test_hf_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_hf_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS) -lm
 TESTS += tests/unit/test_hf
 EXTRA_DIST += tests/fuzz/fuzz_hf_config.c tests/fuzz/corpus/hf_config
+EXTRA_DIST += docs/convert.md

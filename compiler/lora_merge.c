@@ -27,10 +27,12 @@
 
 #include <sys/stat.h>
 
+#include "common/cpu.h"
 #include "common/gguf.h"
 #include "compiler/lora.h"
 
 #define WINDOW_FLOATS (1u << 22) /* 16 MiB of F32 rows per window */
+#define TILE 256                 /* row elements updated by all ranks at once (1 KiB in L1) */
 #define MAX_THREADS 64
 
 /* One lora_a/lora_b pair applied to one base tensor. */
@@ -436,6 +438,58 @@ static void factors_fini(struct factors *f)
     free(f->R);
 }
 
+/*
+ * x[0..n) += Σ_q c[q] · R[q][0..n) (R rows of n floats), the q terms added
+ * one after another in q order, tile by tile so x stays in L1. Compiled
+ * twice: portable, and for AVX2 (the fixed-size tile loop vectorizes without
+ * FMA: the same additions and multiplications in the same order, so both
+ * give the same bits, and builds do not depend on the CPU).
+ */
+#define ADD_RANKS_BODY                                                                         \
+    uint64_t e0 = 0;                                                                           \
+    for (; e0 + TILE <= n; e0 += TILE)                                                         \
+        for (uint64_t q = 0; q < rank; q++) {                                                  \
+            const float cq = c[q];                                                             \
+            const float *restrict r = R + q * n + e0;                                          \
+            float *restrict xt = x + e0;                                                       \
+            for (int e = 0; e < TILE; e++)                                                     \
+                xt[e] = xt[e] + cq * r[e];                                                     \
+        }                                                                                      \
+    for (uint64_t q = 0; q < rank; q++)                                                        \
+        for (uint64_t e = e0; e < n; e++)                                                      \
+            x[e] = x[e] + c[q] * R[q * n + e];
+
+static void add_ranks_c(float *restrict x, const float *restrict R, const float *restrict c,
+                        uint64_t rank, uint64_t n)
+{
+    ADD_RANKS_BODY
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) static void add_ranks_avx2(float *restrict x,
+                                                           const float *restrict R,
+                                                           const float *restrict c,
+                                                           uint64_t rank, uint64_t n)
+{
+    ADD_RANKS_BODY
+}
+#endif
+
+typedef void (*add_ranks_fn)(float *restrict, const float *restrict, const float *restrict,
+                             uint64_t, uint64_t);
+
+/* The kernel this CPU runs best (same results either way). */
+static add_ranks_fn add_ranks_pick(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    struct mf_cpu_features f;
+    mf_cpu_detect(&f);
+    if (f.avx2)
+        return add_ranks_avx2;
+#endif
+    return add_ranks_c;
+}
+
 /* One window of rows, shared by the threads that split it. */
 struct window {
     const struct gguf_tensor *t; /* borrowed: the base tensor */
@@ -446,12 +500,16 @@ struct window {
     float *tmp;                  /* scratch: n_rows * ne0 floats */
     uint8_t *dst;                /* encoded rows */
     size_t out_rb;               /* bytes of one encoded row */
+    add_ranks_fn add_ranks;      /* the delta kernel */
+    float *coef;                 /* scratch: one c[] per thread slice (rank_max each) */
+    uint64_t rank_max;           /* the largest rank among f[] */
 };
 
 /* Rows [lo, hi) of the window (indices within it). */
 struct slice {
     const struct window *w; /* borrowed */
     uint64_t lo, hi;        /* window row range */
+    float *c;               /* this slice's coefficient scratch (rank_max floats) */
     int rc;                 /* 0 or the first failure */
     struct mf_err err;      /* that failure */
 };
@@ -470,14 +528,9 @@ static void do_rows(struct slice *sl)
         for (size_t k = 0; !sl->rc && k < w->n_f; k++) {
             const struct factors *f = &w->f[k];
             const float *l = f->L + row * f->rank;
-            for (uint64_t q = 0; q < f->rank; q++) {
-                const float c = f->s * l[q];
-                const float *r = f->R + q * ne0;
-                if (c == 0.0f)
-                    continue;
-                for (uint64_t e = 0; e < ne0; e++)
-                    x[e] += c * r[e];
-            }
+            for (uint64_t q = 0; q < f->rank; q++)
+                sl->c[q] = f->s * l[q];
+            w->add_ranks(x, f->R, sl->c, f->rank, ne0);
         }
         if (!sl->rc && first_nonfinite(x, ne0) < ne0)
             sl->rc = mf_err_set(&sl->err, MF_EINVAL, "row %" PRIu64 " holds a NaN or infinity "
@@ -504,7 +557,8 @@ static int run_window(const struct window *w, uint64_t n, int threads, struct mf
     if (nt > n)
         nt = n ? n : 1;
     for (uint64_t k = 0; k < nt; k++) {
-        sl[k] = (struct slice){w, n * k / nt, n * (k + 1) / nt, 0, {0}};
+        sl[k] = (struct slice){w, n * k / nt, n * (k + 1) / nt, w->coef + k * w->rank_max, 0,
+                               {0}};
         if (k > 0 && pthread_create(&th[k], NULL, slice_main, &sl[k]) == 0)
             started[k] = 1;
     }
@@ -534,12 +588,17 @@ static int write_computed(struct merge *m, struct gguf_writer *wr, uint64_t i, s
     if (win > rows)
         win = rows ? rows : 1;
     struct window w = {t, m->out_type[i], f, 0, 0, NULL, NULL,
-                       row_bytes(m->out_type[i], ne0)};
+                       row_bytes(m->out_type[i], ne0), add_ranks_pick(), NULL, 1};
     for (uint32_t k = 0; !rc && k < m->n_patches[i]; k++) {
         rc = factors_make(&m->patches[i * m->n_ad + k], &f[n_f], err);
+        if (f[n_f].rank > w.rank_max)
+            w.rank_max = f[n_f].rank;
         n_f++;
     }
     w.n_f = n_f;
+    w.coef = rc ? NULL : malloc(MAX_THREADS * w.rank_max * sizeof(float));
+    if (!rc && !w.coef)
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory for tensor '%s'", t->name);
     w.tmp = rc ? NULL : malloc(win * ne0 * sizeof(float));
     w.dst = rc ? NULL : malloc(win * w.out_rb);
     if (!rc && (!w.tmp || !w.dst))
@@ -553,6 +612,7 @@ static int write_computed(struct merge *m, struct gguf_writer *wr, uint64_t i, s
     }
     for (size_t k = 0; k < n_f; k++)
         factors_fini(&f[k]);
+    free(w.coef);
     free(w.tmp);
     free(w.dst);
     return rc;

@@ -13,3 +13,9 @@ TESTS += tests/cli/merge.bats
 EXTRA_DIST += tests/cli/merge.bats
 EXTRA_DIST += docs/merge.md
 EXTRA_DIST += tests/fuzz/fuzz_lora_merge.c tests/fuzz/corpus/lora_merge
+
+## bench/merge: mfc lora merge vs cat+sync (`make bench-merge`; never part of make check)
+EXTRA_DIST += bench/merge
+.PHONY: bench-merge
+bench-merge: mfc$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
+	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/merge

@@ -388,6 +388,11 @@ print(m.offset_data, m.size)' "$D/layer.tar")
         echo "$output" | grep -q "^# TYPE mfc:$h histogram"
         echo "$output" | grep -q "^mfc:${h}_bucket{le=\"+Inf\",model_name=\"toy\"} [1-9]"
         echo "$output" | grep -q "^mfc:${h}_count{model_name=\"toy\"} [1-9]"
+        # buckets are cumulative: never decreasing, +Inf equal to the count
+        echo "$output" | awk -v h="mfc:${h}_" '
+            index($0, h "bucket{") == 1 { if ($2 + 0 < last) bad = 1; last = $2 + 0; inf = $2 }
+            index($0, h "count{") == 1 { count = $2 }
+            END { exit (bad || inf != count) }'
     done
 }
 

@@ -179,6 +179,14 @@ static char *parameters_text(const struct serve *s)
         else
             param_line(&b, k, v);
     }
+    /* the chat template family's stop strings, when the Modelfile set none */
+    if (!json_object_get(s->cfg.params, "stop"))
+        for (int i = 0; i < s->defaults.n_stops; i++) {
+            json_t *x = json_string(s->defaults.stops[i]);
+            if (x)
+                param_line(&b, "stop", x);
+            json_decref(x);
+        }
     return mf_buf_take(&b);
 }
 

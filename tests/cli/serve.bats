@@ -570,6 +570,7 @@ print(m.offset_data, m.size)' "$D/layer.tar")
     echo "$output" | jq -e '.prompt | test("^<s><\\|system\\|>.*sys<\\|end\\|>.*<\\|user\\|>.*hi<\\|end\\|>.*<\\|assistant\\|>"; "m")'
     run curl -s "$u/api/show" -d '{}'
     echo "$output" | jq -e '.template | test("<\\|assistant\\|>")'
+    echo "$output" | jq -e '.parameters | test("stop +\"<\\|end\\|>\"")'
     run curl -s "$u/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"ignore_eos":true}'
     echo "$output" | jq -e '.usage.completion_tokens == 2 and .usage.prompt_tokens > 5'
     kill "$(cat "$D/PHI.pid")"

@@ -181,6 +181,19 @@ EOF
     done
 }
 
+@test "streaming: peak RSS stays far below the model size" {
+    [ -x /usr/bin/time ] || skip "GNU time is not installed"
+    python3 "$MKDIR" "$D/m" --big --layers 4 --embd 512 --ff 2048 --heads 8 --kv-heads 2 \
+        --vocab-size 32000 --dtype F16
+    local size rss
+    size=$(stat -c %s "$D/m/model.safetensors")
+    /usr/bin/time -f %M -o "$D/rss" "$MFC" convert "$D/m" -o "$D/m.gguf" --outtype f32
+    rss=$(($(cat "$D/rss") * 1024))
+    echo "model $size bytes (F32 out: $(stat -c %s "$D/m.gguf")), peak RSS $rss bytes"
+    [ "$size" -gt 90000000 ]
+    [ "$rss" -lt $((size / 2)) ]
+}
+
 @test "metadata keys, order and types are convert_hf_to_gguf.py's" {
     python3 "$MKDIR" "$D/m" --layers 2 --embd 32 --heads 4 --kv-heads 2 --dtype F16 --pre gpt2
     "$MFC" convert "$D/m" -o "$D/m.gguf" --name tiny

@@ -7,5 +7,5 @@ dist_man_MANS = docs/man/mfc.1 docs/man/Modelfile.5
 TESTS += tests/cli/manifest.bats tests/cli/docs.bats
 EXTRA_DIST += tests/cli/manifest.bats tests/cli/docs.bats tests/cli/yaml_check.py \
 	docker/Dockerfile docker/compose.yaml docker/kubernetes.yaml \
-	docker/github-actions-example.yml docker/README.md \
+	docker/github-actions-example.yml docker/Dockerfile.dockerignore \
 	docs/getting-started.md docs/deploy.md docs/ci.md docs/troubleshooting.md docs/config.md

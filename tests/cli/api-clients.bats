@@ -29,7 +29,7 @@ api_client() {
     [ "$status" -eq 0 ]
     # every check ran and passed (a silently skipped section would show here)
     [ "$(grep -c '^ok ' <<<"$output")" -ge 15 ]
-    ! grep -q '^not ok' <<<"$output"
+    [ -z "$(grep '^not ok' <<<"$output")" ]
     serve_stop
 }
 
@@ -94,6 +94,12 @@ api_client() {
     [ "$status" -eq 0 ]
     echo "$output"
     jq -e '[.data[].id] | index("toyimg:v1") != null and index("sql") != null' <<<"$output"
+    # the weights are a range of their layer blob, mapped in place: no copy
+    args=$(tr '\0' ' ' </proc/$SERVE_PID/cmdline)
+    echo "$args"
+    [[ "$args" == *"--model $MFC_HOME/blobs/sha256/"*" --model-offset "* ]]
+    [[ "$args" == *"--model-size $(stat -c %s "$BATS_FILE_TMPDIR/toy.gguf")"* ]]
+    [ -z "$(grep 'copied.*a layer blob' "$D/out")" ]
     # the image's PARAMETER num_predict 3 and SYSTEM are in force
     run curl -sf "$SERVE_URL/api/generate" -d '{"model":"toyimg:v1","prompt":"hi","stream":false}'
     [ "$status" -eq 0 ]

@@ -71,7 +71,7 @@ run_out() {
     cp "$BATS_FILE_TMPDIR/toy.gguf" "$D/only-here.gguf"
     run "$MFC" run "$D/only-here.gguf" Hi
     [ "$status" -eq 0 ]
-    ! ps -eo args | grep -v grep | grep -q "only-here.gguf"
+    [ -z "$(ps -eo args | grep -v grep | grep "only-here.gguf")" ]
 }
 
 @test "mfc run killed with SIGKILL takes its server with it" {
@@ -87,14 +87,14 @@ run_out() {
     done
     grep -q '>>> ' "$D/out"
     ps -eo args | grep -v grep | grep -q "killed-run.gguf" # the private server runs
-    ! ps -eo args | grep -v grep | grep "killed-run.gguf" | grep -q -- --api-key # its key is not in ps
+    [ -z "$(ps -eo args | grep -v grep | grep "killed-run.gguf" | grep -- --api-key)" ] # its key is not in ps
     kill -KILL $pid
     exec 8>&-
     for i in $(seq 1 100); do
         ps -eo args | grep -v grep | grep -q "killed-run.gguf" || break
         sleep 0.1
     done
-    ! ps -eo args | grep -v grep | grep -q "killed-run.gguf"
+    [ -z "$(ps -eo args | grep -v grep | grep "killed-run.gguf")" ]
 }
 
 @test "mfc run -i: /set parameter, two turns with history, /show, /clear, \"\"\" and /bye" {

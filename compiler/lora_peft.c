@@ -481,6 +481,25 @@ static uint64_t permuted_row(uint64_t row, int64_t n_head, uint64_t n_rows)
     return h * hd + j * half + i;
 }
 
+/* The index of the first NaN or infinity among n little-endian elements of
+ * type t (F32, F16, BF16) at p, or n: an adapter that diverged in training
+ * would make every output NaN, so it is refused here rather than served. */
+static size_t first_nonfinite(const uint8_t *p, uint64_t n, uint32_t t)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        int bad;
+        if (t == GGML_TYPE_F32)
+            bad = (p[4 * i + 3] & 0x7f) == 0x7f && (p[4 * i + 2] & 0x80);
+        else if (t == GGML_TYPE_F16)
+            bad = (p[2 * i + 1] & 0x7c) == 0x7c;
+        else
+            bad = (p[2 * i + 1] & 0x7f) == 0x7f && (p[2 * i] & 0x80);
+        if (bad)
+            return (size_t)i;
+    }
+    return (size_t)n;
+}
+
 static int write_tensor(const struct conv *c, struct gguf_writer *w, const struct out_tensor *o,
                         struct mf_err *err)
 {
@@ -502,6 +521,12 @@ static int write_tensor(const struct conv *c, struct gguf_writer *w, const struc
             uint64_t idx = o->kind == HALF_TRANSPOSE ? e * ne1 + r : src_row * ne0 + e;
             rc = put_elem(c, o, idx, row + e * es, err);
         }
+        size_t bad = rc ? ne0 : first_nonfinite(row, ne0, o->t.type);
+        if (bad < ne0)
+            rc = mf_err_set(err, MF_EINVAL,
+                            "%s: tensor '%s' (from '%s') holds a NaN or infinity (row %" PRIu64
+                            ", element %zu): the adapter is broken",
+                            st_name(c->st), o->t.name, o->src->name, r, bad);
         if (!rc)
             rc = gguf_writer_write(w, row, ne0 * es, err);
     }

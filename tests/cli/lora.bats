@@ -232,6 +232,21 @@ EOF
     run "$MFC" lora check "$T/x" --base "$D/base.gguf"
     [ "$status" -eq 1 ]
     [[ "$output" == *"adapter_model.safetensors: byte 0: header length"* ]]
+    # a NaN (a diverged training run) is refused, naming the tensor and element
+    peft "$T/n"
+    python3 - "$T/n/adapter_model.safetensors" <<'EOF'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+t = json.loads(b[8:8 + n])["base_model.model.model.layers.1.mlp.up_proj.lora_B.weight"]
+o = 8 + n + t["data_offsets"][0] + 4 * 5
+b[o:o + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[1], "wb").write(b)
+EOF
+    run "$MFC" lora convert "$T/n" --base "$D/base.gguf" -o "$T/nan.gguf"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"tensor 'blk.1.ffn_up.weight.lora_b' (from 'base_model.model.model.layers.1.mlp.up_proj.lora_B.weight') holds a NaN or infinity (row 1, element 1)"* ]]
+    [ ! -e "$T/nan.gguf" ]
     # nothing is left behind by a failed convert
     run "$MFC" lora convert "$T/m" --base "$D/base.gguf" -o "$T/none.gguf"
     [ "$status" -eq 1 ]

@@ -51,6 +51,14 @@ int mfc_image_inspect(const char *ref, struct mfc_ctx *ctx);     /* cmd_image.c:
 int mfc_cmd_build(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_build.c */
 int mfc_cmd_plan(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_build.c */
 int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_registry.c */
+/* cmd_registry.c: the push of `mfc push` for another command (`mfc build
+ * --output type=registry`): pushes local (a tag or digest in s) to remote
+ * with the same options and driver; on success prints "Pushed REMOTE
+ * DIGEST" to line (NULL: nothing) and the blob counts to ctx->err, on
+ * failure reports the error. Needs fetch_global_init. Returns 0 or 1. */
+struct store;
+int mfc_push_stored(struct mfc_ctx *ctx, struct store *s, const char *local, const char *remote,
+                    int insecure, FILE *line);
 int mfc_cmd_pull(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_registry.c */
 int mfc_cmd_login(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_registry.c */
 int mfc_cmd_logout(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_registry.c */

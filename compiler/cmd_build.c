@@ -4,7 +4,8 @@
  * Options follow docker build: PATH is a Modelfile or a directory holding
  * one (the build context is the Modelfile's directory unless PATH is a
  * directory); -f, -t (repeatable), --build-arg (repeatable), --no-cache,
- * --progress, -q, -o/--output (type=oci|docker,dest=...); mfc's own
+ * --progress, -q, -o/--output (type=oci|docker,dest=... or
+ * type=registry[,name=REF], a push as `mfc push` does); mfc's own
  * --quantize TYPE (Ollama's create -q) and --merge-adapters (every ADAPTER
  * as if it had --merge; docs/merge.md). Progress and
  * diagnostics go to stderr; stdout gets the image digest (with -q, nothing
@@ -159,8 +160,10 @@ static void usage(FILE *f, const char *cmd)
           "      --quantize=TYPE    write the weights as Q4_K_M, Q5_K_M, Q8_0, F16, ...\n"
           "                         (from an F32/F16/BF16 model; docs/merge.md)\n"
           "      --merge-adapters   bake every ADAPTER into the weights (as --merge)\n"
-          "  -o, --output=SPEC      also write the image: type=oci,dest=DIR|FILE.tar or\n"
-          "                         type=docker,dest=FILE.tar\n\n"
+          "  -o, --output=SPEC      also write the image: type=oci,dest=DIR|FILE.tar,\n"
+          "                         type=docker,dest=FILE.tar, or push it:\n"
+          "                         type=registry[,name=REF][,registry.insecure=true]\n"
+          "                         (REF defaults to every -t)\n\n"
           "Environment: MFC_HOME (the store), MFC_SERVE (the runtime binary; empty: none),\n"
           "HF_TOKEN, HF_ENDPOINT, MFC_FETCH_TIMEOUT (seconds a download may stall,\n"
           "default 60), SOURCE_DATE_EPOCH (layer and image times, default 0).\n",
@@ -227,9 +230,6 @@ static int parse_one(struct build_cli *cli, int c, struct mfc_ctx *ctx)
     case 'o':
         if (oci_output_parse(optarg, &cli->output, &err) != 0)
             return mfc_usage_error(ctx, cli->cmd, "--output: %s", err.msg);
-        if (cli->output.type == OCI_OUT_REGISTRY)
-            return mfc_usage_error(ctx, cli->cmd,
-                                   "--output type=registry is not supported yet (mfc push)");
         return -1;
     case 'Q': {
         enum quant_ftype ft;
@@ -306,6 +306,9 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_c
     if (cli->output.type == OCI_OUT_DOCKER && !cli->n_tags)
         return mfc_usage_error(ctx, cli->cmd, "--output type=docker needs a -t NAME for the "
                                "archive's image name");
+    if (cli->output.type == OCI_OUT_REGISTRY && !cli->output.name[0] && !cli->n_tags)
+        return mfc_usage_error(ctx, cli->cmd, "--output type=registry needs name=REF or a -t "
+                               "NAME to push to");
     cli->path = optind < argc ? argv[optind] : ".";
     return -1;
 }
@@ -484,6 +487,22 @@ static int write_output(struct store *s, const struct build_cli *cli, const char
     return rc;
 }
 
+/* --output type=registry: pushes the image to name=, else to every -t (as
+ * docker buildx --push does), through `mfc push`'s driver. The first failed
+ * push stops the build before any tag moves. Returns 0 or 1 (reported). */
+static int push_output(struct mfc_ctx *ctx, struct store *s, const struct build_cli *cli,
+                       const char *digest)
+{
+    const struct oci_output *o = &cli->output;
+    FILE *line = cli->quiet ? NULL : ctx->err; /* stdout holds only the digest */
+    if (o->name[0])
+        return mfc_push_stored(ctx, s, digest, o->name, o->insecure, line);
+    for (size_t i = 0; i < cli->n_tags; i++)
+        if (mfc_push_stored(ctx, s, digest, cli->tags[i], o->insecure, line) != 0)
+            return 1;
+    return 0;
+}
+
 /* The BuildKit-style summary line, and every failure with its Modelfile line. */
 static void report_build(struct mfc_ctx *ctx, const struct plan *p, const struct exec_build *b,
                          enum progress_mode mode, double secs)
@@ -541,8 +560,10 @@ static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan
     if (rc && !b.n_failed) /* the executor itself failed (store, threads) */
         mfc_report(ctx, &err);
     report_build(ctx, p, &b, mode, mono_s() - t0);
-    if (!rc && cli->output.type &&
-        (rc = write_output(s, cli, b.nodes[p->image].digest, &err)) != 0)
+    if (!rc && cli->output.type == OCI_OUT_REGISTRY)
+        rc = push_output(ctx, s, cli, b.nodes[p->image].digest);
+    else if (!rc && cli->output.type &&
+             (rc = write_output(s, cli, b.nodes[p->image].digest, &err)) != 0)
         mfc_report(ctx, &err);
     if (!rc && (rc = tag_image(s, cli, &b.nodes[p->image], &err)) != 0)
         mfc_report(ctx, &err);

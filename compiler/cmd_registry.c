@@ -69,10 +69,11 @@ static int xfer_args(int argc, char **argv, struct mfc_ctx *ctx, struct reg_cli 
     return -1;
 }
 
-static void summary(struct mfc_ctx *ctx, const char *verb, const char *ref, const char *digest,
-                    const struct registry_stats *st)
+/* "VERB REF DIGEST" to line, the blob counts to ctx->err. */
+static void summary(struct mfc_ctx *ctx, FILE *line, const char *verb, const char *ref,
+                    const char *digest, const struct registry_stats *st)
 {
-    fprintf(ctx->out, "%s %s %s\n", verb, ref, digest);
+    fprintf(line, "%s %s %s\n", verb, ref, digest);
     fprintf(ctx->err,
                 "blobs: %llu uploaded (%llu PUT, %llu PATCH, %llu bytes), %llu present, "
                 "%llu mounted, %llu downloaded (%llu bytes)",
@@ -122,7 +123,23 @@ static int xfer(int argc, char **argv, struct mfc_ctx *ctx, const struct xfer_cm
     fetch_global_cleanup();
     if (rc)
         return mfc_report(ctx, &r.err);
-    summary(ctx, c->push ? "Pushed" : "Pulled", second ? second : first, digest, &stats);
+    summary(ctx, ctx->out, c->push ? "Pushed" : "Pulled", second ? second : first, digest,
+            &stats);
+    return 0;
+}
+
+int mfc_push_stored(struct mfc_ctx *ctx, struct store *s, const char *local, const char *remote,
+                    int insecure, FILE *line)
+{
+    struct reg_cli r;
+    reg_cli_init(&r);
+    r.o.insecure = insecure;
+    struct registry_stats stats = {0};
+    char digest[STORE_DIGEST_BUF];
+    if (registry_push(s, local, remote, &r.o, &stats, digest, &r.err) != 0)
+        return mfc_report(ctx, &r.err), 1;
+    if (line)
+        summary(ctx, line, "Pushed", remote, digest, &stats);
     return 0;
 }
 

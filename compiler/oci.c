@@ -315,6 +315,10 @@ int oci_output_parse(const char *spec, struct oci_output *o, struct mf_err *err)
                                   "docker or registry)", spec, (int)len - 5, p + 5);
         } else if (len > 5 && strncmp(p, "dest=", 5) == 0 && len - 5 < sizeof r.dest) {
             memcpy(r.dest, p + 5, len - 5);
+        } else if (len > 5 && strncmp(p, "name=", 5) == 0 && len - 5 < sizeof r.name) {
+            memcpy(r.name, p + 5, len - 5);
+        } else if (len == 22 && strncmp(p, "registry.insecure=true", 22) == 0) {
+            r.insecure = 1;
         } else if (!end && p == spec && len < sizeof r.dest && !memchr(p, '=', len)) {
             memcpy(r.dest, p, len); /* a bare path */
         } else
@@ -326,6 +330,12 @@ int oci_output_parse(const char *spec, struct oci_output *o, struct mf_err *err)
     r.tar = dl > 4 && strcmp(r.dest + dl - 4, ".tar") == 0;
     if (!r.type)
         r.type = r.tar ? OCI_OUT_DOCKER : OCI_OUT_OCI;
+    if (r.type != OCI_OUT_REGISTRY && (r.name[0] || r.insecure))
+        return mf_err_set(err, MF_EINVAL, "output '%s': name= and registry.insecure= go with "
+                          "type=registry", spec);
+    if (r.type == OCI_OUT_REGISTRY && dl)
+        return mf_err_set(err, MF_EINVAL, "output '%s': type=registry takes name=, not dest=",
+                          spec);
     if (r.type != OCI_OUT_REGISTRY && !dl)
         return mf_err_set(err, MF_EINVAL, "output '%s' needs dest=", spec);
     if (r.type == OCI_OUT_DOCKER && !r.tar)

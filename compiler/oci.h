@@ -85,10 +85,14 @@ struct oci_output {
     enum oci_output_type type; /* type= */
     char dest[4096];           /* dest= (a directory, or a file ending in .tar) */
     int tar;                   /* nonzero: dest is a tar file */
+    char name[1024];           /* type=registry: name= (where to push; "": every -t) */
+    int insecure;              /* type=registry: registry.insecure=true */
 };
 
 /* Parses "type=oci,dest=DIR|FILE.tar", "type=docker,dest=FILE.tar",
- * "type=registry" or a bare path ("X.tar": docker; else an OCI dir). */
+ * "type=registry[,name=REF][,registry.insecure=true]" or a bare path
+ * ("X.tar": docker; else an OCI dir). name= and registry.* go with
+ * type=registry only. */
 int oci_output_parse(const char *spec, struct oci_output *o, struct mf_err *err);
 
 /* Writes the image `ref` (from the store) to o: an OCI layout directory

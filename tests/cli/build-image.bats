@@ -147,9 +147,9 @@ print(json.dumps(yaml.safe_load(open(sys.argv[1]))))' "$r/etc/mfc/model.yaml" >"
     run "$MFC" build --output "type=docker,dest=$T/d.tar" "$CTX"
     [ "$status" -eq 2 ]
     [[ "$output" == *"type=docker needs a -t NAME"* ]]
-    run "$MFC" build -t x --output type=registry "$CTX"
+    run "$MFC" build --output type=registry "$CTX"
     [ "$status" -eq 2 ]
-    [[ "$output" == *"type=registry is not supported yet"* ]]
+    [[ "$output" == *"type=registry needs name=REF or a -t"* ]]
     [ ! -e "$MFC_HOME" ]
     # a destination under a regular file cannot be written, as a dir or a tar
     : >"$T/file"

@@ -152,3 +152,32 @@ PY
     [ "$(tags)" = "$before" ]
     [[ "$output" != *tokpw* && "$output" != *tok-42* ]]
 }
+
+@test "build --output type=registry pushes through mfc push's driver; a failed push moves no tag" {
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$T/m.gguf" --preset toy --seed 1 >/dev/null
+    printf '%s\n' "FROM ./m.gguf" "SYSTEM be brief" >"$T/Modelfile"
+    login
+    export MFC_SERVE=/bin/echo
+    # name= wins over -t; stdout is the digest alone, the push line goes to stderr
+    d=$("$MFC" build --progress=plain -t local:1 --output "type=registry,name=$R/team/built:v1" "$T" 2>"$T/err")
+    [[ "$d" == sha256:* ]]
+    grep -q "Pushed $R/team/built:v1 $d" "$T/err"
+    grep -q "blobs: .* uploaded" "$T/err"
+    [ "$(skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/team/built:v1" | sha256sum | cut -d' ' -f1)" = "${d#sha256:}" ]
+    [ "$("$MFC" inspect local:1 | jq -r .digest)" = "$d" ]
+    # no name=: every -t is a registry reference; all blobs are there already
+    run "$MFC" build -t "$R/team/built:v2" -t "$R/other/built:v2" --output type=registry "$T"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"Pushed $R/team/built:v2 $d"* && "$output" == *"0 uploaded"* ]]
+    [[ "$output" == *"Pushed $R/other/built:v2 $d"* && "$output" == *"mounted"* ]]
+    skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/other/built:v2" >/dev/null
+    # an unreachable registry fails the build and leaves the tags as they were
+    before=$(tags)
+    run "$MFC" build -t new:1 --output "type=registry,name=127.0.0.1:1/x/y:z" "$T"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"127.0.0.1:1"* ]]
+    [ "$(tags)" = "$before" ]
+    run "$MFC" build --output "type=registry,dest=$T/x" "$T"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"takes name=, not dest="* ]]
+}

@@ -50,6 +50,7 @@ static void run_usage(FILE *f)
           "With PROMPT, or with stdin not a terminal, answer once (stdin first, then PROMPT)\n"
           "and exit; otherwise chat interactively (/? lists the commands).\n\n"
           "  -i, --interactive    chat even when stdin is not a terminal\n"
+          "      --adapter NAME   talk to the image's adapter NAME (the request's model)\n"
           "      --system TEXT    the system message\n"
           "      --verbose        token counts and rate after each reply (stderr)\n"
           "      --timeout SEC    how long to wait for the server to load (default 120)\n\n"
@@ -219,10 +220,11 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
     static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                          {"interactive", no_argument, NULL, 'i'},
                                          {"system", required_argument, NULL, 's'},
+                                         {"adapter", required_argument, NULL, 'a'},
                                          {"verbose", no_argument, NULL, 'V'},
                                          {"timeout", required_argument, NULL, 't'},
                                          {NULL, 0, NULL, 0}};
-    const char *system = NULL;
+    const char *system = NULL, *adapter = NULL;
     int interactive = 0, verbose = 0, c;
     long timeout_ms = READY_TIMEOUT_MS;
     opterr = 0;
@@ -236,6 +238,9 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
             break;
         case 's':
             system = optarg;
+            break;
+        case 'a':
+            adapter = optarg;
             break;
         case 'V':
             verbose = 1;
@@ -297,7 +302,7 @@ int mfc_cmd_run(int argc, char **argv, struct mfc_ctx *ctx)
         if (!rc && interrupted)
             rc = mf_err_set(&err, MF_EBUSY, "interrupted");
     }
-    char *name = rc ? NULL : served_name(&cl, model_arg);
+    char *name = rc ? NULL : adapter ? strdup(adapter) : served_name(&cl, model_arg);
     struct run_chat ch;
     if (!rc && !name)
         rc = mf_err_set(&err, MF_ENOMEM, "out of memory");

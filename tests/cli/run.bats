@@ -134,6 +134,36 @@ PY
     grep -q '^eval count: *1 token' "$BATS_TEST_TMPDIR/err"
 }
 
+@test "mfc run --adapter NAME talks to the image's named adapter" {
+    D="$BATS_TEST_TMPDIR"
+    cp "$BATS_FILE_TMPDIR/toy.gguf" "$D/"
+    "$MKMODEL" -o "$D/sql.gguf" --preset toy --lora 8 --targets q,k,v,o,gate,up,down --lora-alpha 64 >/dev/null
+    printf 'FROM ./toy.gguf\nADAPTER --name=sql ./sql.gguf\nPARAMETER temperature 0\nPARAMETER num_predict 6\n' >"$D/Modelfile"
+    "$MFC" build -q -t toyl "$D" >/dev/null
+    port=$(free_port)
+    "$MFC" serve toyl -p "$port" --host 127.0.0.1 </dev/null >"$D/ref.log" 2>&1 &
+    SERVE_PID=$!
+    for i in $(seq 1 300); do
+        curl -sf -o /dev/null "http://127.0.0.1:$port/health" && break
+        sleep 0.1
+    done
+    ask() {
+        curl -sf "http://127.0.0.1:$port/api/chat" \
+            -d "{\"model\":\"$1\",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}]}" |
+            jq -j .message.content
+    }
+    want=$(ask sql)
+    base=$(ask toyl)
+    serve_stop
+    [ -n "$want" ]
+    [ "$want" != "$base" ] # the adapter changes the answer, so the check below means something
+    run_out --adapter sql toyl Hello there </dev/null
+    [ "$(cat "$D/out")" = "$want" ]
+    run "$MFC" run --adapter nope toyl Hi </dev/null
+    [ "$status" -eq 1 ]
+    [[ "$output" == *404* ]]
+}
+
 @test "mfc run: errors" {
     run "$MFC" run
     [ "$status" -eq 2 ]

@@ -42,14 +42,11 @@ static void usage(FILE *f)
 
 int mfc_cmd_convert(int argc, char **argv, struct mfc_ctx *ctx)
 {
-    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
-                                         {"output", required_argument, NULL, 'o'},
-                                         {"outtype", required_argument, NULL, 't'},
-                                         {"quantize", required_argument, NULL, 'q'},
-                                         {"name", required_argument, NULL, 'n'},
-                                         {"base", required_argument, NULL, 'b'},
-                                         {"threads", required_argument, NULL, 'j'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"help", no_argument, NULL, 'h'},          {"output", required_argument, NULL, 'o'},
+        {"outtype", required_argument, NULL, 't'}, {"quantize", required_argument, NULL, 'q'},
+        {"name", required_argument, NULL, 'n'},    {"base", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
     struct hf_convert_opts o = {.outtype = HF_OUT_AUTO};
     struct hf_convert_info info;
     struct mf_err err;
@@ -69,8 +66,8 @@ int mfc_cmd_convert(int argc, char **argv, struct mfc_ctx *ctx)
             break;
         case 't':
             if (hf_outtype_parse(optarg, &o.outtype) != 0)
-                return mfc_usage_error(ctx, CMD, "--outtype must be auto, f32, f16 or bf16, not '%s'",
-                                       optarg);
+                return mfc_usage_error(
+                    ctx, CMD, "--outtype must be auto, f32, f16 or bf16, not '%s'", optarg);
             break;
         case 'q':
             if (quant_ftype_from_name(optarg, &o.ftype) != 0)

@@ -130,8 +130,8 @@ int exec_op_convert(const struct exec_job *j, struct exec_node *r, int *cached, 
         return rc;
     struct conv_progress cp = {progress_scope(j->o->progress, (int)j->node->id + 1), 0};
     cp.id = progress_begin(cp.pg, "convert", dir);
-    struct hf_convert_opts o = {.outtype = HF_OUT_AUTO, .progress = on_progress,
-                                .progress_arg = &cp};
+    struct hf_convert_opts o = {
+        .outtype = HF_OUT_AUTO, .progress = on_progress, .progress_arg = &cp};
     struct hf_convert_info info;
     rc = hf_convert(dir, tmp, &o, &info, err);
     if (!rc)
@@ -146,8 +146,8 @@ int exec_op_convert(const struct exec_job *j, struct exec_node *r, int *cached, 
     if (rc)
         return rc;
     const char *ft = quant_ftype_name(info.ftype);
-    r->result = json_pack("{s:s, s:I, s:s, s:s, s:I}", "digest", r->digest, "size",
-                          (json_int_t)r->size, "from", dir, "file_type", ft ? ft : "?",
-                          "tensors", (json_int_t)info.n_tensors);
+    r->result =
+        json_pack("{s:s, s:I, s:s, s:s, s:I}", "digest", r->digest, "size", (json_int_t)r->size,
+                  "from", dir, "file_type", ft ? ft : "?", "tensors", (json_int_t)info.n_tensors);
     return r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
 }

@@ -37,22 +37,22 @@ enum hf_rope_scaling {
 };
 
 struct hf_config {
-    char arch[64];      /* architectures[0], e.g. "LlamaForCausalLM" */
-    int64_t n_vocab;    /* vocab_size */
-    int64_t n_embd;     /* hidden_size */
-    int64_t n_layer;    /* num_hidden_layers */
-    int64_t n_ff;       /* intermediate_size */
-    int64_t n_head;     /* num_attention_heads */
-    int64_t n_head_kv;  /* num_key_value_heads (= n_head when absent) */
-    int64_t n_ctx;      /* max_position_embeddings; 0 when absent */
-    int64_t head_dim;   /* head_dim, or n_embd / n_head */
-    int has_head_kv;    /* num_key_value_heads was given (the key is written only then) */
-    int has_head_dim;   /* head_dim was given (key_length/value_length are written) */
-    int has_rms_eps;    /* rms_norm_eps was given */
-    int has_theta;      /* rope_theta was given */
-    double rms_eps;     /* rms_norm_eps */
-    double rope_theta;  /* rope_theta, 10000 when absent */
-    int tied;           /* tie_word_embeddings (default false for llama) */
+    char arch[64];             /* architectures[0], e.g. "LlamaForCausalLM" */
+    int64_t n_vocab;           /* vocab_size */
+    int64_t n_embd;            /* hidden_size */
+    int64_t n_layer;           /* num_hidden_layers */
+    int64_t n_ff;              /* intermediate_size */
+    int64_t n_head;            /* num_attention_heads */
+    int64_t n_head_kv;         /* num_key_value_heads (= n_head when absent) */
+    int64_t n_ctx;             /* max_position_embeddings; 0 when absent */
+    int64_t head_dim;          /* head_dim, or n_embd / n_head */
+    int has_head_kv;           /* num_key_value_heads was given (the key is written only then) */
+    int has_head_dim;          /* head_dim was given (key_length/value_length are written) */
+    int has_rms_eps;           /* rms_norm_eps was given */
+    int has_theta;             /* rope_theta was given */
+    double rms_eps;            /* rms_norm_eps */
+    double rope_theta;         /* rope_theta, 10000 when absent */
+    int tied;                  /* tie_word_embeddings (default false for llama) */
     enum hf_rope_scaling rope; /* rope_scaling kind */
     double rope_factor;        /* rope_scaling.factor */
     double rope_low;           /* low_freq_factor (llama3; default 1) */
@@ -87,11 +87,11 @@ struct hf_vocab; /* the tokenizer.* keys, ready to write */
  * is padded to it with "[PAD<i>]" tokens of type UNUSED, as the converter
  * does. c supplies config.json's special ids as the fallback. */
 struct hf_tokenizer_src {
-    const char *tok_json;   /* tokenizer.json */
+    const char *tok_json; /* tokenizer.json */
     size_t tok_json_len;
     const char *tok_config; /* tokenizer_config.json or NULL */
     size_t tok_config_len;
-    const char *template;   /* chat_template.jinja or NULL */
+    const char *template; /* chat_template.jinja or NULL */
     size_t template_len;
 };
 

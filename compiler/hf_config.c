@@ -29,8 +29,8 @@ static json_t *get(const json_t *o, const char *key)
 
 /* A positive integer at key: 0 and *out, MF_ENOTFOUND when absent (and not
  * required), MF_EFORMAT for another type or a value out of (0, HF_MAX_DIM]. */
-static int get_dim(const json_t *o, const char *key, const char *what, int required,
-                   int64_t *out, struct mf_err *err)
+static int get_dim(const json_t *o, const char *key, const char *what, int required, int64_t *out,
+                   struct mf_err *err)
 {
     json_t *v = get(o, key);
     if (!v) {
@@ -67,8 +67,7 @@ static int64_t get_id(const json_t *o, const char *key)
     return json_is_integer(v) && json_integer_value(v) >= 0 ? (int64_t)json_integer_value(v) : -1;
 }
 
-static int parse_rope(const json_t *root, const char *what, struct hf_config *c,
-                      struct mf_err *err)
+static int parse_rope(const json_t *root, const char *what, struct hf_config *c, struct mf_err *err)
 {
     /* transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}
      * where 4.x had rope_theta and rope_scaling */
@@ -99,10 +98,9 @@ static int parse_rope(const json_t *root, const char *what, struct hf_config *c,
             return rc;
         /* the current converter reads rope_scaling's value (older ones the
          * top-level key), then 8192 */
-        if ((rc = get_real(rs, "original_max_position_embeddings", what, &c->rope_orig_ctx,
-                           err)) == MF_ENOTFOUND)
-            rc = get_real(root, "original_max_position_embeddings", what, &c->rope_orig_ctx,
-                          err);
+        if ((rc = get_real(rs, "original_max_position_embeddings", what, &c->rope_orig_ctx, err)) ==
+            MF_ENOTFOUND)
+            rc = get_real(root, "original_max_position_embeddings", what, &c->rope_orig_ctx, err);
         if (rc == MF_EFORMAT)
             return rc;
         if (c->rope_low == c->rope_high || c->rope_factor <= 0 || c->rope_orig_ctx <= 0)
@@ -141,8 +139,7 @@ int hf_config_parse(const char *text, size_t len, const char *what, struct hf_co
     if (!json_is_object(root))
         rc = mf_err_set(err, MF_EFORMAT, "%s: not a JSON object", what);
     else if (!arch)
-        rc = mf_err_set(err, MF_EFORMAT, "%s: \"architectures\" must list the model class",
-                        what);
+        rc = mf_err_set(err, MF_EFORMAT, "%s: \"architectures\" must list the model class", what);
     else if (strcmp(arch, "LlamaForCausalLM") != 0 && strcmp(arch, "MistralForCausalLM") != 0)
         rc = mf_err_set(err, MF_EUNSUPPORTED,
                         "%s: architecture %s is not supported (mfc converts LlamaForCausalLM "
@@ -228,8 +225,7 @@ int hf_config_write(const struct hf_config *c, enum quant_ftype ft, struct gguf_
     if (!rc)
         rc = gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)c->n_head, err);
     if (!rc && c->has_head_kv)
-        rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv,
-                                 err);
+        rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv, err);
     if (!rc && c->has_theta)
         rc = gguf_writer_add_f32(w, "llama.rope.freq_base", (float)c->rope_theta, err);
     /* llama.cpp requires the eps for llama: write the transformers default when absent */
@@ -260,7 +256,7 @@ void hf_config_rope_factors(const struct hf_config *c, float *out)
     float theta = (float)(c->has_theta ? c->rope_theta : 10000.0);
     float factor = (float)c->rope_factor, low = (float)c->rope_low;
     float old_ctx = (float)c->rope_orig_ctx;
-    double low_wavelen = c->rope_orig_ctx / c->rope_low;   /* python floats */
+    double low_wavelen = c->rope_orig_ctx / c->rope_low; /* python floats */
     double high_wavelen = c->rope_orig_ctx / c->rope_high;
     float span = (float)(c->rope_high - c->rope_low);
     for (int64_t i = 0; i < dim / 2; i++) {

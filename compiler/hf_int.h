@@ -14,15 +14,15 @@
 
 /* One GGUF tensor to write. */
 struct hf_tensor {
-    char name[64];                 /* GGUF name, "blk.3.attn_q.weight" */
-    const struct st_file *f;       /* borrowed: the shard holding the source; NULL: generated */
-    const struct st_tensor *src;   /* borrowed: the source tensor; NULL: generated */
-    const float *gen;              /* borrowed: data of a generated F32 tensor (rope_freqs) */
-    int64_t perm_heads;            /* >0: rows permuted for llama's RoPE with this many heads */
-    enum ggml_type type;           /* type written */
-    uint32_t n_dims;               /* 1 or 2 */
-    uint64_t ne[2];                /* ggml order: ne[0] is the row length */
-    uint64_t bytes;                /* bytes written */
+    char name[64];               /* GGUF name, "blk.3.attn_q.weight" */
+    const struct st_file *f;     /* borrowed: the shard holding the source; NULL: generated */
+    const struct st_tensor *src; /* borrowed: the source tensor; NULL: generated */
+    const float *gen;            /* borrowed: data of a generated F32 tensor (rope_freqs) */
+    int64_t perm_heads;          /* >0: rows permuted for llama's RoPE with this many heads */
+    enum ggml_type type;         /* type written */
+    uint32_t n_dims;             /* 1 or 2 */
+    uint64_t ne[2];              /* ggml order: ne[0] is the row length */
+    uint64_t bytes;              /* bytes written */
 };
 
 /* The open weights: every shard, in name order. */

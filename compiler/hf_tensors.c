@@ -74,14 +74,15 @@ static int index_files(const char *dir, const char *text, size_t len, char ***ou
         rc = mf_err_set(err, MF_ENOMEM, "out of memory");
     const char *key;
     json_t *v;
-    json_object_foreach(map, key, v) {
+    json_object_foreach(map, key, v)
+    {
         const char *f = json_string_value(v);
         if (rc)
             break;
         if (!f || !*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")) {
             rc = mf_err_set(err, MF_EFORMAT,
-                            "%s: weight_map[\"%.100s\"] must be a file name in the directory",
-                            what, key);
+                            "%s: weight_map[\"%.100s\"] must be a file name in the directory", what,
+                            key);
             break;
         }
         if (!(names[k++] = strdup(f)))
@@ -244,8 +245,7 @@ struct found {
 };
 
 static int check_shape(const struct hf_config *c, const struct st_file *f,
-                       const struct st_tensor *t, enum dim rows, enum dim cols,
-                       struct mf_err *err)
+                       const struct st_tensor *t, enum dim rows, enum dim cols, struct mf_err *err)
 {
     int64_t r = dim_of(c, rows), k = dim_of(c, cols);
     int ok = cols == D_1 ? t->n_dims == 1 && t->shape[0] == r
@@ -324,8 +324,7 @@ int hf_tensors_plan(const struct hf_config *c, const struct hf_shards *s, const 
         int g = order[o];
         if (g == G_EMBD || g == G_NORM) {
             if (!fd[g].t) {
-                rc = mf_err_set(err, MF_EFORMAT, "the checkpoint has no %s tensor",
-                                glob_map[g].hf);
+                rc = mf_err_set(err, MF_EFORMAT, "the checkpoint has no %s tensor", glob_map[g].hf);
                 break;
             }
         }
@@ -416,7 +415,8 @@ int hf_tensors_types(const struct hf_config *c, const struct hf_convert_opts *o,
     if (o->quantize) {
         if (!quant_ftype_can_build(o->ftype))
             return mf_err_set(err, MF_EUNSUPPORTED, "mfc cannot quantize to %s",
-                              quant_ftype_name(o->ftype) ? quant_ftype_name(o->ftype) : "that type");
+                              quant_ftype_name(o->ftype) ? quant_ftype_name(o->ftype)
+                                                         : "that type");
         *ft = o->ftype;
     } else {
         *ft = ftt == GGML_TYPE_F32    ? QUANT_FTYPE_ALL_F32
@@ -476,8 +476,7 @@ static enum ggml_type st_ggml(enum st_dtype d)
 /* F32 -> F16 with F16C: round to nearest even, as quant_f32_to_f16 (and
  * ggml, which uses the same instruction when it can) do for every finite
  * value and infinity; NaN stays NaN. */
-__attribute__((target("avx,f16c"))) static void f16_row_f16c(const float *x, uint8_t *y,
-                                                              uint64_t n)
+__attribute__((target("avx,f16c"))) static void f16_row_f16c(const float *x, uint8_t *y, uint64_t n)
 {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8)

@@ -52,20 +52,20 @@ static const char *const special_keys[N_SPECIAL] = {
     "tokenizer.ggml.mask_token_id"};
 
 struct hf_vocab {
-    char model[8];          /* "gpt2" or "llama" */
-    char pre[32];           /* tokenizer.ggml.pre */
-    uint32_t n;             /* tokens */
-    char **tokens;          /* owned: n strings (NULL entries never survive build) */
-    float *scores;          /* owned: n, or NULL (gpt2) */
-    int32_t *types;         /* owned: n */
-    char **merges;          /* owned: n_merges "a b" strings */
+    char model[8];  /* "gpt2" or "llama" */
+    char pre[32];   /* tokenizer.ggml.pre */
+    uint32_t n;     /* tokens */
+    char **tokens;  /* owned: n strings (NULL entries never survive build) */
+    float *scores;  /* owned: n, or NULL (gpt2) */
+    int32_t *types; /* owned: n */
+    char **merges;  /* owned: n_merges "a b" strings */
     uint32_t n_merges;
     int64_t special[N_SPECIAL]; /* ids or -1 */
-    int order[N_SPECIAL];   /* special types in the order they were found */
+    int order[N_SPECIAL];       /* special types in the order they were found */
     int n_order;
-    int64_t eot;            /* -1: none */
-    int add[2];             /* add_bos_token, add_eos_token: 1/0, -1 absent */
-    char *chat_template;    /* owned or NULL */
+    int64_t eot;         /* -1: none */
+    int add[2];          /* add_bos_token, add_eos_token: 1/0, -1 absent */
+    char *chat_template; /* owned or NULL */
 };
 
 void hf_vocab_free(struct hf_vocab *v)
@@ -84,9 +84,18 @@ void hf_vocab_free(struct hf_vocab *v)
     free(v);
 }
 
-uint32_t hf_vocab_size(const struct hf_vocab *v) { return v->n; }
-const char *hf_vocab_model(const struct hf_vocab *v) { return v->model; }
-const char *hf_vocab_pre(const struct hf_vocab *v) { return v->pre; }
+uint32_t hf_vocab_size(const struct hf_vocab *v)
+{
+    return v->n;
+}
+const char *hf_vocab_model(const struct hf_vocab *v)
+{
+    return v->model;
+}
+const char *hf_vocab_pre(const struct hf_vocab *v)
+{
+    return v->pre;
+}
 
 /* ---- pre-tokenizer names ---- */
 
@@ -106,8 +115,7 @@ static const struct {
 
 /* Names the pre-tokenizer: a ByteLevel with use_regex (GPT-2's own split),
  * or a Sequence of Split(regex) and a ByteLevel without it. */
-static int pre_name(const json_t *pt, const char *what, char *out, size_t cap,
-                    struct mf_err *err)
+static int pre_name(const json_t *pt, const char *what, char *out, size_t cap, struct mf_err *err)
 {
     const char *type = json_string_value(json_object_get(pt, "type"));
     const char *re = NULL;
@@ -119,7 +127,8 @@ static int pre_name(const json_t *pt, const char *what, char *out, size_t cap,
         const json_t *list = json_object_get(pt, "pretokenizers");
         size_t i;
         const json_t *p;
-        json_array_foreach(list, i, p) {
+        json_array_foreach(list, i, p)
+        {
             const char *t = json_string_value(json_object_get(p, "type"));
             if (t && strcmp(t, "ByteLevel") == 0) {
                 byte_level = 1;
@@ -146,7 +155,10 @@ static int pre_name(const json_t *pt, const char *what, char *out, size_t cap,
     return mf_err_set(err, MF_EUNSUPPORTED,
                       "%s: the BPE pre-tokenizer is not one mfc recognises (%s%.200s); known: "
                       "Llama 3 (llama-bpe), Qwen2, GPT-2 byte-level",
-                      what, re ? "split regex " : "type ", re ? re : type ? type : "none");
+                      what, re ? "split regex " : "type ",
+                      re     ? re
+                      : type ? type
+                             : "none");
 }
 
 /* ---- helpers ---- */
@@ -255,8 +267,7 @@ static int load_merges(struct hf_vocab *v, const json_t *model, const char *what
         v->merges[i] = merge_text(json_array_get(merges, i));
         if (!v->merges[i])
             return mf_err_set(err, MF_EFORMAT,
-                              "%s: model.merges[%zu] must be \"a b\" or [\"a\", \"b\"]", what,
-                              i);
+                              "%s: model.merges[%zu] must be \"a b\" or [\"a\", \"b\"]", what, i);
         v->n_merges = (uint32_t)(i + 1);
     }
     return 0;
@@ -309,7 +320,8 @@ static int load_model(struct hf_vocab *v, const json_t *root, const char *what, 
         snprintf(v->model, sizeof v->model, "llama");
         size_t i;
         const json_t *e;
-        json_array_foreach(vocab, i, e) {
+        json_array_foreach(vocab, i, e)
+        {
             const char *p = json_string_value(json_array_get(e, 0));
             const json_t *s = json_array_get(e, 1);
             if (!p || !json_is_number(s))
@@ -326,15 +338,16 @@ static int load_model(struct hf_vocab *v, const json_t *root, const char *what, 
     }
     if (strcmp(type, "BPE") != 0)
         return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: tokenizer model type \"%s\" is not supported (BPE or Unigram)",
-                          what, type);
+                          "%s: tokenizer model type \"%s\" is not supported (BPE or Unigram)", what,
+                          type);
     if (!json_is_object(vocab))
         return mf_err_set(err, MF_EFORMAT, "%s: model.vocab must be an object", what);
     int spm = json_is_true(json_object_get(model, "byte_fallback"));
     snprintf(v->model, sizeof v->model, "%s", spm ? "llama" : "gpt2");
     const char *key;
     const json_t *id;
-    json_object_foreach((json_t *)vocab, key, id) {
+    json_object_foreach((json_t *)vocab, key, id)
+    {
         if (!json_is_integer(id))
             return mf_err_set(err, MF_EFORMAT, "%s: model.vocab[\"%.80s\"] must be an id", what,
                               key);
@@ -359,7 +372,8 @@ static int64_t added_id(const json_t *added, const char *text)
 {
     size_t i;
     const json_t *a;
-    json_array_foreach(added, i, a) {
+    json_array_foreach(added, i, a)
+    {
         const char *c = json_string_value(json_object_get(a, "content"));
         const json_t *id = json_object_get(a, "id");
         if (c && json_is_integer(id) && strcmp(c, text) == 0)
@@ -377,8 +391,8 @@ static void set_special(struct hf_vocab *v, int typ, int64_t id)
 }
 
 /* tokenizer_config.json: special tokens, add_*_token, the chat template. */
-static int load_config(struct hf_vocab *v, const struct hf_tokenizer_src *src,
-                       const json_t *added, struct mf_err *err)
+static int load_config(struct hf_vocab *v, const struct hf_tokenizer_src *src, const json_t *added,
+                       struct mf_err *err)
 {
     const char *what = "tokenizer_config.json";
     json_t *tc = mf_json_parse(src->tok_config, src->tok_config_len, what, err);
@@ -408,7 +422,8 @@ static int load_config(struct hf_vocab *v, const struct hf_tokenizer_src *src,
     if (json_is_array(t)) {
         size_t i;
         const json_t *e;
-        json_array_foreach(t, i, e) {
+        json_array_foreach(t, i, e)
+        {
             const char *name = json_string_value(json_object_get(e, "name"));
             if (name && strcmp(name, "default") == 0)
                 tmpl = json_string_value(json_object_get(e, "template"));
@@ -421,8 +436,8 @@ out:
     return rc;
 }
 
-static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                        "<|end_of_turn|>", "<EOT>", "<|eot|>"};
+static const char *const eot_texts[] = {"<|eot_id|>",      "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                        "<|end_of_turn|>", "<EOT>",      "<|eot|>"};
 
 int hf_vocab_build(const struct hf_tokenizer_src *src, const struct hf_config *c,
                    struct hf_vocab **out, struct mf_err *err)
@@ -450,13 +465,21 @@ int hf_vocab_build(const struct hf_tokenizer_src *src, const struct hf_config *c
         n = json_is_array(vocab) ? (int64_t)json_array_size(vocab) : 0;
         const char *k;
         const json_t *id;
-        if (json_is_object(vocab))
-            json_object_foreach((json_t *)vocab, k, id) if (json_integer_value(id) >= n) n =
-                json_integer_value(id) + 1;
+        if (json_is_object(vocab)) {
+            json_object_foreach((json_t *)vocab, k, id)
+            {
+                if (json_integer_value(id) >= n)
+                    n = json_integer_value(id) + 1;
+            }
+        }
         size_t i;
         const json_t *a;
-        json_array_foreach(added, i, a) if (json_integer_value(json_object_get(a, "id")) >= n) n =
-            json_integer_value(json_object_get(a, "id")) + 1;
+        json_array_foreach(added, i, a)
+        {
+            json_int_t id_a = json_integer_value(json_object_get(a, "id"));
+            if (id_a >= n)
+                n = id_a + 1;
+        }
     }
     if (n <= 0 || n > HF_TOK_MAX_VOCAB) {
         rc = mf_err_set(err, MF_EFORMAT, "%s: vocabulary size %lld is outside 1..%u", what,
@@ -482,10 +505,10 @@ int hf_vocab_build(const struct hf_tokenizer_src *src, const struct hf_config *c
         v->scores = NULL;
     }
     for (uint32_t i = 0; i < v->n; i++)
-        v->types[i] = !v->tokens[i]                   ? TT_UNUSED
-                      : spm && (int64_t)i == unk      ? TT_UNKNOWN
+        v->types[i] = !v->tokens[i]                        ? TT_UNUSED
+                      : spm && (int64_t)i == unk           ? TT_UNKNOWN
                       : spm && is_byte_token(v->tokens[i]) ? TT_BYTE
-                                                      : TT_NORMAL;
+                                                           : TT_NORMAL;
     /* added tokens: their content is the token's text */
     size_t i;
     const json_t *a;
@@ -493,12 +516,12 @@ int hf_vocab_build(const struct hf_tokenizer_src *src, const struct hf_config *c
         rc = mf_err_set(err, MF_EFORMAT, "%s: added_tokens must be an array", what);
         goto out;
     }
-    json_array_foreach(added, i, a) {
+    json_array_foreach(added, i, a)
+    {
         const char *content = json_string_value(json_object_get(a, "content"));
         const json_t *id = json_object_get(a, "id");
         if (!content || !json_is_integer(id)) {
-            rc = mf_err_set(err, MF_EFORMAT, "%s: added_tokens[%zu] needs id and content", what,
-                            i);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: added_tokens[%zu] needs id and content", what, i);
             goto out;
         }
         int64_t k = (int64_t)json_integer_value(id);

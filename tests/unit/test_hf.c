@@ -64,9 +64,9 @@ static void test_config(void **state)
     assert_int_equal(cfg("{\"architectures\": [\"Qwen2ForCausalLM\"], " CFG_BASE "}", &c, &err),
                      MF_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "architecture Qwen2ForCausalLM is not supported"));
-    assert_int_equal(cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 10}", &c,
-                         &err),
-                     MF_EFORMAT);
+    assert_int_equal(
+        cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 10}", &c, &err),
+        MF_EFORMAT);
     assert_non_null(strstr(err.msg, "\"hidden_size\" is missing"));
     assert_int_equal(cfg("{\"architectures\": [\"LlamaForCausalLM\"], " CFG_BASE
                          ", \"num_key_value_heads\": 3}",
@@ -155,8 +155,8 @@ static void test_permute(void **state)
      * new [h][j][t] is the old [h][t][j] */
     for (int heads = 1; heads <= 4; heads++) {
         for (int hd = 2; hd <= 16; hd += 2) {
-            struct hf_tensor t = {.perm_heads = heads, .n_dims = 2,
-                                  .ne = {5, (uint64_t)(heads * hd)}};
+            struct hf_tensor t = {
+                .perm_heads = heads, .n_dims = 2, .ne = {5, (uint64_t)(heads * hd)}};
             int seen[64] = {0};
             for (int h = 0; h < heads; h++)
                 for (int j = 0; j < hd / 2; j++)
@@ -185,8 +185,8 @@ struct kvs {
 static int vocab_gguf(const char *tok, const char *tcfg, const char *tmpl, int64_t n_vocab,
                       struct kvs *out, struct mf_err *err)
 {
-    struct hf_tokenizer_src s = {tok, strlen(tok), tcfg, tcfg ? strlen(tcfg) : 0,
-                                 tmpl, tmpl ? strlen(tmpl) : 0};
+    struct hf_tokenizer_src s = {
+        tok, strlen(tok), tcfg, tcfg ? strlen(tcfg) : 0, tmpl, tmpl ? strlen(tmpl) : 0};
     struct hf_config c;
     memset(&c, 0, sizeof c);
     c.n_vocab = n_vocab;
@@ -247,7 +247,7 @@ static uint32_t u32(const struct gguf_file *gf, const char *key)
 }
 
 #define LLAMA3_RE                                                                                  \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "      \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "         \
     "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
 #define PRE_LLAMA3                                                                                 \
     "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "             \
@@ -326,8 +326,8 @@ static void test_bpe_errors(void **state)
     assert_int_equal(vocab_gguf("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, " BPE_MODEL "}",
                                 NULL, NULL, 4, &k, &err),
                      MF_EUNSUPPORTED);
-    assert_int_equal(vocab_gguf("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", NULL,
-                                NULL, 4, &k, &err),
+    assert_int_equal(vocab_gguf("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", NULL, NULL,
+                                4, &k, &err),
                      MF_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "WordPiece"));
     assert_int_equal(vocab_gguf("{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, " BPE_MODEL
@@ -339,8 +339,8 @@ static void test_bpe_errors(void **state)
                                 "\"merges\": [7]}}",
                                 NULL, NULL, 4, &k, &err),
                      MF_EFORMAT);
-    assert_int_equal(vocab_gguf("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}", NULL,
-                                NULL, 4, &k, &err),
+    assert_int_equal(vocab_gguf("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}", NULL, NULL,
+                                4, &k, &err),
                      MF_EFORMAT);
 }
 
@@ -353,13 +353,14 @@ static void test_spm(void **state)
     const char *tok =
         "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", "
         "\"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"<0x0A>\": 3, \"\xe2\x96\x81\": 4, "
-        "\"a\": 5, \"b\": 6, \"ab\": 7, \"\xe2\x96\x81" "ab\": 8}, "
+        "\"a\": 5, \"b\": 6, \"ab\": 7, \"\xe2\x96\x81"
+        "ab\": 8}, "
         "\"merges\": [\"a b\", \"\xe2\x96\x81 ab\"]}, \"added_tokens\": [{\"id\": 0, \"content\": "
         "\"<unk>\", \"special\": true}, {\"id\": 1, \"content\": \"<s>\", \"special\": true}, "
         "{\"id\": 2, \"content\": \"</s>\", \"special\": true}]}";
-    assert_int_equal(vocab_gguf(tok, "{\"bos_token\": \"<s>\", \"unk_token\": \"<unk>\"}", NULL,
-                                9, &k, &err),
-                     0);
+    assert_int_equal(
+        vocab_gguf(tok, "{\"bos_token\": \"<s>\", \"unk_token\": \"<unk>\"}", NULL, 9, &k, &err),
+        0);
     assert_str(k.gf, "tokenizer.ggml.model", "llama");
     assert_str(k.gf, "tokenizer.ggml.pre", "default");
     assert_null(gguf_find_kv(k.gf, "tokenizer.ggml.merges"));
@@ -368,9 +369,9 @@ static void test_spm(void **state)
         assert_int_equal(arr_int(k.gf, "tokenizer.ggml.token_type", (uint64_t)i), types[i]);
     const struct gguf_array *a;
     assert_int_equal(gguf_get_arr(k.gf, "tokenizer.ggml.scores", &a, &err), 0);
-    assert_true(gguf_arr_f32(a, 7) == -1.0f);  /* made by merge 0 */
-    assert_true(gguf_arr_f32(a, 8) == -2.0f);  /* made by merge 1 */
-    assert_true(gguf_arr_f32(a, 5) == 0.0f);   /* no merge makes it */
+    assert_true(gguf_arr_f32(a, 7) == -1.0f); /* made by merge 0 */
+    assert_true(gguf_arr_f32(a, 8) == -2.0f); /* made by merge 1 */
+    assert_true(gguf_arr_f32(a, 5) == 0.0f);  /* no merge makes it */
     assert_true(gguf_arr_f32(a, 7) > gguf_arr_f32(a, 8));
     assert_int_equal(u32(k.gf, "tokenizer.ggml.bos_token_id"), 1);
     assert_int_equal(u32(k.gf, "tokenizer.ggml.unknown_token_id"), 0);
@@ -385,8 +386,8 @@ static void test_spm(void **state)
     assert_true(gguf_arr_f32(a, 2) == -2.25f);
     assert_int_equal(arr_int(k.gf, "tokenizer.ggml.token_type", 0), 2);
     kvs_close(&k);
-    assert_int_equal(vocab_gguf("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\"]]}}",
-                                NULL, NULL, 3, &k, &err),
+    assert_int_equal(vocab_gguf("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\"]]}}", NULL,
+                                NULL, 3, &k, &err),
                      MF_EFORMAT);
 }
 
@@ -404,8 +405,8 @@ static void test_outtype(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config), cmocka_unit_test(test_rope_factors),
-        cmocka_unit_test(test_permute), cmocka_unit_test(test_bpe),
+        cmocka_unit_test(test_config),     cmocka_unit_test(test_rope_factors),
+        cmocka_unit_test(test_permute),    cmocka_unit_test(test_bpe),
         cmocka_unit_test(test_bpe_errors), cmocka_unit_test(test_spm),
         cmocka_unit_test(test_outtype),
     };

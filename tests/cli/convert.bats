@@ -123,10 +123,10 @@ for p, w in zip(prompts, want):
 EOF
 }
 
-@test "MHA, tied embeddings, BF16 in 3 shards: auto keeps BF16, no output.weight, same tokens" {
+@test "Mistral class, MHA, tied embeddings, BF16 in 3 shards: auto keeps BF16, no output.weight, same tokens" {
     require_llama
     want=$(python3 "$MKDIR" "$D/m" --layers 3 --embd 32 --heads 2 --kv-heads 2 --dtype BF16 \
-        --tied --shards 3 --seed 7 --forward 9,10,11 5)
+        --tied --shards 3 --seed 7 --arch MistralForCausalLM --forward 9,10,11 5)
     [ -f "$D/m/model.safetensors.index.json" ]
     "$MFC" convert "$D/m" -o "$D/m.gguf"
     run python3 "$GG" tensors "$D/m.gguf"
@@ -352,6 +352,7 @@ EOF
     check no-tokenizer "no tokenizer.json"
     check shape "tensor model.layers.0.self_attn.q_proj.weight has shape [34, 32], but config.json implies [32, 32]"
     check layer "beyond num_hidden_layers 2"
+    check extra "tensor model.vision_tower.weight is not part of a LlamaForCausalLM"
     check truncate "model-00001-of-00002.safetensors" --shards 2
     rm -rf "$D/b"
     python3 "$MKDIR" "$D/b" --arch Qwen2ForCausalLM

@@ -9,7 +9,7 @@ usage: hf_mkdir.py OUT_DIR [--layers N] [--embd N] [--ff N] [--heads N]
          [--spm-gguf ggml-vocab-llama-spm.gguf]
          [--dtype F32|F16|BF16] [--tied] [--shards N] [--rope-llama3]
          [--arch NAME] [--seed N] [--llama3-json PATH] [--big] [--vocab-size N]
-         [--break truncate|offset|dtype|shape|no-tokenizer|layer]
+         [--break truncate|offset|dtype|shape|no-tokenizer|layer|extra]
          [--forward PROMPT_IDS N]   print the greedy continuation (ids) that
                                     transformers' LlamaForCausalLM computes
                                     for these weights, in pure Python
@@ -262,6 +262,9 @@ def main():
         shapes.append(("lm_head.weight", [n_vocab, a.embd]))
     if a.brk == "shape":
         shapes[2] = (shapes[2][0], [shapes[2][1][0] + 2, shapes[2][1][1]])
+    if a.brk == "extra":
+        shapes.append(("model.layers.0.self_attn.rotary_emb.inv_freq", [hd // 2]))
+        shapes.append(("model.vision_tower.weight", [4]))
     if a.brk == "layer":
         shapes.append(("model.layers.%d.input_layernorm.weight" % a.layers, [a.embd]))
     weights, tensors = {}, []

@@ -17,7 +17,8 @@ TESTS += tests/unit/test_cuda_host
 
 ## GPU tests and the decode benchmark: tests/gpu/run builds and runs them on a
 ## GPU host (never part of make check); here they are only linked, when possible.
-EXTRA_DIST += tests/gpu/run tests/gpu/test_cuda.c tests/gpu/ncu_summary.py bench/cuda_bench.c
+EXTRA_DIST += tests/gpu/run tests/gpu/models tests/gpu/test_cuda.c tests/gpu/ncu_summary.py \
+	bench/cuda_bench.c
 if HAVE_CUDA_RUNTIME
 noinst_PROGRAMS += tests/gpu/test_cuda bench/cuda_bench
 tests_gpu_test_cuda_SOURCES = tests/gpu/test_cuda.c

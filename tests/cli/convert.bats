@@ -182,7 +182,7 @@ EOF
 }
 
 @test "streaming: peak RSS stays far below the model size" {
-    [ -x /usr/bin/time ] || skip "GNU time is not installed"
+    [ -x /usr/bin/time ] || { echo "GNU time is not installed (script/bootstrap installs it)"; false; }
     python3 "$MKDIR" "$D/m" --big --layers 4 --embd 512 --ff 2048 --heads 8 --kv-heads 2 \
         --vocab-size 32000 --dtype F16
     local size rss

@@ -117,7 +117,9 @@ int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int6
 /* y[t][r] (+)= dot(w row r, x[t]) for r < w->ne1, t < nt: the weight
  * bytes are read from memory once per 8 tokens (once per step in decode).
  * x is rounded to fp16/bf16 first for F16/BF16 weights, as the CPU does;
- * quantized weights meet the float x. add: accumulate into y. */
+ * for Q4_K it is quantized to 8 bits per 32 elements (d = max|x| / 127,
+ * q = rint(x / d)) and dotted in integers; other quantized weights meet the
+ * float x. x rows 16-byte aligned (ldx a multiple of 4). add: y += W x. */
 int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err);
 

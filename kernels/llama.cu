@@ -9,9 +9,12 @@
  * common/quant.h (products and differences are rounded one at a time with
  * __fmul_rn/__fsub_rn, never contracted into an FMA), activations meet
  * F16/BF16 weights rounded to that format, and attention rounds q and the
- * softmax weights to fp16 as the CPU's F16 path does. Quantized weights meet
- * float activations here, where the CPU quantizes them to 8 bits: logits of
- * quantized models differ from the CPU's by that rounding (docs/cuda.md).
+ * softmax weights to fp16 as the CPU's F16 path does. Q4_K weights meet
+ * activations quantized to 8 bits per 32 elements (k_gemv_q4k, integer dot
+ * products); the other quantized types meet float activations. The CPU
+ * quantizes activations per 256 (K-quants) or 32 (Q4_0/Q8_0) with its own
+ * scales, so quantized models' logits differ from the CPU's by that rounding
+ * (docs/cuda.md).
  *
  * Every element is produced by deq8, which decodes the 8 consecutive
  * elements i..i+7 (i a multiple of 8) of a row; a warp covers 256 elements
@@ -471,12 +474,127 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* Q4_K weights against activations quantized to 8 bits per 32 elements
+ * (d = max|x| / 127, q = rint(x / d), as llama.cpp's Q8_1 blocks): four
+ * nibbles of a word meet four activation bytes in one dp4a, and the
+ * sub-block's min term uses the same bytes' sum, so a lane spends a few
+ * integer instructions per 8 weights instead of decoding them to floats.
+ * Staging: each of the block's 256 threads quantizes one 32-element block
+ * of the chunk (NB x CH elements = 8192 = 256 blocks). */
+template <int NB>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv_q4k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x,
+               int64_t ldx, int nt, float *y, int64_t ldy, int add)
+{
+    constexpr int CH = GEMV_SMEM_FLOATS / NB;
+    __shared__ __align__(16) int32_t xq[GEMV_SMEM_FLOATS / 4]; /* int8 x 4, [NB][CH / 4] */
+    __shared__ float xd[GEMV_SMEM_FLOATS / 32];                /* block scales, [NB][CH / 32] */
+    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    const bool live = r < ne1;
+    const uint8_t *row = w + (uint64_t)(live ? r : 0) * rb;
+    for (int t0 = 0; t0 < nt; t0 += NB) {
+        const int nc = nt - t0 < NB ? nt - t0 : NB;
+        float acc[NB];
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++)
+            acc[cc] = 0.0f;
+        for (int64_t k0 = 0; k0 < ne0; k0 += CH) {
+            const int len = ne0 - k0 < CH ? (int)(ne0 - k0) : CH;
+            __syncthreads();
+            for (int blk = threadIdx.x; blk < NB * (CH / 32); blk += blockDim.x) {
+                const int cc = blk / (CH / 32), o = (blk % (CH / 32)) * 32;
+                float v[32];
+                float amax = 0.0f;
+                if (cc < nc && o < len) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + o);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        const float4 a = xp[k];
+                        v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 32; k++)
+                        v[k] = 0.0f;
+                }
+#pragma unroll
+                for (int k = 0; k < 32; k++)
+                    amax = fmaxf(amax, fabsf(v[k]));
+                const float d = __fdiv_rn(amax, 127.0f);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    uint32_t word = 0;
+#pragma unroll
+                    for (int b = 0; b < 4; b++) {
+                        const int q = amax > 0.0f ? (int)rintf(__fdiv_rn(v[4 * k + b], d)) : 0;
+                        word |= (uint32_t)(q & 0xFF) << (8 * b);
+                    }
+                    xq[cc * (CH / 4) + o / 4 + k] = (int32_t)word;
+                }
+                xd[cc * (CH / 32) + o / 32] = d;
+            }
+            __syncthreads();
+            if (!live)
+                continue;
+#pragma unroll 4
+            for (int i = lane * 8; i < len; i += 256) {
+                const uint8_t *b = row + ((k0 + i) >> 8) * 144;
+                const int e = (int)((k0 + i) & 255), j = e >> 5, l0 = e & 31, sh = (j & 1) * 4;
+                int sc, m;
+                scale_min_k4(j, b + 4, &sc, &m);
+                const float d1 = h2f(ld16(b)) * (float)sc, m1 = h2f(ld16(b + 2)) * (float)m;
+                const uint2 q = *reinterpret_cast<const uint2 *>(b + 16 + 32 * (j >> 1) + l0);
+                const int w0 = (int)((q.x >> sh) & 0x0F0F0F0Fu), w1 = (int)((q.y >> sh) & 0x0F0F0F0Fu);
+#pragma unroll
+                for (int cc = 0; cc < NB; cc++) {
+                    if (cc < nc) {
+                        const int x0 = xq[cc * (CH / 4) + i / 4], x1 = xq[cc * (CH / 4) + i / 4 + 1];
+                        const int si = __dp4a(w1, x1, __dp4a(w0, x0, 0));
+                        const int sx = __dp4a(0x01010101, x1, __dp4a(0x01010101, x0, 0));
+                        acc[cc] += xd[cc * (CH / 32) + i / 32] * (d1 * (float)si - m1 * (float)sx);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++) {
+            float sum = acc[cc];
+            for (int o = 16; o > 0; o >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (live && lane == 0 && cc < nc) {
+                float *out = y + (int64_t)(t0 + cc) * ldy + r;
+                *out = add ? *out + sum : sum;
+            }
+        }
+    }
+}
+
+template <int NB>
+static void gemv_q4k_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w, const float *x,
+                            int64_t ldx, int nt, float *y, int64_t ldy, int add)
+{
+    k_gemv_q4k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, w->ne0,
+                                                      w->ne1, x, ldx, nt, y, ldy, add);
+}
+
 template <int TY>
 static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float *x, int64_t ldx,
                         int nt, float *y, int64_t ldy, int add)
 {
     dim3 grid((unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS));
     const uint8_t *d = (const uint8_t *)w->data;
+    if (TY == GGML_TYPE_Q4_K) {
+        if (nt == 1)
+            gemv_q4k_launch<1>(st, grid, w, x, ldx, nt, y, ldy, add);
+        else if (nt == 2)
+            gemv_q4k_launch<2>(st, grid, w, x, ldx, nt, y, ldy, add);
+        else if (nt <= 4)
+            gemv_q4k_launch<4>(st, grid, w, x, ldx, nt, y, ldy, add);
+        else
+            gemv_q4k_launch<GEMV_NB>(st, grid, w, x, ldx, nt, y, ldy, add);
+        return;
+    }
     if (nt == 1)
         k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
     else if (nt == 2)

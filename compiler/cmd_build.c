@@ -158,7 +158,7 @@ static void usage(FILE *f, const char *cmd)
           "  -q, --quiet            print only the image digest\n"
           "  -j, --jobs=N           steps run at once (default 4)\n"
           "      --quantize=TYPE    write the weights as Q4_K_M, Q5_K_M, Q8_0, F16, ...\n"
-          "                         (from an F32/F16/BF16 model; docs/merge.md)\n"
+          "                         (quantized types from an F32/F16/BF16 model)\n"
           "      --merge-adapters   bake every ADAPTER into the weights (as --merge)\n"
           "  -o, --output=SPEC      also write the image: type=oci,dest=DIR|FILE.tar,\n"
           "                         type=docker,dest=FILE.tar, or push it:\n"

@@ -34,7 +34,7 @@ static void usage(FILE *f)
           "  -o, --output=FILE    where to write the merged GGUF (required)\n"
           "  -s, --scale=S        scale of the adapter named just before (default 1)\n"
           "  -q, --quantize=TYPE  write file type TYPE: Q4_K_M, Q5_K_M, Q8_0, F16, ...\n"
-          "                       (the base must be F32, F16 or BF16)\n"
+          "                       (a quantized TYPE needs an F32/F16/BF16 base)\n"
           "  -j, --threads=N      rows encoded in parallel (default: online CPUs)\n",
           f);
 }

@@ -265,6 +265,9 @@ static int plan_types(struct merge *m, struct mf_err *err)
     char *arch = NULL;
     int rc = 0;
     uint64_t n = gguf_n_tensors(m->base);
+    enum quant_ftype ft = m->o->ftype;
+    int upcast = ft == QUANT_FTYPE_ALL_F32 || ft == QUANT_FTYPE_MOSTLY_F16 ||
+                 ft == QUANT_FTYPE_MOSTLY_BF16;
     if (m->o->quantize) {
         if (!quant_ftype_can_build(m->o->ftype))
             return mf_err_set(err, MF_EUNSUPPORTED, "mfc cannot build file type %s",
@@ -276,11 +279,13 @@ static int plan_types(struct merge *m, struct mf_err *err)
         m->out_type[i] = (enum ggml_type)t->type;
         if (!m->o->quantize)
             continue;
-        if (!is_float_type((enum ggml_type)t->type)) {
+        /* down to a quantized type only from floats (ollama create -q's rule:
+         * quantizing twice compounds the loss); up to F32/F16/BF16 from anything */
+        if (!is_float_type((enum ggml_type)t->type) && !upcast) {
             rc = mf_err_set(err, MF_EUNSUPPORTED,
                             "%s: quantization is only supported for F16, BF16 and F32 models, "
                             "but tensor '%s' is %s (requantizing would compound the loss; "
-                            "start from the F16/BF16/F32 GGUF)",
+                            "start from the F16/BF16/F32 GGUF, or write F16/BF16/F32)",
                             m->base_path, t->name, ggml_type_name(t->type));
             break;
         }

@@ -71,8 +71,10 @@ int lora_merge_check(const char *base_path, const struct lora_merge_opts *o, str
 
 /*
  * Writes base + adapters (requantized when o->quantize) to out_path.
- * Refuses (MF_EUNSUPPORTED) to requantize a base holding quantized tensors,
- * as `ollama create -q` does, naming the first such tensor, and (MF_EINVAL)
+ * Refuses (MF_EUNSUPPORTED) to quantize a base holding quantized tensors to a
+ * quantized file type, as `ollama create -q` does, naming the first such
+ * tensor (F32/F16/BF16 targets are accepted from any base: decoding upward
+ * loses nothing, and merging into F16 avoids re-encoding error), and (MF_EINVAL)
  * an out_path that exists and is not a regular file (a device, FIFO,
  * directory or symlink: it would be replaced by the rename). st may be NULL.
  * Returns 0, or a negative MF_E* code with err filled; nothing is left at

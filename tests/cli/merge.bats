@@ -185,4 +185,8 @@ image_file() {
     [[ "$output" == *"Q8_0"* ]]
     run "$MFC" inspect bad
     [ "$status" -ne 0 ]
+    # up to F16 is no requantization: allowed from a quantized base
+    run "$MFC" lora merge "$CTX/base-q8.gguf" "$CTX/a.gguf" --quantize F16 -o "$T/up.gguf"
+    [ "$status" -eq 0 ]
+    "$MFC" inspect "$T/up.gguf" | grep -q 'tensor types *F32 5, F16 16'
 }

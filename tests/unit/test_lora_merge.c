@@ -592,6 +592,26 @@ static void test_quantize(void **state)
     assert_non_null(strstr(err.msg, "only supported for F16, BF16 and F32"));
     assert_non_null(strstr(err.msg, "blk.0.ffn_up.weight"));
     assert_int_not_equal(access(fx->out, F_OK), 0);
+
+    /* up to F16 from the quantized base is allowed: every 2-D tensor becomes
+     * F16 holding the decoded values (to F16 rounding) */
+    o.ftype = QUANT_FTYPE_MOSTLY_F16;
+    assert_int_equal(lora_merge_file(fx->base, fx->out, &o, &st, &err), 0);
+    assert_int_equal(gguf_open(fx->out, &out, &err), 0);
+    assert_int_equal(gguf_open(fx->base, &base, &err), 0);
+    static const char *const up[] = {"blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
+                                     "output.weight"};
+    for (size_t i = 0; i < N(up); i++) {
+        const struct gguf_tensor *t;
+        float *w = decode(base, up[i], &t), *got = decode(out, up[i], NULL);
+        assert_int_equal(gguf_find_tensor(out, up[i])->type, GGML_TYPE_F16);
+        for (uint64_t k = 0; k < t->n_elements; k++)
+            assert_true(fabsf(got[k] - w[k]) <= 1e-3f * fabsf(w[k]) + 1e-7f);
+        free(w);
+        free(got);
+    }
+    gguf_close(out);
+    gguf_close(base);
 }
 
 /* Merge and requantize in one pass: F32 tensors merged then encoded Q8_0. */

@@ -27,3 +27,7 @@ EXTRA_DIST += tests/cli/build.bats bench/build
 ## build-image.bats: what `mfc build` makes, checked with skopeo, umoci, podman
 TESTS += tests/cli/build-image.bats
 EXTRA_DIST += tests/cli/build-image.bats
+
+## adapter-names.bats: an unnamed ADAPTER is named after its file, end to end through mfc-serve
+TESTS += tests/cli/adapter-names.bats
+EXTRA_DIST += tests/cli/adapter-names.bats

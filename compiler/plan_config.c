@@ -3,7 +3,8 @@
  *
  * The config document is what the image carries as /etc/mfc/model.yaml and
  * what the runtime reads instead of Ollama's params/template/system layers:
- * schema, model path, adapters (name, scale, path), draft, params (Ollama
+ * schema, model path, adapters (name, scale, path; an ADAPTER without --name
+ * is named after its source's file name), draft, params (Ollama
  * types: int, float32, bool, stop as a list), template, system, messages,
  * license, requires, renderer, parser, labels, env. It is built from the AST
  * alone, never from fetched content, so it is known at plan time and its
@@ -89,13 +90,135 @@ static int path_taken(const json_t *adapters, const char *path)
     return 0;
 }
 
-/* The path is the one the adapter's layer gets (plan.c reads it from here):
- * /adapters/<name>.gguf for a plain --name not taken yet, else
- * /adapters/<index>.gguf. */
-static int add_adapter(json_t *adapters, const struct mf_instr *in)
+/* ---- adapter names ---------------------------------------------------------------- */
+
+#define ADAPTER_NAME_MAX 64
+#define ADAPTER_DEDUP_MAX 99 /* sql-lora-2 ... sql-lora-99, then the index */
+
+static int name_char(char c)
 {
-    char path[96];
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+}
+
+/* The part of an ADAPTER source that names it, as [*start, *start + *len):
+ * the last path component (trailing '/' dropped), without its extension.
+ * A URL or hf:// source loses its query and fragment first; a name that is
+ * not a path (a registry or Ollama reference) loses its ":tag" and keeps its
+ * dots, except a final ".gguf"; a directory (trailing '/') keeps its dots. */
+static void source_stem(const struct mf_source *src, const char **start, size_t *len)
+{
+    const char *ref = src->ref, *scheme = strstr(ref, "://");
+    size_t n = scheme ? strcspn(ref, "?#") : strlen(ref);
+    int dir = 0;
+    while (n > 0 && ref[n - 1] == '/') {
+        n--;
+        dir = 1;
+    }
+    const char *s = ref + n, *min = scheme ? scheme + 3 : ref;
+    while (s > min && s[-1] != '/')
+        s--;
+    size_t k = (size_t)(ref + n - s);
+    if (!scheme && !src->is_path) {
+        const char *colon = memchr(s, ':', k);
+        if (colon) {
+            *start = s;
+            *len = (size_t)(colon - s);
+            return; /* "ns/m:7b" -> "m" */
+        }
+        if (k > 5 && memcmp(s + k - 5, ".gguf", 5) == 0)
+            k -= 5;
+    } else if (!dir) {
+        const char *dot = NULL;
+        for (const char *q = s + 1; q < s + k; q++)
+            if (*q == '.')
+                dot = q;
+        if (dot)
+            k = (size_t)(dot - s);
+    }
+    *start = s;
+    *len = k;
+}
+
+/* Copies s[0..n) into out (cap > ADAPTER_NAME_MAX) as a plain name: each run
+ * of bytes outside [A-Za-z0-9._-] becomes one '-', and leading and trailing
+ * '.', '_', '-' are dropped; at most max bytes. Returns 1 when the result is
+ * a plain_name, else 0 (out is then meaningless). */
+static int sanitize_name(const char *s, size_t n, char *out, size_t max)
+{
+    size_t k = 0;
+    int gap = 0;
+    for (size_t i = 0; i < n && k < max; i++) {
+        if (!name_char(s[i]) || (k == 0 && strchr("._-", s[i]))) {
+            gap = 1;
+            continue;
+        }
+        if (gap && k > 0) {
+            if (k + 1 >= max)
+                break;
+            out[k++] = '-';
+        }
+        gap = 0;
+        out[k++] = s[i];
+    }
+    while (k > 0 && strchr("._-", out[k - 1]))
+        k--;
+    out[k] = '\0';
+    return plain_name(out);
+}
+
+/* 1 when name is an ADAPTER's --name anywhere in the Modelfile, or the name
+ * of an adapter already in the list. */
+static int name_taken(const struct mf_modelfile *mf, const json_t *adapters, const char *name)
+{
+    size_t i;
+    json_t *a;
+    for (i = 0; i < mf->n_instrs; i++) {
+        const struct mf_instr *in = &mf->instrs[i];
+        if (in->kind == MF_INSTR_ADAPTER && !in->ignored && in->u.src.name &&
+            strcmp(in->u.src.name, name) == 0)
+            return 1;
+    }
+    json_array_foreach (adapters, i, a) {
+        const char *have = json_string_value(json_object_get(a, "name"));
+        if (have && strcmp(have, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The name of an ADAPTER without --name, from its source (source_stem,
+ * sanitize_name), made unique with "-2", "-3", ... Returns 1 with the name in
+ * out (cap > ADAPTER_NAME_MAX), or 0 when the source gives no usable name:
+ * the adapter is then unnamed and known by its index. */
+static int default_name(const struct mf_modelfile *mf, const json_t *adapters,
+                        const struct mf_source *src, char *out)
+{
+    const char *s;
+    size_t n;
+    char stem[ADAPTER_NAME_MAX + 1];
+    source_stem(src, &s, &n);
+    if (!sanitize_name(s, n, stem, ADAPTER_NAME_MAX - 3)) /* room for "-99" */
+        return 0;
+    snprintf(out, ADAPTER_NAME_MAX + 1, "%s", stem);
+    for (int k = 2; name_taken(mf, adapters, out); k++) {
+        if (k > ADAPTER_DEDUP_MAX)
+            return 0;
+        snprintf(out, ADAPTER_NAME_MAX + 1, "%.*s-%d", ADAPTER_NAME_MAX - 3, stem, k);
+    }
+    return 1;
+}
+
+/* The name is --name, else default_name's, else none (JSON null). The path
+ * is the one the adapter's layer gets (plan.c reads it from here):
+ * /adapters/<name>.gguf for a plain name not taken yet, else
+ * /adapters/<index>.gguf. */
+static int add_adapter(json_t *adapters, const struct mf_modelfile *mf, const struct mf_instr *in)
+{
+    char path[96], derived[ADAPTER_NAME_MAX + 1];
     const char *name = in->u.src.name;
+    if (!name && default_name(mf, adapters, &in->u.src, derived))
+        name = derived;
     snprintf(path, sizeof path, "/adapters/%s.gguf", name ? name : "");
     if (!name || !plain_name(name) || path_taken(adapters, path))
         snprintf(path, sizeof path, "/adapters/%zu.gguf", json_array_size(adapters));
@@ -118,7 +241,7 @@ static int add_instr(json_t *doc, const struct mf_instr *in)
     case MF_INSTR_PARAMETER:
         return add_param(json_object_get(doc, "params"), &in->u.param);
     case MF_INSTR_ADAPTER:
-        return in->u.src.merge ? 0 : add_adapter(json_object_get(doc, "adapters"), in);
+        return 0; /* plan_config_doc calls add_adapter: it needs the whole Modelfile */
     case MF_INSTR_DRAFT:
         return json_object_set_new(doc, "draft", json_pack("{s:s}", "path", "/" PLAN_DRAFT_PATH));
     case MF_INSTR_TEMPLATE:
@@ -154,7 +277,11 @@ json_t *plan_config_doc(const struct mf_modelfile *mf)
     for (size_t i = 0; i < mf->n_instrs; i++) {
         if (mf->instrs[i].ignored)
             continue;
-        if (add_instr(doc, &mf->instrs[i]) != 0) {
+        const struct mf_instr *in = &mf->instrs[i];
+        int rc = in->kind != MF_INSTR_ADAPTER ? add_instr(doc, in)
+                 : in->u.src.merge            ? 0
+                                   : add_adapter(json_object_get(doc, "adapters"), mf, in);
+        if (rc != 0) {
             json_decref(doc);
             return NULL;
         }

@@ -80,7 +80,7 @@ tags() { jq -cS '[.manifests[] | .annotations."org.opencontainers.image.ref.name
     run "$MFC" build -q -t a1 "$T/d"
     [ "$status" -eq 0 ]
     # the adapter's bytes are lora.gguf's
-    a=$(layer_at a1 /adapters/0.gguf)
+    a=$(layer_at a1 /adapters/with-lora.gguf)
     [ -n "$a" ]
     tar xOf "$MFC_HOME/blobs/sha256/${a#sha256:}" | cmp - "$DATA/lora.gguf"
     printf '%s\n' "FROM ./base.gguf" "ADAPTER two-loras" >"$T/d/Modelfile"

@@ -83,7 +83,7 @@ layer_at() {
         "dev.mfc.parameters": "1443072",
         "dev.mfc.quantization": "F32",
         "dev.mfc.context_length": "512",
-        "dev.mfc.adapters": "sql,1"}' "$T/i.json"
+        "dev.mfc.adapters": "sql,lora2"}' "$T/i.json"
     jq -e '(.Layers | length) == 5 and .Architecture == "amd64"' "$T/i.json"
     skopeo inspect --config "oci:$MFC_HOME:demo:1" >"$T/c.json"
     jq -e '.config.Entrypoint == ["/usr/bin/mfc-serve", "--config", "/etc/mfc/model.yaml"]' "$T/c.json"
@@ -105,14 +105,14 @@ layer_at() {
     r="$T/bundle/rootfs"
     cmp "$r/models/model.gguf" "$DATA/base.gguf"
     cmp "$r/adapters/sql.gguf" "$DATA/lora.gguf"
-    cmp "$r/adapters/1.gguf" "$DATA/lora2.gguf"
+    cmp "$r/adapters/lora2.gguf" "$DATA/lora2.gguf"
     cmp "$r/usr/bin/mfc-serve" /bin/echo
     python3 -c '
 import json, sys, yaml
 print(json.dumps(yaml.safe_load(open(sys.argv[1]))))' "$r/etc/mfc/model.yaml" >"$T/y.json"
     jq -e '.model.path == "/models/model.gguf"' "$T/y.json"
     jq -e '.adapters == [{"name": "sql", "scale": 1.0, "path": "/adapters/sql.gguf"},
-                         {"name": null, "scale": 1.0, "path": "/adapters/1.gguf"}]' "$T/y.json"
+                         {"name": "lora2", "scale": 1.0, "path": "/adapters/lora2.gguf"}]' "$T/y.json"
     jq -e '.system == "be brief" and .params.temperature == 0.5 and .license == ["MIT"]' "$T/y.json"
     # every path the YAML names is in the image
     for p in $(jq -r '.model.path, .adapters[].path' "$T/y.json"); do [ -f "$r$p" ]; done

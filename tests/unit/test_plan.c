@@ -1,7 +1,8 @@
 /*
  * test_plan.c: unit tests for the build planner (compiler/plan*.c): DAG shape
  * for representative Modelfiles, cache keys that change exactly when an
- * input changes, the config document, and text/json/dot output. Execution is
+ * input changes, the config document (adapters named after their files),
+ * and text/json/dot output. Execution is
  * tested end to end in tests/cli/build.bats.
  */
 #include <setjmp.h>
@@ -221,6 +222,66 @@ static void test_errors(void **state)
     mf_modelfile_free(mf);
 }
 
+/* An ADAPTER without --name is named after its source's file name: sanitized,
+ * made unique (-2), never taking a --name given anywhere; no usable name
+ * leaves it unnamed, known by its index. */
+static void test_adapter_names(void **state)
+{
+    (void)state;
+    static const char text[] = "FROM ./base.gguf\n"
+                               "ADAPTER ./sql-lora.gguf\n"
+                               "ADAPTER ./other/sql-lora.gguf --scale=0.5\n"
+                               "ADAPTER ./adapters/pirate/\n"
+                               "ADAPTER --merge ./merged.gguf\n"
+                               "ADAPTER hf://org/repo/loras/chat.v2.gguf\n"
+                               "ADAPTER https://example.com/a/tone.gguf?download=true#x\n"
+                               "ADAPTER registry.example.com/team/style-lora:v1\n"
+                               "ADAPTER ns/m:7b\n"
+                               "ADAPTER ./2024.gguf\n"
+                               "ADAPTER \"./my lora (v2).gguf\"\n"
+                               "ADAPTER ./late.gguf\n"
+                               "ADAPTER ./x.gguf --name=late\n"
+                               "ADAPTER ./___.gguf\n"
+                               "ADAPTER ../lora.safetensors.d/\n";
+    static const struct {
+        const char *name, *path; /* name NULL: JSON null */
+    } want[] = {
+        {"sql-lora", "/adapters/sql-lora.gguf"},
+        {"sql-lora-2", "/adapters/sql-lora-2.gguf"},
+        {"pirate", "/adapters/pirate.gguf"},
+        {"chat.v2", "/adapters/chat.v2.gguf"},
+        {"tone", "/adapters/tone.gguf"},
+        {"style-lora", "/adapters/style-lora.gguf"},
+        {"m", "/adapters/m.gguf"},
+        {NULL, "/adapters/7.gguf"}, /* all digits: the index, as an unnamed adapter */
+        {"my-lora-v2", "/adapters/my-lora-v2.gguf"},
+        {"late-2", "/adapters/late-2.gguf"}, /* "late" is a --name further down */
+        {"late", "/adapters/late.gguf"},
+        {NULL, "/adapters/11.gguf"},
+        {"lora.safetensors.d", "/adapters/lora.safetensors.d.gguf"}, /* a directory keeps dots */
+    };
+    struct mf_modelfile *mf = NULL;
+    struct mf_err err;
+    if (mf_modelfile_parse(text, strlen(text), NULL, &mf, &err) != 0)
+        fail_msg("parse: %s", err.msg);
+    json_t *doc = plan_config_doc(mf);
+    assert_non_null(doc);
+    const json_t *list = json_object_get(doc, "adapters");
+    assert_int_equal(json_array_size(list), sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const json_t *a = json_array_get(list, i);
+        const json_t *name = json_object_get(a, "name");
+        if (want[i].name)
+            assert_string_equal(json_string_value(name), want[i].name);
+        else
+            assert_true(json_is_null(name));
+        assert_string_equal(json_string_value(json_object_get(a, "path")), want[i].path);
+    }
+    assert_true(json_real_value(json_object_get(json_array_get(list, 1), "scale")) == 0.5);
+    json_decref(doc);
+    mf_modelfile_free(mf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +291,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_yaml, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test(test_adapter_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,16 +5,17 @@
  *
  *   struct run_model m;
  *   run_model_resolve(store_root, "llama3-sql", &m, err);  // weights = blob range
- *   run_server_argv(&m, serve_bin, "127.0.0.1", port, &argv, err);
+ *   run_model_materialize(store_root, &m, run_server_maps_ranges(bin), err);
+ *   run_server_argv(&m, bin, "llama3-sql", "127.0.0.1", port, NULL, &argv, err);
  *   run_server_start(argv, &srv, err); run_server_wait_ready(&srv, url, 60000, err);
- *   run_chat_stream(&client, req, on_text, arg, &reply, err);
- *   run_server_stop(&srv); run_model_free(&m);
+ *   run_chat_stream(&client, req, on_text, arg, &reply, &stats, err);
+ *   run_server_stop(&srv); run_argv_free(argv); run_model_free(&m);
  *
  * An image's weights layer is an uncompressed tar whose /models/model.gguf is
  * a byte range of the blob: an mfc-serve that maps a range (--model BLOB
- * --model-offset N --model-size N) reads it in place; for one that maps whole
- * files only, the range is copied into an unlinked temporary file (see
- * run_model_materialize). The config layer is gzip'd: its
+ * --model-offset N --model-size N, today's) reads it in place; adapter
+ * ranges, and the weights for an older server, are copied into unlinked
+ * temporary files (see run_model_materialize). The config layer is gzip'd: its
  * /etc/mfc/model.yaml (small) is extracted into a memfd that mfc-serve reads
  * as /proc/self/fd/N.
  * Functions that can fail return 0 or a negative MF_E* code with err filled.

@@ -193,12 +193,12 @@ static void test_type(enum ggml_type t)
         for (int c = 0; c < nt; c++)
             for (int64_t o = 0; o < ne0; o += 32) {
                 float amax = 0, d;
-                for (int k = 0; k < 32; k++)
-                    amax = fmaxf(amax, fabsf(x[c * ldx + o + k]));
+                for (int e = 0; e < 32; e++)
+                    amax = fmaxf(amax, fabsf(x[c * ldx + o + e]));
                 d = amax / 127.0f;
-                for (int k = 0; k < 32; k++) {
-                    float v = x[c * ldx + o + k];
-                    xa[c * ne0 + o + k] = t == GGML_TYPE_Q4_K ? (double)d * (amax > 0 ? (int)rintf(v / d) : 0)
+                for (int e = 0; e < 32; e++) {
+                    float v = x[c * ldx + o + e];
+                    xa[c * ne0 + o + e] = t == GGML_TYPE_Q4_K ? (double)d * (amax > 0 ? (int)rintf(v / d) : 0)
                                                               : (double)round_act(t, v);
                 }
             }

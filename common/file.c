@@ -102,6 +102,14 @@ static int fsync_dir_of(const char *path, struct mf_err *err)
 int mf_file_tmp_open(struct mf_file_tmp *t, const char *path, struct mf_err *err)
 {
     t->fd = -1;
+    t->path = NULL;
+    t->tmp_path = NULL;
+    /* The commit renames over path: over a device or FIFO (-o /dev/null)
+     * that would replace the node itself with a regular file. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mf_err_set(err, MF_EEXIST,
+                          "%s exists and is not a regular file; refusing to replace it", path);
     t->path = strdup(path);
     t->tmp_path = NULL;
     size_t n = strlen(path) + 48;

@@ -30,7 +30,9 @@ struct mf_file_tmp {
     char *tmp_path;  /* owned: the temporary's path, in the same directory */
 };
 
-/* Creates the temporary. On failure t is safe to abort. */
+/* Creates the temporary. MF_EEXIST when path exists and is not a regular
+ * file (a device, FIFO or directory: the rename would replace the node).
+ * On failure t is safe to abort. */
 int mf_file_tmp_open(struct mf_file_tmp *t, const char *path, struct mf_err *err);
 /* Writes all n bytes (retrying short writes and EINTR). */
 int mf_file_tmp_write(struct mf_file_tmp *t, const void *p, size_t n, struct mf_err *err);

@@ -187,6 +187,13 @@ static void test_file_atomic_write_and_abort(void **state)
     assert_int_equal(mf_file_mkdirs(path, &err), 0);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
+    /* a FIFO (or /dev/null) at the target is refused, not renamed over */
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(mf_file_write_atomic(path, "one", 3, &err), MF_EEXIST);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
     assert_int_equal(mf_file_read("/nonexistent/mfc", 10, &data, &len, &err), MF_ENOTFOUND);
     assert_non_null(strstr(err.msg, "/nonexistent/mfc"));
     char cmd[300];

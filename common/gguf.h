@@ -132,6 +132,13 @@ int gguf_open(const char *path, struct gguf_file **out, struct mf_err *err);
 int gguf_open_mem(const void *data, size_t size, const char *name, struct gguf_file **out,
                   struct mf_err *err);
 
+/* Same as gguf_open over size bytes of path starting at offset (size 0:
+ * to the end of the file), e.g. a GGUF inside an uncompressed tar layer:
+ * only that range is mapped (from the page below offset), in place. MF_ERANGE
+ * when offset + size lies past the end of the file, naming both numbers. */
+int gguf_open_range(const char *path, uint64_t offset, uint64_t size, struct gguf_file **out,
+                    struct mf_err *err);
+
 /* Unmaps and frees everything; every pointer obtained from gf dies. Accepts NULL. */
 void gguf_close(struct gguf_file *gf);
 

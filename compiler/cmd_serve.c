@@ -80,13 +80,7 @@ static int prepare(struct mfc_ctx *ctx, const char *arg, const char *host, int p
         rc = run_model_resolve(root, arg, m, err);
     if (!rc) {
         int image = m->weights.offset || m->weights.size;
-        rc = run_model_materialize(root, m, image && run_server_maps_ranges(bin), err);
-        if (!rc && m->copied_bytes)
-            mf_log_warn(&ctx->log,
-                        "mfc-serve cannot map a byte range of %s: %.1f MB copied into "
-                        "unlinked temporary files in the store",
-                        m->weights.fd >= 0 ? "a layer blob" : "an adapter layer",
-                        (double)m->copied_bytes / 1e6);
+        rc = run_model_materialize(m, err); /* every layer stays in place */
         if (!rc)
             rc = run_server_argv(m, bin, image ? arg : NULL, host, port, api_key, argv, err);
         if (rc)

@@ -5,17 +5,18 @@
  *
  *   struct run_model m;
  *   run_model_resolve(store_root, "llama3-sql", &m, err);  // weights = blob range
- *   run_model_materialize(store_root, &m, run_server_maps_ranges(bin), err);
+ *   run_model_materialize(&m, err);  // model.yaml (adapter ranges) into a memfd
  *   run_server_argv(&m, bin, "llama3-sql", "127.0.0.1", port, NULL, &argv, err);
  *   run_server_start(argv, &srv, err); run_server_wait_ready(&srv, url, 60000, err);
  *   run_chat_stream(&client, req, on_text, arg, &reply, &stats, err);
  *   run_server_stop(&srv); run_argv_free(argv); run_model_free(&m);
  *
- * An image's weights layer is an uncompressed tar whose /models/model.gguf is
- * a byte range of the blob: an mfc-serve that maps a range (--model BLOB
- * --model-offset N --model-size N, today's) reads it in place; adapter
- * ranges, and the weights for an older server, are copied into unlinked
- * temporary files (see run_model_materialize). The config layer is gzip'd: its
+ * An image's weights and adapter layers are uncompressed tars whose
+ * /models/model.gguf and /adapters/NAME.gguf are byte ranges of their blobs:
+ * mfc-serve maps each range in place (--model BLOB --model-offset N
+ * --model-size N; an adapter's model.yaml entry names the blob with offset:
+ * and size:, or --adapter NAME=BLOB@OFFSET:SIZE), nothing is copied. The
+ * config layer is gzip'd: its
  * /etc/mfc/model.yaml (small) is extracted into a memfd that mfc-serve reads
  * as /proc/self/fd/N.
  * Functions that can fail return 0 or a negative MF_E* code with err filled.
@@ -39,7 +40,6 @@ struct run_file {
     char *path;      /* owned */
     uint64_t offset; /* where the GGUF starts inside path */
     uint64_t size;   /* its length; 0: to the end of the file */
-    int fd;          /* an unlinked copy of the range (path is /proc/self/fd/N), or -1 */
 };
 
 struct run_adapter {
@@ -55,7 +55,6 @@ struct run_model {
     size_t n_adapters;
     int config_fd;                /* memfd with model.yaml (inherited by mfc-serve), or -1 */
     char *config_text;            /* owned: model.yaml as the image has it, or NULL */
-    uint64_t copied_bytes;        /* what run_model_materialize had to copy */
 };
 
 /* ---- tar (untrusted bytes; exported for the fuzzer) ---- */
@@ -94,16 +93,12 @@ int run_tar_walk(const struct run_tar_io *io, const char *what, run_tar_entry_fn
  * cleared. */
 int run_model_resolve(const char *store_root, const char *arg, struct run_model *m,
                       struct mf_err *err);
-/* Makes m servable by an mfc-serve that takes whole files only: with
- * map_ranges nonzero (the server takes --model-offset) the weights stay a
- * range of their blob; every other range is copied (copy_file_range) into an
- * unlinked file in store_root/tmp, named /proc/self/fd/N, which disappears
- * with the last process holding it. model.yaml's adapter paths are rewritten
- * to those names and it goes into a memfd (config_fd). m->copied_bytes says
- * how much was copied. */
-int run_model_materialize(const char *store_root, struct run_model *m, int map_ranges,
-                          struct mf_err *err);
-/* Releases m (closes the memfd and copies). Accepts a cleared m. */
+/* Makes m servable in place: an image's model.yaml, with each adapter's
+ * path rewritten to its layer blob plus offset: and size:, goes into a
+ * memfd (config_fd, inherited by mfc-serve). Nothing is copied. 0 without
+ * a model.yaml; MF_EIO or MF_ENOMEM. */
+int run_model_materialize(struct run_model *m, struct mf_err *err);
+/* Releases m (closes the memfd). Accepts a cleared m. */
 void run_model_free(struct run_model *m);
 
 /* ---- the server process ---- */
@@ -111,10 +106,6 @@ void run_model_free(struct run_model *m);
 /* The mfc-serve binary: $MFC_SERVE when set, else mfc-serve next to this
  * executable. *path is malloc'd. MF_ENOTFOUND when there is none. */
 int run_find_server(char **path, struct mf_err *err);
-
-/* 1 when the mfc-serve at bin can map a byte range of a file (its --help
- * names --model-offset), else 0. */
-int run_server_maps_ranges(const char *bin);
 
 /* argv for mfc-serve serving m (after run_model_materialize) on host:port
  * (port 0: leave it to mfc-serve), named name (NULL: mfc-serve's default),

@@ -71,9 +71,6 @@ static void file_free(struct run_file *f)
 {
     free(f->path);
     f->path = NULL;
-    if (f->fd >= 0)
-        close(f->fd);
-    f->fd = -1;
 }
 
 void run_model_free(struct run_model *m)
@@ -125,7 +122,7 @@ static int on_entry(void *arg, const char *name, uint64_t offset, uint64_t size,
     if (offset > sc->blob_size || size > sc->blob_size - offset)
         return mf_err_set(err, MF_EFORMAT, "%s: %s lies past the end of the blob", sc->blob,
                           name);
-    struct run_file f = {.offset = offset, .size = size, .fd = -1};
+    struct run_file f = {.offset = offset, .size = size};
     if (strcmp(name, WEIGHTS_PATH) == 0) {
         if (sc->m->weights.path)
             return mf_err_set(err, MF_EFORMAT, "the image has two /%s", WEIGHTS_PATH);
@@ -264,7 +261,6 @@ int run_model_resolve(const char *store_root, const char *arg, struct run_model 
 {
     memset(m, 0, sizeof *m);
     m->config_fd = -1;
-    m->weights.fd = -1;
     int rc = 0;
     if (!(m->name = strdup(arg)))
         return mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -284,96 +280,8 @@ int run_model_resolve(const char *store_root, const char *arg, struct run_model 
 
 /* ---- making it servable ---------------------------------------------------------------- */
 
-/* Copies f's byte range into an unlinked file under dir; f->path becomes
- * /proc/self/fd/N (the fd is inherited by mfc-serve). */
-static int copy_range(const char *dir, struct run_file *f, uint64_t *copied, struct mf_err *err)
-{
-    int src = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (src < 0)
-        return mf_err_sys(err, MF_EIO, errno, "%s", f->path);
-    int dst = open(dir, O_TMPFILE | O_RDWR, 0600);
-    if (dst < 0) { /* a file system without O_TMPFILE: a named file, unlinked at once */
-        size_t n = strlen(dir) + sizeof "/run-XXXXXX";
-        char *t = malloc(n);
-        if (t) {
-            snprintf(t, n, "%s/run-XXXXXX", dir);
-            dst = mkstemp(t);
-            if (dst >= 0)
-                unlink(t);
-            free(t);
-        }
-    }
-    if (dst < 0) {
-        int e = errno;
-        close(src);
-        return mf_err_sys(err, MF_EIO, e, "creating a temporary file in %s", dir);
-    }
-    uint64_t size = f->size;
-    if (!size) {
-        struct stat st;
-        size = fstat(src, &st) == 0 && (uint64_t)st.st_size > f->offset
-                   ? (uint64_t)st.st_size - f->offset
-                   : 0;
-    }
-    off_t in = (off_t)f->offset;
-    uint64_t done = 0;
-    int rc = 0, plain = 0;
-    char *buf = NULL;
-    while (!rc && done < size) {
-        size_t want = size - done > (1u << 30) ? (1u << 30) : (size_t)(size - done);
-        ssize_t k = -1;
-        if (!plain) {
-            k = copy_file_range(src, &in, dst, NULL, want, 0);
-            if (k < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
-                          errno == EOPNOTSUPP)) {
-                plain = 1;
-                continue;
-            }
-        } else {
-            if (!buf && !(buf = malloc(1u << 20))) {
-                rc = mf_err_set(err, MF_ENOMEM, "out of memory");
-                break;
-            }
-            k = pread(src, buf, want > (1u << 20) ? (1u << 20) : want, in);
-            for (ssize_t w = 0, o = 0; k > 0 && o < k; o += w) {
-                w = write(dst, buf + o, (size_t)(k - o));
-                if (w <= 0) {
-                    k = -1;
-                    break;
-                }
-            }
-            if (k > 0)
-                in += k;
-        }
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            rc = k == 0 ? mf_err_set(err, MF_EFORMAT, "%s ends before byte %llu", f->path,
-                                     (unsigned long long)(f->offset + size))
-                        : mf_err_sys(err, MF_EIO, errno, "copying from %s", f->path);
-        else
-            done += (uint64_t)k;
-    }
-    free(buf);
-    close(src);
-    if (rc) {
-        close(dst);
-        return rc;
-    }
-    char *p = NULL;
-    if (asprintf(&p, "/proc/self/fd/%d", dst) < 0) {
-        close(dst);
-        return mf_err_set(err, MF_ENOMEM, "out of memory");
-    }
-    free(f->path);
-    f->path = p;
-    f->fd = dst;
-    f->offset = f->size = 0;
-    *copied += size;
-    return 0;
-}
-
-/* model.yaml with each `path: "/adapters/X.gguf"` pointing at the adapter's file. */
+/* model.yaml with each `path: "/adapters/X.gguf"` pointing at the adapter's
+ * layer blob, `offset:` and `size:` (same indentation) giving its range. */
 static int rewrite_config(const struct run_model *m, struct mf_buf *out, struct mf_err *err)
 {
     int rc = 0;
@@ -397,7 +305,10 @@ static int rewrite_config(const struct run_model *m, struct mf_buf *out, struct 
             }
         }
         if (hit)
-            rc = mf_buf_printf(out, err, "%.*spath: \"%s\"\n", (int)(k - l), l, hit->file.path);
+            rc = mf_buf_printf(out, err, "%.*spath: \"%s\"\n%*soffset: %llu\n%*ssize: %llu\n",
+                               (int)(k - l), l, hit->file.path, (int)(k - l), "",
+                               (unsigned long long)hit->file.offset, (int)(k - l), "",
+                               (unsigned long long)hit->file.size);
         else
             rc = mf_buf_printf(out, err, "%.*s\n", (int)n, l);
         l += n + (l[n] == '\n');
@@ -405,21 +316,11 @@ static int rewrite_config(const struct run_model *m, struct mf_buf *out, struct 
     return rc;
 }
 
-int run_model_materialize(const char *store_root, struct run_model *m, int map_ranges,
-                          struct mf_err *err)
+int run_model_materialize(struct run_model *m, struct mf_err *err)
 {
-    char *dir = NULL;
-    if (asprintf(&dir, "%s/tmp", store_root) < 0)
-        return mf_err_set(err, MF_ENOMEM, "out of memory");
     int rc = 0;
-    if (!map_ranges && (m->weights.offset || m->weights.size))
-        rc = copy_range(dir, &m->weights, &m->copied_bytes, err);
-    for (size_t i = 0; !rc && i < m->n_adapters; i++)
-        if (m->adapters[i].file.offset || m->adapters[i].file.size)
-            rc = copy_range(dir, &m->adapters[i].file, &m->copied_bytes, err);
-    free(dir);
-    if (rc || !m->config_text)
-        return rc;
+    if (!m->config_text)
+        return 0;
     struct mf_buf b;
     mf_buf_init(&b, 2 * (size_t)CONFIG_YAML_MAX);
     rc = rewrite_config(m, &b, err);

@@ -99,39 +99,6 @@ static void push(struct argv_b *a, const char *fmt, ...)
     a->v[++a->n] = NULL;
 }
 
-int run_server_maps_ranges(const char *bin)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0)
-        return 0;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_RDWR);
-        dup2(null, 0);
-        dup2(p[1], 1);
-        dup2(null, 2);
-        execl(bin, bin, "--help", (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    char buf[16384];
-    size_t n = 0;
-    ssize_t k;
-    while (pid > 0 && n < sizeof buf - 1 && (k = read(p[0], buf + n, sizeof buf - 1 - n)) != 0) {
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            break;
-        n += (size_t)k;
-    }
-    buf[n] = 0;
-    close(p[0]);
-    if (pid > 0)
-        waitpid(pid, NULL, 0);
-    return strstr(buf, "--model-offset") != NULL;
-}
-
 int run_server_argv(const struct run_model *m, const char *bin, const char *name,
                     const char *host, int port, const char *api_key, char ***argv,
                     struct mf_err *err)
@@ -150,10 +117,16 @@ int run_server_argv(const struct run_model *m, const char *bin, const char *name
         push(&a, "--model-size");
         push(&a, "%llu", (unsigned long long)m->weights.size);
     }
-    /* with a model.yaml the adapters (named or not) are in it, paths rewritten */
+    /* with a model.yaml the adapters (named or not) are in it, paths rewritten
+     * to their blobs with offset: and size: */
     for (size_t i = 0; m->config_fd < 0 && i < m->n_adapters; i++) {
+        const struct run_file *f = &m->adapters[i].file;
         push(&a, "--adapter");
-        push(&a, "%s=%s", m->adapters[i].name, m->adapters[i].file.path);
+        if (f->offset || f->size)
+            push(&a, "%s=%s@%llu:%llu", m->adapters[i].name, f->path,
+                 (unsigned long long)f->offset, (unsigned long long)f->size);
+        else
+            push(&a, "%s=%s", m->adapters[i].name, f->path);
     }
     if (name) {
         push(&a, "--name");

@@ -263,6 +263,19 @@ int lora_open(const struct model *base, const char *path, struct lora **out, str
     return lora_open_gguf(base, gf, out, err);
 }
 
+int lora_open_range(const struct model *base, const char *path, uint64_t offset, uint64_t size,
+                    struct lora **out, struct mf_err *err)
+{
+    struct gguf_file *gf;
+    int rc;
+
+    *out = NULL;
+    rc = gguf_open_range(path, offset, size, &gf, err);
+    if (rc)
+        return rc;
+    return lora_open_gguf(base, gf, out, err);
+}
+
 void lora_close(struct lora *l)
 {
     if (!l)

@@ -40,6 +40,12 @@ struct lora {
  * the tensor (and both shapes for a mismatch) and *out NULL. */
 int lora_open(const struct model *base, const char *path, struct lora **out, struct mf_err *err);
 
+/* Same for the GGUF lying in size bytes of path from offset (size 0: to the
+ * end), e.g. inside an image's adapter layer: only that range is mapped, in
+ * place. MF_ERANGE when the range lies past the end of the file. */
+int lora_open_range(const struct model *base, const char *path, uint64_t offset, uint64_t size,
+                    struct lora **out, struct mf_err *err);
+
 /* Same over an open GGUF, whose ownership passes to the adapter (closed on
  * failure). */
 int lora_open_gguf(const struct model *base, struct gguf_file *gf, struct lora **out,

@@ -41,6 +41,8 @@
 struct serve_adapter_cfg {
     char *name;  /* owned; NULL: unnamed (always applied, as Ollama's ADAPTER) */
     char *path;  /* owned */
+    uint64_t offset; /* where the GGUF starts inside path (model.yaml offset:, PATH@OFF:SIZE) */
+    uint64_t size;   /* its bytes; 0: to the end of the file (offset 0 too: the whole file) */
     float scale; /* user scale, 1 by default */
 };
 
@@ -210,8 +212,6 @@ struct serve {
     atomic_int active;         /* generations in flight */
     atomic_uint_fast64_t seq;  /* request ids */
     struct MHD_Daemon *mhd;    /* owned */
-    void *map;                 /* owned: the mapping of a --model-offset range, or NULL */
-    size_t map_len;            /* its length */
 };
 
 /* serve_load.c: loads everything in s->cfg; 0 or MF_E* naming the file. */

@@ -24,15 +24,15 @@
 
 const char serve_usage[] =
     "usage: mfc-serve --model FILE.gguf [--config model.yaml] [--host ADDR] [--port N]\n"
-    "                 [--api-key KEY] [--adapter NAME=PATH]... [--threads N] [--name NAME]\n"
-    "                 [--ctx N] [--max-seqs N] [--kv-cache-gb G] [--log-level LEVEL]\n"
+    "                 [--api-key KEY] [--adapter NAME=PATH[@OFFSET:SIZE]]... [--threads N]\n"
+    "                 [--name NAME] [--ctx N] [--max-seqs N] [--kv-cache-gb G] [--log-level LEVEL]\n"
     "                 [--model-offset BYTES [--model-size BYTES]]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
     "  MFC_KV_CACHE_GB MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS MFC_MAX_WAITING\n"
     "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n"
-    "--model-offset/--model-size serve a GGUF lying inside a bigger file (a tar layer),\n"
-    "mapped in place.\n";
+    "--model-offset/--model-size, and an adapter's @OFFSET:SIZE, serve a GGUF lying inside\n"
+    "a bigger file (a tar layer), mapped in place.\n";
 
 static char *dup_or_null(const char *s)
 {
@@ -235,10 +235,21 @@ static int load_adapters(struct serve_config *c, const json_t *list, const char 
         if (scale && !json_is_number(scale))
             return mf_err_set(err, MF_EFORMAT, "%s: adapters[%zu].scale must be a number",
                               file, i);
+        json_t *off = json_object_get(a, "offset");
+        json_t *size = json_object_get(a, "size");
+        if ((off && !json_is_null(off) && (!json_is_integer(off) || json_integer_value(off) < 0)) ||
+            (size && !json_is_null(size) &&
+             (!json_is_integer(size) || json_integer_value(size) < 0)))
+            return mf_err_set(err, MF_EFORMAT,
+                              "%s: adapters[%zu].offset and .size must be byte counts "
+                              "(whole numbers >= 0)",
+                              file, i);
         if (c->n_adapters >= SERVE_MAX_ADAPTERS)
             return mf_err_set(err, MF_ERANGE, "%s: more than %d adapters", file,
                               SERVE_MAX_ADAPTERS);
         struct serve_adapter_cfg *ac = &c->adapters[c->n_adapters++];
+        ac->offset = json_is_integer(off) ? (uint64_t)json_integer_value(off) : 0;
+        ac->size = json_is_integer(size) ? (uint64_t)json_integer_value(size) : 0;
         ac->name = json_is_string(name) ? strdup(json_string_value(name)) : NULL;
         ac->path = resolve(dir, json_string_value(path));
         ac->scale = scale ? (float)json_number_value(scale) : 1.0f;
@@ -352,24 +363,61 @@ static int parse_u64(const char *what, const char *s, uint64_t *out, struct mf_e
     return 0;
 }
 
+/* "PATH@OFFSET:SIZE" -> the path's length and the numbers, or 0 when the
+ * value has no such suffix (then all of it is the path). */
+static size_t split_range(const char *v, uint64_t *off, uint64_t *size)
+{
+    const char *at = strrchr(v, '@');
+    if (!at || at == v)
+        return 0;
+    const char *o = at + 1, *colon = strchr(o, ':');
+    if (!colon || colon == o || !colon[1] || strspn(o, "0123456789") != (size_t)(colon - o) ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long a = strtoull(o, &end, 10);
+    unsigned long long b = strtoull(colon + 1, &end, 10);
+    if (errno)
+        return 0;
+    *off = (uint64_t)a;
+    *size = (uint64_t)b;
+    return (size_t)(at - v);
+}
+
+/* --adapter NAME=PATH or NAME=PATH@OFFSET:SIZE (a GGUF inside a bigger file). */
 static int add_adapter_flag(struct serve_config *c, const char *arg, struct mf_err *err)
 {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg || !eq[1])
-        return mf_err_set(err, MF_EUSAGE, "--adapter \"%s\": expected NAME=PATH", arg);
+        return mf_err_set(err, MF_EUSAGE, "--adapter \"%s\": expected NAME=PATH or "
+                          "NAME=PATH@OFFSET:SIZE", arg);
+    uint64_t off = 0, size = 0;
+    size_t pl = split_range(eq + 1, &off, &size);
+    if (!pl)
+        pl = strlen(eq + 1);
+    char *path = strndup(eq + 1, pl);
+    if (!path)
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
     size_t nl = (size_t)(eq - arg);
-    for (int i = 0; i < c->n_adapters; i++) /* same name as in model.yaml: new path */
+    struct serve_adapter_cfg *a = NULL;
+    for (int i = 0; i < c->n_adapters && !a; i++) /* same name as in model.yaml: new path */
         if (c->adapters[i].name && strlen(c->adapters[i].name) == nl &&
-            memcmp(c->adapters[i].name, arg, nl) == 0) {
-            set_str(&c->adapters[i].path, eq + 1);
-            return 0;
+            memcmp(c->adapters[i].name, arg, nl) == 0)
+            a = &c->adapters[i];
+    if (!a) {
+        if (c->n_adapters >= SERVE_MAX_ADAPTERS) {
+            free(path);
+            return mf_err_set(err, MF_EUSAGE, "more than %d adapters", SERVE_MAX_ADAPTERS);
         }
-    if (c->n_adapters >= SERVE_MAX_ADAPTERS)
-        return mf_err_set(err, MF_EUSAGE, "more than %d adapters", SERVE_MAX_ADAPTERS);
-    struct serve_adapter_cfg *a = &c->adapters[c->n_adapters++];
-    a->name = strndup(arg, nl);
-    a->path = strdup(eq + 1);
-    a->scale = 1.0f;
+        a = &c->adapters[c->n_adapters++];
+        a->name = strndup(arg, nl);
+        a->scale = 1.0f;
+    }
+    free(a->path);
+    a->path = path;
+    a->offset = off;
+    a->size = size;
     return 0;
 }
 

@@ -152,7 +152,9 @@ static int load_adapters(struct serve *s, struct mf_err *err)
         const struct serve_adapter_cfg *ac = &s->cfg.adapters[i];
         struct lora *l;
         int32_t id;
-        int rc = lora_open(s->m, ac->path, &l, err);
+        int rc = ac->offset || ac->size
+                     ? lora_open_range(s->m, ac->path, ac->offset, ac->size, &l, err)
+                     : lora_open(s->m, ac->path, &l, err);
         if (rc)
             return mf_err_prefix(err, "adapter %s", ac->name ? ac->name : ac->path);
         float scale = lora_scale(l, ac->scale);
@@ -160,8 +162,14 @@ static int load_adapters(struct serve *s, struct mf_err *err)
             return rc;
         s->adapters[s->n_adapters++] =
             (struct serve_adapter){.name = ac->name, .id = id, .scale = scale};
-        mf_log_info(&s->log, "adapter %s: %s (scale %g)", ac->name ? ac->name : "(unnamed)",
-                    ac->path, (double)ac->scale);
+        if (ac->offset || ac->size)
+            mf_log_info(&s->log,
+                        "adapter %s: %s bytes %" PRIu64 "+%" PRIu64 ", mapped in place (scale %g)",
+                        ac->name ? ac->name : "(unnamed)", ac->path, ac->offset,
+                        gguf_file_size(l->gf), (double)ac->scale);
+        else
+            mf_log_info(&s->log, "adapter %s: %s (scale %g)", ac->name ? ac->name : "(unnamed)",
+                        ac->path, (double)ac->scale);
     }
     return 0;
 }
@@ -247,41 +255,15 @@ static int open_engine(struct serve *s, struct mf_err *err)
 }
 
 /* The model from a byte range of a bigger file (an image's weight layer, an
- * uncompressed tar): the range is mapped read-only in place, no copy. */
+ * uncompressed tar): the range is mapped read-only in place, no copy
+ * (gguf_open_range, which checks the range fits the file). */
 static int open_range(struct serve *s, struct mf_err *err)
 {
-    const char *path = s->cfg.model_path;
-    uint64_t off = s->cfg.model_offset, size = s->cfg.model_size;
-    long page = sysconf(_SC_PAGESIZE);
-    struct stat st;
     struct gguf_file *gf;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mf_err_sys(err, MF_EIO, errno, "%s", path);
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return mf_err_sys(err, MF_EIO, errno, "%s", path);
-    }
-    if (off > (uint64_t)st.st_size || (size && size > (uint64_t)st.st_size - off)) {
-        close(fd);
-        return mf_err_set(err, MF_ERANGE,
-                          "%s: --model-offset %" PRIu64 " --model-size %" PRIu64
-                          " lies past its %lld bytes",
-                          path, off, size, (long long)st.st_size);
-    }
-    if (!size)
-        size = (uint64_t)st.st_size - off;
-    uint64_t delta = off % (uint64_t)(page > 0 ? page : 4096);
-    s->map_len = (size_t)(size + delta);
-    s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, (off_t)(off - delta));
-    close(fd);
-    if (s->map == MAP_FAILED) {
-        s->map = NULL;
-        return mf_err_sys(err, MF_EIO, errno, "mapping %s", path);
-    }
-    int rc = gguf_open_mem((const char *)s->map + delta, (size_t)size, path, &gf, err);
+    int rc = gguf_open_range(s->cfg.model_path, s->cfg.model_offset, s->cfg.model_size, &gf, err);
     if (rc)
-        return rc;
+        return mf_err_prefix(err, "--model-offset %" PRIu64 " --model-size %" PRIu64,
+                             s->cfg.model_offset, s->cfg.model_size);
     return model_open_gguf(gf, &s->m, err);
 }
 
@@ -336,9 +318,6 @@ void serve_unload(struct serve *s)
     s->tok = NULL;
     model_close(s->m);
     s->m = NULL;
-    if (s->map)
-        munmap(s->map, s->map_len);
-    s->map = NULL;
     json_decref(s->model_info);
     s->model_info = NULL;
     serve_opts_free(&s->defaults);

@@ -149,6 +149,65 @@ static void test_yaml_errors(void **state)
     serve_config_free(&c);
 }
 
+/* adapters[] entries with offset: and size: (a GGUF inside a layer blob, as
+ * mfc serve IMAGE writes them), and --adapter NAME=PATH@OFFSET:SIZE. */
+static void test_adapter_ranges(void **state)
+{
+    struct serve_config c;
+    struct mf_err err;
+    char path[128];
+    int help;
+    (void)state;
+    snprintf(path, sizeof path, "%s/model.yaml", tmpdir);
+
+    write_yaml("adapters:\n"
+               "- name: \"sql\"\n"
+               "  path: \"/blobs/sha256/ab\"\n"
+               "  offset: 1536\n"
+               "  size: 40960\n"
+               "- name: \"whole\"\n"
+               "  path: \"/w.gguf\"\n");
+    serve_config_init(&c);
+    assert_int_equal(serve_config_load_yaml(&c, path, &err), 0);
+    assert_int_equal(c.n_adapters, 2);
+    assert_string_equal(c.adapters[0].path, "/blobs/sha256/ab");
+    assert_true(c.adapters[0].offset == 1536 && c.adapters[0].size == 40960);
+    assert_true(c.adapters[1].offset == 0 && c.adapters[1].size == 0);
+    serve_config_free(&c);
+
+    static const char *const bad[] = {"offset: -1\n", "size: \"12\"\n", "offset: 1.5\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char y[160];
+        snprintf(y, sizeof y, "adapters:\n- path: \"/a\"\n  %s", bad[i]);
+        write_yaml(y);
+        serve_config_init(&c);
+        assert_int_equal(serve_config_load_yaml(&c, path, &err), MF_EFORMAT);
+        assert_non_null(strstr(err.msg, "adapters[0].offset and .size"));
+        serve_config_free(&c);
+    }
+
+    /* flags: a range, a plain path over a yaml range, an '@' that is part of the path */
+    write_yaml("adapters:\n- name: \"sql\"\n  path: \"/b\"\n  offset: 512\n  size: 9\n");
+    const char *env[] = {"MFC_CONFIG", path, NULL};
+    fake_env = env;
+    char *argv[] = {"mfc-serve", "--model", "/m.gguf", "--adapter", "r=/x/layer.tar@1024:77",
+                    "--adapter", "sql=/x/sql.gguf", "--adapter", "at=/x/a@b.gguf",
+                    "--adapter", "odd=/x/c@12:z", NULL};
+    serve_config_init(&c);
+    assert_int_equal(serve_config_parse(&c, 11, argv, env_get, &help, &err), 0);
+    assert_int_equal(c.n_adapters, 4);
+    assert_string_equal(c.adapters[0].path, "/x/sql.gguf");
+    assert_true(c.adapters[0].offset == 0 && c.adapters[0].size == 0);
+    assert_string_equal(c.adapters[1].name, "r");
+    assert_string_equal(c.adapters[1].path, "/x/layer.tar");
+    assert_true(c.adapters[1].offset == 1024 && c.adapters[1].size == 77);
+    assert_string_equal(c.adapters[2].path, "/x/a@b.gguf");
+    assert_string_equal(c.adapters[3].path, "/x/c@12:z"); /* not a range: all of it is the path */
+    assert_true(c.adapters[3].offset == 0);
+    serve_config_free(&c);
+    fake_env = NULL;
+}
+
 static void test_yaml_scalars(void **state)
 {
     struct mf_err err;
@@ -402,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_yaml_from_plan),
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_yaml_scalars),
+        cmocka_unit_test(test_adapter_ranges),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_flag_errors),
         cmocka_unit_test(test_openai_chat),

@@ -99,7 +99,21 @@ api_client() {
     echo "$args"
     [[ "$args" == *"--model $MFC_HOME/blobs/sha256/"*" --model-offset "* ]]
     [[ "$args" == *"--model-size $(stat -c %s "$BATS_FILE_TMPDIR/toy.gguf")"* ]]
-    [ -z "$(grep 'copied.*a layer blob' "$D/out")" ]
+    # so is the adapter: model.yaml (a memfd) names its layer blob with offset:
+    # and size:, the server maps that blob, and nothing lands in the store's tmp
+    cfg=$(sed -n 's/.*--config \(\/proc\/self\/fd\/[0-9]*\).*/\1/p' <<<"$args")
+    [ -n "$cfg" ]
+    yaml=$(cat "/proc/$SERVE_PID/fd/${cfg##*/}")
+    echo "$yaml"
+    [[ "$yaml" == *"path: \"$MFC_HOME/blobs/sha256/"*"offset: "*"size: $(stat -c %s "$BATS_FILE_TMPDIR/sql.gguf")"* ]]
+    weights=$(sed -n 's/.*--model \([^ ]*\) .*/\1/p' <<<"$args")
+    grep -o "$MFC_HOME/blobs/sha256/[0-9a-f]*" "/proc/$SERVE_PID/maps" | sort -u >"$D/mapped"
+    cat "$D/mapped"
+    grep -qx "$weights" "$D/mapped"
+    [ "$(grep -vcx "$weights" "$D/mapped")" -eq 1 ] # the adapter's layer blob
+    ! ls -l "/proc/$SERVE_PID/fd" | grep -q "$MFC_HOME/tmp"
+    [ -z "$(ls -A "$MFC_HOME/tmp" 2>/dev/null)" ]
+    [ -z "$(grep -i 'copied' "$D/out")" ]
     # the image's PARAMETER num_predict 3 and SYSTEM are in force
     run curl -sf "$SERVE_URL/api/generate" -d '{"model":"toyimg:v1","prompt":"hi","stream":false}'
     [ "$status" -eq 0 ]

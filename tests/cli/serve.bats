@@ -178,6 +178,49 @@ print(m.offset_data, m.size)' "$D/layer.tar")
     [[ "$output" == *"lies past"* ]]
 }
 
+@test "serve: an adapter inside a bigger file (PATH@OFFSET:SIZE, yaml offset/size) answers like the file" {
+    head -c 3000 /dev/urandom >"$D/apad.bin"
+    tar -C "$D" -cf "$D/alayer.tar" apad.bin toy-lora.gguf
+    local off size
+    read -r off size < <(python3 -c 'import sys, tarfile
+m = tarfile.open(sys.argv[1]).getmember("toy-lora.gguf")
+print(m.offset_data, m.size)' "$D/alayer.tar")
+    [ "$off" -gt 0 ]
+    local body='{"model":"MODEL","prompt":"hello","max_tokens":8,"temperature":0,"ignore_eos":true}'
+    run curl -s "$(main_url)/v1/completions" -d "${body/MODEL/ad1}"
+    local want
+    want=$(echo "$output" | jq -r '.choices[0].text')
+    run curl -s "$(main_url)/v1/completions" -d "${body/MODEL/toy}"
+    [ "$want" != "$(echo "$output" | jq -r '.choices[0].text')" ] # the adapter matters
+    # on the command line
+    start_server AR --model "$D/toy.gguf" --name toy --adapter "ad1=$D/alayer.tar@$off:$size"
+    run curl -s "http://127.0.0.1:$PORT/v1/completions" -d "${body/MODEL/ad1}"
+    [ "$(echo "$output" | jq -r '.choices[0].text')" = "$want" ]
+    grep -q "alayer.tar" "/proc/$(cat "$D/AR.pid")/maps" # mapped in place
+    kill "$(cat "$D/AR.pid")"
+    # in model.yaml, next to path:
+    sed -e "s|path: \"../toy-lora.gguf\"|path: \"../alayer.tar\"\n    offset: $off\n    size: $size|" \
+        "$D/etc/model.yaml" >"$D/etc/range.yaml"
+    grep -q "offset: $off" "$D/etc/range.yaml"
+    start_server AY --config "$D/etc/range.yaml" --name toy
+    run curl -s "http://127.0.0.1:$PORT/v1/completions" -d "${body/MODEL/ad1}"
+    [ "$(echo "$output" | jq -r '.choices[0].text')" = "$want" ]
+    kill "$(cat "$D/AY.pid")"
+    # a range past the end of the file is refused, naming it
+    local total
+    total=$(stat -c %s "$D/alayer.tar")
+    run "$SERVE" --model "$D/toy.gguf" --port 0 --adapter "ad1=$D/alayer.tar@$off:$total"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"adapter ad1"*"alayer.tar"*"offset $off of $total bytes lies past the end of the file ($total bytes)"* ]]
+    run "$SERVE" --model "$D/toy.gguf" --port 0 --adapter "ad1=$D/alayer.tar@$((total + 1)):0"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"lies past the end of the file"* ]]
+    # a range that is not the adapter's GGUF fails to parse, not to map
+    run "$SERVE" --model "$D/toy.gguf" --port 0 --adapter "ad1=$D/alayer.tar@0:$size"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"alayer.tar"* ]]
+}
+
 @test "serve: /v1/models lists the base and the named adapter" {
     run curl -s "$(main_url)/v1/models"
     echo "$output" | jq -e '.object == "list" and ([.data[].id] == ["toy", "ad1"])'

@@ -537,22 +537,36 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             __syncthreads();
             if (!live)
                 continue;
-#pragma unroll 4
-            for (int i = lane * 8; i < len; i += 256) {
-                const uint8_t *b = row + ((k0 + i) >> 8) * 144;
-                const int e = (int)((k0 + i) & 255), j = e >> 5, l0 = e & 31, sh = (j & 1) * 4;
-                int sc, m;
-                scale_min_k4(j, b + 4, &sc, &m);
-                const float d1 = h2f(ld16(b)) * (float)sc, m1 = h2f(ld16(b + 2)) * (float)m;
-                const uint2 q = *reinterpret_cast<const uint2 *>(b + 16 + 32 * (j >> 1) + l0);
-                const int w0 = (int)((q.x >> sh) & 0x0F0F0F0Fu), w1 = (int)((q.y >> sh) & 0x0F0F0F0Fu);
+            /* a lane takes 16 bytes of a super-block's qs: 16 elements of
+             * sub-block 2p (low nibbles) and 16 of 2p + 1 (high nibbles);
+             * 8 lanes cover a super-block, a warp 4 of them a step */
+            const int p2 = (lane & 7) >> 1, l0 = (lane & 1) * 16;
+#pragma unroll 2
+            for (int sb = lane >> 3; sb * 256 < len; sb += 4) {
+                const uint8_t *b = row + ((k0 + sb * 256) >> 8) * 144;
+                int sc0, m0, sc1, m1i;
+                scale_min_k4(2 * p2, b + 4, &sc0, &m0);
+                scale_min_k4(2 * p2 + 1, b + 4, &sc1, &m1i);
+                const float d = h2f(ld16(b)), dm = h2f(ld16(b + 2));
+                const float dlo = d * (float)sc0, mlo = dm * (float)m0;
+                const float dhi = d * (float)sc1, mhi = dm * (float)m1i;
+                const uint4 q = *reinterpret_cast<const uint4 *>(b + 16 + 32 * p2 + l0);
+                const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+                const int elo = sb * 256 + 64 * p2 + l0, ehi = elo + 32;
 #pragma unroll
                 for (int cc = 0; cc < NB; cc++) {
                     if (cc < nc) {
-                        const int x0 = xq[cc * (CH / 4) + i / 4], x1 = xq[cc * (CH / 4) + i / 4 + 1];
-                        const int si = __dp4a(w1, x1, __dp4a(w0, x0, 0));
-                        const int sx = __dp4a(0x01010101, x1, __dp4a(0x01010101, x0, 0));
-                        acc[cc] += xd[cc * (CH / 32) + i / 32] * (d1 * (float)si - m1 * (float)sx);
+                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4, *xh = xq + cc * (CH / 4) + ehi / 4;
+                        int slo = 0, shi = 0, xlo = 0, xhi = 0;
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            slo = __dp4a((int)(qw[k] & 0x0F0F0F0Fu), xl[k], slo);
+                            shi = __dp4a((int)((qw[k] >> 4) & 0x0F0F0F0Fu), xh[k], shi);
+                            xlo = __dp4a(0x01010101, xl[k], xlo);
+                            xhi = __dp4a(0x01010101, xh[k], xhi);
+                        }
+                        acc[cc] += xd[cc * (CH / 32) + elo / 32] * (dlo * (float)slo - mlo * (float)xlo) +
+                                   xd[cc * (CH / 32) + ehi / 32] * (dhi * (float)shi - mhi * (float)xhi);
                     }
                 }
             }

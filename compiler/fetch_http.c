@@ -4,8 +4,9 @@
  *
  * Bytes go from libcurl's write callback straight into a store blob writer,
  * which hashes them in line as they are written: one pass, no second read.
- * The 512 KiB receive buffer makes that ~4k write+hash calls per GiB instead
- * of ~65k. The writer's second hashing thread (store_blob_writer_hash_async)
+ * libcurl receives into a 512 KiB buffer but calls back with 16 KiB pieces;
+ * they are gathered to 256 KiB (body_append), so a GiB is ~4k write+hash
+ * calls instead of ~65k. The writer's second hashing thread (store_blob_writer_hash_async)
  * was measured slower here (bench/README.md, "Fetch"): its 4 MiB slots are
  * copied, written and hashed out of cache, and a loaded machine has no idle
  * core for it. The
@@ -53,7 +54,8 @@
 #define META_MAX 4096     /* bytes of a partial's metadata file */
 #define BACKOFF_MAX_MS 8000
 #define RETRY_AFTER_MAX_S 30
-#define RECV_BUFFER (512L << 10)    /* libcurl's receive buffer: fewer, larger callbacks */
+#define RECV_BUFFER (512L << 10)    /* libcurl's receive buffer: fewer, larger recv calls */
+#define PEND_BYTES (256u << 10)     /* body bytes gathered before one write + hash */
 #define PROGRESS_BYTES (1u << 20)   /* report progress after this many bytes ... */
 #define PROGRESS_NS 100000000LL     /* ... or this much time, whichever comes first */
 
@@ -77,6 +79,8 @@ struct dl {
     uint64_t total;                   /* the resource's length, 0 until known */
     int job;                          /* progress job */
     char errbuf[CURL_ERROR_SIZE];     /* libcurl's detail for the last failure */
+    unsigned char *pend;              /* owned: PEND_BYTES of body not yet in w, or NULL */
+    size_t pend_len;                  /* bytes in pend; 0 between attempts */
 };
 
 /* One HTTP request and its final response (redirects reset it). */
@@ -257,6 +261,32 @@ static int begin_body(struct attempt *a)
     return 0;
 }
 
+/* Writes (and hashes) the gathered body bytes into the blob; pend is empty
+ * afterwards whatever happens. Returns 0 or a negative MF_E* code. */
+static int flush_pending(struct dl *dl, struct mf_err *err)
+{
+    size_t n = dl->pend_len;
+    dl->pend_len = 0;
+    return n ? store_blob_writer_write(dl->w, dl->pend, n, err) : 0;
+}
+
+/* libcurl 7.x hands the body over in 16 KiB pieces (CURL_MAX_WRITE_SIZE)
+ * whatever its receive buffer; a write(2) and a hash update per piece cost
+ * ~65k syscalls per GiB, so pieces are gathered to PEND_BYTES first (the
+ * bench: bench/README.md, "Fetch"). */
+static int body_append(struct dl *dl, const char *p, size_t n, struct mf_err *err)
+{
+    if (!dl->pend && !(dl->pend = malloc(PEND_BYTES)))
+        return store_blob_writer_write(dl->w, p, n, err);
+    if (dl->pend_len + n > PEND_BYTES && flush_pending(dl, err) != 0)
+        return err ? err->code : MF_EIO;
+    if (n >= PEND_BYTES)
+        return store_blob_writer_write(dl->w, p, n, err);
+    memcpy(dl->pend + dl->pend_len, p, n);
+    dl->pend_len += n;
+    return 0;
+}
+
 static size_t on_body(char *p, size_t size, size_t nitems, void *arg)
 {
     struct attempt *a = arg;
@@ -268,14 +298,14 @@ static size_t on_body(char *p, size_t size, size_t nitems, void *arg)
         a->failed = 1;
         return 0;
     }
-    uint64_t have = store_blob_writer_size(dl->w);
+    uint64_t have = store_blob_writer_size(dl->w) + dl->pend_len;
     if (dl->total && have + n > dl->total) {
         mf_err_set(&a->werr, MF_ENET, "%s: the server sent more than the %llu bytes it announced",
                    dl->src->display, (unsigned long long)dl->total);
         a->failed = 1;
         return 0;
     }
-    if (store_blob_writer_write(dl->w, p, n, &a->werr) != 0) {
+    if (body_append(dl, p, n, &a->werr) != 0) {
         a->failed = 1;
         return 0;
     }
@@ -290,7 +320,7 @@ static int on_xfer(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t u
     struct attempt *a = arg;
     if (!a->body_started)
         return 0;
-    uint64_t size = store_blob_writer_size(a->dl->w);
+    uint64_t size = store_blob_writer_size(a->dl->w) + a->dl->pend_len;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
@@ -467,6 +497,12 @@ static enum outcome request(struct dl *dl, const char *inm, struct mf_buf *why,
     curl_easy_setopt(dl->curl, CURLOPT_XFERINFODATA, &a);
     dl->errbuf[0] = '\0';
     CURLcode cc = curl_easy_perform(dl->curl);
+    /* every byte received goes into the blob before anything looks at it;
+     * after a failed write the rest are dropped (a resume asks again) */
+    if (a.failed)
+        dl->pend_len = 0;
+    else if (flush_pending(dl, &a.werr) != 0)
+        a.failed = 1;
     curl_easy_setopt(dl->curl, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(h);
     /* An empty body never reached on_body, yet a 200 still says "the whole
@@ -653,6 +689,7 @@ static void release(struct dl *dl, int rc)
     if (dl->curl)
         curl_easy_cleanup(dl->curl);
     free(dl->meta_path);
+    free(dl->pend);
 }
 
 int fetch_http_run(struct store *s, const struct fetch_source *src, const struct fetch_opts *o,

@@ -2,7 +2,8 @@
 # image.bats: images built through layer.h + oci.h (tests/tools/mkimage, as
 # the executor's image node does), checked with real tools: skopeo reads the
 # OCI dir, OCI tar and docker archive; umoci unpacks the rootfs; podman loads
-# the docker archive and runs the entrypoint; `mfc load` verifies and
+# the docker archive, its image inspect shows mfc's config, and it runs the
+# entrypoint; `mfc load` verifies and
 # refuses bad archives. The "runtime" is /bin/echo (mfc-serve does not exist
 # yet), so running the image prints the entrypoint's arguments.
 load helpers
@@ -116,6 +117,17 @@ with tarfile.open(sys.argv[1], "w") as t:
     P=(podman --root "$T/podman" --runroot "$T/podman-run" --storage-driver=vfs
        --runtime runc --cgroup-manager=cgroupfs --events-backend=none)
     timeout 120 "${P[@]}" load -i "$T/d.tar"
+    # podman read the image config mfc wrote: its image ID is the config's
+    # digest, and entrypoint, env, labels and ports are the ones mfc set
+    "$MFC" inspect demo:1 >"$T/mfc.json"
+    "${P[@]}" image inspect docker.io/mfc-test/demo:1 >"$T/podman.json"
+    [ "$(jq -r '.[0].Id' "$T/podman.json")" = "$(jq -r '.manifest.config.digest | ltrimstr("sha256:")' "$T/mfc.json")" ]
+    jq -e '.[0].Config.Entrypoint == ["/usr/bin/mfc-serve", "--config", "/etc/mfc/model.yaml"]' "$T/podman.json"
+    jq -e '.[0].Config.Env | index("MFC_PORT=8080")' "$T/podman.json"
+    jq -e '.[0].Config.Labels."org.opencontainers.image.title" == "mfc-test"' "$T/podman.json"
+    jq -e '.[0].Config.Labels."io.mfc.adapters" == "none"' "$T/podman.json"
+    jq -e '.[0].Config.ExposedPorts | has("8080/tcp")' "$T/podman.json"
+    [ "$(jq -c '.[0].Config.Labels' "$T/podman.json")" = "$(jq -c '.config.config.Labels' "$T/mfc.json")" ]
     # this machine has no CAP_SYS_RESOURCE: podman's default rlimits (raised
     # above the host's) fail in runc, so ask for low ones explicitly
     run timeout 120 "${P[@]}" run --rm --network=none --ulimit nofile=1024:1024 \

@@ -57,6 +57,7 @@ wait_health() {
 }
 
 @test "demo: mfc build makes one image with the pirate adapter" {
+    cat "$F/build.out" "$F/build.err" # shown when the test fails
     [ -s "$F/demo.tar" ]
     run "$MFC" inspect demo
     [ "$status" -eq 0 ]

@@ -15,3 +15,6 @@ EXTRA_DIST += tests/cli/manifest.bats tests/cli/docs.bats tests/cli/yaml_check.p
 	docker/Dockerfile docker/compose.yaml docker/kubernetes.yaml \
 	docker/github-actions-example.yml docker/Dockerfile.dockerignore \
 	docs/getting-started.md docs/deploy.md docs/ci.md docs/troubleshooting.md docs/config.md
+## The user docs docs.bats reads (links, the command index) ship in the tarball too.
+EXTRA_DIST += docs/api.md docs/architecture.md docs/cli.md docs/cuda.md docs/image.md \
+	docs/store.md docs/tokenizer.md

@@ -30,4 +30,4 @@ EXTRA_DIST += tests/cli/build-image.bats
 
 ## adapter-names.bats: an unnamed ADAPTER is named after its file, end to end through mfc-serve
 TESTS += tests/cli/adapter-names.bats
-EXTRA_DIST += tests/cli/adapter-names.bats
+EXTRA_DIST += tests/cli/adapter-names.bats tests/fuzz/fuzz_plan_config.c tests/fuzz/corpus/plan_config

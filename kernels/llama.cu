@@ -9,9 +9,10 @@
  * common/quant.h (products and differences are rounded one at a time with
  * __fmul_rn/__fsub_rn, never contracted into an FMA), activations meet
  * F16/BF16 weights rounded to that format, and attention rounds q and the
- * softmax weights to fp16 as the CPU's F16 path does. Q4_K weights meet
- * activations quantized to 8 bits per 32 elements (k_gemv_q4k, integer dot
- * products); the other quantized types meet float activations. The CPU
+ * softmax weights to fp16 as the CPU's F16 path does. Q4_K and Q6_K weights
+ * meet activations quantized to 8 bits per 32 elements (k_gemv_q4k,
+ * k_gemv_q6k: integer dot products); the other quantized types meet float
+ * activations. The CPU
  * quantizes activations per 256 (K-quants) or 32 (Q4_0/Q8_0) with its own
  * scales, so quantized models' logits differ from the CPU's by that rounding
  * (docs/cuda.md).
@@ -474,6 +475,50 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* Activations quantized to 8 bits per 32 elements (d = max|x| / 127,
+ * q = rint(x / d), as llama.cpp's Q8_1 blocks) into shared memory: tokens
+ * t0..t0+nc-1, elements k0..k0+len-1, as int8 x 4 words xq[NB][CH / 4] and
+ * scales xd[NB][CH / 32]; each of the block's threads quantizes one 32-element
+ * block (NB x CH elements = 8192 = 256 blocks); padding is zero. */
+template <int NB>
+__device__ __forceinline__ void stage_q8(const float *x, int64_t ldx, int t0, int nc, int64_t k0,
+                                         int len, int32_t *xq, float *xd)
+{
+    constexpr int CH = GEMV_SMEM_FLOATS / NB;
+    for (int blk = threadIdx.x; blk < NB * (CH / 32); blk += blockDim.x) {
+        const int cc = blk / (CH / 32), o = (blk % (CH / 32)) * 32;
+        float v[32];
+        float amax = 0.0f;
+        if (cc < nc && o < len) {
+            const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + o);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float4 a = xp[k];
+                v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 32; k++)
+                v[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < 32; k++)
+            amax = fmaxf(amax, fabsf(v[k]));
+        const float d = __fdiv_rn(amax, 127.0f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t word = 0;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int q = amax > 0.0f ? (int)rintf(__fdiv_rn(v[4 * k + b], d)) : 0;
+                word |= (uint32_t)(q & 0xFF) << (8 * b);
+            }
+            xq[cc * (CH / 4) + o / 4 + k] = (int32_t)word;
+        }
+        xd[cc * (CH / 32) + o / 32] = d;
+    }
+}
+
 /* Q4_K weights against activations quantized to 8 bits per 32 elements
  * (d = max|x| / 127, q = rint(x / d), as llama.cpp's Q8_1 blocks): four
  * nibbles of a word meet four activation bytes in one dp4a, and the
@@ -502,38 +547,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         for (int64_t k0 = 0; k0 < ne0; k0 += CH) {
             const int len = ne0 - k0 < CH ? (int)(ne0 - k0) : CH;
             __syncthreads();
-            for (int blk = threadIdx.x; blk < NB * (CH / 32); blk += blockDim.x) {
-                const int cc = blk / (CH / 32), o = (blk % (CH / 32)) * 32;
-                float v[32];
-                float amax = 0.0f;
-                if (cc < nc && o < len) {
-                    const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + o);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        const float4 a = xp[k];
-                        v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int k = 0; k < 32; k++)
-                        v[k] = 0.0f;
-                }
-#pragma unroll
-                for (int k = 0; k < 32; k++)
-                    amax = fmaxf(amax, fabsf(v[k]));
-                const float d = __fdiv_rn(amax, 127.0f);
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    uint32_t word = 0;
-#pragma unroll
-                    for (int b = 0; b < 4; b++) {
-                        const int q = amax > 0.0f ? (int)rintf(__fdiv_rn(v[4 * k + b], d)) : 0;
-                        word |= (uint32_t)(q & 0xFF) << (8 * b);
-                    }
-                    xq[cc * (CH / 4) + o / 4 + k] = (int32_t)word;
-                }
-                xd[cc * (CH / 32) + o / 32] = d;
-            }
+            stage_q8<NB>(x, ldx, t0, nc, k0, len, xq, xd);
             __syncthreads();
             if (!live)
                 continue;
@@ -584,6 +598,94 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* Q6_K weights against the same 8-bit activations: a lane takes 16
+ * consecutive l of one half c and quarter pair (kp, kp + 2) of a super-block,
+ * which share their ql bytes (low / high nibbles) and qh bytes (bits 2kp and
+ * 2kp + 4); q - 32 is formed per byte (__vsub4) and meets four activation
+ * bytes in one dp4a; each 16 elements have one int8 scale. 8 lanes cover a
+ * super-block, a warp 4 of them a step. Super-blocks are 210 bytes, so the
+ * weights are read 2 bytes at a time. */
+template <int NB>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv_q6k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x,
+               int64_t ldx, int nt, float *y, int64_t ldy, int add)
+{
+    constexpr int CH = GEMV_SMEM_FLOATS / NB;
+    __shared__ __align__(16) int32_t xq[GEMV_SMEM_FLOATS / 4];
+    __shared__ float xd[GEMV_SMEM_FLOATS / 32];
+    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    const bool live = r < ne1;
+    const uint8_t *row = w + (uint64_t)(live ? r : 0) * rb;
+    const int j = lane & 7, c = j >> 2, kp = (j >> 1) & 1, l0 = (j & 1) * 16;
+    for (int t0 = 0; t0 < nt; t0 += NB) {
+        const int nc = nt - t0 < NB ? nt - t0 : NB;
+        float acc[NB];
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++)
+            acc[cc] = 0.0f;
+        for (int64_t k0 = 0; k0 < ne0; k0 += CH) {
+            const int len = ne0 - k0 < CH ? (int)(ne0 - k0) : CH;
+            __syncthreads();
+            stage_q8<NB>(x, ldx, t0, nc, k0, len, xq, xd);
+            __syncthreads();
+            if (!live)
+                continue;
+#pragma unroll 2
+            for (int sb = lane >> 3; sb * 256 < len; sb += 4) {
+                const uint8_t *b = row + ((k0 + sb * 256) >> 8) * 210;
+                const uint8_t *ql = b + 64 * c + 32 * kp + l0, *qh = b + 128 + 32 * c + l0;
+                const float d = h2f(ld16(b + 208));
+                const float dlo = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * kp];
+                const float dhi = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * (kp + 2)];
+                int qlo[4], qhi[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const uint32_t lw = (uint32_t)ld16(ql + 4 * k) | ((uint32_t)ld16(ql + 4 * k + 2) << 16);
+                    const uint32_t hw = (uint32_t)ld16(qh + 4 * k) | ((uint32_t)ld16(qh + 4 * k + 2) << 16);
+                    const uint32_t lo = (lw & 0x0F0F0F0Fu) | (((hw >> (2 * kp)) & 0x03030303u) << 4);
+                    const uint32_t hi = ((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * kp + 4)) & 0x03030303u) << 4);
+                    qlo[k] = (int)__vsub4(lo, 0x20202020u);
+                    qhi[k] = (int)__vsub4(hi, 0x20202020u);
+                }
+                const int elo = sb * 256 + 128 * c + 32 * kp + l0, ehi = elo + 64;
+#pragma unroll
+                for (int cc = 0; cc < NB; cc++) {
+                    if (cc < nc) {
+                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4, *xh = xq + cc * (CH / 4) + ehi / 4;
+                        int slo = 0, shi = 0;
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            slo = __dp4a(qlo[k], xl[k], slo);
+                            shi = __dp4a(qhi[k], xh[k], shi);
+                        }
+                        acc[cc] += xd[cc * (CH / 32) + elo / 32] * dlo * (float)slo +
+                                   xd[cc * (CH / 32) + ehi / 32] * dhi * (float)shi;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++) {
+            float sum = acc[cc];
+            for (int o = 16; o > 0; o >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (live && lane == 0 && cc < nc) {
+                float *out = y + (int64_t)(t0 + cc) * ldy + r;
+                *out = add ? *out + sum : sum;
+            }
+        }
+    }
+}
+
+template <int NB>
+static void gemv_q6k_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w, const float *x,
+                            int64_t ldx, int nt, float *y, int64_t ldy, int add)
+{
+    k_gemv_q6k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, w->ne0,
+                                                      w->ne1, x, ldx, nt, y, ldy, add);
+}
+
 template <int NB>
 static void gemv_q4k_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w, const float *x,
                             int64_t ldx, int nt, float *y, int64_t ldy, int add)
@@ -607,6 +709,17 @@ static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float
             gemv_q4k_launch<4>(st, grid, w, x, ldx, nt, y, ldy, add);
         else
             gemv_q4k_launch<GEMV_NB>(st, grid, w, x, ldx, nt, y, ldy, add);
+        return;
+    }
+    if (TY == GGML_TYPE_Q6_K) {
+        if (nt == 1)
+            gemv_q6k_launch<1>(st, grid, w, x, ldx, nt, y, ldy, add);
+        else if (nt == 2)
+            gemv_q6k_launch<2>(st, grid, w, x, ldx, nt, y, ldy, add);
+        else if (nt <= 4)
+            gemv_q6k_launch<4>(st, grid, w, x, ldx, nt, y, ldy, add);
+        else
+            gemv_q6k_launch<GEMV_NB>(st, grid, w, x, ldx, nt, y, ldy, add);
         return;
     }
     if (nt == 1)

@@ -10,8 +10,8 @@
  *   gemv                   ||y - ref|| / ||ref|| < 1e-5 (ref in double over the
  *                          CPU-dequantized weights and the activations as the
  *                          kernel promises to use them: rounded to F16/BF16 for
- *                          those weights, 8-bit per 32 for Q4_K), nt = 1, 3, 8,
- *                          11, add on/off
+ *                          those weights, 8-bit per 32 for Q4_K and Q6_K),
+ *                          nt = 1, 3, 8, 11, add on/off
  *   rmsnorm (+residual)    < 1e-6;  swiglu < 1e-6
  *   rope + paged K/V store q < 1e-6; every stored fp16 within 1 ulp, the rest
  *                          of the arena untouched
@@ -187,7 +187,7 @@ static void test_type(enum ggml_type t)
         for (int64_t i = 0; i < nt * ldy; i++)
             y0[i] = frand();
         /* the activations as the kernel uses them: rounded to F16/BF16 for
-         * those weights; for Q4_K quantized to 8 bits per 32 (d = max|x| /
+         * those weights; for Q4_K and Q6_K quantized to 8 bits per 32 (d = max|x| /
          * 127, q = rint(x / d)), which the kernel promises to do exactly so */
         double *xa = malloc((size_t)(nt * ne0) * 8);
         for (int c = 0; c < nt; c++)
@@ -198,8 +198,9 @@ static void test_type(enum ggml_type t)
                 d = amax / 127.0f;
                 for (int e = 0; e < 32; e++) {
                     float v = x[c * ldx + o + e];
-                    xa[c * ne0 + o + e] = t == GGML_TYPE_Q4_K ? (double)d * (amax > 0 ? (int)rintf(v / d) : 0)
-                                                              : (double)round_act(t, v);
+                    const int q8 = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
+                    xa[c * ne0 + o + e] = q8 ? (double)d * (amax > 0 ? (int)rintf(v / d) : 0)
+                                             : (double)round_act(t, v);
                 }
             }
         const double bound = 1e-5; /* measured up to 1.3e-7 */

@@ -13,10 +13,67 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/rand.h>
+
+int mf_file_map_range(const char *path, uint64_t offset, uint64_t size, uint64_t min,
+                      const char *what, struct mf_file_map *m, struct mf_err *err)
+{
+    memset(m, 0, sizeof *m);
+    int whole = offset == 0 && size == 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return mf_err_sys(err, errno == ENOENT ? MF_ENOTFOUND : MF_EIO, errno, "cannot open %s",
+                          path);
+    struct stat st;
+    int rc = 0;
+    uint64_t fsize = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = mf_err_sys(err, MF_EIO, errno, "cannot stat %s", path);
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = mf_err_set(err, MF_EINVAL, "%s is not a regular file", path);
+    } else {
+        fsize = (uint64_t)st.st_size;
+        if (offset > fsize || size > fsize - offset)
+            rc = mf_err_set(err, MF_ERANGE,
+                            "%s: the range at offset %llu of %llu bytes lies past the end of "
+                            "the file (%llu bytes)",
+                            path, (unsigned long long)offset, (unsigned long long)size,
+                            (unsigned long long)fsize);
+        else if (!size)
+            size = fsize - offset;
+    }
+    if (!rc && (size < min || size == 0))
+        rc = mf_err_set(err, MF_EFORMAT, "%s: byte %llu: %s is %llu bytes, too short for %s",
+                        path, (unsigned long long)offset, whole ? "file" : "range",
+                        (unsigned long long)size, what);
+    if (!rc) {
+        long page = sysconf(_SC_PAGESIZE);
+        uint64_t delta = offset % (uint64_t)(page > 0 ? page : 4096);
+        void *p = mmap(NULL, (size_t)(size + delta), PROT_READ, MAP_PRIVATE, fd,
+                       (off_t)(offset - delta));
+        if (p == MAP_FAILED) {
+            rc = mf_err_sys(err, MF_EIO, errno, "cannot map %s", path);
+        } else {
+            m->map = p;
+            m->map_len = (size_t)(size + delta);
+            m->data = (const uint8_t *)p + delta;
+            m->size = size;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+void mf_file_unmap(struct mf_file_map *m)
+{
+    if (m->map)
+        munmap(m->map, m->map_len);
+    memset(m, 0, sizeof *m);
+}
 
 int mf_file_read(const char *path, size_t max, char **data, size_t *len, struct mf_err *err)
 {

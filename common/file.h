@@ -1,5 +1,6 @@
 /*
- * file.h: reading whole files with a size cap, and atomic writes.
+ * file.h: reading whole files with a size cap, read-only mappings of a byte
+ * range, and atomic writes.
  *
  * Atomic writes follow the one recipe that survives crashes on POSIX file
  * systems: write to a temporary file in the destination directory, fsync it,
@@ -19,6 +20,27 @@
  * counted in *len). Fails with MF_ENOMEM if the file is larger than max.
  * On failure *data and *len are untouched. The caller frees *data. */
 int mf_file_read(const char *path, size_t max, char **data, size_t *len, struct mf_err *err);
+
+/* A read-only private mapping of a byte range of a regular file. */
+struct mf_file_map {
+    const uint8_t *data; /* the range's first byte (NULL when nothing is mapped) */
+    uint64_t size;       /* bytes in the range */
+    void *map;           /* the mapping (from the page at or below the range) */
+    size_t map_len;      /* bytes of map */
+};
+
+/* Maps size bytes of the regular file path from offset (size 0: to the end
+ * of the file) read-only into *m. `min` is the fewest bytes the range may
+ * hold, and `what` names what they must hold for the message ("a GGUF header
+ * (24 bytes)"). Fails with MF_ENOTFOUND (no such file), MF_EIO (open, stat or
+ * mmap failed), MF_EINVAL (not a regular file), MF_ERANGE (the range lies past
+ * the end: the message names offset, size and file size) or MF_EFORMAT (the
+ * range is shorter than min: "PATH: byte OFFSET: file|range is N bytes, too
+ * short for WHAT"); *m is then zeroed. Release with mf_file_unmap. */
+int mf_file_map_range(const char *path, uint64_t offset, uint64_t size, uint64_t min,
+                      const char *what, struct mf_file_map *m, struct mf_err *err);
+/* Unmaps m and zeroes it. Accepts a zeroed m. */
+void mf_file_unmap(struct mf_file_map *m);
 
 /* Replaces path atomically with len bytes of data (mode 0644). */
 int mf_file_write_atomic(const char *path, const void *data, size_t len, struct mf_err *err);

@@ -20,16 +20,13 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "file.h"
 #include "gguf_int.h"
 
 #define KV_MIN_BYTES 13     /* key length 8 + type 4 + a 1-byte value */
@@ -40,8 +37,7 @@ struct gguf_file {
     char *name;                  /* owned: path or caller's name, for messages */
     const uint8_t *base;         /* the bytes: our mapping or the caller's buffer */
     uint64_t size;               /* bytes at base */
-    int mapped;                  /* 1: base is an mmap that gguf_close unmaps */
-    uint64_t map_delta;          /* mapped: bytes of the mapping before base (page rounding) */
+    struct mf_file_map map;      /* our mapping, unmapped by gguf_close; zero for a buffer */
     uint32_t version;            /* 2 or 3 */
     uint32_t alignment;          /* bytes; a power of two */
     uint64_t data_offset;        /* start of the data section, aligned */
@@ -670,91 +666,17 @@ int gguf_open_mem(const void *data, size_t size, const char *name, struct gguf_f
     return 0;
 }
 
-/* Maps path into gf->base; the descriptor is closed again (the map stays). */
-static int map_file(struct gguf_file *gf, const char *path, struct mf_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mf_err_sys(err, errno == ENOENT ? MF_ENOTFOUND : MF_EIO, errno, "cannot open %s",
-                          path);
-    struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st) != 0)
-        rc = mf_err_sys(err, MF_EIO, errno, "cannot stat %s", path);
-    else if (!S_ISREG(st.st_mode))
-        rc = mf_err_set(err, MF_EINVAL, "%s is not a regular file", path);
-    else if (st.st_size < HEADER_BYTES)
-        rc = mf_err_set(err, MF_EFORMAT,
-                        "%s: byte 0: file is %lld bytes, too short for a GGUF "
-                        "header (24 bytes)",
-                        path, (long long)st.st_size);
-    if (!rc) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            rc = mf_err_sys(err, MF_EIO, errno, "cannot map %s", path);
-        } else {
-            gf->base = p;
-            gf->size = (uint64_t)st.st_size;
-            gf->mapped = 1;
-        }
-    }
-    close(fd);
-    return rc;
-}
-
-/* Checks that offset + *size fits in a file of file_size bytes; *size 0
- * becomes the rest of the file. 0, or MF_ERANGE naming path and the numbers. */
-static int range_check(const char *path, uint64_t file_size, uint64_t offset, uint64_t *size,
-                       struct mf_err *err)
-{
-    if (offset > file_size || *size > file_size - offset)
-        return mf_err_set(err, MF_ERANGE,
-                          "%s: the range at offset %llu of %llu bytes lies past the end of the "
-                          "file (%llu bytes)",
-                          path, (unsigned long long)offset, (unsigned long long)*size,
-                          (unsigned long long)file_size);
-    if (!*size)
-        *size = file_size - offset;
-    return 0;
-}
-
-/* Maps size bytes of path from offset (size 0: to the end) into gf->base,
- * the mapping starting at the page below offset. */
+/* Maps size bytes of path from offset (size 0: to the end) into gf->base;
+ * fails as mf_file_map_range does, a range shorter than a header included. */
 static int map_range(struct gguf_file *gf, const char *path, uint64_t offset, uint64_t size,
                      struct mf_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mf_err_sys(err, errno == ENOENT ? MF_ENOTFOUND : MF_EIO, errno, "cannot open %s",
-                          path);
-    struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st) != 0)
-        rc = mf_err_sys(err, MF_EIO, errno, "cannot stat %s", path);
-    else if (!S_ISREG(st.st_mode))
-        rc = mf_err_set(err, MF_EINVAL, "%s is not a regular file", path);
-    else
-        rc = range_check(path, (uint64_t)st.st_size, offset, &size, err);
-    if (!rc && size < HEADER_BYTES)
-        rc = mf_err_set(err, MF_EFORMAT,
-                        "%s: byte %llu: range is %llu bytes, too short for a GGUF header "
-                        "(24 bytes)",
-                        path, (unsigned long long)offset, (unsigned long long)size);
+    int rc = mf_file_map_range(path, offset, size, HEADER_BYTES, "a GGUF header (24 bytes)",
+                               &gf->map, err);
     if (!rc) {
-        long page = sysconf(_SC_PAGESIZE);
-        uint64_t delta = offset % (uint64_t)(page > 0 ? page : 4096);
-        void *p = mmap(NULL, (size_t)(size + delta), PROT_READ, MAP_PRIVATE, fd,
-                       (off_t)(offset - delta));
-        if (p == MAP_FAILED) {
-            rc = mf_err_sys(err, MF_EIO, errno, "cannot map %s", path);
-        } else {
-            gf->base = (const uint8_t *)p + delta;
-            gf->size = size;
-            gf->map_delta = delta;
-            gf->mapped = 1;
-        }
+        gf->base = gf->map.data;
+        gf->size = gf->map.size;
     }
-    close(fd);
     return rc;
 }
 
@@ -782,7 +704,7 @@ int gguf_open(const char *path, struct gguf_file **out, struct mf_err *err)
     struct gguf_file *gf = file_new(path, err);
     if (!gf)
         return MF_ENOMEM;
-    int rc = map_file(gf, path, err);
+    int rc = map_range(gf, path, 0, 0, err);
     if (!rc)
         rc = parse_file(gf, err);
     if (rc) {
@@ -807,8 +729,7 @@ void gguf_close(struct gguf_file *gf)
     free(gf->tensors);
     gguf_index_fini(&gf->kv_ix);
     gguf_index_fini(&gf->t_ix);
-    if (gf->mapped)
-        munmap((void *)(gf->base - gf->map_delta), (size_t)(gf->size + gf->map_delta));
+    mf_file_unmap(&gf->map);
     free(gf->name);
     free(gf);
 }

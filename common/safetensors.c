@@ -21,15 +21,12 @@
 #include "safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "common/file.h"
 #include "common/json.h"
 #include "common/quant.h"
 
@@ -42,7 +39,7 @@ struct st_file {
     char *name;               /* owned: path or caller's name */
     const uint8_t *base;      /* whole file (mapped or borrowed) */
     uint64_t size;            /* bytes of base */
-    int mapped;               /* 1: base is an mmap that st_close unmaps */
+    struct mf_file_map map;   /* our mapping, unmapped by st_close; zero when borrowed */
     uint64_t data_start;      /* 8 + header length */
     struct st_tensor *tensors; /* owned, n_tensors, header order */
     size_t n_tensors;
@@ -334,33 +331,15 @@ int st_open_mem(const void *data, size_t size, const char *name, struct st_file 
     return 0;
 }
 
+/* Maps the whole of path into f->base; fails as mf_file_map_range does, a
+ * file too short for the 8-byte header length included. */
 static int map_file(struct st_file *f, const char *path, struct mf_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mf_err_sys(err, errno == ENOENT ? MF_ENOTFOUND : MF_EIO, errno, "cannot open %s",
-                          path);
-    struct stat sb;
-    int rc = 0;
-    if (fstat(fd, &sb) != 0)
-        rc = mf_err_sys(err, MF_EIO, errno, "cannot stat %s", path);
-    else if (!S_ISREG(sb.st_mode))
-        rc = mf_err_set(err, MF_EINVAL, "%s is not a regular file", path);
-    else if (sb.st_size < 8)
-        rc = mf_err_set(err, MF_EFORMAT,
-                        "%s: byte 0: file is %lld bytes, too short for a safetensors header",
-                        path, (long long)sb.st_size);
+    int rc = mf_file_map_range(path, 0, 0, 8, "a safetensors header", &f->map, err);
     if (!rc) {
-        void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            rc = mf_err_sys(err, MF_EIO, errno, "cannot map %s", path);
-        } else {
-            f->base = p;
-            f->size = (uint64_t)sb.st_size;
-            f->mapped = 1;
-        }
+        f->base = f->map.data;
+        f->size = f->map.size;
     }
-    close(fd);
     return rc;
 }
 
@@ -393,8 +372,7 @@ void st_close(struct st_file *f)
         free(f->meta[i].value);
     }
     free(f->meta);
-    if (f->mapped)
-        munmap((void *)f->base, (size_t)f->size);
+    mf_file_unmap(&f->map);
     free(f->name);
     free(f);
 }

@@ -152,9 +152,7 @@ int lora_image_adapters(const char *store_root, const char *ref, const json_t *i
 /* An image's weights, opened in place (a byte range of the layer blob,
  * mapped read-only), for `mfc lora check --base IMAGE`. */
 struct lora_image_base {
-    void *map;              /* owned: the whole blob's mapping, or NULL */
-    size_t map_len;         /* bytes of map */
-    struct gguf_file *gf;   /* owned: the GGUF inside it */
+    struct gguf_file *gf;   /* owned: the GGUF at the range (gguf_open_range) */
 };
 /* Opens ref's /models/model.gguf. Returns 0, or a negative MF_E* code
  * (MF_ENOTFOUND: no such image); b is safe to close either way. */

@@ -17,10 +17,8 @@
 #include "compiler/lora.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,40 +26,16 @@
 #include "compiler/run.h"
 #include "compiler/source_ref.h"
 
-/* Maps rf's file and opens the GGUF at its range into b. */
+/* Opens the GGUF at rf's byte range of its file into b (mapped in place). */
 static int map_range(const struct run_file *rf, struct lora_image_base *b, struct mf_err *err)
 {
     memset(b, 0, sizeof *b);
-    int fd = open(rf->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mf_err_sys(err, MF_EIO, errno, "cannot open %s", rf->path);
-    struct stat sb;
-    int rc = fstat(fd, &sb) == 0 ? 0 : mf_err_sys(err, MF_EIO, errno, "cannot stat %s", rf->path);
-    uint64_t fsize = rc ? 0 : (uint64_t)sb.st_size;
-    uint64_t size = rf->size ? rf->size : fsize - (rf->offset < fsize ? rf->offset : fsize);
-    if (!rc && (rf->offset > fsize || size > fsize - rf->offset || fsize == 0))
-        rc = mf_err_set(err, MF_EFORMAT, "%s: GGUF range outside the blob", rf->path);
-    if (!rc) {
-        void *p = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            rc = mf_err_sys(err, MF_EIO, errno, "cannot map %s", rf->path);
-        } else {
-            b->map = p;
-            b->map_len = (size_t)fsize;
-        }
-    }
-    close(fd);
-    if (!rc)
-        rc = gguf_open_mem((const uint8_t *)b->map + rf->offset, (size_t)size, rf->path, &b->gf,
-                           err);
-    return rc;
+    return gguf_open_range(rf->path, rf->offset, rf->size, &b->gf, err);
 }
 
 void lora_image_base_close(struct lora_image_base *b)
 {
     gguf_close(b->gf);
-    if (b->map)
-        munmap(b->map, b->map_len);
     memset(b, 0, sizeof *b);
 }
 

@@ -74,3 +74,14 @@ int mf_num_parse_bool(const char *s, int *out)
     }
     return MF_EINVAL;
 }
+
+int mf_num_hex_digit(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

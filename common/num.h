@@ -17,4 +17,8 @@ int mf_num_parse_f64(const char *s, double *out);
  * TRUE, True, 0, f, F, FALSE, False), since Ollama parses bools with it. */
 int mf_num_parse_bool(const char *s, int *out);
 
+/* The value 0..15 of one hex digit (0-9, a-f, A-F), or -1 for any other c
+ * (including EOF and bytes past 0x7f). */
+int mf_num_hex_digit(int c);
+
 #endif

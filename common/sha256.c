@@ -12,6 +12,8 @@
 
 #include <openssl/evp.h>
 
+#include "num.h"
+
 int mf_sha256_init(struct mf_sha256 *h, struct mf_err *err)
 {
     EVP_MD_CTX *c = EVP_MD_CTX_new();
@@ -124,23 +126,12 @@ void mf_sha256_hex(const uint8_t d[MF_SHA256_LEN], char hex[MF_SHA256_HEX_LEN + 
     hex[MF_SHA256_HEX_LEN] = '\0';
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int mf_sha256_parse_hex(const char *hex, uint8_t d[MF_SHA256_LEN])
 {
     uint8_t tmp[MF_SHA256_LEN];
     for (int i = 0; i < MF_SHA256_LEN; i++) {
-        int hi = hexval(hex[2 * i]);
-        int lo = hi < 0 ? -1 : hexval(hex[2 * i + 1]);
+        int hi = mf_num_hex_digit((unsigned char)hex[2 * i]);
+        int lo = hi < 0 ? -1 : mf_num_hex_digit((unsigned char)hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return MF_EINVAL;
         tmp[i] = (uint8_t)(hi << 4 | lo);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/num.h"
 #include "common/utf8.h"
 
 /* ---- limits -------------------------------------------------------------- */
@@ -328,17 +329,6 @@ static int use_var(struct parser *p, const struct tmpl_token *tk)
 
 /* ---- literals ------------------------------------------------------------------ */
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Reads n hex digits at s (s < e). Returns the value, or -1. */
 static long read_hex(const char *s, const char *e, int n)
 {
@@ -346,7 +336,7 @@ static long read_hex(const char *s, const char *e, int n)
     if (e - s < n)
         return -1;
     for (int i = 0; i < n; i++) {
-        int h = hexval((unsigned char)s[i]);
+        int h = mf_num_hex_digit((unsigned char)s[i]);
         if (h < 0)
             return -1;
         v = v * 16 + h;
@@ -464,7 +454,7 @@ static int parse_digits(const char *s, size_t n, int base, int64_t *v)
             prev_digit = 0;
             continue;
         }
-        int d = hexval((unsigned char)s[i]);
+        int d = mf_num_hex_digit((unsigned char)s[i]);
         if (d < 0 || d >= base)
             return -1;
         if (acc > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)

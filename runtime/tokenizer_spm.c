@@ -25,6 +25,8 @@
 
 #include <string.h>
 
+#include "common/num.h"
+
 #define SPACE "\xe2\x96\x81" /* U+2581 LOWER ONE EIGHTH BLOCK, sentencepiece's space */
 
 /* Bytes of the character a lead byte starts (llama.cpp unicode_len_utf8). */
@@ -37,11 +39,7 @@ static int parse_byte_token(const char *s, size_t len)
         return -1;
     int v = 0;
     for (int i = 3; i < 5; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                       : -1;
+        int d = mf_num_hex_digit((unsigned char)s[i]);
         if (d < 0)
             return -1;
         v = v * 16 + d;

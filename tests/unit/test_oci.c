@@ -139,6 +139,18 @@ static void test_output_parse(void **state)
     assert_int_equal(oci_output_parse("type=docker,dest=dir", &o, &err), MF_EINVAL);
     assert_int_equal(oci_output_parse("type=zip,dest=x", &o, &err), MF_EINVAL);
     assert_int_equal(oci_output_parse("type=oci", &o, &err), MF_EINVAL);
+    /* type=registry: name= and registry.insecure=true, no dest= */
+    assert_int_equal(oci_output_parse("type=registry", &o, &err), 0);
+    assert_int_equal(o.type, OCI_OUT_REGISTRY);
+    assert_string_equal(o.name, "");
+    assert_false(o.insecure);
+    assert_int_equal(oci_output_parse("type=registry,name=r:5000/a/b:1,registry.insecure=true",
+                                      &o, &err), 0);
+    assert_string_equal(o.name, "r:5000/a/b:1");
+    assert_true(o.insecure);
+    assert_int_equal(oci_output_parse("type=registry,dest=x", &o, &err), MF_EINVAL);
+    assert_int_equal(oci_output_parse("type=oci,dest=x,name=y", &o, &err), MF_EINVAL);
+    assert_int_equal(oci_output_parse("type=registry,registry.insecure=yes", &o, &err), MF_EINVAL);
 }
 
 static void test_roundtrip(void **state)

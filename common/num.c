@@ -4,8 +4,10 @@
 #include "num.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,4 +86,21 @@ int mf_num_hex_digit(int c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
+}
+
+void mf_num_fmt_bytes(uint64_t n, int compact, char *buf, size_t cap)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%" PRIu64 " B", n);
+    else if (compact)
+        snprintf(buf, cap, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
+    else
+        snprintf(buf, cap, "%.2f %s", v, units[u]);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/num.h"
 #include "common/quant.h"
 #include "common/utf8.h"
 
@@ -121,17 +122,7 @@ void mf_inspect_count(uint64_t n, char *buf, size_t cap)
 
 void mf_inspect_bytes(uint64_t n, char *buf, size_t cap)
 {
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, cap, "%" PRIu64 " B", n);
-    else
-        snprintf(buf, cap, "%.2f %s", v, unit[u]);
+    mf_num_fmt_bytes(n, 0, buf, cap);
 }
 
 /* ------------------------------------------------------------------------

@@ -41,7 +41,7 @@ json_t *mf_inspect_gguf(const struct gguf_file *gf, int with_tensors, struct mf_
 /* "8.03B", "125.8M", "20.5K", "512": a parameter count for people. */
 void mf_inspect_count(uint64_t n, char *buf, size_t cap);
 
-/* "4.58 GiB", "723.9 KiB", "512 B". */
+/* "4.58 GiB", "723.90 KiB", "512 B" (mf_num_fmt_bytes, 2 decimals). */
 void mf_inspect_bytes(uint64_t n, char *buf, size_t cap);
 
 #endif

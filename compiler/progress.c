@@ -42,6 +42,7 @@
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "common/num.h"
 
 #define NS 1000000000LL
 #define TTY_INTERVAL_NS (NS / 10)  /* redraws: smooth to the eye, cheap over ssh */
@@ -96,17 +97,7 @@ struct progress {
 
 void progress_fmt_bytes(uint64_t n, char *buf, size_t cap)
 {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024 && u < 5) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, cap, "%" PRIu64 " B", n);
-    else
-        snprintf(buf, cap, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
+    mf_num_fmt_bytes(n, 1, buf, cap);
 }
 
 void progress_fmt_rate(double bps, char *buf, size_t cap)

@@ -75,7 +75,8 @@ int progress_step_begin(struct progress *p, int step, const char *verb, const ch
  * (progress off) when p is NULL, the step was not begun, or out of memory. */
 struct progress *progress_scope(struct progress *p, int step);
 
-/* "812 B", "1.2 KiB", "4.6 GiB": binary units, as sizes on disk are. */
+/* "812 B", "1.2 KiB", "4.6 GiB": binary units, as sizes on disk are
+ * (mf_num_fmt_bytes, compact). */
 void progress_fmt_bytes(uint64_t n, char *buf, size_t cap);
 /* "310 MB/s": decimal units, as network rates are. */
 void progress_fmt_rate(double bytes_per_s, char *buf, size_t cap);

@@ -9,6 +9,7 @@ TESTS += tests/unit/test_common
 ### CLI tests (bats)
 TESTS += tests/cli/mfc.bats
 EXTRA_DIST += tests/cli/mfc.bats tests/cli/helpers.bash
+EXTRA_DIST += tests/unit/tmpdir.h
 
 ### Source rules (banned functions, header comments)
 TESTS += script/checksrc

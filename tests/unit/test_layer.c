@@ -10,7 +10,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 
 #include "compiler/layer.h"
 #include "compiler/store.h"
+#include "tests/unit/tmpdir.h"
 
 struct fixture {
     char dir[64];    /* the temporary store root */
@@ -28,19 +28,14 @@ struct fixture {
     char file[96];   /* a host file with known content */
 };
 
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static int setup(void **state)
 {
     struct fixture *fx = calloc(1, sizeof *fx);
     struct mf_err err;
     if (!fx)
         return -1;
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test-layer-XXXXXX");
-    if (!mkdtemp(fx->dir) || store_open(&fx->s, fx->dir, &err) != 0)
+    if (test_tmpdir_make(fx->dir, sizeof fx->dir, "layer") != 0 ||
+        store_open(&fx->s, fx->dir, &err) != 0)
         return -1;
     snprintf(fx->file, sizeof fx->file, "%s/weights.gguf", fx->dir);
     FILE *f = fopen(fx->file, "w");
@@ -57,7 +52,7 @@ static int teardown(void **state)
 {
     struct fixture *fx = *state;
     store_close(fx->s);
-    nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmpdir_remove(fx->dir);
     free(fx);
     return 0;
 }

@@ -19,7 +19,6 @@
 
 #include <cmocka.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +29,7 @@
 #include "common/gguf.h"
 #include "common/quant.h"
 #include "compiler/lora_merge.h"
+#include "tests/unit/tmpdir.h"
 
 #define NE 256 /* base row length: one Q4_K/Q6_K block */
 
@@ -158,18 +158,12 @@ static const struct tspec float_tensors[] = {
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static int setup(void **state)
 {
     struct fixture *fx = calloc(1, sizeof *fx);
     if (!fx)
         return -1;
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test-lora-merge-XXXXXX");
-    if (!mkdtemp(fx->dir))
+    if (test_tmpdir_make(fx->dir, sizeof fx->dir, "lora-merge") != 0)
         return -1;
     snprintf(fx->base, sizeof fx->base, "%s/base.gguf", fx->dir);
     snprintf(fx->fbase, sizeof fx->fbase, "%s/float.gguf", fx->dir);
@@ -187,7 +181,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *fx = *state;
-    nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmpdir_remove(fx->dir);
     free(fx);
     return 0;
 }

@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +16,12 @@
 
 #include "compiler/oci.h"
 #include "compiler/store.h"
+#include "tests/unit/tmpdir.h"
 
 struct fixture {
     char dir[64];    /* the temporary store root */
     struct store *s; /* open on dir */
 };
-
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
 
 static int setup(void **state)
 {
@@ -34,8 +29,8 @@ static int setup(void **state)
     struct mf_err err;
     if (!fx)
         return -1;
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test-oci-XXXXXX");
-    if (!mkdtemp(fx->dir) || store_open(&fx->s, fx->dir, &err) != 0)
+    if (test_tmpdir_make(fx->dir, sizeof fx->dir, "oci") != 0 ||
+        store_open(&fx->s, fx->dir, &err) != 0)
         return -1;
     *state = fx;
     return 0;
@@ -45,7 +40,7 @@ static int teardown(void **state)
 {
     struct fixture *fx = *state;
     store_close(fx->s);
-    nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmpdir_remove(fx->dir);
     free(fx);
     return 0;
 }

@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 
 #include "common/file.h"
 #include "compiler/plan.h"
+#include "tests/unit/tmpdir.h"
 
 #define D1 "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 #define D2 "sha256:2222222222222222222222222222222222222222222222222222222222222222"
@@ -28,17 +28,11 @@ struct fixture {
     struct fetch_opts o; /* base_dir = dir */
 };
 
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static int setup(void **state)
 {
     struct fixture *fx = calloc(1, sizeof *fx);
     char path[128];
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test-plan-XXXXXX");
-    if (!mkdtemp(fx->dir))
+    if (test_tmpdir_make(fx->dir, sizeof fx->dir, "plan") != 0)
         return -1;
     snprintf(path, sizeof path, "%s/base.gguf", fx->dir);
     mf_file_write_atomic(path, "x", 1, NULL);
@@ -52,7 +46,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *fx = *state;
-    nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmpdir_remove(fx->dir);
     free(fx);
     return 0;
 }

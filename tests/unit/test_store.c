@@ -12,7 +12,6 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,7 @@
 #include "common/sha256.h"
 #include "compiler/store.h"
 #include "compiler/store_int.h"
+#include "tests/unit/tmpdir.h"
 
 /* sha256("hello") and sha256("world") */
 #define D_HELLO "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
@@ -36,16 +36,10 @@ struct fixture {
     struct store *s; /* open on dir */
 };
 
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static int setup(void **state)
 {
     struct fixture *fx = calloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test-store-XXXXXX");
-    if (!fx || !mkdtemp(fx->dir))
+    if (!fx || test_tmpdir_make(fx->dir, sizeof fx->dir, "store") != 0)
         return -1;
     struct mf_err err;
     if (store_open(&fx->s, fx->dir, &err) != 0) {
@@ -60,7 +54,7 @@ static int teardown(void **state)
 {
     struct fixture *fx = *state;
     store_close(fx->s);
-    nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmpdir_remove(fx->dir);
     free(fx);
     return 0;
 }

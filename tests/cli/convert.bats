@@ -22,10 +22,27 @@ TOKTOOL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/toktool"
 VOCAB="$MFC_SHARED/data/vocab"
 FIXTURE="$MFC_SRCDIR/tests/data/hf"
 
-require_llama() {
-    command -v node >/dev/null || skip "node is not installed"
-    [ -d "$MFC_SRCDIR/tests/tools/node/node_modules/node-llama-cpp" ] ||
-        skip "node-llama-cpp not installed (cd tests/tools/node && npm i)"
+# Tokenizes llama.cpp's llama-bpe vocab test strings with GGUF through
+# llama.cpp and through mfc (toktool); fails unless both give the first 46
+# id lists of OUT (a llama.cpp .out file: one line of ids a string).
+llama3_ids_match() {
+    local gguf=$1 out=$2
+    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.inp" >"$D/inp.json" <<'EOF'
+import json, sys
+s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
+json.dump(s, sys.stdout)
+EOF
+    node "$LLAMA_TOK" ids --model "$gguf" --in "$D/inp.json" >"$D/llama.json"
+    "$TOKTOOL" ids "$gguf" "$D/inp.json" >"$D/mfc.json"
+    python3 - "$out" "$D/llama.json" "$D/mfc.json" <<'EOF'
+import json, sys
+want = [[int(x) for x in l.split()] for l in open(sys.argv[1]).read().split("\n")[:46]]
+for f in sys.argv[2:]:
+    got = json.load(open(f))
+    bad = [i for i in range(len(want)) if want[i] != got[i]]
+    print(f, len(want) - len(bad), "of", len(want))
+    assert len(got) == 46 and not bad, bad[:5]
+EOF
 }
 
 setup() {
@@ -83,22 +100,7 @@ assert "tokenizer.chat_template string" in kv, kv
 EOF
     done
     require_shared
-    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.inp" >"$D/inp.json" <<'EOF'
-import json, sys
-s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
-json.dump(s, sys.stdout)
-EOF
-    node "$LLAMA_TOK" ids --model "$D/tiny-llama.gguf" --in "$D/inp.json" >"$D/llama.json"
-    "$TOKTOOL" ids "$D/tiny-llama.gguf" "$D/inp.json" >"$D/mfc.json"
-    python3 - "$FIXTURE/tiny-llama-vocab.out" "$D/llama.json" "$D/mfc.json" <<'EOF'
-import json, sys
-want = [[int(x) for x in l.split()] for l in open(sys.argv[1]).read().split("\n")[:46]]
-for f in sys.argv[2:]:
-    got = json.load(open(f))
-    bad = [i for i in range(len(want)) if want[i] != got[i]]
-    print(f, len(want) - len(bad), "of", len(want))
-    assert len(got) == 46 and not bad, bad[:5]
-EOF
+    llama3_ids_match "$D/tiny-llama.gguf" "$FIXTURE/tiny-llama-vocab.out"
 }
 
 @test "mfc convert of a PEFT directory (--base): llama.cpp with base + adapter gives PEFT's greedy tokens" {
@@ -242,22 +244,7 @@ EOF
     python3 "$MKDIR" "$D/m" --vocab llama3 --llama3-json "$VOCAB/llama3-tokenizer.json" \
         --layers 1 --embd 16 --ff 32 --heads 2 --kv-heads 1 --dtype BF16 --tied
     "$MFC" convert "$D/m" -o "$D/m.gguf"
-    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.inp" >"$D/inp.json" <<'EOF'
-import json, sys
-s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
-json.dump(s, sys.stdout)
-EOF
-    node "$LLAMA_TOK" ids --model "$D/m.gguf" --in "$D/inp.json" >"$D/llama.json"
-    "$TOKTOOL" ids "$D/m.gguf" "$D/inp.json" >"$D/mfc.json"
-    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.out" "$D/llama.json" "$D/mfc.json" <<'EOF'
-import json, sys
-want = [[int(x) for x in l.split()] for l in open(sys.argv[1]).read().split("\n")[:46]]
-for f in sys.argv[2:]:
-    got = json.load(open(f))
-    bad = [i for i in range(len(want)) if want[i] != got[i]]
-    print(f, len(want) - len(bad), "of", len(want))
-    assert len(got) == 46 and not bad, bad[:5]
-EOF
+    llama3_ids_match "$D/m.gguf" "$VOCAB/ggml-vocab-llama-bpe.gguf.out"
 }
 
 @test "Llama 2 (SentencePiece BPE, byte fallback) vocabulary: ids as HF's, types as sentencepiece's" {

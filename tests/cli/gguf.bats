@@ -10,13 +10,6 @@ MKMODEL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/mkmodel"
 LLAMA_REF="$MFC_SRCDIR/tests/tools/llama-ref.mjs"
 VOCAB="$MFC_SHARED/data/vocab"
 
-# Skips, saying why, unless node and node-llama-cpp are installed.
-require_llama() {
-    command -v node >/dev/null || skip "node is not installed"
-    [ -d "$MFC_SRCDIR/tests/tools/node/node_modules/node-llama-cpp" ] ||
-        skip "node-llama-cpp not installed (cd tests/tools/node && npm i)"
-}
-
 # mkmodel with the toy shape into $BATS_FILE_TMPDIR/NAME.gguf.
 mk() {
     local name=$1

@@ -9,3 +9,11 @@
 require_shared() {
     [ -d "$MFC_SHARED/data" ] || skip "shared test data not found at $MFC_SHARED"
 }
+
+# Skips the current test, saying why, unless node and node-llama-cpp (the
+# llama.cpp reference peer, tests/tools/node) are installed.
+require_llama() {
+    command -v node >/dev/null || skip "node is not installed"
+    [ -d "$MFC_SRCDIR/tests/tools/node/node_modules/node-llama-cpp" ] ||
+        skip "node-llama-cpp not installed (cd tests/tools/node && npm i)"
+}

@@ -17,12 +17,6 @@ LLAMA_TOK="$MFC_SRCDIR/tests/tools/llama-tok.mjs"
 VOCAB="$MFC_SHARED/data/vocab"
 COUNT=400 # strings per vocabulary; about 1 s of llama.cpp time each
 
-require_llama() {
-    command -v node >/dev/null || skip "node is not installed"
-    [ -d "$MFC_SRCDIR/tests/tools/node/node_modules/node-llama-cpp" ] ||
-        skip "node-llama-cpp not installed (cd tests/tools/node && npm i)"
-}
-
 setup_file() {
     if command -v node >/dev/null; then
         node "$LLAMA_TOK" gen --seed 20260 --count "$COUNT" >"$BATS_FILE_TMPDIR/strings.json"

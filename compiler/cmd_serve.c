@@ -122,6 +122,10 @@ int mfc_cmd_serve(int argc, char **argv, struct mfc_ctx *ctx)
     }
     if (argc - optind != 1)
         return mfc_usage_error(ctx, "serve", "expected one IMAGE or FILE.gguf");
+    /* mfc-serve alone listens on all addresses (its home is a container);
+     * on a workstation mfc serve stays on loopback unless asked, as ollama */
+    if (!host && !(host = getenv("MFC_HOST")))
+        host = "127.0.0.1";
     struct mf_err err = {0};
     struct run_model m;
     char **sargv = NULL;

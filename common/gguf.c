@@ -700,19 +700,7 @@ int gguf_open_range(const char *path, uint64_t offset, uint64_t size, struct ggu
 
 int gguf_open(const char *path, struct gguf_file **out, struct mf_err *err)
 {
-    *out = NULL;
-    struct gguf_file *gf = file_new(path, err);
-    if (!gf)
-        return MF_ENOMEM;
-    int rc = map_range(gf, path, 0, 0, err);
-    if (!rc)
-        rc = parse_file(gf, err);
-    if (rc) {
-        gguf_close(gf);
-        return rc;
-    }
-    *out = gf;
-    return 0;
+    return gguf_open_range(path, 0, 0, out, err); /* the whole file */
 }
 
 void gguf_close(struct gguf_file *gf)

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/gguf.h"
 #include "common/quant.h"
 #include "compiler/lora_merge.h"
@@ -364,18 +365,13 @@ static void test_two_adapters(void **state)
     gguf_close(g2);
 }
 
+/* All of path (malloc'd, *n bytes); fails the test if it cannot be read. */
 static uint8_t *slurp(const char *path, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *d = malloc(*n ? *n : 1);
-    assert_non_null(d);
-    assert_int_equal(fread(d, 1, *n, f), *n);
-    fclose(f);
-    return d;
+    char *d = NULL;
+    struct mf_err err;
+    assert_int_equal(mf_file_read(path, (size_t)1 << 30, &d, n, &err), 0);
+    return (uint8_t *)d;
 }
 
 /* Threads split rows; every row is computed the same way: same bytes. */

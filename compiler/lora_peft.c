@@ -78,37 +78,41 @@ static const char *layer_prefix(const char *s, unsigned long *layer)
     return s + 1;
 }
 
-int lora_peft_map_name(const char *module, char *out, size_t cap)
+#define N_PAIRS(t) (sizeof(t) / sizeof((t)[0]))
+
+/* Maps name through one of the tables: "model.layers.N.<key>" becomes
+ * "blk.N.<value><suffix>" for a key in layer, a whole name found in whole
+ * becomes its value. 0 with out filled, or MF_EUNSUPPORTED when no entry
+ * matches or out (cap bytes) is too small. */
+static int map_by_table(const char *name, const char *const layer[][2], size_t n_layer,
+                        const char *suffix, const char *const whole[][2], size_t n_whole,
+                        char *out, size_t cap)
 {
     unsigned long l;
-    const char *rest = layer_prefix(module, &l);
+    const char *rest = layer_prefix(name, &l);
     int n = -1;
-    if (rest) {
-        for (size_t i = 0; i < sizeof proj_map / sizeof proj_map[0]; i++)
-            if (strcmp(rest, proj_map[i][0]) == 0)
-                n = snprintf(out, cap, "blk.%lu.%s.weight", l, proj_map[i][1]);
-    } else if (strcmp(module, "model.embed_tokens") == 0) {
-        n = snprintf(out, cap, "token_embd.weight");
-    } else if (strcmp(module, "lm_head") == 0) {
-        n = snprintf(out, cap, "output.weight");
-    }
+    for (size_t i = 0; rest && i < n_layer; i++)
+        if (strcmp(rest, layer[i][0]) == 0)
+            n = snprintf(out, cap, "blk.%lu.%s%s", l, layer[i][1], suffix);
+    for (size_t i = 0; !rest && i < n_whole; i++)
+        if (strcmp(name, whole[i][0]) == 0)
+            n = snprintf(out, cap, "%s", whole[i][1]);
     return n > 0 && (size_t)n < cap ? 0 : MF_EUNSUPPORTED;
+}
+
+int lora_peft_map_name(const char *module, char *out, size_t cap)
+{
+    static const char *const whole[][2] = {{"model.embed_tokens", "token_embd.weight"},
+                                           {"lm_head", "output.weight"}};
+    return map_by_table(module, proj_map, N_PAIRS(proj_map), ".weight", whole, N_PAIRS(whole),
+                        out, cap);
 }
 
 /* mergekit's norms: "model.layers.N.input_layernorm.weight" -> blk.N.attn_norm.weight. */
 static int map_norm(const char *name, char *out, size_t cap)
 {
-    unsigned long l;
-    const char *rest = layer_prefix(name, &l);
-    int n = -1;
-    if (rest) {
-        for (size_t i = 0; i < sizeof norm_map / sizeof norm_map[0]; i++)
-            if (strcmp(rest, norm_map[i][0]) == 0)
-                n = snprintf(out, cap, "blk.%lu.%s", l, norm_map[i][1]);
-    } else if (strcmp(name, "model.norm.weight") == 0) {
-        n = snprintf(out, cap, "output_norm.weight");
-    }
-    return n > 0 && (size_t)n < cap ? 0 : MF_EUNSUPPORTED;
+    static const char *const whole[][2] = {{"model.norm.weight", "output_norm.weight"}};
+    return map_by_table(name, norm_map, N_PAIRS(norm_map), "", whole, N_PAIRS(whole), out, cap);
 }
 
 /* ---- the plan: what will be written ----------------------------------------- */

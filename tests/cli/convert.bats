@@ -22,18 +22,25 @@ TOKTOOL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/toktool"
 VOCAB="$MFC_SHARED/data/vocab"
 FIXTURE="$MFC_SRCDIR/tests/data/hf"
 
-# Tokenizes llama.cpp's llama-bpe vocab test strings with GGUF through
-# llama.cpp and through mfc (toktool); fails unless both give the first 46
-# id lists of OUT (a llama.cpp .out file: one line of ids a string).
-llama3_ids_match() {
-    local gguf=$1 out=$2
-    python3 - "$VOCAB/ggml-vocab-llama-bpe.gguf.inp" >"$D/inp.json" <<'EOF'
+# Tokenizes the strings of INP (a llama.cpp vocab test .inp file) with GGUF
+# through llama.cpp into $D/llama.json and through mfc (toktool) into
+# $D/mfc.json (JSON lists of id lists).
+tokenize_both() {
+    local inp=$1 gguf=$2
+    python3 - "$inp" >"$D/inp.json" <<'EOF'
 import json, sys
 s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
 json.dump(s, sys.stdout)
 EOF
     node "$LLAMA_TOK" ids --model "$gguf" --in "$D/inp.json" >"$D/llama.json"
     "$TOKTOOL" ids "$gguf" "$D/inp.json" >"$D/mfc.json"
+}
+
+# tokenize_both on llama.cpp's llama-bpe test strings; fails unless both give
+# the first 46 id lists of OUT (a llama.cpp .out file: one line of ids a string).
+llama3_ids_match() {
+    local gguf=$1 out=$2
+    tokenize_both "$VOCAB/ggml-vocab-llama-bpe.gguf.inp" "$gguf"
     python3 - "$out" "$D/llama.json" "$D/mfc.json" <<'EOF'
 import json, sys
 want = [[int(x) for x in l.split()] for l in open(sys.argv[1]).read().split("\n")[:46]]
@@ -255,13 +262,7 @@ EOF
     python3 "$MKDIR" "$D/m" --vocab spm --spm-gguf "$spm" --layers 1 --embd 16 --ff 32 \
         --heads 2 --kv-heads 1 --dtype F16 --tied
     "$MFC" convert "$D/m" -o "$D/m.gguf"
-    python3 - "$spm.inp" >"$D/inp.json" <<'EOF'
-import json, sys
-s = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
-json.dump(s, sys.stdout)
-EOF
-    node "$LLAMA_TOK" ids --model "$D/m.gguf" --in "$D/inp.json" >"$D/llama.json"
-    "$TOKTOOL" ids "$D/m.gguf" "$D/inp.json" >"$D/mfc.json"
+    tokenize_both "$spm.inp" "$D/m.gguf"
     PYTHONPATH="$MFC_SRCDIR/tests/cli" python3 - "$spm" "$D/m.gguf" "$spm.out" "$D/llama.json" \
         "$D/mfc.json" <<'EOF'
 import json, sys

@@ -33,6 +33,8 @@ enum cpu_act cpu_dot_act(enum ggml_type wt)
     case GGML_TYPE_BF16:
         return CPU_ACT_BF16;
     case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
     case GGML_TYPE_Q8_0:
         return CPU_ACT_Q8_0;
     case GGML_TYPE_Q4_K:
@@ -226,6 +228,57 @@ static float dot_q8_0(int64_t n, const void *w, const void *x)
     return sum;
 }
 
+/* Q5_0 (q51 == 0) and Q5_1 (q51 == 1), as ggml_vec_dot_q5_0_q8_0 and
+ * ggml_vec_dot_q5_1_q8_1 compute them: element j of a block is the low
+ * nibble of qs[j] (high nibble of qs[j - 16]) with bit j of qh as its
+ * fifth bit; Q5_0 codes stand for q - 16 and the block's value is
+ * d_w * d_x * sum, Q5_1 codes are unsigned and add m * s, where s is
+ * llama.cpp's Q8_1 block sum: fp16(d_x * sum of the activation codes).
+ * (ggml forms that product with the unrounded activation scale; the
+ * cpu_q8_0 block keeps only the fp16-rounded one, so s may differ from
+ * llama.cpp's in its last fp16 bit.) */
+static float dot_q5_01(int q51, int64_t n, const void *w, const void *x)
+{
+    const size_t bsz = q51 ? sizeof(struct quant_blk_q5_1) : sizeof(struct quant_blk_q5_0);
+    const struct cpu_q8_0 *y = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        const uint8_t *blk = (const uint8_t *)w + (size_t)i * bsz;
+        const struct quant_blk_q5_0 *b0 = (const void *)blk;
+        const struct quant_blk_q5_1 *b1 = (const void *)blk;
+        const uint8_t *qhb = q51 ? b1->qh : b0->qh, *qs = q51 ? b1->qs : b0->qs;
+        const int off = q51 ? 0 : 16;
+        uint32_t qh = (uint32_t)qhb[0] | (uint32_t)qhb[1] << 8 | (uint32_t)qhb[2] << 16 |
+                      (uint32_t)qhb[3] << 24;
+        int32_t s0 = 0, s1 = 0;
+
+        for (int j = 0; j < 16; j++) {
+            int x0 = (int)((qs[j] & 15) | ((qh >> j) & 1) << 4) - off;
+            int x1 = (int)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - off;
+            s0 += x0 * y[i].qs[j];
+            s1 += x1 * y[i].qs[j + 16];
+        }
+        if (q51)
+            sum += (quant_rdh(b1->d) * y[i].d) * (float)(s0 + s1) +
+                   quant_rdh(b1->m) *
+                       quant_f16_to_f32(quant_f32_to_f16(y[i].d * (float)y[i].s));
+        else
+            sum += (quant_rdh(b0->d) * y[i].d) * (float)(s0 + s1);
+    }
+    return sum;
+}
+
+static float dot_q5_0(int64_t n, const void *w, const void *x)
+{
+    return dot_q5_01(0, n, w, x);
+}
+
+static float dot_q5_1(int64_t n, const void *w, const void *x)
+{
+    return dot_q5_01(1, n, w, x);
+}
+
 /* Q4_K (q5 == 0) and Q5_K (q5 == 1): sub-block j of 32 has a 6-bit scale
  * and min; the 4 (5) bit codes are unsigned, so x ~= d*sc*q - dmin*m and
  * the min term only needs the activation's block sums. The two block types
@@ -332,6 +385,19 @@ SCALAR_GEMM(q8_0)
 SCALAR_GEMM(q4_K)
 SCALAR_GEMM(q5_K)
 SCALAR_GEMM(q6_K)
+
+/* Q5_0 / Q5_1 have only this scalar kernel; every table points at it. */
+void cpu_gemm_q5_0(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb, const void *x,
+                   size_t xb, float *y, size_t ys, int add)
+{
+    gemm_loop(dot_q5_0, n, nr, nc, w, wb, x, xb, y, ys, add);
+}
+
+void cpu_gemm_q5_1(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb, const void *x,
+                   size_t xb, float *y, size_t ys, int add)
+{
+    gemm_loop(dot_q5_1, n, nr, nc, w, wb, x, xb, y, ys, add);
+}
 
 static float kv_at(const void *v, int64_t i, int f16)
 {

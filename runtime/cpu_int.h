@@ -55,7 +55,7 @@ enum cpu_act {
     CPU_ACT_F32 = 0,  /* float rows as they are (F32 weights) */
     CPU_ACT_F16 = 1,  /* floats rounded to fp16 (F16 weights) */
     CPU_ACT_BF16 = 2, /* floats rounded to bf16 (BF16 weights) */
-    CPU_ACT_Q8_0 = 3, /* cpu_q8_0 blocks (Q4_0, Q8_0 weights) */
+    CPU_ACT_Q8_0 = 3, /* cpu_q8_0 blocks (Q4_0, Q5_0, Q5_1, Q8_0 weights) */
     CPU_ACT_Q8_K = 4, /* cpu_q8_K blocks (Q4_K, Q5_K, Q6_K weights) */
     CPU_ACT_COUNT = 5,
 };
@@ -88,6 +88,12 @@ void cpu_dot_quantize_q8_K(const float *x, struct cpu_q8_K *y, int64_t n);
  */
 typedef void cpu_gemm_fn(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb,
                          const void *x, size_t xb, float *y, size_t ys, int add);
+
+/* Q5_0 and Q5_1 weights (Q8_0 activations): scalar kernels, shared by
+ * every table (cpu_dot.c). They compute what ggml_vec_dot_q5_0_q8_0 and
+ * ggml_vec_dot_q5_1_q8_1 do. */
+cpu_gemm_fn cpu_gemm_q5_0;
+cpu_gemm_fn cpu_gemm_q5_1;
 
 enum cpu_isa {
     CPU_ISA_SCALAR = 0, /* portable C */
@@ -128,7 +134,8 @@ struct cpu_dot {
     .gemm = {[GGML_TYPE_F32] = gemm_f32,   [GGML_TYPE_F16] = gemm_f16,                           \
              [GGML_TYPE_BF16] = gemm_bf16, [GGML_TYPE_Q4_0] = gemm_q4_0,                         \
              [GGML_TYPE_Q8_0] = gemm_q8_0, [GGML_TYPE_Q4_K] = gemm_q4_K,                         \
-             [GGML_TYPE_Q5_K] = gemm_q5_K, [GGML_TYPE_Q6_K] = gemm_q6_K},                        \
+             [GGML_TYPE_Q5_K] = gemm_q5_K, [GGML_TYPE_Q6_K] = gemm_q6_K,                         \
+             [GGML_TYPE_Q5_0] = cpu_gemm_q5_0, [GGML_TYPE_Q5_1] = cpu_gemm_q5_1},                \
     .kq_block = kq_block, .pv_block = pv_block, .kv_to_f32 = kv_to_f32, .softmax = softmax,      \
     .swiglu = swiglu, .round_f16 = round_f16
 

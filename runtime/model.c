@@ -263,6 +263,8 @@ int model_type_supported(enum ggml_type t)
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16:
     case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
     case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
@@ -315,7 +317,7 @@ static int bind(const struct gguf_file *gf, const char *name, int64_t ne0, int64
     if (!model_type_supported((enum ggml_type)t->type))
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "%s: tensor '%s' has weight type %s, which mfc does not run "
-                          "(F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K)",
+                          "(F32, F16, BF16, Q4_0, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
                           gguf_name(gf), name, ggml_type_name(t->type));
     w->data = t->data;
     w->type = (enum ggml_type)t->type;

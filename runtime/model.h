@@ -48,7 +48,7 @@ struct model_hparams {
 /* One weight matrix (or vector) as it lies in the file. */
 struct model_weight {
     const void *data;   /* borrowed: points into the GGUF map; NULL when absent */
-    enum ggml_type type; /* F32/F16/BF16/Q4_0/Q8_0/Q4_K/Q5_K/Q6_K (norms: F32) */
+    enum ggml_type type; /* F32/F16/BF16/Q4_0/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K (norms: F32) */
     int64_t ne0;        /* elements per row (input dimension) */
     int64_t ne1;        /* rows (output dimension); 1 for vectors */
     uint64_t row_bytes; /* bytes of one row: ggml_type_row_size(type, ne0) */

@@ -438,7 +438,8 @@ static void test_simd_matches_scalar(void **state)
 {
     static const enum ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
                                            GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
-                                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+                                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_0,
+                                           GGML_TYPE_Q5_1};
     if (!cpu_dot_for(CPU_ISA_AVX2))
         skip();
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
@@ -448,6 +449,64 @@ static void test_simd_matches_scalar(void **state)
         int64_t ns[] = {blk == 1 ? 37 : blk, blk * 3, blk == 1 ? 263 : blk * 7};
         for (int k = 0; k < 3; k++)
             check_kernel(t, ns[k], 7, 5);
+    }
+}
+
+/* Q5_0 / Q5_1 weights against Q8_0 activations: every table's gemm equals
+ * dequantize-then-dot in double (the weights by quant_dequantize_row, the
+ * activations as d * code) within float rounding; Q5_1's min term uses an
+ * fp16-rounded block sum as llama.cpp's Q8_1 does, so it may be off by
+ * 2^-11 of |m * d * s| per block. */
+static void test_q5_dot_matches_dequantized(void **state)
+{
+    enum { N = 32 * 9, NR = 3, NC = 2 };
+    static const enum ggml_type types[] = {GGML_TYPE_Q5_0, GGML_TYPE_Q5_1};
+    struct cpu_q8_0 x[NC][N / 32];
+    uint8_t w[NR * N / 32 * 24]; /* NR rows of rb bytes */
+    float f[N], deq[N], y[NC * NR];
+    uint64_t rb, s = 7;
+    struct mf_err err = {0};
+
+    for (size_t ti = 0; ti < 2; ti++) {
+        enum ggml_type t = types[ti];
+        assert_int_equal(cpu_dot_act(t), CPU_ACT_Q8_0);
+        assert_int_equal(ggml_type_row_size(t, N, &rb), 0);
+        for (int r = 0; r < NR; r++) {
+            for (int k = 0; k < N; k++)
+                f[k] = randn(&s) * (1.0f + (float)r) + (t == GGML_TYPE_Q5_1 ? 0.7f : 0.0f);
+            assert_int_equal(quant_quantize_row(t, f, w + rb * (size_t)r, N, &err), 0);
+        }
+        for (int c = 0; c < NC; c++) {
+            for (int k = 0; k < N; k++)
+                f[k] = randn(&s);
+            cpu_dot_act_row(cpu_dot_for(CPU_ISA_SCALAR), CPU_ACT_Q8_0, f, x[c], N);
+        }
+        for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+            const struct cpu_dot *d = cpu_dot_for((enum cpu_isa)isa);
+            if (!d)
+                continue;
+            assert_non_null(d->gemm[t]);
+            d->gemm[t](N, NR, NC, w, rb, x, sizeof x[0], y, NR, 0);
+            for (int r = 0; r < NR; r++) {
+                assert_int_equal(quant_dequantize_row(t, w + rb * (size_t)r, deq, N, &err), 0);
+                for (int c = 0; c < NC; c++) {
+                    double ref = 0.0, mag = 0.0, tol;
+                    for (int k = 0; k < N; k++) {
+                        double a = (double)x[c][k / 32].d * x[c][k / 32].qs[k % 32];
+                        ref += (double)deq[k] * a;
+                        mag += fabs((double)deq[k] * a);
+                    }
+                    tol = 1e-5 * mag + 1e-6;
+                    if (t == GGML_TYPE_Q5_1)
+                        for (int b = 0; b < N / 32; b++)
+                            tol += fabs((double)x[c][b].d * x[c][b].s) * 4.0 * (1.0 + r) /
+                                   2048.0;
+                    if (fabs((double)y[c * NR + r] - ref) > tol)
+                        fail_msg("%s %s (%d,%d): %.9g vs dequantized %.9g (tol %g)", d->name,
+                                 ggml_type_name(t), r, c, (double)y[c * NR + r], ref, tol);
+                }
+            }
+        }
     }
 }
 
@@ -746,6 +805,7 @@ int main(void)
         cmocka_unit_test(test_refuses_bad_lora),
         cmocka_unit_test(test_loads_hparams),
         cmocka_unit_test(test_simd_matches_scalar),
+        cmocka_unit_test(test_q5_dot_matches_dequantized),
         cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_chunked_prefill_and_threads),

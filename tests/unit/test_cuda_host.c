@@ -109,6 +109,14 @@ static void test_weights(void **state)
     assert_non_null(strstr(err.msg, "blk.1.ffn_up.weight"));
     assert_non_null(strstr(err.msg, "Q2_K"));
     assert_null(p.slots);
+    /* so are Q5_0 and Q5_1 (the CPU backend runs them; the CUDA kernels do not yet) */
+    assert_false(cuda_plan_type_ok(GGML_TYPE_Q5_1, 640));
+    fake_model(&m, L, GGML_TYPE_F16, 0);
+    set_w(&L[0].w[MODEL_W_DOWN], GGML_TYPE_Q5_0, 640, 256, 0, "blk.0.ffn_down.weight");
+    assert_int_equal(cuda_plan_weights(&m, &p, &err), MF_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "blk.0.ffn_down.weight"));
+    assert_non_null(strstr(err.msg, "Q5_0"));
+    assert_null(p.slots);
 }
 
 static void test_budget(void **state)

@@ -14,7 +14,7 @@ setup_file() {
     "$MKMODEL" -o "$SRV_DIR/root/base.gguf" --preset toy --seed 1 >/dev/null
     "$MKMODEL" -o "$SRV_DIR/root/lora.gguf" --preset toy --lora 4 --targets q,v >/dev/null
     python3 "$MFC_SRCDIR/tests/tools/httpd.py" --root "$SRV_DIR/root" \
-        --port-file "$SRV_DIR/port" --log "$SRV_DIR/log" --lifetime 120 3>&- &
+        --port-file "$SRV_DIR/port" --log "$SRV_DIR/log" --lifetime 900 3>&- &
     echo $! >"$SRV_DIR/pid"
     # a server that sends the headers, then the body at ~20 KB/s (or nothing: /stall)
     cat >"$SRV_DIR/slow.py" <<'EOF'

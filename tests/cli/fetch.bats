@@ -15,7 +15,7 @@ setup_file() {
     cp "$SRV_DIR/root/model.gguf" "$SRV_DIR/root/hf/acme/tiny/v1/sub/model.gguf"
     echo "main branch" >"$SRV_DIR/root/hf/acme/tiny/main/README.md"
     python3 "$MFC_SRCDIR/tests/tools/httpd.py" --root "$SRV_DIR/root" \
-        --port-file "$SRV_DIR/port" --log "$SRV_DIR/log" --lifetime 120 3>&- &
+        --port-file "$SRV_DIR/port" --log "$SRV_DIR/log" --lifetime 900 3>&- &
     echo $! >"$SRV_DIR/pid"
     for _ in $(seq 50); do [ -s "$SRV_DIR/port" ] && break; sleep 0.1; done
     [ -s "$SRV_DIR/port" ]

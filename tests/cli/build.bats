@@ -44,7 +44,7 @@ srv.serve_forever()
 EOF
     python3 "$SRV_DIR/slow.py" "$SRV_DIR/root/base.gguf" "$SRV_DIR/slowport" 3>&- &
     echo $! >"$SRV_DIR/slowpid"
-    for _ in $(seq 50); do [ -s "$SRV_DIR/port" ] && [ -s "$SRV_DIR/slowport" ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ -s "$SRV_DIR/port" ] && [ -s "$SRV_DIR/slowport" ] && break; sleep 0.1; done
     [ -s "$SRV_DIR/port" ]
 }
 
@@ -191,7 +191,7 @@ tags() {
     modelfile "FROM $SLOW/base.gguf" "ADAPTER ./lora.gguf" "SYSTEM s"
     "$MFC" build --progress plain -t k "$CTX" >"$BATS_TEST_TMPDIR/log" 2>&1 3>&- &
     pid=$!
-    for _ in $(seq 50); do grep -q "config.* DONE" "$BATS_TEST_TMPDIR/log" && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q "config.* DONE" "$BATS_TEST_TMPDIR/log" && break; sleep 0.1; done
     sleep 0.5
     kill -9 "$pid"
     wait "$pid" || true

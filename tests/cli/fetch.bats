@@ -17,7 +17,7 @@ setup_file() {
     python3 "$MFC_SRCDIR/tests/tools/httpd.py" --root "$SRV_DIR/root" \
         --port-file "$SRV_DIR/port" --log "$SRV_DIR/log" --lifetime 900 3>&- &
     echo $! >"$SRV_DIR/pid"
-    for _ in $(seq 50); do [ -s "$SRV_DIR/port" ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ -s "$SRV_DIR/port" ] && break; sleep 0.1; done
     [ -s "$SRV_DIR/port" ]
 }
 
@@ -296,7 +296,7 @@ assert ev[-1]["event"] == "end" and ev[-1]["status"] == "done" and ev[-1]["done"
     [ "$status" -eq 0 ]
     [[ "$output" == "$big 10000000 "* ]]
     # httpd.py logs a request after sending its body: wait for the line
-    for _ in $(seq 50); do run requests /drop/6000000/big.bin; [ "${#lines[@]}" -ge 2 ] && break; sleep 0.1; done
+    for _ in $(seq 600); do run requests /drop/6000000/big.bin; [ "${#lines[@]}" -ge 2 ] && break; sleep 0.1; done
     [ "${lines[1]}" = "206 bytes=6000000- 4000000" ]
     [ -z "$(ls "$MFC_HOME/tmp")" ]
 
@@ -310,7 +310,7 @@ assert ev[-1]["event"] == "end" and ev[-1]["status"] == "done" and ev[-1]["done"
     [ "$status" -eq 0 ]
     [[ "$output" == "sha256:$(sha256sum "$SRV_DIR/root/big.bin" | cut -d' ' -f1) 9000000 "* ]]
     # httpd.py logs a request after sending its body: wait for the line
-    for _ in $(seq 50); do run requests /drop/7000000/big.bin; [ "${#lines[@]}" -ge 2 ] && break; sleep 0.1; done
+    for _ in $(seq 600); do run requests /drop/7000000/big.bin; [ "${#lines[@]}" -ge 2 ] && break; sleep 0.1; done
     [ "${lines[1]}" = "200 bytes=7000000- 9000000" ]
     [ -z "$(ls "$MFC_HOME/tmp")" ]
 }

@@ -167,7 +167,7 @@ PY
     printf '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n' >containers.conf
     CONTAINERS_CONF="$T/containers.conf" timeout 120 "${P[@]}" kube play k.yaml
     local ok=0
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 600); do
         curl -sf "http://127.0.0.1:$port/health" >/dev/null && { ok=1; break; }
         sleep 0.1
     done

@@ -142,7 +142,7 @@ class H(BaseHTTPRequestHandler):
 HTTPServer(("127.0.0.1", port), H).serve_forever()
 PY
     echo $! >"$T/bearer.pid"
-    for _ in $(seq 50); do curl -s -m 1 -o /dev/null "http://127.0.0.1:$BPORT/v2/" && break; sleep 0.1; done
+    for _ in $(seq 600); do curl -s -m 1 -o /dev/null "http://127.0.0.1:$BPORT/v2/" && break; sleep 0.1; done
     before=$(tags)
     run "$MFC" push demo:1 "127.0.0.1:$BPORT/team/demo:v1"
     [ "$status" -eq 1 ]

@@ -35,7 +35,7 @@ mf() {
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     python3 -m http.server "$port" --bind 127.0.0.1 --directory "$T" >/dev/null 2>&1 &
     srv=$!
-    for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 600); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
     mf "RUN bash -c 'exec 3<>/dev/tcp/127.0.0.1/$port' && echo REACHED >/out/net || echo BLOCKED >/out/net"
     run "$MFC" build -q -t none "$CTX"
     mf "RUN --network=host bash -c 'exec 3<>/dev/tcp/127.0.0.1/$port' && echo REACHED >/out/net || echo BLOCKED >/out/net"

@@ -81,7 +81,7 @@ run_out() {
     "$MFC" run -i "$D/killed-run.gguf" <"$D/in" >"$D/out" 2>&1 &
     pid=$!
     exec 8>"$D/in" # keep the chat waiting at its prompt
-    for i in $(seq 1 100); do
+    for i in $(seq 1 600); do
         grep -q '>>> ' "$D/out" && break
         sleep 0.1
     done
@@ -90,7 +90,7 @@ run_out() {
     [ -z "$(ps -eo args | grep -v grep | grep "killed-run.gguf" | grep -- --api-key)" ] # its key is not in ps
     kill -KILL $pid
     exec 8>&-
-    for i in $(seq 1 100); do
+    for i in $(seq 1 600); do
         ps -eo args | grep -v grep | grep -q "killed-run.gguf" || break
         sleep 0.1
     done

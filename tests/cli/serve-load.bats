@@ -25,11 +25,11 @@ load_clients() {
     echo "$output"
 }
 
-# Waits up to 10 s for the server to be idle: nothing running, waiting or in
+# Waits up to 60 s for the server to be idle: nothing running, waiting or in
 # flight, no KV block used.
 expect_idle() {
     local i
-    for i in $(seq 1 100); do
+    for i in $(seq 1 600); do
         if [ "$(metric mfc:num_requests_running)" = 0 ] && [ "$(metric mfc:num_requests_waiting)" = 0 ] &&
             [ "$(metric mfc:kv_cache_blocks_used)" = 0 ] && [ "$(metric mfc:http_requests_in_flight)" = 0 ]; then
             [ "$(metric mfc:kv_cache_usage_perc)" = 0 ]

@@ -159,10 +159,10 @@ assert d["Layers"] == [sys.argv[2]], d
 @test "prune refuses while another mfc has the store open" {
     make_image hi
     # a process holding the shared lock every open store holds
-    (exec 9<"$MFC_HOME/lock" && flock -s 9 && touch "$BATS_TEST_TMPDIR/held" && exec sleep 10) \
+    (exec 9<"$MFC_HOME/lock" && flock -s 9 && touch "$BATS_TEST_TMPDIR/held" && exec sleep 120) \
         >/dev/null 2>&1 3>&- &
     holder=$!
-    for _ in $(seq 50); do [ -e "$BATS_TEST_TMPDIR/held" ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ -e "$BATS_TEST_TMPDIR/held" ] && break; sleep 0.1; done
     run "$MFC" prune
     kill "$holder"
     [ "$status" -eq 1 ]

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +38,7 @@
 #define COPY_CHUNK (1u << 20)  /* bytes per read while copying a file into the tar */
 #define ZOUT_CHUNK (64u << 10) /* bytes of compressed output per deflate round */
 #define LDD_OUT_MAX (64u << 10) /* bytes of `ldd` output we agree to read */
+#define KCOPY_CHUNK (8u << 20) /* bytes per placeholder write when the kernel copies a file */
 
 extern char **environ;
 
@@ -85,19 +87,99 @@ static int sink_write(struct sink *k, const void *p, size_t n)
     return k->rc;
 }
 
-/* Where libarchive's bytes go: a layer_out_fn and the first error it gave. */
+/* Where libarchive's bytes go: a layer_out_fn and the first error it gave.
+ *
+ * Kernel copy (layer_tar_write_fd, out_fd >= 0): a file's content is handed to
+ * libarchive as `mark` (a zeroed placeholder buffer, never read), and
+ * archive_cb, seeing that exact pointer, has the kernel copy that many bytes
+ * from src_fd to out_fd instead of writing the placeholder. This relies on
+ * libarchive passing data straight through when blocking is off (bytes per
+ * block 0, archive_open) — its "no write delay" mode — and is checked: each
+ * placeholder write must arrive whole, at once, as `mark` (expect counts it
+ * down), else the stream fails rather than writing placeholder bytes. */
 struct tap {
     layer_out_fn fn;   /* the consumer */
     void *arg;         /* its argument */
     int rc;            /* first error, or 0 */
     struct mf_err err; /* its message */
+    int out_fd;        /* kernel copy: the output file, else -1 */
+    const char *mark;  /* kernel copy: owned placeholder of KCOPY_CHUNK bytes, else NULL */
+    int src_fd;        /* kernel copy: the file being copied, or -1 */
+    const char *src;   /* its name, for messages */
+    size_t expect;     /* placeholder bytes still due from the current archive_write_data */
+    int how;           /* 0 copy_file_range, 1 sendfile, 2 read+write: the first that works */
 };
+
+/* Writes all n bytes of p to the file *arg (a layer_out_fn). */
+static int fd_out(void *arg, const void *p, size_t n, struct mf_err *err)
+{
+    const int *fd = arg;
+    for (size_t w = 0; w < n;) {
+        ssize_t k = write(*fd, (const char *)p + w, n - w);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return mf_err_sys(err, MF_EIO, errno, "cannot write a tar");
+        w += (size_t)k;
+    }
+    return 0;
+}
+
+/* Whether a failed copy_file_range / sendfile means "not between these two
+ * files" (another file system, an fs without support, an old kernel), so the
+ * next method should be tried. A failed call copied nothing. */
+static int kcopy_unsupported(int how, int e)
+{
+    if (how == 0)
+        return e == EXDEV || e == EINVAL || e == ENOSYS || e == EOPNOTSUPP;
+    return e == EINVAL || e == ENOSYS;
+}
+
+/* Copies n bytes from in to out (both at their file offsets) in the kernel:
+ * copy_file_range(2), else sendfile(2), else read+write (t->how remembers
+ * which works). Fewer bytes than n in the source is MF_EIO ("shrank"). */
+static int kcopy(struct tap *t, int in, int out, size_t n, struct mf_err *err)
+{
+    char buf[65536];
+    while (n > 0) {
+        ssize_t got;
+        if (t->how == 0)
+            got = copy_file_range(in, NULL, out, NULL, n, 0);
+        else if (t->how == 1)
+            got = sendfile(out, in, NULL, n);
+        else
+            got = read(in, buf, n < sizeof buf ? n : sizeof buf);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && t->how < 2 && kcopy_unsupported(t->how, errno)) {
+            t->how++;
+            continue;
+        }
+        if (got < 0)
+            return mf_err_sys(err, MF_EIO, errno, "cannot copy %s into the tar", t->src);
+        if (got == 0)
+            return mf_err_set(err, MF_EIO, "%s shrank while it was being copied", t->src);
+        if (t->how == 2) {
+            int rc = fd_out(&out, buf, (size_t)got, err);
+            if (rc != 0)
+                return rc;
+        }
+        n -= (size_t)got;
+    }
+    return 0;
+}
 
 static la_ssize_t archive_cb(struct archive *a, void *arg, const void *p, size_t n)
 {
     struct tap *t = arg;
     (void)a;
-    if (t->rc == 0)
+    if (t->rc == 0 && t->mark && p == t->mark && n <= t->expect) {
+        t->expect -= n;
+        t->rc = kcopy(t, t->src_fd, t->out_fd, n, &t->err);
+    } else if (t->rc == 0 && t->expect)
+        t->rc = mf_err_set(&t->err, MF_EIO, "the tar writer buffered %s's content (libarchive "
+                           "changed?); cannot copy it in the kernel", t->src);
+    else if (t->rc == 0)
         t->rc = t->fn(t->arg, p, n, &t->err);
     return t->rc ? -1 : (la_ssize_t)n;
 }
@@ -298,9 +380,34 @@ static int arch_fail(struct archive *a, struct tap *k, const char *path, struct 
     return mf_err_set(err, MF_EIO, "layer entry '%s': %s", path, archive_error_string(a));
 }
 
+/* Kernel copy of one file's content (see struct tap): placeholder writes of
+ * up to KCOPY_CHUNK bytes, each of which archive_cb turns into a copy. */
+static int kcopy_file(struct archive *a, struct tap *k, int fd, const char *src, uint64_t size,
+                      struct mf_err *err)
+{
+    k->src_fd = fd;
+    k->src = src;
+    int rc = 0;
+    for (uint64_t done = 0; rc == 0 && done < size;) {
+        size_t want = size - done < KCOPY_CHUNK ? (size_t)(size - done) : KCOPY_CHUNK;
+        k->expect = want;
+        if (archive_write_data(a, k->mark, want) != (la_ssize_t)want)
+            rc = arch_fail(a, k, src, err);
+        else if (k->expect != 0) /* libarchive kept some of it back */
+            rc = mf_err_set(err, MF_EIO, "the tar writer held back %s's content (libarchive "
+                            "changed?); cannot copy it in the kernel", src);
+        done += want;
+    }
+    k->expect = 0;
+    k->src_fd = -1;
+    return rc;
+}
+
 static int copy_file(struct archive *a, struct tap *k, int fd, const char *src, uint64_t size,
                      struct mf_err *err)
 {
+    if (k->mark)
+        return kcopy_file(a, k, fd, src, size, err);
     char *buf = malloc(COPY_CHUNK);
     if (!buf)
         return mf_err_set(err, MF_ENOMEM, "out of memory copying %s", src);
@@ -392,24 +499,52 @@ int layer_source_date(int64_t *mtime, struct mf_err *err)
     return 0;
 }
 
-int layer_tar_stream(const struct layer_entry *e, size_t n, int64_t mtime, layer_out_fn fn,
-                     void *arg, struct mf_err *err)
+/* layer_tar_stream, and layer_tar_write_fd when t->mark is set. */
+static int tar_stream(const struct layer_entry *e, size_t n, int64_t mtime, struct tap *t,
+                      struct mf_err *err)
 {
     struct item *it = NULL;
     size_t nit = 0;
-    struct tap t = {.fn = fn, .arg = arg};
     int rc = items_build(e, n, &it, &nit, err);
     if (rc != 0)
         return rc;
-    struct archive *a = archive_open(&t, err);
+    struct archive *a = archive_open(t, err);
     rc = a ? 0 : err->code;
     for (size_t i = 0; i < nit && rc == 0; i++)
-        rc = write_item(a, &t, &it[i], mtime, err);
+        rc = write_item(a, t, &it[i], mtime, err);
     if (a && rc == 0 && archive_write_close(a) != ARCHIVE_OK)
-        rc = arch_fail(a, &t, "(end of archive)", err);
+        rc = arch_fail(a, t, "(end of archive)", err);
     if (a)
         archive_write_free(a);
     items_free(it, nit);
+    return rc;
+}
+
+int layer_tar_stream(const struct layer_entry *e, size_t n, int64_t mtime, layer_out_fn fn,
+                     void *arg, struct mf_err *err)
+{
+    struct tap t = {.fn = fn, .arg = arg, .out_fd = -1, .src_fd = -1};
+    return tar_stream(e, n, mtime, &t, err);
+}
+
+int layer_copy_fd(int in, int out, uint64_t n, const char *what, struct mf_err *err)
+{
+    struct tap t = {.out_fd = out, .src_fd = in, .src = what};
+    if (n > SIZE_MAX)
+        return mf_err_set(err, MF_ERANGE, "%s is too large to copy", what);
+    return kcopy(&t, in, out, (size_t)n, err);
+}
+
+int layer_tar_write_fd(const struct layer_entry *e, size_t n, int64_t mtime, int fd,
+                       struct mf_err *err)
+{
+    /* calloc of 8 MiB is fresh mmap'd zero pages: never touched, so never resident */
+    char *mark = calloc(1, KCOPY_CHUNK);
+    if (!mark)
+        return mf_err_set(err, MF_ENOMEM, "out of memory for a tar writer");
+    struct tap t = {.fn = fd_out, .arg = &fd, .out_fd = fd, .mark = mark, .src_fd = -1};
+    int rc = tar_stream(e, n, mtime, &t, err);
+    free(mark);
     return rc;
 }
 

@@ -91,6 +91,19 @@ int layer_write_runtime(struct store *s, const char *binary, const char *name, i
 typedef int (*layer_out_fn)(void *arg, const void *p, size_t n, struct mf_err *err);
 int layer_tar_stream(const struct layer_entry *e, size_t n, int64_t mtime, layer_out_fn fn,
                      void *arg, struct mf_err *err);
+/* The same tar, byte for byte, written to the file fd at its offset (not
+ * O_APPEND). Each src file's content goes from its file to fd in the kernel
+ * (copy_file_range(2); sendfile(2) or read+write where the two files do not
+ * support it), so a multi-GB weight blob is never copied through user space;
+ * headers and padding come from libarchive in between. MF_EIO names a file
+ * that cannot be read or shrank, or a failed write; fd's content is then
+ * undefined (write it to a temporary). For image archives (oci.c). */
+int layer_tar_write_fd(const struct layer_entry *e, size_t n, int64_t mtime, int fd,
+                       struct mf_err *err);
+/* Copies n bytes from in to out, both at and advancing their file offsets,
+ * the way layer_tar_write_fd copies a file's content (in the kernel where
+ * possible). MF_EIO, naming what, when in ends early or a read or write fails. */
+int layer_copy_fd(int in, int out, uint64_t n, const char *what, struct mf_err *err);
 
 /* Internals for tests. */
 

@@ -403,22 +403,19 @@ static int copy_blob(struct store *s, const char *digest, const char *dest, stru
     char *src = NULL;
     int rc = store_blob_path(s, digest, &src, err);
     if (rc == 0 && link(src, dest) != 0 && errno != EEXIST) {
-        /* another file system: copy, atomically */
+        /* another file system: copy (in the kernel where it can), atomically */
         struct mf_file_tmp t;
+        struct stat st;
         int fd = open(src, O_RDONLY | O_CLOEXEC);
-        char *buf = malloc(COPY_CHUNK);
-        rc = fd < 0 || !buf ? mf_err_sys(err, MF_EIO, errno, "cannot read %s", src)
-                            : mf_file_tmp_open(&t, dest, err);
-        ssize_t got = 0;
-        while (rc == 0 && (got = read(fd, buf, COPY_CHUNK)) > 0)
-            rc = mf_file_tmp_write(&t, buf, (size_t)got, err);
-        if (rc == 0 && got < 0)
-            rc = mf_err_sys(err, MF_EIO, errno, "cannot read %s", src);
+        rc = fd < 0 || fstat(fd, &st) != 0 ? mf_err_sys(err, MF_EIO, errno, "cannot read %s", src)
+                                           : mf_file_tmp_open(&t, dest, err);
+        int opened = rc == 0;
+        if (rc == 0)
+            rc = layer_copy_fd(fd, t.fd, (uint64_t)st.st_size, src, err);
         if (rc == 0)
             rc = mf_file_tmp_commit(&t, err);
-        else if (fd >= 0 && buf)
+        else if (opened)
             mf_file_tmp_abort(&t);
-        free(buf);
         if (fd >= 0)
             close(fd);
     }
@@ -450,11 +447,6 @@ static int export_dir(struct store *s, const struct blobs *b, const struct docs 
     return rc;
 }
 
-static int tmp_out(void *arg, const void *p, size_t n, struct mf_err *err)
-{
-    return mf_file_tmp_write(arg, p, n, err);
-}
-
 static int export_tar(struct store *s, const struct blobs *b, const struct docs *d,
                       const char *dest, struct mf_err *err)
 {
@@ -476,7 +468,7 @@ static int export_tar(struct store *s, const struct blobs *b, const struct docs 
                                           .mode = 0644};
     struct mf_file_tmp t;
     if (rc == 0 && (rc = mf_file_tmp_open(&t, dest, err)) == 0) {
-        rc = layer_tar_stream(e, n, 0, tmp_out, &t, err);
+        rc = layer_tar_write_fd(e, n, 0, t.fd, err); /* blobs copied in the kernel */
         if (rc == 0)
             rc = mf_file_tmp_commit(&t, err);
         else

@@ -219,6 +219,10 @@ static void setup(struct registry_client *c, struct registry_req *r, struct regi
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)b->len);
         curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        /* libcurl's largest upload buffer (2 MiB, default 64 KiB): a multi-GB layer
+         * then costs 32x fewer preads, callbacks and sends */
+        if (b->len > (64u << 10))
+            curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
         curl_easy_setopt(h, CURLOPT_READDATA, b);
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
     } else if (strcmp(r->method, "GET") != 0) {

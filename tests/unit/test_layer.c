@@ -1,7 +1,8 @@
 /*
  * test_layer.c: unit tests for compiler/layer.c: two writes of the same
  * entries give the same digest (plain and gzip), the tar holds what was
- * asked with fixed metadata, paths are checked, and ldd output is parsed.
+ * asked with fixed metadata, paths are checked, ldd output is parsed, and
+ * layer_tar_write_fd (kernel copy) writes the same bytes as layer_tar_stream.
  * Each test gets a fresh store in a temporary directory.
  */
 #include <setjmp.h>
@@ -13,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <archive.h>
 #include <archive_entry.h>
 
+#include "common/buf.h"
 #include "compiler/layer.h"
 #include "compiler/store.h"
 #include "tests/unit/tmpdir.h"
@@ -173,6 +176,74 @@ static void test_runtime(void **state)
     assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "a/b", 0, &r, &err), MF_EINVAL);
 }
 
+static int buf_out(void *arg, const void *p, size_t n, struct mf_err *err)
+{
+    return mf_buf_append(arg, p, n, err);
+}
+
+/* Writes the tar of e to a new file at path with layer_tar_write_fd and
+ * checks it equals want byte for byte. */
+static void check_fd_tar(const char *path, const struct layer_entry *e, size_t n,
+                         const struct mf_buf *want)
+{
+    struct mf_err err;
+    FILE *f = fopen(path, "w+");
+    assert_non_null(f);
+    assert_int_equal(layer_tar_write_fd(e, n, 1700000000, fileno(f), &err), 0);
+    struct stat st;
+    assert_int_equal(fstat(fileno(f), &st), 0);
+    assert_int_equal((size_t)st.st_size, want->len);
+    char *got = malloc(want->len);
+    assert_non_null(got);
+    rewind(f);
+    assert_int_equal(fread(got, 1, want->len, f), want->len);
+    assert_memory_equal(got, want->data, want->len);
+    free(got);
+    fclose(f);
+    unlink(path);
+}
+
+/* The kernel-copy writer (copy_file_range, or sendfile across file systems)
+ * gives the streamed tar's bytes, for a file spanning several 8 MiB
+ * placeholder writes and not a multiple of 512, next to small ones. */
+static void test_write_fd(void **state)
+{
+    struct fixture *fx = *state;
+    struct mf_err err;
+    char big[96], out[96];
+    snprintf(big, sizeof big, "%s/big.bin", fx->dir);
+    FILE *f = fopen(big, "w");
+    assert_non_null(f);
+    for (long i = 0; i < (17L << 20) + 123; i++)
+        fputc((int)((i * 2654435761u) >> 13) & 0xff, f);
+    fclose(f);
+    struct layer_entry e[] = {
+        {.path = "blobs/sha256/big", .src = big, .mode = 0644},
+        {.path = "blobs/sha256/small", .src = fx->file, .mode = 0644},
+        {.path = "index.json", .data = "{}", .len = 2, .mode = 0644},
+    };
+    struct mf_buf want;
+    mf_buf_init(&want, 64u << 20);
+    assert_int_equal(layer_tar_stream(e, 3, 1700000000, buf_out, &want, &err), 0);
+    assert_true(want.len > (17u << 20));
+    snprintf(out, sizeof out, "%s/out.tar", fx->dir);
+    check_fd_tar(out, e, 3, &want);
+    struct stat st;
+    if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) {
+        /* usually another file system than /tmp: copy_file_range says EXDEV */
+        snprintf(out, sizeof out, "/dev/shm/test-layer-%ld.tar", (long)getpid());
+        check_fd_tar(out, e, 3, &want);
+    }
+    mf_buf_free(&want);
+    struct layer_entry missing = {.path = "x", .src = "/nonexistent/file", .mode = 0644};
+    snprintf(out, sizeof out, "%s/bad.tar", fx->dir);
+    f = fopen(out, "w");
+    assert_non_null(f);
+    assert_int_equal(layer_tar_write_fd(&missing, 1, 0, fileno(f), &err), MF_EIO);
+    assert_non_null(strstr(err.msg, "/nonexistent/file"));
+    fclose(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +252,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_entries, setup, teardown),
         cmocka_unit_test(test_parse_ldd),
         cmocka_unit_test_setup_teardown(test_runtime, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_fd, setup, teardown),
     };
     return cmocka_run_group_tests_name("layer", tests, NULL, NULL);
 }

@@ -13,6 +13,10 @@
  * tmp file). Invariants: the blob writer only ever sees complete, ordered
  * bytes; nothing enters blobs/sha256 unless every entry was written in full.
  * What makes two runs byte-identical is listed in layer.h.
+ *
+ * layer_tar_write_fd (image archives) is the same tar into a file, except that
+ * a file's content never passes through user space: libarchive writes the
+ * headers and padding, the kernel copies the bytes (struct tap, kcopy).
  */
 #include "compiler/layer.h"
 

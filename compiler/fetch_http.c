@@ -2,14 +2,17 @@
  * fetch_http.c: http(s) downloads into the store: streamed, resumable,
  * retried, verified.
  *
- * Bytes go from libcurl's write callback straight into a store blob writer,
- * which hashes them in line as they are written: one pass, no second read.
- * libcurl receives into a 512 KiB buffer but calls back with 16 KiB pieces;
- * they are gathered to 256 KiB (body_append), so a GiB is ~4k write+hash
- * calls instead of ~65k. The writer's second hashing thread (store_blob_writer_hash_async)
- * was measured slower here (bench/README.md, "Fetch"): its 4 MiB slots are
- * copied, written and hashed out of cache, and a loaded machine has no idle
- * core for it. The
+ * Bytes go from libcurl's write callback straight into a store blob writer:
+ * one pass, no second read. libcurl receives into a 512 KiB buffer but calls
+ * back with 16 KiB pieces; they are gathered into 256 KiB slots, so a GiB is
+ * ~4k write+hash calls instead of ~65k. The writer hashes in a second thread
+ * (store_blob_writer_hash_async_slots, 4 slots of 256 KiB): the receiving
+ * thread writes each full slot to the file and hands it over, and the hasher
+ * hashes it on the other core while it is still in cache, so SHA-256
+ * overlaps receiving instead of adding to it. (The writer's default 4 MiB
+ * slots were measured slower: hashed out of cache; bench/README.md, "Fetch".)
+ * When that thread cannot start, the pieces are gathered here (body_append)
+ * and written and hashed in line. The
  * writer is the named partial tmp/partial-<H(url)>, and beside it
  * tmp/partial-<H(url)>.json records the URL and the validator (ETag or
  * Last-Modified) of the bytes so far, so an interrupted download, in this run
@@ -55,7 +58,7 @@
 #define BACKOFF_MAX_MS 8000
 #define RETRY_AFTER_MAX_S 30
 #define RECV_BUFFER (512L << 10)    /* libcurl's receive buffer: fewer, larger recv calls */
-#define PEND_BYTES (256u << 10)     /* body bytes gathered before one write + hash */
+#define PEND_BYTES (256u << 10)     /* body bytes gathered before one write + hash (a slot) */
 #define PROGRESS_BYTES (1u << 20)   /* report progress after this many bytes ... */
 #define PROGRESS_NS 100000000LL     /* ... or this much time, whichever comes first */
 
@@ -81,6 +84,7 @@ struct dl {
     char errbuf[CURL_ERROR_SIZE];     /* libcurl's detail for the last failure */
     unsigned char *pend;              /* owned: PEND_BYTES of body not yet in w, or NULL */
     size_t pend_len;                  /* bytes in pend; 0 between attempts */
+    int async;                        /* nonzero: w hashes in its own thread and gathers */
 };
 
 /* One HTTP request and its final response (redirects reset it). */
@@ -276,6 +280,8 @@ static int flush_pending(struct dl *dl, struct mf_err *err)
  * bench: bench/README.md, "Fetch"). */
 static int body_append(struct dl *dl, const char *p, size_t n, struct mf_err *err)
 {
+    if (dl->async) /* the writer's slots gather them */
+        return store_blob_writer_write(dl->w, p, n, err);
     if (!dl->pend && !(dl->pend = malloc(PEND_BYTES)))
         return store_blob_writer_write(dl->w, p, n, err);
     if (dl->pend_len + n > PEND_BYTES && flush_pending(dl, err) != 0)
@@ -708,6 +714,8 @@ int fetch_http_run(struct store *s, const struct fetch_source *src, const struct
         rc = store_blob_size(s, pin, &r->size, err);
         r->cached = 1;
     } else if (!rc) {
+        /* best effort: without the thread, bytes are hashed in line */
+        dl.async = store_blob_writer_hash_async_slots(dl.w, PEND_BYTES, NULL) == 0;
         rc = setup_curl(&dl, err);
         if (!rc)
             rc = download(&dl, r, err);

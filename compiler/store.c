@@ -812,9 +812,11 @@ static int same_stat(const struct stat *a, const struct stat *b)
  */
 #define RING_SLOTS 4
 #define RING_SLOT_BYTES (4u << 20) /* 4 x 4 MiB: a few readahead windows in flight */
+#define RING_SLOT_MIN (4u << 10)    /* smallest slot store_blob_writer_hash_async_slots takes */
 
 struct ring {
-    unsigned char *buf[RING_SLOTS]; /* owned: RING_SLOT_BYTES each */
+    unsigned char *buf[RING_SLOTS]; /* owned: slot_bytes each */
+    size_t slot_bytes;              /* size of each slot */
     size_t len[RING_SLOTS];         /* bytes in each published slot */
     uint64_t head, tail;            /* slots published, slots hashed */
     int eof;                        /* writer: no more slots will be published */
@@ -871,16 +873,26 @@ static void ring_free(struct ring *r)
 
 int store_blob_writer_hash_async(struct store_blob_writer *w, struct mf_err *err)
 {
+    return store_blob_writer_hash_async_slots(w, RING_SLOT_BYTES, err);
+}
+
+int store_blob_writer_hash_async_slots(struct store_blob_writer *w, size_t slot_bytes,
+                                       struct mf_err *err)
+{
     if (w->ring)
         return 0;
+    if (slot_bytes < RING_SLOT_MIN || slot_bytes > RING_SLOT_BYTES)
+        return mf_err_set(err, MF_EINVAL, "hashing slots of %zu bytes for %s: not in %u..%u",
+                          slot_bytes, w->tmp_path, RING_SLOT_MIN, RING_SLOT_BYTES);
     struct ring *r = calloc(1, sizeof *r);
     if (!r)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     r->h = &w->h;
+    r->slot_bytes = slot_bytes;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     for (int i = 0; i < RING_SLOTS; i++)
-        if (!(r->buf[i] = malloc(RING_SLOT_BYTES))) {
+        if (!(r->buf[i] = malloc(slot_bytes))) {
             ring_free(r);
             return mf_err_set(err, MF_ENOMEM, "out of memory for %s", w->tmp_path);
         }
@@ -945,12 +957,12 @@ static int ring_write(struct store_blob_writer *w, const void *p, size_t n, stru
     while (n) {
         if (ring_hold(r) != 0)
             return ring_failed(w, err);
-        size_t k = RING_SLOT_BYTES - r->fill < n ? RING_SLOT_BYTES - r->fill : n;
+        size_t k = r->slot_bytes - r->fill < n ? r->slot_bytes - r->fill : n;
         memcpy(r->buf[(size_t)(r->head % RING_SLOTS)] + r->fill, c, k);
         r->fill += k;
         c += k;
         n -= k;
-        if (r->fill == RING_SLOT_BYTES) {
+        if (r->fill == r->slot_bytes) {
             int rc = ring_publish(w, err);
             if (rc)
                 return rc;
@@ -1031,8 +1043,8 @@ static int copy_into(struct store_blob_writer *w, int fd, const char *path, uint
             return ring_failed(w, err);
         unsigned char *slot = r->buf[(size_t)(r->head % RING_SLOTS)];
         size_t n = 0;
-        while (n < RING_SLOT_BYTES) { /* fill the slot: fewer, larger hash calls */
-            ssize_t k = read(fd, slot + n, RING_SLOT_BYTES - n);
+        while (n < r->slot_bytes) { /* fill the slot: fewer, larger hash calls */
+            ssize_t k = read(fd, slot + n, r->slot_bytes - n);
             if (k < 0 && errno == EINTR)
                 continue;
             if (k < 0)

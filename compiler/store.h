@@ -154,6 +154,12 @@ int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n
  * hashed before, so the digest covers them first. For big blobs written by
  * one thread (layer_write's plain tar of the weights, downloads). */
 int store_blob_writer_hash_async(struct store_blob_writer *w, struct mf_err *err);
+/* The same with 4 slots of slot_bytes (4 KiB to 4 MiB) instead of 4 MiB:
+ * small slots are hashed while they are still in cache, right after the
+ * calling thread wrote them (downloads: 256 KiB). MF_EINVAL outside that
+ * range. */
+int store_blob_writer_hash_async_slots(struct store_blob_writer *w, size_t slot_bytes,
+                                       struct mf_err *err);
 /* Drops everything written so far (a server ignored our Range request):
  * truncates the file and restarts the digest. With the hasher on, it first
  * drops the held slot and waits for the hasher to finish what was handed

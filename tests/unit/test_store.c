@@ -762,6 +762,60 @@ static void test_async_writer_resume_and_reset(void **state)
     free(data);
 }
 
+/* Downloads use small slots (store_blob_writer_hash_async_slots): sizes out
+ * of range are refused; abort keeps the held slot, a resume and a reset with
+ * many slots in flight still give the in-line digest. */
+static void test_async_writer_small_slots(void **state)
+{
+    struct fixture *fx = *state;
+    struct mf_err err;
+    size_t slot = 256u << 10, n = 3u * 1024 * 1024 + 12345; /* 12 slots and a tail */
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        data[i] = (unsigned char)x;
+    }
+    uint8_t raw[MF_SHA256_LEN];
+    char want[STORE_DIGEST_BUF] = "sha256:", d[STORE_DIGEST_BUF];
+    assert_int_equal(mf_sha256_mem(data, n, raw, &err), 0);
+    mf_sha256_hex(raw, want + 7);
+
+    struct store_blob_writer *w;
+    assert_int_equal(store_blob_writer_open_partial(fx->s, "s1", want, &w, &err), 0);
+    assert_int_equal(store_blob_writer_hash_async_slots(w, 1024, &err), MF_EINVAL);
+    assert_int_equal(store_blob_writer_hash_async_slots(w, 8u << 20, &err), MF_EINVAL);
+    assert_int_equal(store_blob_writer_hash_async_slots(w, slot, &err), 0);
+    size_t cut = 5 * slot + 100; /* five slots published, 100 bytes held */
+    for (size_t off = 0; off < cut; off += 16384)
+        assert_int_equal(
+            store_blob_writer_write(w, data + off, cut - off < 16384 ? cut - off : 16384, &err), 0);
+    assert_int_equal(store_blob_writer_size(w), cut);
+    store_blob_writer_abort(w);
+    char *p = path_in(fx, "tmp/partial-s1");
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, cut);
+
+    /* resumed, a reset with slots in flight, then the whole file again */
+    assert_int_equal(store_blob_writer_open_partial(fx->s, "s1", want, &w, &err), 0);
+    assert_int_equal(store_blob_writer_hash_async_slots(w, slot, &err), 0);
+    assert_int_equal(store_blob_writer_write(w, data + cut, n - cut, &err), 0);
+    assert_int_equal(store_blob_writer_reset(w, &err), 0);
+    assert_int_equal(store_blob_writer_size(w), 0);
+    for (size_t off = 0; off < n; off += 16384)
+        assert_int_equal(
+            store_blob_writer_write(w, data + off, n - off < 16384 ? n - off : 16384, &err), 0);
+    uint64_t size = 0;
+    assert_int_equal(store_blob_writer_commit(w, d, &size, &err), 0);
+    assert_string_equal(d, want);
+    assert_int_equal(size, n);
+    assert_int_not_equal(stat(p, &st), 0);
+    free(p);
+    free(data);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -786,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_manifest_refs),
         T(test_put_file_larger_than_ring),
         T(test_async_writer_resume_and_reset),
+        T(test_async_writer_small_slots),
     };
     return cmocka_run_group_tests_name("store", tests, NULL, NULL);
 }

@@ -47,6 +47,13 @@ struct batch {
     const struct batch_seq *seqs; /* borrowed: n_seqs entries */
     float *logits;               /* caller-owned: one row of n_vocab floats per
                                     sequence with want_logits, in sequence order */
+    float *hidden;               /* caller-owned or NULL. Set: a hidden-state step
+                                    (embeddings): one row of n_embd floats per new
+                                    token of every sequence, in batch order, the
+                                    residual stream after the last layer and
+                                    output_norm (llama.cpp's embeddings); no logits
+                                    are computed and want_logits is ignored. The CPU
+                                    backend supports it; others refuse the step. */
 };
 
 #endif

@@ -205,6 +205,10 @@ static void count_step(const struct cpu_backend *cb, const struct batch *bt, str
         if (sq->n_past + sq->n_tokens > c->max_pos)
             c->max_pos = sq->n_past + sq->n_tokens;
     }
+    if (bt->hidden) { /* every token is an output row */
+        c->n_out = c->T;
+        c->pairs_out = c->pairs_all;
+    }
     c->att_run = att_run(&cb->m->hp, c->max_pos);
     for (int32_t i = 0; i < bt->n_seqs; i++)
         c->n_items += cb->m->hp.n_head_kv * ((bt->seqs[i].n_tokens + c->att_run - 1) / c->att_run);
@@ -342,7 +346,8 @@ static void plan_lora(const struct cpu_backend *cb, const struct batch *bt, cons
         lp->row_pairs[cursor[lp->pairs[p].row]++] = p;
 }
 
-/* Fills token rows, logits rows and attention items. */
+/* Fills token rows, logits rows (every token's, for a hidden-state step) and
+ * attention items. */
 static void plan_tokens(const struct cpu_backend *cb, const struct batch *bt, struct cpu_step *s)
 {
     int32_t t = 0, n_out = 0, n_items = 0;
@@ -361,8 +366,10 @@ static void plan_tokens(const struct cpu_backend *cb, const struct batch *bt, st
             s->tok_id[t] = sq->tokens[j];
             s->tok_pos[t] = sq->n_past + j;
             s->tok_seq[t] = i;
+            if (bt->hidden)
+                s->out_tok[n_out++] = t;
         }
-        if (sq->want_logits)
+        if (sq->want_logits && !bt->hidden)
             s->out_tok[n_out++] = t - 1;
     }
     s->T = t;

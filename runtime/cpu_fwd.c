@@ -656,5 +656,13 @@ void cpu_fwd_run(void *arg, int ith, int nth)
     };
     phase_out_in(s, s->out_x, &out, ith, nth);
     cpu_pool_barrier(pool);
+    if (s->batch->hidden) { /* embeddings: the normed rows are the answer */
+        int32_t j0, j1;
+        rows_of(s->n_out, ith, nth, &j0, &j1);
+        for (int32_t j = j0; j < j1; j++)
+            memcpy(s->batch->hidden + (size_t)j * (size_t)m->hp.n_embd,
+                   s->xb + (size_t)j * (size_t)s->xb_w, (size_t)m->hp.n_embd * sizeof(float));
+        return;
+    }
     phase_matmul(s, &out, 1, next_phase(s, &ph, ith), ith, nth);
 }

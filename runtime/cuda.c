@@ -321,6 +321,9 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, bt, err);
     if (rc || bt->n_seqs == 0)
         return rc;
+    if (bt->hidden)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend does not compute hidden-state (embedding) steps");
     for (int32_t i = 0; i < bt->n_seqs; i++)
         if (bt->seqs[i].lora.n)
             return mf_err_set(err, MF_EUNSUPPORTED,

@@ -383,6 +383,35 @@ static enum MHD_Result detokenize(struct MHD_Connection *c, struct reqctx *rc)
     return send_json(c, rc, 200, v);
 }
 
+/* The embeddings routes: admitted like a generation (429 past max_requests,
+ * counted for the drain), answered whole. */
+static enum MHD_Result embed(struct MHD_Connection *c, struct reqctx *rc, enum serve_embed_api api)
+{
+    struct serve *s = rc->s;
+    struct mf_err err;
+    json_t *out;
+    int status;
+
+    if (atomic_load(&s->draining))
+        return send_error(c, rc, 503, "service_unavailable", "the server is shutting down");
+    if (atomic_fetch_add(&s->active, 1) >= s->cfg.max_requests) {
+        atomic_fetch_sub(&s->active, 1);
+        return send_error(c, rc, 429, "rate_limit_exceeded",
+                          "too many requests in flight; retry later");
+    }
+    int r = serve_embed_handle(s, api, rc->body.data ? rc->body.data : "", rc->body.len, &out,
+                               &status, &err);
+    atomic_fetch_sub(&s->active, 1);
+    if (r) {
+        const char *code = status == 404          ? "model_not_found"
+                           : err.code == MF_ERANGE ? "context_length_exceeded"
+                           : status == 400         ? "invalid_value"
+                                                   : "internal_error";
+        return send_error(c, rc, status, code, err.msg);
+    }
+    return send_json(c, rc, 200, out);
+}
+
 static int is(const char *path, const char *p)
 {
     return !strcmp(path, p);
@@ -419,6 +448,7 @@ static enum MHD_Result route(struct MHD_Connection *c, struct reqctx *rc)
         {"/api/ps", 0},           {"/api/show", 1},    {"/tokenize", 1},
         {"/detokenize", 1},       {"/v1/chat/completions", 1},
         {"/v1/completions", 1},   {"/api/generate", 1}, {"/api/chat", 1},
+        {"/v1/embeddings", 1},    {"/api/embed", 1},    {"/api/embeddings", 1},
     };
     int known = !strncmp(p, "/v1/models/", 11);
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -470,6 +500,12 @@ static enum MHD_Result route(struct MHD_Connection *c, struct reqctx *rc)
         return tokenize(c, rc);
     if (is(p, "/detokenize"))
         return detokenize(c, rc);
+    if (is(p, "/v1/embeddings"))
+        return embed(c, rc, SERVE_EMBED_OAI);
+    if (is(p, "/api/embed"))
+        return embed(c, rc, SERVE_EMBED_OLLAMA);
+    if (is(p, "/api/embeddings"))
+        return embed(c, rc, SERVE_EMBED_LEGACY);
     if (is(p, "/v1/chat/completions"))
         return generate(c, rc, SERVE_OAI_CHAT);
     if (is(p, "/v1/completions"))

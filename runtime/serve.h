@@ -5,6 +5,8 @@
  * Split by job:
  *   serve_config.c  settings: defaults, model.yaml (libyaml), MFC_* env, flags
  *   serve_req.c     request bodies (JSON) -> struct serve_req, with 400 messages
+ *   serve_embed_req.c embeddings request bodies -> struct serve_embed_req
+ *   serve_embed.c   embeddings: tokens -> mean-pooled hidden state, responses
  *   serve_load.c    model, tokenizer, template, adapters, backend, engine
  *   serve_gen.c     one generation: prompt, submit, events -> text, disconnects
  *   serve_openai.c  OpenAI chunks, responses and errors
@@ -175,6 +177,43 @@ int serve_req_parse(enum serve_api api, const char *body, size_t len, struct ser
                     struct mf_err *err);
 void serve_req_free(struct serve_req *rq);
 
+/* ---- embeddings requests (serve_embed_req.c) ---- */
+
+#define SERVE_EMBED_MAX_INPUTS 2048    /* inputs in one request (OpenAI's limit) */
+#define SERVE_EMBED_MAX_TOKENS (1u << 20) /* ids in one token-array input */
+
+enum serve_embed_api {
+    SERVE_EMBED_OAI,    /* POST /v1/embeddings */
+    SERVE_EMBED_OLLAMA, /* POST /api/embed */
+    SERVE_EMBED_LEGACY, /* POST /api/embeddings */
+};
+
+/* One input: a text (tokenized by the server) or token ids (used as given). */
+struct serve_embed_in {
+    char *text;       /* owned or NULL; non-empty, may hold NUL bytes */
+    size_t text_len;  /* its bytes */
+    int32_t *tokens;  /* owned or NULL: ids >= 0 (vocabulary checked later) */
+    size_t n_tokens;  /* 1..SERVE_EMBED_MAX_TOKENS when tokens is set */
+};
+
+struct serve_embed_req {
+    enum serve_embed_api api;
+    char *model;              /* owned or NULL */
+    struct serve_embed_in *in; /* owned: n_in entries, all texts or all token lists */
+    size_t n_in;              /* 1..SERVE_EMBED_MAX_INPUTS after a successful parse */
+    int base64;               /* OpenAI encoding_format "base64" */
+    int truncate;             /* Ollama: 1 (default) cuts over-long inputs to the context */
+    int64_t dimensions;       /* OpenAI dimensions; -1: not given */
+};
+
+/* Parses an embeddings request body for api (rules in serve_embed_req.c).
+ * Returns 0 and fills rq (free with serve_embed_req_free), or MF_EINVAL with
+ * err naming the field ("'input[1]' must be a string"); rq is then safe to
+ * free. MF_ENOMEM when memory runs out. */
+int serve_embed_parse(enum serve_embed_api api, const char *body, size_t len,
+                      struct serve_embed_req *rq, struct mf_err *err);
+void serve_embed_req_free(struct serve_embed_req *rq);
+
 /* ---- the running server ---- */
 
 struct serve_adapter {
@@ -212,6 +251,7 @@ struct serve {
     atomic_int active;         /* generations in flight */
     atomic_uint_fast64_t seq;  /* request ids */
     struct MHD_Daemon *mhd;    /* owned */
+    struct serve_embedder *emb; /* owned: the embeddings computer (serve_embed.c) */
 };
 
 /* serve_load.c: loads everything in s->cfg; 0 or MF_E* naming the file. */

@@ -96,6 +96,16 @@ json_t *ollama_show(const struct serve *s, const char *name);
 /* RFC 3339 UTC time now with nanoseconds ("2024-05-01T10:00:00.123456789Z"). */
 void ollama_time(char *buf, size_t cap);
 
+/* serve_embed.c: the embeddings state, made by serve_load, freed by
+ * serve_unload (open: MF_ENOMEM; close accepts a server without one). */
+int serve_embed_open(struct serve *s, struct mf_err *err);
+void serve_embed_close(struct serve *s);
+/* Answers an embeddings request body for api: 0 with *out the response and
+ * *status 200, or MF_E* with err and *status 400 (bad input, over-long
+ * input: MF_ERANGE), 404 (unknown model) or 500. */
+int serve_embed_handle(struct serve *s, enum serve_embed_api api, const char *body, size_t len,
+                       json_t **out, int *status, struct mf_err *err);
+
 /* Appends a compact JSON dump of v (stolen) to b, with prefix and suffix. */
 void serve_put_json(struct mf_buf *b, const char *prefix, json_t *v, const char *suffix);
 

@@ -8,7 +8,7 @@
  * default) takes the CUDA backend when a GPU is visible and the CPU one
  * otherwise; cpu and cuda force a choice. The choice is logged at start.
  */
-#include "runtime/serve.h"
+#include "runtime/serve_int.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -293,7 +293,7 @@ int serve_load(struct serve *s, struct mf_err *err)
     if (s->n_ctx < 16)
         s->n_ctx = 16;
     describe(s);
-    if ((rc = open_engine(s, err)))
+    if ((rc = open_engine(s, err)) || (rc = serve_embed_open(s, err)))
         return rc;
     s->load_ns = serve_now_ns() - t0;
     mf_log_info(&s->log, "loaded %s: %d layers, vocab %d, context %d, %d KV blocks, %d adapters",
@@ -306,6 +306,7 @@ void serve_unload(struct serve *s)
 {
     engine_close(s->e);
     s->e = NULL;
+    serve_embed_close(s);
     backend_free(s->be);
     s->be = NULL;
     tmpl_free(s->tmpl);

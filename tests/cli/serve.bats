@@ -541,7 +541,9 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
 }
 
 @test "serve: SIGTERM lets the in-flight stream finish, then exits 0" {
-    start_server DRAIN --model "$D/slow.gguf"
+    # 300 tokens take 10-40 s under ASan on a loaded machine: past the default
+    # 30 s drain timeout, which would cut the stream (curl: partial file)
+    MFC_DRAIN_TIMEOUT=600 start_server DRAIN --model "$D/slow.gguf"
     local u="http://127.0.0.1:$PORT" pid
     pid=$(cat "$D/DRAIN.pid")
     curl -sN "$u/v1/completions" \

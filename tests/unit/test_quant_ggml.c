@@ -125,10 +125,28 @@ static int find_lib(char *out, size_t cap)
              src ? src : ".");
     glob_t g;
     int rc = glob(pat, 0, NULL, &g);
-    if (rc == 0 && g.gl_pathc > 0)
-        snprintf(out, cap, "%s", g.gl_pathv[0]);
-    else
+    if (rc == 0 && g.gl_pathc > 0) {
+        /* npm without --omit=optional also unpacks the other platforms'
+         * builds (linux-arm64, linux-x64-cuda, ...): take this machine's */
+#if defined(__x86_64__)
+        const char *want = "/linux-x64/bins/linux-x64/libggml-base.so";
+#elif defined(__aarch64__)
+        const char *want = "/linux-arm64/bins/linux-arm64/libggml-base.so";
+#else
+        const char *want = NULL;
+#endif
+        size_t pick = 0;
+        for (size_t i = 0; want && i < g.gl_pathc; i++) {
+            size_t n = strlen(g.gl_pathv[i]), w = strlen(want);
+            if (n >= w && strcmp(g.gl_pathv[i] + n - w, want) == 0) {
+                pick = i;
+                break;
+            }
+        }
+        snprintf(out, cap, "%s", g.gl_pathv[pick]);
+    } else {
         snprintf(out, cap, "%s", pat);
+    }
     globfree(&g);
     return rc == 0 ? 0 : -1;
 }

@@ -801,7 +801,10 @@ static int same_stat(const struct stat *a, const struct stat *b)
  * overlapped it costs about max(read + write, hash). Both big writers use it:
  * store_put_file (a file copied into a blob) and layer_write's plain tar of
  * the weights (store_blob_writer_hash_async), so each byte is read once,
- * written once, and hashed on the other core.
+ * written once, and hashed on the other core. Downloads use it too, with
+ * 256 KiB slots (store_blob_writer_hash_async_slots): the slot the receiving
+ * thread just wrote is hashed while it is still in cache, where 4 MiB slots
+ * were measured slower for them (bench/README.md, "Fetch").
  *
  * Ring protocol (all under ring.mu): the writer fills slot head % RING_SLOTS
  * only while head - tail < RING_SLOTS, writes it to the file, then publishes

@@ -152,7 +152,8 @@ int store_blob_writer_write(struct store_blob_writer *w, const void *p, size_t n
  * lags by at most one slot until commit; abort of a partial writes the
  * held slot out first). Bytes already written (a resumed partial's) were
  * hashed before, so the digest covers them first. For big blobs written by
- * one thread (layer_write's plain tar of the weights, downloads). */
+ * one thread (layer_write's plain tar of the weights; downloads use the
+ * small slots of store_blob_writer_hash_async_slots). */
 int store_blob_writer_hash_async(struct store_blob_writer *w, struct mf_err *err);
 /* The same with 4 slots of slot_bytes (4 KiB to 4 MiB) instead of 4 MiB:
  * small slots are hashed while they are still in cache, right after the

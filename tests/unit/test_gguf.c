@@ -965,6 +965,67 @@ static void test_open_errors(void **state)
     free(x.b.p);
 }
 
+/* A GGUF inside a bigger file (as in an uncompressed tar layer): opened in
+ * place at an offset that is not page-aligned, and every way a range can be
+ * wrong refused with its numbers. */
+static void test_open_range(void **state)
+{
+    struct gguf_file *gf;
+    struct mf_err err;
+    struct base x;
+    build_base(&x);
+    size_t pre = 5000, post = 777, n = pre + x.b.n + post;
+    uint8_t *buf = malloc(n);
+    assert_non_null(buf);
+    memset(buf, 0xA5, pre);
+    memcpy(buf + pre, x.b.p, x.b.n);
+    memset(buf + pre + x.b.n, 0x5A, post);
+    const char *p = tpath("inside.bin");
+    assert_int_equal(mf_file_write_atomic(p, buf, n, &err), 0);
+
+    OK(gguf_open_range(p, pre, x.b.n, &gf, E));
+    assert_int_equal(gguf_file_size(gf), x.b.n);
+    assert_memory_equal(gguf_base(gf), x.b.p, x.b.n);
+    assert_int_equal(gguf_n_tensors(gf), 1);
+    gguf_close(gf);
+
+    /* the map itself: data points at offset, whatever the page offset */
+    struct mf_file_map m;
+    OK(mf_file_map_range(p, pre, 100, 24, "a GGUF header (24 bytes)", &m, E));
+    assert_int_equal(m.size, 100);
+    assert_memory_equal(m.data, x.b.p, 100);
+    mf_file_unmap(&m);
+    assert_null(m.data);
+    OK(mf_file_map_range(p, 4096, 0, 1, "data", &m, E)); /* size 0: to the end */
+    assert_int_equal(m.size, n - 4096);
+    assert_memory_equal(m.data, buf + 4096, m.size);
+    mf_file_unmap(&m);
+
+    /* past the end: MF_ERANGE naming offset, size and file size */
+    assert_int_equal(gguf_open_range(p, pre, n, &gf, &err), MF_ERANGE);
+    assert_null(gf);
+    char want[160];
+    snprintf(want, sizeof want,
+             "range at offset %zu of %zu bytes lies past the end of the file (%zu bytes)", pre, n,
+             n);
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(gguf_open_range(p, n + 1, 0, &gf, &err), MF_ERANGE);
+    assert_int_equal(gguf_open_range(p, UINT64_MAX, 2, &gf, &err), MF_ERANGE); /* no wrap */
+    /* too short for a header, and the wrong start */
+    assert_int_equal(gguf_open_range(p, pre, 10, &gf, &err), MF_EFORMAT);
+    snprintf(want, sizeof want, "byte %zu: range is 10 bytes, too short", pre);
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(gguf_open_range(p, n, 0, &gf, &err), MF_EFORMAT); /* empty range */
+    assert_int_equal(gguf_open_range(p, pre + 1, x.b.n - 1, &gf, &err), MF_EFORMAT);
+    assert_null(gf);
+    /* not a regular file, and missing */
+    assert_int_equal(mf_file_map_range(tmpdir, 0, 0, 1, "data", &m, &err), MF_EINVAL);
+    assert_null(m.data);
+    assert_int_equal(gguf_open_range(tpath("nope.bin"), pre, 10, &gf, &err), MF_ENOTFOUND);
+    free(buf);
+    free(x.b.p);
+}
+
 /* Copies src through reader -> writer to dst. */
 static void copy_gguf(const char *src, const char *dst)
 {
@@ -1051,6 +1112,7 @@ int main(void)
         cmocka_unit_test(test_writer_refuses_bad_input),
         cmocka_unit_test(test_many_keys_and_big_string_array),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_open_range),
         cmocka_unit_test(test_llamacpp_files_copy_byte_for_byte),
     };
     return cmocka_run_group_tests_name("gguf", tests, setup_dir, teardown_dir);

@@ -7,6 +7,7 @@
  *   serve_req.c     request bodies (JSON) -> struct serve_req, with 400 messages
  *   serve_embed_req.c embeddings request bodies -> struct serve_embed_req
  *   serve_embed.c   embeddings: tokens -> mean-pooled hidden state, responses
+ *   serve_device.c  MFC_DEVICE: the CPU or CUDA backend, and auto's CPU fallback
  *   serve_load.c    model, tokenizer, template, adapters, backend, engine
  *   serve_gen.c     one generation: prompt, submit, events -> text, disconnects
  *   serve_openai.c  OpenAI chunks, responses and errors
@@ -95,6 +96,25 @@ json_t *serve_yaml_to_json(const char *text, size_t len, const char *what, struc
 int serve_config_parse(struct serve_config *c, int argc, char **argv,
                        const char *(*env)(const char *), int *help, struct mf_err *err);
 extern const char serve_usage[];
+
+/* ---- the compute device (serve_device.c) ---- */
+
+struct model;
+
+enum serve_device {
+    SERVE_DEVICE_CPU,
+    SERVE_DEVICE_CUDA,
+};
+
+/* Decides MFC_DEVICE device ("cpu", "cuda", "auto") for model m with gpus
+ * CUDA devices visible: 0 and *out. "auto" takes CUDA only when a GPU is
+ * visible and the CUDA plan accepts every tensor of m; when a GPU is visible
+ * but the plan refuses one (Q5_0/Q5_1 weights, ...), *out is CPU and why
+ * (cap bytes) says why, for the log; otherwise why is "". Fails with
+ * MF_EUNSUPPORTED for "cuda" without a GPU or with a refused tensor (the
+ * message names it), MF_EUSAGE for another device name. */
+int serve_pick_device(const char *device, int gpus, const struct model *m,
+                      enum serve_device *out, char *why, size_t cap, struct mf_err *err);
 
 /* ---- options: Ollama's, as the model sets them and a request overrides ---- */
 

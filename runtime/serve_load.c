@@ -4,9 +4,11 @@
  * GGUF's tokenizer.chat_template matches, else {{ .Prompt }}), LoRA
  * adapters, the compute backend with its KV arena, and the engine.
  *
- * The backend is chosen in one place (pick_backend): MFC_DEVICE=auto (the
- * default) takes the CUDA backend when a GPU is visible and the CPU one
- * otherwise; cpu and cuda force a choice. The choice is logged at start.
+ * The backend is chosen in one place (serve_pick_device, serve_device.c):
+ * MFC_DEVICE=auto (the default) takes the CUDA backend when a GPU is visible
+ * and its plan accepts every tensor, the CPU one otherwise (saying why on
+ * stderr when a GPU was there); cpu and cuda force a choice. The choice is
+ * logged at start.
  */
 #include "runtime/serve_int.h"
 
@@ -41,19 +43,21 @@ int64_t serve_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The one place a device is chosen: "cpu", "cuda" (fails without a visible
- * GPU), or "auto" (cuda when cuda_device_count() > 0, else cpu). */
-static const struct backend_ops *pick_backend(const char *device, struct mf_err *err)
+/* The backend serve_pick_device (serve_device.c) decides for s->cfg.device;
+ * auto's fallback to the CPU is said on stderr with the reason. NULL with
+ * err when the choice fails (cuda forced without a GPU or for a model its
+ * plan refuses). */
+static const struct backend_ops *pick_backend(struct serve *s, struct mf_err *err)
 {
-    int gpus = strcmp(device, "cpu") ? cuda_device_count() : 0;
-    if (!strcmp(device, "cpu") || (!strcmp(device, "auto") && gpus == 0))
-        return &cpu_backend_ops;
-    if (gpus > 0)
-        return &cuda_backend_ops;
-    mf_err_set(err, MF_EUNSUPPORTED,
-               "MFC_DEVICE \"%s\": no CUDA GPU is visible (or this mfc-serve was built "
-               "without CUDA)", device);
-    return NULL;
+    int gpus = strcmp(s->cfg.device, "cpu") ? cuda_device_count() : 0;
+    enum serve_device d;
+    char why[512];
+
+    if (serve_pick_device(s->cfg.device, gpus, s->m, &d, why, sizeof why, err))
+        return NULL;
+    if (why[0])
+        mf_log_warn(&s->log, "MFC_DEVICE=%s: %s", s->cfg.device, why);
+    return d == SERVE_DEVICE_CUDA ? &cuda_backend_ops : &cpu_backend_ops;
 }
 
 static uint64_t mem_available(void)
@@ -204,7 +208,7 @@ static void describe(struct serve *s)
 
 static int open_engine(struct serve *s, struct mf_err *err)
 {
-    const struct backend_ops *ops = pick_backend(s->cfg.device, err);
+    const struct backend_ops *ops = pick_backend(s, err);
     struct backend_config bc = {.n_threads = s->cfg.threads,
                                 .max_tokens = s->cfg.max_batch_tokens,
                                 .max_seqs = s->cfg.max_seqs};

@@ -67,6 +67,11 @@ int exec_peft_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
                       struct mf_err *err);
 /* Adds an adapter's "rank", "alpha" and "pairs" to its check record. exec_lora.c. */
 void exec_adapter_facts(const struct gguf_file *adapter, json_t *result);
+/* An adapter's name in that label: the last path component of source
+ * (trailing slashes skipped) without a final .gguf or .safetensors (any
+ * case): "./x/my.adapter.v2.gguf" -> "my.adapter.v2". Points into source;
+ * *len is its length. exec_lora.c. */
+const char *exec_adapter_name(const char *source, size_t *len);
 /* The image's "dev.mfc.adapters.merged" label: a JSON array of the adapters
  * the weights' merge step folded in ({name, source, scale, rank, alpha}).
  * Returns 0 (and out "") when nothing was merged or it does not fit cap. */

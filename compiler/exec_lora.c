@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "common/gguf.h"
@@ -160,13 +161,27 @@ void exec_adapter_facts(const struct gguf_file *adapter, json_t *result)
     free(ts);
 }
 
-/* "o3" for "ADAPTER ./dir/o3.gguf": the file name without its extension. */
-static json_t *adapter_name(const char *source)
+const char *exec_adapter_name(const char *source, size_t *len)
 {
-    const char *slash = strrchr(source, '/');
-    const char *base = slash ? slash + 1 : source;
-    size_t n = strcspn(base, ".");
-    return json_stringn(base, n ? n : strlen(base));
+    static const char *const exts[] = {".gguf", ".safetensors"};
+    size_t n = strlen(source);
+    const char *base;
+
+    while (n > 1 && source[n - 1] == '/') /* "./my.adapter/" is a PEFT directory */
+        n--;
+    base = source + n;
+    while (base > source && base[-1] != '/')
+        base--;
+    n -= (size_t)(base - source);
+    for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+        size_t e = strlen(exts[i]);
+        if (n > e && strncasecmp(base + n - e, exts[i], e) == 0) {
+            n -= e;
+            break;
+        }
+    }
+    *len = n;
+    return base;
 }
 
 int exec_merged_label(const struct exec_job *j, char *out, size_t cap)
@@ -184,7 +199,9 @@ int exec_merged_label(const struct exec_job *j, char *out, size_t cap)
         const struct plan_node *c = &j->plan->nodes[m->inputs[k]];
         const json_t *rec = j->b->nodes[m->inputs[k]].result;
         const char *src = strncmp(c->name, "ADAPTER ", 8) == 0 ? c->name + 8 : c->name;
-        json_t *a = json_pack("{s:o, s:s, s:O?, s:O?, s:O?}", "name", adapter_name(src), "source",
+        size_t nlen;
+        const char *name = exec_adapter_name(src, &nlen);
+        json_t *a = json_pack("{s:s%, s:s, s:O?, s:O?, s:O?}", "name", name, nlen, "source",
                               src, "scale", json_array_get(scales, k - 1), "rank",
                               json_object_get(rec, "rank"), "alpha",
                               json_object_get(rec, "alpha"));

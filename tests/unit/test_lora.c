@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "common/file.h"
 #include "common/gguf.h"
+#include "compiler/exec_int.h"
 #include "compiler/lora.h"
 
 #define EMBD 32
@@ -495,6 +496,34 @@ static void test_map_name(void **state)
                      MF_EUNSUPPORTED);
 }
 
+/* The name an adapter gets in the dev.mfc.adapters.merged label: only a final
+ * .gguf/.safetensors is cut, so dotted names survive (exec_adapter_name). */
+static void test_merged_adapter_name(void **state)
+{
+    static const char *const cases[][2] = {
+        {"./dir/o3.gguf", "o3"},
+        {"my.adapter.v2.gguf", "my.adapter.v2"},
+        {"/abs/path.with.dots/my.adapter.v2.gguf", "my.adapter.v2"},
+        {"./adapters/sql.v1.safetensors", "sql.v1"},
+        {"./peft/my.adapter.v2/", "my.adapter.v2"},
+        {"./peft/lora-r8", "lora-r8"},
+        {"x.GGUF", "x"},
+        {"x.gguf.bak", "x.gguf.bak"},
+        {"archive.tar.gz", "archive.tar.gz"},
+        {"hf://org/repo.v2", "repo.v2"},
+        {".gguf", ".gguf"},
+        {"plain", "plain"},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = 99;
+        const char *p = exec_adapter_name(cases[i][0], &n);
+        char got[128];
+        snprintf(got, sizeof got, "%.*s", (int)n, p);
+        assert_string_equal(got, cases[i][1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -502,7 +531,7 @@ int main(void)
         cmocka_unit_test(test_other_arch),    cmocka_unit_test(test_hidden_size),
         cmocka_unit_test(test_missing_tensor), cmocka_unit_test(test_transposed_a),
         cmocka_unit_test(test_rank_mismatch), cmocka_unit_test(test_rank_limits),
-        cmocka_unit_test(test_pairs_and_names),
+        cmocka_unit_test(test_pairs_and_names), cmocka_unit_test(test_merged_adapter_name),
         cmocka_unit_test(test_identity),      cmocka_unit_test(test_map_name),
         cmocka_unit_test(test_peft_qwen2),    cmocka_unit_test(test_peft_refusals),
     };

@@ -26,6 +26,7 @@
 #include "common/buf.h"
 #include "common/json.h"
 #include "common/sha256.h"
+#include "config.h"
 
 #define NO_NODE SIZE_MAX
 #define PLAN_KEY_SALT "mfc-plan-key/v1" /* bump when a key's meaning changes */
@@ -625,9 +626,23 @@ static int hash_str(struct mf_sha256 *h, const char *s, struct mf_err *err)
     return mf_sha256_update(h, s ? s : "", strlen(s ? s : "") + 1, err);
 }
 
+int plan_op_versioned(enum plan_op op)
+{
+    /* a source is the fetched bytes (its content digest is in the key) and a
+     * RUN's output is the user's command's: neither is made by mfc's code */
+    return op != PLAN_SOURCE && op != PLAN_RUN && (unsigned)op < PLAN_OP_COUNT;
+}
+
 int plan_node_key(const struct plan_node *n, const char *const *input_keys,
                   const char *const *input_digests, const char *content,
                   char key[STORE_DIGEST_BUF], struct mf_err *err)
+{
+    return plan_node_key_at(n, input_keys, input_digests, content, PACKAGE_VERSION, key, err);
+}
+
+int plan_node_key_at(const struct plan_node *n, const char *const *input_keys,
+                     const char *const *input_digests, const char *content,
+                     const char *mfc_version, char key[STORE_DIGEST_BUF], struct mf_err *err)
 {
     struct mf_sha256 h;
     struct mf_buf args;
@@ -643,6 +658,8 @@ int plan_node_key(const struct plan_node *n, const char *const *input_keys,
         return rc;
     }
     rc = hash_str(&h, PLAN_KEY_SALT, err);
+    if (!rc && plan_op_versioned(n->op))
+        rc = hash_str(&h, mfc_version, err);
     if (!rc)
         rc = hash_str(&h, plan_op_name(n->op), err);
     if (!rc)

@@ -123,13 +123,23 @@ const char *plan_role_name(enum plan_role role);
 
 /* Cache keys */
 
-/* The cache key of node n: sha256 over the op name, the canonical JSON of
- * n->args, then for each input its key and output digest (in input order),
- * then content (a source's content digest, or NULL). Writes "sha256:<hex>".
+/* The cache key of node n: sha256 over a salt, mfc's version (PACKAGE_VERSION)
+ * when plan_op_versioned(n->op), the op name, the canonical JSON of n->args,
+ * then for each input its key and output digest (in input order), then
+ * content (a source's content digest, or NULL). Writes "sha256:<hex>".
  * Fails only when memory runs out; key is untouched then. */
 int plan_node_key(const struct plan_node *n, const char *const *input_keys,
                   const char *const *input_digests, const char *content,
                   char key[STORE_DIGEST_BUF], struct mf_err *err);
+/* plan_node_key with mfc_version in place of PACKAGE_VERSION (tests). */
+int plan_node_key_at(const struct plan_node *n, const char *const *input_keys,
+                     const char *const *input_digests, const char *content,
+                     const char *mfc_version, char key[STORE_DIGEST_BUF], struct mf_err *err);
+/* 1 when op's output is made by mfc's own code (convert, check, merge,
+ * quantize, config, layer, image), whose key therefore holds mfc's version so
+ * a newer mfc never reuses an older one's step; 0 for source (fetched bytes,
+ * keyed by their digest) and run (the user's command's output). */
+int plan_op_versioned(enum plan_op op);
 
 /* Output */
 

@@ -18,6 +18,7 @@
 
 #include "common/file.h"
 #include "compiler/plan.h"
+#include "config.h"
 #include "tests/unit/tmpdir.h"
 
 #define D1 "sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -276,6 +277,45 @@ static void test_adapter_names(void **state)
     mf_modelfile_free(mf);
 }
 
+/* Steps whose output mfc's code makes are keyed by mfc's version too, so an
+ * mfc with different image (or config, layer, merge...) output never reuses an
+ * older one's cached step; sources and RUN steps are not. */
+static void test_keys_version(void **state)
+{
+    struct plan *p = plan_of(*state, "RUN echo hi\nFROM ./base.gguf\nADAPTER --merge ./a.gguf\n"
+                                     "SYSTEM s\n");
+    const char *keys[4] = {D1, D1, D1, D1}, *digests[4] = {D2, D2, D2, D2};
+    struct mf_err err;
+    int seen[PLAN_OP_COUNT] = {0};
+
+    for (size_t i = 0; i < p->n_nodes; i++) {
+        const struct plan_node *n = &p->nodes[i];
+        char k0[STORE_DIGEST_BUF], k1[STORE_DIGEST_BUF], k2[STORE_DIGEST_BUF], kd[STORE_DIGEST_BUF];
+        const char *content = n->op == PLAN_SOURCE ? D1 : NULL;
+        assert_int_equal(plan_node_key_at(n, keys, digests, content, "0.1.0", k0, &err), 0);
+        assert_int_equal(plan_node_key_at(n, keys, digests, content, "0.1.0", k1, &err), 0);
+        assert_int_equal(plan_node_key_at(n, keys, digests, content, "0.2.0", k2, &err), 0);
+        assert_int_equal(plan_node_key(n, keys, digests, content, kd, &err), 0);
+        assert_string_equal(k0, k1); /* deterministic */
+        if (plan_op_versioned(n->op))
+            assert_string_not_equal(k0, k2);
+        else
+            assert_string_equal(k0, k2);
+        /* plan_node_key is this build's version */
+        assert_int_equal(plan_node_key_at(n, keys, digests, content, PACKAGE_VERSION, k2, &err), 0);
+        assert_string_equal(kd, k2);
+        seen[n->op] = 1;
+    }
+    assert_true(seen[PLAN_IMAGE] && seen[PLAN_LAYER] && seen[PLAN_CONFIG] && seen[PLAN_MERGE] &&
+                seen[PLAN_SOURCE] && seen[PLAN_RUN]);
+    assert_true(plan_op_versioned(PLAN_IMAGE) && plan_op_versioned(PLAN_LAYER) &&
+                plan_op_versioned(PLAN_CONFIG) && plan_op_versioned(PLAN_MERGE) &&
+                plan_op_versioned(PLAN_QUANTIZE) && plan_op_versioned(PLAN_CONVERT) &&
+                plan_op_versioned(PLAN_CHECK));
+    assert_false(plan_op_versioned(PLAN_SOURCE) || plan_op_versioned(PLAN_RUN));
+    plan_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +326,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_config_yaml, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test(test_adapter_names),
+        cmocka_unit_test_setup_teardown(test_keys_version, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -556,7 +556,8 @@ int serve_config_parse(struct serve_config *c, int argc, char **argv,
                 mf_err_prefix(err, "%s", env_map[i].env);
         }
     }
-    optind = 1;
+    optind = 0; /* 0, not 1: glibc and musl then also drop the position inside a
+                 * previous argv's "-xyz" group, which a second call would read */
     opterr = 0;
     while (!rc && (ch = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
         if (ch == '?' || ch == ':')

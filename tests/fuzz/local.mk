@@ -5,3 +5,4 @@ EXTRA_DIST += tests/fuzz/run tests/fuzz/README.md
 fuzz:
 	$(top_srcdir)/tests/fuzz/run $${FUZZ_SECONDS:-60}
 .PHONY: fuzz
+EXTRA_DIST += tests/fuzz/fuzz_serve_flags.c tests/fuzz/corpus/serve_flags

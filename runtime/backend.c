@@ -106,7 +106,7 @@ int backend_check_batch(const struct model *m, int32_t n_blocks, int32_t max_tok
         if (rc)
             return rc;
         total += batch->seqs[i].n_tokens;
-        if (batch->seqs[i].want_logits && !batch->logits)
+        if (batch->seqs[i].want_logits && !batch->logits && !batch->hidden)
             return mf_err_set(err, MF_EINVAL,
                               "batch sequence %" PRId32 " wants logits but there is no buffer", i);
     }

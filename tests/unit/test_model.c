@@ -764,6 +764,74 @@ static void test_chunked_prefill_and_threads(void **state)
     }
 }
 
+/* A hidden-state step (batch.hidden, what mfc-serve's embeddings use): one
+ * row per token, the output_norm'ed final state whose product with
+ * output.weight is the logits row a normal step gives; the K/V it writes
+ * are a normal prefill's (a decode after it is bit-identical); and it is
+ * chunk-invariant. */
+static void test_hidden_step(void **state)
+{
+    char mp[128];
+    struct rig g;
+    struct mf_err err = {0};
+    struct batch_lora none = {0};
+    enum { N = 20 };
+    int32_t E, nv;
+    float *H, *H2, *L, *L0, *L1;
+
+    rig_open(&g, write_model(&toy, "hidden.gguf", mp, sizeof mp), NULL, NULL, 2, BACKEND_KV_F32,
+             NULL);
+    E = g.m->hp.n_embd;
+    nv = g.m->hp.n_vocab;
+    assert_int_equal(g.m->output.type, GGML_TYPE_F32);
+    fill_prompts(nv);
+    memcpy(prompt[1], prompt[0], sizeof prompt[0]);
+    memcpy(prompt[2], prompt[0], sizeof prompt[0]);
+    H = calloc((size_t)N * (size_t)E, sizeof *H);
+    H2 = calloc((size_t)N * (size_t)E, sizeof *H2);
+    L = calloc((size_t)nv, sizeof *L);
+    L0 = calloc((size_t)nv, sizeof *L0);
+    L1 = calloc((size_t)nv, sizeof *L1);
+    {
+        struct batch_seq bs = {.tokens = prompt[0], .n_tokens = N, .block_table = g.table[0],
+                               .n_blocks = 16, .want_logits = 1};
+        struct batch b = {.n_seqs = 1, .seqs = &bs, .hidden = H}; /* no logits buffer needed */
+        assert_int_equal(backend_step(g.be, &b, &err), 0);
+    }
+    step(&g, 1, (int[]){1}, (int[]){0}, (int[]){N}, &none, L);
+    /* logits = output . hidden of the last token */
+    const float *out = g.m->output.data;
+    float scale = 0;
+    for (int32_t v = 0; v < nv; v++)
+        scale = fmaxf(scale, fabsf(L[v]));
+    for (int32_t v = 0; v < nv; v++) {
+        double d = 0;
+        for (int32_t e = 0; e < E; e++)
+            d += (double)out[(size_t)v * (size_t)E + (size_t)e] * H[(size_t)(N - 1) * (size_t)E + (size_t)e];
+        if (fabs(d - L[v]) > 1e-3 * scale)
+            fail_msg("logit %d: output . hidden is %.6g, the step gave %.6g", v, d, (double)L[v]);
+    }
+    /* the K/V the hidden step wrote serve a decode exactly as a prefill's */
+    step(&g, 1, (int[]){0}, (int[]){N}, (int[]){N + 1}, &none, L0);
+    step(&g, 1, (int[]){1}, (int[]){N}, (int[]){N + 1}, &none, L1);
+    assert_same(L0, L1, nv, "decode after a hidden-state step");
+    /* in two chunks, the rows are the same bit for bit */
+    for (int c = 0; c < 2; c++) {
+        int32_t from = c ? 7 : 0, to = c ? N : 7;
+        struct batch_seq bs = {.tokens = prompt[2] + from, .n_tokens = to - from,
+                               .n_past = from, .block_table = g.table[2], .n_blocks = 16};
+        struct batch b = {.n_seqs = 1, .seqs = &bs, .hidden = H2 + (size_t)from * (size_t)E};
+        assert_int_equal(backend_step(g.be, &b, &err), 0);
+    }
+    assert_same(H2, H, N * E, "hidden rows in chunks 7 + 13");
+    free(H);
+    free(H2);
+    free(L);
+    free(L0);
+    free(L1);
+    rig_close(&g);
+}
+
 /* Batches that break batch.h's contract are refused before any K/V is
  * written, naming the sequence. */
 static void test_step_refuses_bad_batches(void **state)
@@ -810,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_chunked_prefill_and_threads),
         cmocka_unit_test(test_step_refuses_bad_batches),
+        cmocka_unit_test(test_hidden_step),
     };
     return cmocka_run_group_tests_name("model", tests, setup_dir, remove_dir);
 }

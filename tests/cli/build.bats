@@ -39,7 +39,7 @@ srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
 srv.daemon_threads = True
 open(sys.argv[2] + ".tmp", "w").write(str(srv.server_address[1]))
 os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-threading.Timer(90, lambda: os._exit(0)).start()
+threading.Timer(900, lambda: os._exit(0)).start()
 srv.serve_forever()
 EOF
     python3 "$SRV_DIR/slow.py" "$SRV_DIR/root/base.gguf" "$SRV_DIR/slowport" 3>&- &

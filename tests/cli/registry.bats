@@ -113,7 +113,7 @@ tags() { jq -cS '[.manifests[] | {t: .annotations."org.opencontainers.image.ref.
     mk demo:1 >/dev/null
     BPORT=$(free_port)
     echo "{\"auths\":{\"127.0.0.1:$BPORT\":{\"auth\":\"$(printf 'bob:tokpw' | base64)\"}}}" >"$T/auth.json"
-    timeout 120 python3 - "$BPORT" "$T/bearer.log" <<'PY' &
+    timeout 600 python3 - "$BPORT" "$T/bearer.log" <<'PY' &
 import base64, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 port, log = int(sys.argv[1]), open(sys.argv[2], "a", buffering=1)

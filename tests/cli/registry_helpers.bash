@@ -29,7 +29,7 @@ auth:
     path: $T/htpasswd
 YML
     # REGISTRY_* variables override the registry's own config (REGISTRY_AUTH_FILE would be auth.file)
-    env -u REGISTRY_AUTH_FILE timeout 300 docker-registry serve "$T/config.yml" >"$T/registry.log" 2>&1 &
+    env -u REGISTRY_AUTH_FILE timeout 900 docker-registry serve "$T/config.yml" >"$T/registry.log" 2>&1 &
     echo $! >"$T/registry.pid"
     for _ in $(seq 600); do
         [ "$(curl -s -m 1 -o /dev/null -w '%{http_code}' "http://$R/v2/")" = 401 ] && return 0

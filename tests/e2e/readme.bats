@@ -53,7 +53,7 @@ wait_health() {
     # tree (already built: make only checks it), the store an empty one.
     # script/test is not run here: it would run this test again.
     unset MAKEFLAGS MFLAGS MAKELEVEL
-    run env MFC_DEMO_BUILD="$MFC_BUILDDIR" timeout 300 "$MFC_SRCDIR/script/demo" </dev/null
+    run env MFC_DEMO_BUILD="$MFC_BUILDDIR" timeout 900 "$MFC_SRCDIR/script/demo" </dev/null
     echo "$output"
     [ "$status" -eq 0 ]
     [[ "$output" != *"bootstrap: installing"* ]]

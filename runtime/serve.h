@@ -190,6 +190,10 @@ struct serve_req {
     struct serve_opts opts; /* sampling overrides and stop strings */
 };
 
+/* Parses a request body that must be one JSON object into *out (owned by
+ * the caller). MF_EINVAL with the sentence a 400 carries otherwise. */
+int serve_json_object(const char *body, size_t len, json_t **out, struct mf_err *err);
+
 /* Parses a request body for api. Returns 0 and fills rq (free with
  * serve_req_free), or MF_EINVAL with err naming the field ("'messages[2].role'
  * must be a string"); rq is then safe to free. */

@@ -197,16 +197,9 @@ int serve_embed_parse(enum serve_embed_api api, const char *body, size_t len,
     rq->api = api;
     rq->truncate = 1;
     rq->dimensions = -1;
-    if (len == 0)
-        return mf_err_set(err, MF_EINVAL, "empty request body: expected a JSON object");
-    if (!(j = mf_json_parse(body, len, "request body", err)))
-        return MF_EINVAL;
-    if (!json_is_object(j)) {
-        json_decref(j);
-        return mf_err_set(err, MF_EINVAL, "request body must be a JSON object");
-    }
+    if ((rc = serve_json_object(body, len, &j, err)))
+        return rc;
     v = json_object_get(j, "model");
-    rc = 0;
     if (v && !json_is_null(v)) {
         if (!json_is_string(v))
             rc = mf_err_set(err, MF_EINVAL, "'model' must be a string");

@@ -475,6 +475,22 @@ static int ollama_fields(struct serve_req *rq, const json_t *body, struct mf_err
     return 0;
 }
 
+int serve_json_object(const char *body, size_t len, json_t **out, struct mf_err *err)
+{
+    json_t *j;
+    *out = NULL;
+    if (len == 0)
+        return mf_err_set(err, MF_EINVAL, "empty request body: expected a JSON object");
+    if (!(j = mf_json_parse(body, len, "request body", err)))
+        return MF_EINVAL;
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return mf_err_set(err, MF_EINVAL, "request body must be a JSON object");
+    }
+    *out = j;
+    return 0;
+}
+
 int serve_req_parse(enum serve_api api, const char *body, size_t len, struct serve_req *rq,
                     struct mf_err *err)
 {
@@ -484,14 +500,8 @@ int serve_req_parse(enum serve_api api, const char *body, size_t len, struct ser
     rq->api = api;
     rq->n = 1;
     rq->max_tokens = -1;
-    if (len == 0)
-        return mf_err_set(err, MF_EINVAL, "empty request body: expected a JSON object");
-    if (!(j = mf_json_parse(body, len, "request body", err)))
-        return MF_EINVAL;
-    if (!json_is_object(j)) {
-        json_decref(j);
-        return mf_err_set(err, MF_EINVAL, "request body must be a JSON object");
-    }
+    if ((rc = serve_json_object(body, len, &j, err)))
+        return rc;
     rc = str_field(j, "model", &rq->model, err);
     if (!rc && (api == SERVE_OAI_CHAT || api == SERVE_OAI_COMPLETION))
         rc = oai_fields(rq, j, err);

@@ -155,7 +155,9 @@ static int kcopy(struct tap *t, int in, int out, size_t n, struct mf_err *err)
             got = read(in, buf, n < sizeof buf ? n : sizeof buf);
         if (got < 0 && errno == EINTR)
             continue;
-        if (got < 0 && t->how < 2 && kcopy_unsupported(t->how, errno)) {
+        /* 0 before the end: some file systems answer so instead of an
+         * error; read(2) then says whether the source really shrank */
+        if (t->how < 2 && (got == 0 || (got < 0 && kcopy_unsupported(t->how, errno)))) {
             t->how++;
             continue;
         }

@@ -205,8 +205,10 @@ static int fn_index(struct call *c, struct tmpl_value **a, size_t na, struct tmp
         const struct tmpl_value *i = a[k];
         int64_t x = 0;
         int rc;
-        if (byte)
+        if (byte) {
+            tmpl_value_unref(byte);
             return fail(c, "can't index item of type uint8");
+        }
         switch (item->kind) {
         case TMPL_NIL:
             return fail(c, "index of nil pointer");

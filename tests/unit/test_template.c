@@ -442,6 +442,9 @@ static void test_value_api(void **state)
     assert_int_equal(tmpl_value_set(m, "k", tmpl_value_int(2), &err), 0); /* replaces */
     assert_int_equal(tmpl_value_set(m, "l", l, &err), 0);
     expect_out("{{.k}} {{.l}} {{index .l 0}}", m, "2 [x] x");
+    expect_out("{{index .l 0 0}}", m, "120"); /* a string's byte */
+    /* indexing that byte again is Go's error, and frees it (a fuzzer-found leak) */
+    expect_err("{{index .l 0 0 1}}", m, "can't index item of type uint8");
     tmpl_value_unref(m);
     tmpl_value_unref(s);
     tmpl_value_unref(NULL);

@@ -122,10 +122,8 @@ int exec_op_convert(const struct exec_job *j, struct exec_node *r, int *cached, 
         return exec_convert_peft(j, r, cached, err);
     *cached = 0;
     const char *dir = j->node->src.location;
-    char name[128], *tmp = NULL;
-    const char *key = strchr(r->key, ':');
-    snprintf(name, sizeof name, "convert-%.24s-%ld.gguf", key ? key + 1 : "x", (long)getpid());
-    int rc = store_tmp_path(j->s, name, &tmp, err);
+    char *tmp = NULL;
+    int rc = exec_tmp_path(j, "convert", &tmp, err);
     if (rc)
         return rc;
     struct conv_progress cp = {progress_scope(j->o->progress, (int)j->node->id + 1), 0};

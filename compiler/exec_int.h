@@ -90,6 +90,11 @@ int exec_input_file_at(const struct exec_job *j, size_t i, char **path, const js
 /* 0 when local (a source record from exec_input_file*, or NULL) still
  * describes path; MF_EINTEGRITY when the file changed while it was read. */
 int exec_local_unchanged(const json_t *local, const char *path, struct mf_err *err);
+/* A path in the store's tmp folder for this job's output file, "WHAT-PID-
+ * NODE.gguf": unique to the node, so two nodes with the same key (one PEFT
+ * directory named by two ADAPTER lines) never share a file while both run.
+ * *path is malloc'd. */
+int exec_tmp_path(const struct exec_job *j, const char *what, char **path, struct mf_err *err);
 /* 1 when the node's cache record already names r->digest. */
 int exec_record_matches(const struct exec_job *j, const struct exec_node *r);
 

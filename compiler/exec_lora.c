@@ -108,7 +108,7 @@ int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached
 {
     const char *dir = j->node->src.location;
     size_t bi = base_input(j);
-    char *base = NULL, *tmp = NULL, name[128];
+    char *base = NULL, *tmp = NULL;
     const json_t *local = NULL;
     struct lora_peft_info info;
     *cached = 0;
@@ -121,10 +121,8 @@ int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached
     if (bi == SIZE_MAX)
         return mf_err_set(err, MF_EINVAL, "converting %s needs the base model (FROM)", dir);
     int rc = exec_input_file_at(j, bi, &base, &local, err);
-    snprintf(name, sizeof name, "peft-%ld-%.64s.gguf", (long)getpid(),
-             strlen(r->key) > 7 ? r->key + 7 : "node");
     if (!rc)
-        rc = store_tmp_path(j->s, name, &tmp, err);
+        rc = exec_tmp_path(j, "peft", &tmp, err);
     if (!rc)
         rc = lora_peft_convert_ex(dir, base, tmp, &info, err);
     if (!rc)

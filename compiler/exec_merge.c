@@ -68,7 +68,6 @@ static int merge_to_store(const struct exec_job *j, struct exec_node *r,
     struct lora_merge_adapter ad[LORA_MERGE_MAX_ADAPTERS];
     const json_t *scales = json_object_get(j->node->args, "scales");
     struct lora_merge_stats st;
-    char name[128];
     char *tmp = NULL;
     for (size_t i = 1; i < in->n; i++) {
         const json_t *s = json_array_get(scales, i - 1);
@@ -78,9 +77,7 @@ static int merge_to_store(const struct exec_job *j, struct exec_node *r,
     mo->adapters = ad;
     mo->n_adapters = in->n - 1;
     mo->threads = merge_threads();
-    snprintf(name, sizeof name, "merge-%ld-%.64s.gguf", (long)getpid(),
-             strlen(r->key) > 7 ? r->key + 7 : "node");
-    int rc = store_tmp_path(j->s, name, &tmp, err);
+    int rc = exec_tmp_path(j, "merge", &tmp, err);
     struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
     int id = progress_begin(pg, j->node->op == PLAN_MERGE ? "merge" : "quantize", in->paths[0]);
     if (!rc)

@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/gguf.h"
@@ -225,6 +226,13 @@ int exec_input_file(const struct exec_job *j, char **path, const json_t **local,
 int exec_local_unchanged(const json_t *local, const char *path, struct mf_err *err)
 {
     return local ? file_unchanged(local, path, err) : 0;
+}
+
+int exec_tmp_path(const struct exec_job *j, const char *what, char **path, struct mf_err *err)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%.32s-%ld-%zu.gguf", what, (long)getpid(), j->node->id);
+    return store_tmp_path(j->s, name, path, err);
 }
 
 int exec_input_file_at(const struct exec_job *j, size_t i, char **path, const json_t **local,

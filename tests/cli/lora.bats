@@ -308,6 +308,27 @@ EOF
     [[ "$output" == *"convert ADAPTER ./style DONE"* ]]
 }
 
+@test "mfc build: one PEFT directory named by six ADAPTER lines converts in parallel steps without sharing a temp file" {
+    # each line is its own convert step with the same key; they once wrote
+    # one temp file and the first to finish removed the others' input
+    C="$T/same"
+    mkdir -p "$C"
+    cp "$D/base.gguf" "$C/"
+    peft "$C/style" --alpha 16 --rank 16 --targets q,k,v,o,gate,up,down
+    {
+        echo "FROM ./base.gguf"
+        echo "ADAPTER --merge --scale=0.25 ./style"
+        for n in a b c d e; do echo "ADAPTER --name=$n ./style"; done
+    } >"$C/Modelfile"
+    for i in 1 2 3; do
+        run "$MFC" build -j 6 --no-cache --progress plain -t same:1 "$C"
+        [ "$status" -eq 0 ] || { echo "$output"; false; }
+    done
+    [ "$(ls "$MFC_HOME/tmp" | wc -l)" -eq 0 ]
+    run "$MFC" inspect same:1
+    [ "$(jq -c '[.adapters[] | .name]' <<<"$output")" = '["a","b","c","d","e","style"]' ]
+}
+
 @test "mfc build FROM a Hugging Face dir with a real PEFT ADAPTER: the baked adapter is mfc lora convert's output, byte for byte" {
     DATA="$MFC_SRCDIR/tests/data"
     C="$T/ctx"

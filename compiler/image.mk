@@ -1,7 +1,7 @@
 ### OCI images (compiler/layer.*, oci.*, registry.*): layers, image config and
 ### manifest, archives, save/load/inspect, push/pull/login; and their tests
 libmfc_compiler_a_SOURCES += \
-	compiler/layer.c compiler/layer.h
+	compiler/layer.c compiler/layer.h compiler/layer_pax.c
 libmfc_compiler_a_CFLAGS += $(ARCHIVE_CFLAGS)
 MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) $(ZLIB_LIBS)
 

@@ -16,7 +16,9 @@
  *
  * layer_tar_write_fd (image archives) is the same tar into a file, except that
  * a file's content never passes through user space: libarchive writes the
- * headers and padding, the kernel copies the bytes (struct tap, kcopy).
+ * headers and padding, the kernel copies the bytes (struct tap, kcopy); and
+ * a file of 64 MiB or more gets headers from layer_pax.c that start its
+ * content on a 512 KiB boundary (write_aligned).
  */
 #include "compiler/layer.h"
 
@@ -43,6 +45,10 @@
 #define ZOUT_CHUNK (64u << 10) /* bytes of compressed output per deflate round */
 #define LDD_OUT_MAX (64u << 10) /* bytes of `ldd` output we agree to read */
 #define KCOPY_CHUNK (8u << 20) /* bytes per placeholder write when the kernel copies a file */
+/* In an archive written by layer_tar_write_fd, a file of ALIGN_MIN bytes or
+ * more starts its content on an ALIGN boundary (layer_pax.c says why) */
+#define ALIGN_MIN (64u << 20)
+#define ALIGN (512u << 10)
 
 extern char **environ;
 
@@ -112,6 +118,7 @@ struct tap {
     const char *src;   /* its name, for messages */
     size_t expect;     /* placeholder bytes still due from the current archive_write_data */
     int how;           /* 0 copy_file_range, 1 sendfile, 2 read+write: the first that works */
+    uint64_t pos;      /* kernel copy: bytes of tar written so far */
 };
 
 /* Writes all n bytes of p to the file *arg (a layer_out_fn). */
@@ -187,6 +194,7 @@ static la_ssize_t archive_cb(struct archive *a, void *arg, const void *p, size_t
                            "changed?); cannot copy it in the kernel", t->src);
     else if (t->rc == 0)
         t->rc = t->fn(t->arg, p, n, &t->err);
+    t->pos += n;
     return t->rc ? -1 : (la_ssize_t)n;
 }
 
@@ -437,6 +445,34 @@ static int copy_file(struct archive *a, struct tap *k, int fd, const char *src, 
     return rc;
 }
 
+/* A large file in an archive (kernel copy): its headers from layer_pax.c,
+ * so its content starts on an ALIGN boundary, then the content and the
+ * padding to 512, all past libarchive, which is told the entry before it is
+ * finished (its padding written) and so resumes cleanly at the next one. */
+static int write_aligned(struct archive *a, struct tap *k, const char *path, int fd,
+                         const struct layer_entry *e, uint64_t size, int64_t mtime,
+                         struct mf_err *err)
+{
+    static const char zeros[512];
+    struct mf_buf h;
+    if (archive_write_finish_entry(a) != ARCHIVE_OK)
+        return arch_fail(a, k, path, err);
+    mf_buf_init(&h, 4 * ALIGN);
+    int rc = layer_pax_aligned_header(path, e->mode, size, mtime, k->pos, ALIGN, &h, err);
+    if (rc == 0)
+        rc = fd_out(&k->out_fd, h.data, h.len, err);
+    k->pos += h.len;
+    mf_buf_free(&h);
+    k->src = e->src;
+    if (rc == 0)
+        rc = kcopy(k, fd, k->out_fd, (size_t)size, err);
+    size_t pad = (size_t)(-size & 511);
+    if (rc == 0 && pad)
+        rc = fd_out(&k->out_fd, zeros, pad, err);
+    k->pos += size + pad;
+    return rc;
+}
+
 static int write_item(struct archive *a, struct tap *k, const struct item *it, int64_t mtime,
                       struct mf_err *err)
 {
@@ -448,9 +484,13 @@ static int write_item(struct archive *a, struct tap *k, const struct item *it, i
         fd = open(e->src, O_RDONLY | O_CLOEXEC);
         if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             rc = mf_err_sys(err, MF_EIO, fd < 0 ? errno : EINVAL, "cannot read %s", e->src);
-            goto fail;
+            goto done;
         }
         size = (uint64_t)st.st_size;
+    }
+    if (fd >= 0 && k->mark && size >= ALIGN_MIN) {
+        rc = write_aligned(a, k, it->path, fd, e, size, mtime, err);
+        goto done;
     }
     char name[LAYER_PATH_MAX + 1];
     size_t len = strlen(it->path);
@@ -460,7 +500,7 @@ static int write_item(struct archive *a, struct tap *k, const struct item *it, i
     struct archive_entry *ae = entry_new(name, !e, e ? e->mode : 0755, size, mtime);
     if (!ae) {
         rc = mf_err_set(err, MF_ENOMEM, "out of memory for a tar header");
-        goto fail;
+        goto done;
     }
     if (archive_write_header(a, ae) != ARCHIVE_OK)
         rc = arch_fail(a, k, it->path, err);
@@ -469,7 +509,7 @@ static int write_item(struct archive *a, struct tap *k, const struct item *it, i
         rc = copy_file(a, k, fd, e->src, size, err);
     else if (rc == 0 && e && e->len && archive_write_data(a, e->data, e->len) != (la_ssize_t)e->len)
         rc = arch_fail(a, k, it->path, err);
-fail:
+done:
     if (fd >= 0)
         close(fd);
     return rc;

@@ -91,11 +91,14 @@ int layer_write_runtime(struct store *s, const char *binary, const char *name, i
 typedef int (*layer_out_fn)(void *arg, const void *p, size_t n, struct mf_err *err);
 int layer_tar_stream(const struct layer_entry *e, size_t n, int64_t mtime, layer_out_fn fn,
                      void *arg, struct mf_err *err);
-/* The same tar, byte for byte, written to the file fd at its offset (not
- * O_APPEND). Each src file's content goes from its file to fd in the kernel
- * (copy_file_range(2); sendfile(2) or read+write where the two files do not
- * support it), so a multi-GB weight blob is never copied through user space;
- * headers and padding come from libarchive in between. MF_EIO names a file
+/* The same tar written to the file fd at its offset (not O_APPEND), byte for
+ * byte but for one thing: a src file of 64 MiB or more starts its content on
+ * a 512 KiB boundary of fd (a pax header before it carries a "comment" record
+ * as padding; layer_pax.c says why). Each src file's content goes from its
+ * file to fd in the kernel (copy_file_range(2); sendfile(2) or read+write
+ * where the two files do not support it), so a multi-GB weight blob is never
+ * copied through user space; headers and padding come from libarchive in
+ * between. MF_EIO names a file
  * that cannot be read or shrank, or a failed write; fd's content is then
  * undefined (write it to a temporary). For image archives (oci.c). */
 int layer_tar_write_fd(const struct layer_entry *e, size_t n, int64_t mtime, int fd,
@@ -106,6 +109,15 @@ int layer_tar_write_fd(const struct layer_entry *e, size_t n, int64_t mtime, int
 int layer_copy_fd(int in, int out, uint64_t n, const char *what, struct mf_err *err);
 
 /* Internals for tests. */
+
+/* The headers of a tar entry for a regular file at archive offset pos (a
+ * multiple of 512) such that its content starts at a multiple of align (a
+ * multiple of 512, 1 KiB to 512 KiB): a pax 'x' header whose "comment"
+ * record pads, then the ustar header. Appended to out. layer_pax.c. */
+struct mf_buf;
+int layer_pax_aligned_header(const char *path, unsigned mode, uint64_t size, int64_t mtime,
+                             uint64_t pos, uint64_t align, struct mf_buf *out,
+                             struct mf_err *err);
 
 /* Checks a path inside a layer (see struct layer_entry). 0 or MF_EINVAL. */
 int layer_path_check(const char *path, struct mf_err *err);

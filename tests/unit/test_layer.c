@@ -2,7 +2,9 @@
  * test_layer.c: unit tests for compiler/layer.c: two writes of the same
  * entries give the same digest (plain and gzip), the tar holds what was
  * asked with fixed metadata, paths are checked, ldd output is parsed, and
- * layer_tar_write_fd (kernel copy) writes the same bytes as layer_tar_stream.
+ * layer_tar_write_fd (kernel copy) writes the same bytes as layer_tar_stream,
+ * but for files of 64 MiB or more, whose content it starts on a 512 KiB
+ * boundary behind a pax "comment" pad that libarchive reads through.
  * Each test gets a fresh store in a temporary directory.
  */
 #include <setjmp.h>
@@ -21,6 +23,7 @@
 #include <archive_entry.h>
 
 #include "common/buf.h"
+#include "common/file.h"
 #include "compiler/layer.h"
 #include "compiler/store.h"
 #include "tests/unit/tmpdir.h"
@@ -244,6 +247,169 @@ static void test_write_fd(void **state)
     fclose(f);
 }
 
+/* Reads the tar at path with libarchive: each entry's name, size and
+ * content (compared with want[i], or with the file src[i]). */
+static void check_read_back(const char *path, const char *const *names, const char *const *src,
+                            size_t n)
+{
+    struct archive *a = archive_read_new();
+    struct archive_entry *ae;
+    assert_int_equal(archive_read_support_format_tar(a), ARCHIVE_OK);
+    assert_int_equal(archive_read_open_filename(a, path, 1 << 16), ARCHIVE_OK);
+    size_t i = 0;
+    char *got = malloc(1 << 16), *exp = malloc(1 << 16);
+    assert_non_null(got);
+    assert_non_null(exp);
+    while (archive_read_next_header(a, &ae) == ARCHIVE_OK) {
+        if (archive_entry_filetype(ae) == AE_IFDIR)
+            continue;
+        assert_true(i < n);
+        assert_string_equal(archive_entry_pathname(ae), names[i]);
+        assert_int_equal(archive_entry_mode(ae) & 07777, 0644);
+        assert_int_equal(archive_entry_mtime(ae), 1700000000);
+        FILE *f = fopen(src[i], "r");
+        assert_non_null(f);
+        struct stat st;
+        assert_int_equal(fstat(fileno(f), &st), 0);
+        assert_int_equal(archive_entry_size(ae), st.st_size);
+        la_ssize_t k;
+        int64_t total = 0;
+        while ((k = archive_read_data(a, got, 1 << 16)) > 0) {
+            assert_int_equal(fread(exp, 1, (size_t)k, f), (size_t)k);
+            assert_memory_equal(got, exp, (size_t)k);
+            total += k;
+        }
+        assert_int_equal(k, 0);
+        assert_int_equal(total, st.st_size);
+        fclose(f);
+        i++;
+    }
+    assert_int_equal(i, n);
+    free(got);
+    free(exp);
+    archive_read_free(a);
+}
+
+/* Files of 64 MiB or more start on a 512 KiB boundary of the archive (the
+ * kernel copies faster so); libarchive reads every entry back unchanged,
+ * names over 100 bytes included; the same input gives the same bytes. */
+static void test_write_fd_aligned(void **state)
+{
+    struct fixture *fx = *state;
+    struct mf_err err;
+    char big[2][96], out[96], out2[96], head[2][4096];
+    for (int b = 0; b < 2; b++) {
+        snprintf(big[b], sizeof big[b], "%s/big%d.bin", fx->dir, b);
+        FILE *f = fopen(big[b], "w");
+        assert_non_null(f);
+        for (size_t i = 0; i < sizeof head[b]; i++)
+            head[b][i] = (char)(((i + 977u * (unsigned)b) * 2654435761u) >> 13);
+        assert_int_equal(fwrite(head[b], 1, sizeof head[b], f), sizeof head[b]);
+        /* mostly a hole: 64 MiB + 1000 (b = 0) or + 3 bytes (b = 1) */
+        assert_int_equal(ftruncate(fileno(f), (64L << 20) + (b ? 3 : 1000)), 0);
+        assert_int_equal(fseek(f, -1, SEEK_END), 0);
+        fputc('Z', f);
+        fclose(f);
+    }
+    char longname[160];
+    snprintf(longname, sizeof longname, "blobs/sha256/%0120d", 7);
+    struct layer_entry e[] = {
+        {.path = "blobs/sha256/a-small", .src = fx->file, .mode = 0644},
+        {.path = "blobs/sha256/b-big", .src = big[0], .mode = 0644},
+        {.path = longname, .src = big[1], .mode = 0644},
+        {.path = "index.json", .data = "{}", .len = 2, .mode = 0644},
+    };
+    snprintf(out, sizeof out, "%s/aligned.tar", fx->dir);
+    snprintf(out2, sizeof out2, "%s/aligned2.tar", fx->dir);
+    const char *outs[] = {out, out2};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(outs[k], "w");
+        assert_non_null(f);
+        assert_int_equal(layer_tar_write_fd(e, 4, 1700000000, fileno(f), &err), 0);
+        fclose(f);
+    }
+    /* each big file's first 4 KiB sit at a multiple of 512 KiB, after its ustar header */
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    int found[2] = {0, 0};
+    char blk[4096];
+    for (long off = 512L << 10; fseek(f, off, SEEK_SET) == 0 && fread(blk, 1, 4096, f) == 4096;
+         off += 512L << 10)
+        for (int b = 0; b < 2; b++)
+            if (memcmp(blk, head[b], 4096) == 0) {
+                char h[512];
+                assert_int_equal(fseek(f, off - 512, SEEK_SET), 0);
+                assert_int_equal(fread(h, 1, 512, f), 512);
+                assert_int_equal(h[156], '0');
+                assert_memory_equal(h + 257, "ustar", 6);
+                found[b]++;
+            }
+    fclose(f);
+    assert_int_equal(found[0], 1);
+    assert_int_equal(found[1], 1);
+    /* in the tar's (sorted) order */
+    const char *names[] = {e[2].path, e[0].path, e[1].path, "index.json"};
+    char idx[96];
+    snprintf(idx, sizeof idx, "%s/index.json", fx->dir);
+    f = fopen(idx, "w");
+    assert_non_null(f);
+    fputs("{}", f);
+    fclose(f);
+    const char *srcs[] = {big[1], fx->file, big[0], idx};
+    check_read_back(out, names, srcs, 4);
+    /* deterministic: the second write is the same file */
+    char *d1 = NULL, *d2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    assert_int_equal(mf_file_read(out, 256u << 20, &d1, &n1, &err), 0);
+    assert_int_equal(mf_file_read(out2, 256u << 20, &d2, &n2, &err), 0);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(d1, d2, n1);
+    free(d1);
+    free(d2);
+}
+
+/* The pad header on its own: every alignment lands, ustar fields that
+ * cannot hold a value move to pax records, and libarchive parses it. */
+static void test_pax_header(void **state)
+{
+    (void)state;
+    struct mf_err err;
+    const uint64_t sizes[] = {5, 9663676416ull}; /* 9 GiB needs a "size" record */
+    const uint64_t aligns[] = {1024, 4096, 512u << 10};
+    for (size_t s = 0; s < 2; s++)
+        for (size_t k = 0; k < 3; k++)
+            for (uint64_t pos = 0; pos < 3 * aligns[k]; pos += 512 * 37) {
+                struct mf_buf h;
+                mf_buf_init(&h, 64u << 20);
+                assert_int_equal(layer_pax_aligned_header("models/m.gguf", 0644, sizes[s], 0,
+                                                          pos, aligns[k], &h, &err),
+                                 0);
+                assert_int_equal((pos + h.len) % aligns[k], 0);
+                assert_int_equal(h.len % 512, 0);
+                /* a pad header stays under the 1 MiB readers accept */
+                assert_true(h.len == 512 || (h.len >= 1536 && h.len < (1u << 20)));
+                struct archive *a = archive_read_new();
+                struct archive_entry *ae;
+                archive_read_support_format_tar(a);
+                assert_int_equal(archive_read_open_memory(a, h.data, h.len), ARCHIVE_OK);
+                assert_int_equal(archive_read_next_header(a, &ae), ARCHIVE_OK);
+                assert_string_equal(archive_entry_pathname(ae), "models/m.gguf");
+                assert_int_equal((uint64_t)archive_entry_size(ae), sizes[s]);
+                assert_int_equal(archive_entry_filetype(ae), AE_IFREG);
+                archive_read_free(a);
+                mf_buf_free(&h);
+            }
+    struct mf_buf h;
+    mf_buf_init(&h, 1 << 20);
+    assert_int_equal(layer_pax_aligned_header("x", 0644, 1, 0, 100, 4096, &h, &err), MF_EINVAL);
+    assert_int_equal(layer_pax_aligned_header("x", 0644, 1, 0, 0, 1000, &h, &err), MF_EINVAL);
+    assert_int_equal(layer_pax_aligned_header("x", 0644, 1, 0, 0, 1u << 20, &h, &err), MF_EINVAL);
+    /* at a boundary less one block, no pad: the ustar header alone */
+    assert_int_equal(layer_pax_aligned_header("x", 0644, 1, 0, 4096 - 512, 4096, &h, &err), 0);
+    assert_int_equal(h.len, 512);
+    mf_buf_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +419,8 @@ int main(void)
         cmocka_unit_test(test_parse_ldd),
         cmocka_unit_test_setup_teardown(test_runtime, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_fd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_fd_aligned, setup, teardown),
+        cmocka_unit_test(test_pax_header),
     };
     return cmocka_run_group_tests_name("layer", tests, NULL, NULL);
 }

@@ -14,7 +14,9 @@
  *   1. device-to-device copy bandwidth (4 GiB, bytes read + written), the
  *      roofline's denominator;
  *   2. upload (backend create): GB/s from the host mapping to the device;
- *   3. one 512-token prefill (the simple GEMV path; its tokens/s reported);
+ *   3. one 512-token prefill, then one of PREFILL tokens into blocks of its
+ *      own (tensor-core GEMM past MFC_CUDA_GEMM_MIN tokens): tokens/s, and
+ *      the matrix flop/s (2 x weights x tokens) against gemm_peak's;
  *   4. for each batch B: B sequences share the 512-token context's blocks
  *      (a cached prefix) and each decodes 32 steps into blocks of its own;
  *      tokens/s over the wall clock of those steps (host planning, copies
@@ -37,7 +39,8 @@
 
 #define CTX 512
 #define STEPS 32
-#define MAX_B 64
+#define MAX_B 128
+#define PREFILL 2048 /* tokens of the long prefill measured against the GEMM peak */
 
 static double now_s(void)
 {
@@ -232,6 +235,56 @@ static double copy_bandwidth(void)
     return 2.0 * (double)n * 10 / (ms * 1e-3);
 }
 
+/* Elements of the layers' matrices: a prefill token multiplies each once
+ * (the output matrix only for the logits row, left out). */
+static double n_params(const struct model *m)
+{
+    double n = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++)
+        for (int w = 0; w < MODEL_W_PER_LAYER; w++)
+            n += (double)m->layers[l].w[w].ne0 * (double)m->layers[l].w[w].ne1;
+    return n;
+}
+
+/* The tensor cores' bf16 rate as mfk_gemm reaches it (cuBLAS, fp32
+ * accumulation): an 8192 x 8192 BF16 weight times 2048 tokens, the best of
+ * 5 after a warm-up; flop/s, the prefill figure's denominator. 0 when
+ * cuBLAS is missing. */
+static double gemm_peak(void)
+{
+    struct mfk_ctx *c;
+    struct mf_err err = {0};
+    const int64_t n = 8192;
+    const int32_t nt = 2048;
+    void *w, *x, *y, *scratch;
+    float ms, best = 1e30f;
+    if (mfk_ctx_new(0, &c, &err))
+        die("gemm peak", &err);
+    if (!mfk_gemm_available(c, &err)) {
+        printf("tensor-core GEMM: unavailable (%s)\n", err.msg);
+        mfk_ctx_free(c);
+        return 0;
+    }
+    struct mfk_weight mw = {.type = GGML_TYPE_BF16, .ne0 = n, .ne1 = n, .row_bytes = (uint64_t)n * 2};
+    size_t sb = mfk_gemm_scratch(&mw, nt);
+    if (mfk_malloc(c, (size_t)(n * n * 2), &w, &err) || mfk_malloc(c, (size_t)nt * n * 4, &x, &err) ||
+        mfk_malloc(c, (size_t)nt * n * 4, &y, &err) || mfk_malloc(c, sb, &scratch, &err))
+        die("gemm peak", &err);
+    mfk_memset(c, w, 0x3C, (size_t)(n * n * 2), &err); /* bf16 0x3C3C: ~0.0115 */
+    mfk_memset(c, x, 0, (size_t)nt * n * 4, &err);
+    mw.data = w;
+    for (int i = 0; i < 6; i++) {
+        if (mfk_timer_start(c, &err) ||
+            mfk_gemm(c, &mw, x, n, nt, y, n, 0, scratch, sb, &err) || mfk_timer_ms(c, &ms, &err))
+            die("gemm peak", &err);
+        if (i > 0 && ms < best)
+            best = ms;
+    }
+    mfk_free(w), mfk_free(x), mfk_free(y), mfk_free(scratch);
+    mfk_ctx_free(c);
+    return 2.0 * (double)n * (double)n * nt / (best * 1e-3);
+}
+
 /* GEMV alone on a 14336 x 4096 weight (Llama 3 8B's ffn_gate) of type t:
  * weight GB/s at nt tokens, the median of 20 launches, rotating over 4
  * copies so the 60 MB L2 never holds the weight. */
@@ -310,6 +363,7 @@ int main(int argc, char **argv)
         return 77;
     }
     double bw = copy_bandwidth();
+    double peak = strcmp(argv[1], "gemv") == 0 ? 0 : gemm_peak();
     if (strcmp(argv[1], "gemv") == 0) { /* cuda_bench gemv -: the GEMV table alone */
         static const enum ggml_type ts[] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                                             GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
@@ -328,8 +382,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < nb; i++)
         max_b = batches[i] > max_b ? batches[i] : max_b;
     int32_t per_seq = (CTX + STEPS) / 16 + 1 - CTX / 16; /* private tail blocks */
-    int32_t n_blocks_need = CTX / 16 + max_b * per_seq;
-    struct backend_config cfg = {.kv_type = BACKEND_KV_F16, .max_tokens = CTX, .max_seqs = MAX_B};
+    int32_t n_blocks_need = CTX / 16 + max_b * per_seq + PREFILL / 16;
+    struct backend_config cfg = {.kv_type = BACKEND_KV_F16, .max_tokens = PREFILL,
+                                 .max_seqs = MAX_B};
     cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, BACKEND_KV_F16);
     struct backend *be;
     int32_t n_blocks;
@@ -362,13 +417,35 @@ int main(int argc, char **argv)
     if (backend_step(be, &bt, &err))
         die("prefill", &err);
     double t_prefill = now_s() - t0;
+    /* the long prefill, twice (the first picks cuBLAS's kernels); blocks past the others' */
+    int32_t *ptoks = malloc(PREFILL * sizeof *ptoks), ptable[PREFILL / 16];
+    for (int i = 0; i < PREFILL; i++)
+        ptoks[i] = (int32_t)((i * 104729) % s->n_vocab);
+    for (int k = 0; k < PREFILL / 16; k++)
+        ptable[k] = CTX / 16 + max_b * per_seq + k;
+    double t_long = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        struct batch_seq ps = {.tokens = ptoks, .n_tokens = PREFILL, .n_past = 0,
+                               .block_table = ptable, .n_blocks = PREFILL / 16, .want_logits = 1};
+        struct batch pb = {.n_seqs = 1, .seqs = &ps, .logits = logits};
+        t0 = now_s();
+        if (backend_step(be, &pb, &err))
+            die("long prefill", &err);
+        t_long = now_s() - t0;
+    }
 
     printf("shape %s type %s: %.2f GB of weights (synthesized in %.1f s)\n", s->name, argv[2],
            st.bytes / 1e9, t_synth);
     printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
     printf("upload: %.2f GB in %.2f s = %.1f GB/s\n", st.bytes / 1e9, st.seconds,
            st.bytes / 1e9 / st.seconds);
-    printf("prefill %d tokens (GEMV path): %.3f s = %.0f tokens/s\n", CTX, t_prefill, CTX / t_prefill);
+    printf("tensor-core GEMM from %d tokens per step (MFC_CUDA_GEMM_MIN; 0: GEMV only)\n",
+           st.gemm_min);
+    printf("prefill %d tokens: %.3f s = %.0f tokens/s\n", CTX, t_prefill, CTX / t_prefill);
+    double flops = 2.0 * (double)n_params(m) * PREFILL / t_long;
+    printf("prefill %d tokens: %.3f s = %.0f tokens/s; matrices %.0f TFLOP/s = %.0f%% of the "
+           "measured bf16 GEMM peak (%.0f TFLOP/s)\n", PREFILL, t_long, PREFILL / t_long,
+           flops / 1e12, peak > 0 ? 100 * flops / peak : 0, peak / 1e12);
     printf("| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
     uint64_t kv_tok = 2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->hp.n_head_kv *

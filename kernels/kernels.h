@@ -103,6 +103,16 @@ int mfk_weight_ok(int type, int64_t ne0);
 int mfk_dequant_rows(struct mfk_ctx *c, const struct mfk_weight *w, int64_t r0, int32_t n_rows,
                      float *out, struct mf_err *err);
 
+/* The same rows rounded to bf16 (bf16 != 0) or fp16, packed ne0 apart
+ * into out (16-byte aligned): what mfk_gemm feeds the tensor cores. */
+int mfk_dequant_half(struct mfk_ctx *c, const struct mfk_weight *w, int64_t r0, int32_t n_rows,
+                     void *out, int bf16, struct mf_err *err);
+
+/* out[t][i] = x[t][i] rounded to bf16 (bf16 != 0) or fp16, t < nt, packed
+ * ne0 apart: mfk_gemm's activations. */
+int mfk_round_half(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t nt, int64_t ne0,
+                   void *out, int bf16, struct mf_err *err);
+
 /* x[t][0..ne0) = row ids[t] of w, t < n (ids on the device, < w->ne1). */
 int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids, int32_t n,
               float *x, int64_t ldx, struct mf_err *err);
@@ -122,6 +132,21 @@ int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int6
  * float x. x rows 16-byte aligned (ldx a multiple of 4). add: y += W x. */
 int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err);
+
+/* ---- tensor-core products (kernels/gemm.cu, cuBLAS loaded on first use) -- */
+
+/* 1 when mfk_gemm can run on this context (cuBLAS found and started);
+ * else 0, and err says why (MF_EUNSUPPORTED: not found). */
+int mfk_gemm_available(struct mfk_ctx *c, struct mf_err *err);
+/* Bytes of scratch mfk_gemm needs for nt tokens against w. */
+size_t mfk_gemm_scratch(const struct mfk_weight *w, int32_t nt);
+/* mfk_gemv's contract on tensor cores, for prefill and large batches: x
+ * rounded to bf16 (fp16 for F16 weights), BF16/F16 weights read as they are,
+ * other types dequantized to bf16 in row chunks, fp32 accumulation in
+ * cuBLAS. scratch: device memory of mfk_gemm_scratch bytes, 256-aligned. */
+int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
+             int32_t nt, float *y, int64_t ldy, int add, void *scratch, size_t scratch_bytes,
+             struct mf_err *err);
 
 /* Shape of the paged KV arena (runtime/backend.h layout, F16 elements:
  * keys [head_dim][16] per block and head, values [16][head_dim]). */

@@ -292,6 +292,82 @@ extern "C" int mfk_dequant_rows(struct mfk_ctx *c, const struct mfk_weight *w, i
     return rows_launch(c, w, nullptr, r0, n_rows, out, w->ne0, "dequantize", err);
 }
 
+template <typename H> __device__ __forceinline__ H to_half(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 to_half<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half to_half<__half>(float v)
+{
+    return __float2half_rn(v);
+}
+
+/* The rows of k_rows rounded to bf16 (or fp16), packed: the GEMM's A. */
+template <int TY, typename H>
+__global__ void k_rows_half(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t r0, H *out)
+{
+    const uint8_t *row = w + (uint64_t)(r0 + blockIdx.x) * rb;
+    H *o = out + (int64_t)blockIdx.x * ne0;
+    for (int64_t i = (int64_t)threadIdx.x * 8; i < ne0; i += (int64_t)blockDim.x * 8) {
+        float v[8];
+        deq8<TY>(row, i, v);
+        H h[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            h[k] = to_half<H>(v[k]);
+        *(uint4 *)(o + i) = *(const uint4 *)h; /* 16 bytes: ne0 % 8 == 0, rows 16-byte aligned */
+    }
+}
+
+extern "C" int mfk_dequant_half(struct mfk_ctx *c, const struct mfk_weight *w, int64_t r0,
+                                int32_t n_rows, void *out, int bf16, struct mf_err *err)
+{
+    int rc = check_weight(w, "dequantize", err);
+    if (rc || n_rows <= 0)
+        return rc;
+    if (r0 < 0 || r0 + n_rows > w->ne1 || ((uintptr_t)out & 15))
+        return mf_err_set(err, MF_EINVAL, "CUDA dequantize: rows %lld..%lld outside %lld or "
+                          "output not 16-byte aligned", (long long)r0, (long long)(r0 + n_rows),
+                          (long long)w->ne1);
+    const uint8_t *d = (const uint8_t *)w->data;
+    if (bf16) {
+        MFK_TYPE_SWITCH(w->type, TY,
+                        k_rows_half<TY, __nv_bfloat16><<<n_rows, 128, 0, mfk_stream(c)>>>(
+                            d, w->row_bytes, w->ne0, r0, (__nv_bfloat16 *)out));
+    } else {
+        MFK_TYPE_SWITCH(w->type, TY,
+                        k_rows_half<TY, __half><<<n_rows, 128, 0, mfk_stream(c)>>>(
+                            d, w->row_bytes, w->ne0, r0, (__half *)out));
+    }
+    return launched("dequantize", err);
+}
+
+/* out[t][i] = x[t][i] rounded, packed ne0 apart: the GEMM's B. */
+template <typename H>
+__global__ void k_round(const float *x, int64_t ldx, int64_t ne0, int64_t n, H *out)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / ne0, e = i - t * ne0;
+        out[i] = to_half<H>(x[t * ldx + e]);
+    }
+}
+
+extern "C" int mfk_round_half(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t nt,
+                              int64_t ne0, void *out, int bf16, struct mf_err *err)
+{
+    const int64_t n = (int64_t)nt * ne0;
+    if (n <= 0)
+        return 0;
+    const unsigned grid = (unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535);
+    if (bf16)
+        k_round<__nv_bfloat16><<<grid, 256, 0, mfk_stream(c)>>>(x, ldx, ne0, n,
+                                                                 (__nv_bfloat16 *)out);
+    else
+        k_round<__half><<<grid, 256, 0, mfk_stream(c)>>>(x, ldx, ne0, n, (__half *)out);
+    return launched("round", err);
+}
+
 extern "C" int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids,
                          int32_t n, float *x, int64_t ldx, struct mf_err *err)
 {

@@ -3,7 +3,7 @@
 NVCC_FLAGS = -O3 -std=c++17 -I$(top_srcdir) -I$(top_builddir) \
 	-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
 	-Xcompiler -fPIC,-Wall
-KERNELS_CU = kernels/device.cu kernels/mem.cu kernels/llama.cu
+KERNELS_CU = kernels/device.cu kernels/mem.cu kernels/llama.cu kernels/gemm.cu
 EXTRA_DIST += $(KERNELS_CU) kernels/kernels.h
 if HAVE_CUDA
 noinst_LIBRARIES += libmfc_kernels.a
@@ -18,8 +18,8 @@ endif
 
 ## Linking needs the runtime libraries, which a compiler-only install lacks.
 if HAVE_CUDA_RUNTIME
-## (cuBLAS is found by configure but not linked: no kernel uses it yet.)
-MFC_CUDA_LIBS = libmfc_kernels.a $(MFC_COMMON_LIBS) -L$(CUDA_LIBDIR) -lcudart -lstdc++ -lm
+## (cuBLAS is not linked: kernels/gemm.cu loads it with dlopen on first use.)
+MFC_CUDA_LIBS = libmfc_kernels.a $(MFC_COMMON_LIBS) -L$(CUDA_LIBDIR) -lcudart -ldl -lstdc++ -lm
 ## The toolkit's lib directory is rarely in ld.so.conf: record it in the binary
 ## (runtime/cuda.mk adds it to AM_LDFLAGS, so per-program LDFLAGS stay free).
 MFC_CUDA_RPATH = -Wl,-rpath,$(CUDA_LIBDIR)

@@ -24,7 +24,15 @@ struct mfk_ctx {
     void *stage[2];          /* pinned, STAGE_BYTES each; allocated on first upload */
     cudaEvent_t staged[2];   /* recorded after the DMA out of stage[i] */
     cudaEvent_t t0, t1;      /* timer */
+    void *blas;              /* gemm.cu's cuBLAS state, made on first use */
 };
+
+extern "C" void mfk_blas_free(void *p); /* gemm.cu */
+
+void **mfk_ctx_blas(struct mfk_ctx *c)
+{
+    return &c->blas;
+}
 
 static int ck(cudaError_t e, const char *what, struct mf_err *err)
 {
@@ -66,6 +74,7 @@ extern "C" void mfk_ctx_free(struct mfk_ctx *c)
         return;
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    mfk_blas_free(c->blas);
     for (int i = 0; i < 2; i++) {
         if (c->stage[i])
             cudaFreeHost(c->stage[i]);

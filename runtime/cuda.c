@@ -11,7 +11,8 @@
  * step: one host->device copy of the step's arrays (cuda_plan_step_fill),
  * then per layer: RMSNorm, q/k/v GEMV, RoPE + paged K/V store, attention,
  * o GEMV added to the residual, RMSNorm, gate/up GEMV, SwiGLU, down GEMV
- * added to the residual; then the logits rows are gathered, normed,
+ * added to the residual (each product a tensor-core GEMM instead when the
+ * step has MFC_CUDA_GEMM_MIN tokens or more: matmul); then the logits rows are gathered, normed,
  * projected and copied back. Every call is checked; the first failure
  * ends the step with its error (the KV written so far is then undefined
  * for the step's new positions only, as on the CPU after a failure).
@@ -58,6 +59,11 @@ struct cuda_backend {
     float *x, *xb, *q, *k, *v, *att, *hg, *hu, *out_x, *logits;
     int32_t *ids;                /* device: argmax results */
     int32_t last_out;            /* logits rows of the last step */
+    /* tensor-core GEMM (mfk_gemm) for steps of gemm_min tokens or more (2 for
+     * F32/F16/BF16 weights); 0: GEMV only */
+    int32_t gemm_min;
+    void *gscratch;              /* device: mfk_gemm's scratch */
+    size_t gscratch_bytes;
     uint8_t *hstep, *dstep;      /* pinned host / device step arrays */
     size_t step_cap;             /* bytes of each */
     struct cuda_upload_stats st;
@@ -88,6 +94,7 @@ static void cuda_free(struct backend *b)
     mfk_free(cb->kv);
     mfk_free(cb->x); /* the whole step scratch: x is its first slice */
     mfk_free(cb->dstep);
+    mfk_free(cb->gscratch);
     mfk_host_free(cb->hstep);
     mfk_ctx_free(cb->ctx);
     cuda_wplan_free(&cb->plan);
@@ -158,6 +165,47 @@ static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
     return 0;
 }
 
+/* The GEMM path (mfk_gemm): cuBLAS present and MFC_CUDA_GEMM_MIN (default 5)
+ * not 0. Measured on an H200 with Llama-3-8B shapes (bench/README): F32,
+ * F16 and BF16 weights, read in place, win from 2 tokens a step; quantized
+ * ones pay a dequantization to bf16 per step (~15 ms for Q4_K_M), which the
+ * GEMV beats up to 4 tokens. Its scratch, for max_tokens against the widest
+ * weight, is allocated before kv_alloc takes what is left. Without cuBLAS
+ * the GEMV kernels serve every step (cuda_backend_stats says which). */
+static int setup_gemm(struct cuda_backend *cb, struct mf_err *err)
+{
+    const char *v = getenv("MFC_CUDA_GEMM_MIN");
+    struct mf_err why = {0};
+    size_t need = 0;
+    cb->gemm_min = v && *v ? (int32_t)strtol(v, NULL, 10) : 5;
+    if (cb->gemm_min <= 0 || !mfk_gemm_available(cb->ctx, &why)) {
+        cb->gemm_min = 0;
+        return 0;
+    }
+    for (int32_t l = 0; l < cb->m->hp.n_layer; l++)
+        for (int w = 0; w < MODEL_W_PER_LAYER; w++) {
+            size_t n = mfk_gemm_scratch(&cb->layers[l].w[w], cb->cfg.max_tokens);
+            need = n > need ? n : need;
+        }
+    size_t n = mfk_gemm_scratch(&cb->output, cb->cfg.max_seqs);
+    need = n > need ? n : need;
+    cb->gscratch_bytes = need;
+    return mfk_malloc(cb->ctx, need, &cb->gscratch, err);
+}
+
+/* y (+)= W x over T tokens: tensor cores past the measured crossover, else
+ * the GEMV (see setup_gemm). */
+static int matmul(struct cuda_backend *cb, const struct mfk_weight *w, const float *x, int64_t ldx,
+                  int32_t T, float *y, int64_t ldy, int add, struct mf_err *err)
+{
+    int plain = w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16;
+    int32_t from = plain && cb->gemm_min > 2 ? 2 : cb->gemm_min;
+    if (from > 0 && T >= from)
+        return mfk_gemm(cb->ctx, w, x, ldx, T, y, ldy, add, cb->gscratch, cb->gscratch_bytes,
+                        err);
+    return mfk_gemv(cb->ctx, w, x, ldx, T, y, ldy, add, err);
+}
+
 static int cuda_create(const struct model *m, const struct backend_config *cfg,
                        struct backend **out, struct mf_err *err)
 {
@@ -206,6 +254,12 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         cb->layers[l].attn_norm = dev_vec(cb, &m->layers[l].attn_norm);
         cb->layers[l].ffn_norm = dev_vec(cb, &m->layers[l].ffn_norm);
     }
+    rc = setup_gemm(cb, err);
+    if (rc) {
+        cuda_free(&cb->base);
+        return rc;
+    }
+    cb->st.gemm_min = cb->gemm_min;
     *out = &cb->base;
     return 0;
 }
@@ -279,11 +333,11 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
 #define D32(field) (d32 + p->field / 4)
     rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->attn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
     if (!rc)
-        rc = mfk_gemv(c, &L->w[MODEL_W_Q], cb->xb, xbw, T, cb->q, qd, 0, err);
+        rc = matmul(cb, &L->w[MODEL_W_Q], cb->xb, xbw, T, cb->q, qd, 0, err);
     if (!rc)
-        rc = mfk_gemv(c, &L->w[MODEL_W_K], cb->xb, xbw, T, cb->k, kvd, 0, err);
+        rc = matmul(cb, &L->w[MODEL_W_K], cb->xb, xbw, T, cb->k, kvd, 0, err);
     if (!rc)
-        rc = mfk_gemv(c, &L->w[MODEL_W_V], cb->xb, xbw, T, cb->v, kvd, 0, err);
+        rc = matmul(cb, &L->w[MODEL_W_V], cb->xb, xbw, T, cb->v, kvd, 0, err);
     if (!rc)
         rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
                             (const float *)(const void *)(cb->dstep + p->rope), D32(tok_pos),
@@ -292,17 +346,17 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         rc = mfk_attention(c, &ks, l, T, cb->q, qd, D32(tok_pos), D32(tok_toff), D32(tables),
                            cb->kv, p->max_ctx, cb->att, qd, err);
     if (!rc)
-        rc = mfk_gemv(c, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
+        rc = matmul(cb, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
     if (!rc)
         rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->ffn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
     if (!rc)
-        rc = mfk_gemv(c, &L->w[MODEL_W_GATE], cb->xb, xbw, T, cb->hg, F, 0, err);
+        rc = matmul(cb, &L->w[MODEL_W_GATE], cb->xb, xbw, T, cb->hg, F, 0, err);
     if (!rc)
-        rc = mfk_gemv(c, &L->w[MODEL_W_UP], cb->xb, xbw, T, cb->hu, F, 0, err);
+        rc = matmul(cb, &L->w[MODEL_W_UP], cb->xb, xbw, T, cb->hu, F, 0, err);
     if (!rc)
         rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, err);
     if (!rc)
-        rc = mfk_gemv(c, &L->w[MODEL_W_DOWN], cb->hg, F, T, cb->x, E, 1, err);
+        rc = matmul(cb, &L->w[MODEL_W_DOWN], cb->hg, F, T, cb->x, E, 1, err);
 #undef D32
     return rc;
 }
@@ -355,8 +409,7 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
             rc = mfk_rmsnorm(cb->ctx, cb->out_x, E, NULL, 0, cb->out_norm, cb->xb, xbw, p.n_out, E,
                              hp->rms_eps, err);
         if (!rc)
-            rc = mfk_gemv(cb->ctx, &cb->output, cb->xb, xbw, p.n_out, cb->logits, hp->n_vocab, 0,
-                          err);
+            rc = matmul(cb, &cb->output, cb->xb, xbw, p.n_out, cb->logits, hp->n_vocab, 0, err);
         if (!rc && bt->logits)
             rc = mfk_copy_d2h(cb->ctx, bt->logits, cb->logits,
                               (size_t)p.n_out * (size_t)hp->n_vocab * sizeof(float), err);

@@ -31,6 +31,8 @@ struct cuda_upload_stats {
     uint64_t bytes;
     double seconds;
     uint64_t kv_bytes; /* KV arena after kv_alloc */
+    int32_t gemm_min;  /* steps of this many tokens (2 for F32/F16/BF16 weights) use
+                          tensor-core GEMM (cuBLAS); 0: never */
 };
 void cuda_backend_stats(const struct backend *b, struct cuda_upload_stats *st);
 

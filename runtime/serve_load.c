@@ -238,6 +238,16 @@ static int open_engine(struct serve *s, struct mf_err *err)
     if ((rc = backend_create(ops, s->m, &bc, &s->be, err)) ||
         (rc = backend_kv_alloc(s->be, &s->n_blocks, err)))
         return rc;
+    if (ops == &cuda_backend_ops) {
+        struct cuda_upload_stats st;
+        cuda_backend_stats(s->be, &st);
+        if (st.gemm_min)
+            mf_log_info(&s->log, "CUDA: tensor-core GEMM (cuBLAS) for steps of %d tokens or more "
+                        "(2 for F16/BF16/F32 weights; MFC_CUDA_GEMM_MIN)", st.gemm_min);
+        else
+            mf_log_info(&s->log, "CUDA: GEMV kernels only (cuBLAS not found, or "
+                        "MFC_CUDA_GEMM_MIN=0): prefill and large batches run slower");
+    }
     if ((int64_t)s->n_blocks * KV_BLOCK_TOKENS < s->n_ctx)
         s->n_ctx = s->n_blocks * KV_BLOCK_TOKENS;
     ec.sched.max_num_seqs = s->cfg.max_seqs;

@@ -127,6 +127,73 @@ static float round_act(enum ggml_type t, float x)
 
 /* ---- weights: dequantize, embedding, gemv -------------------------------- */
 
+/* mfk_gemm (tensor cores, cuBLAS) against the dequantized weights: x
+ * rounded to bf16 (fp16 for F16 weights; F32 stays float), weights other than
+ * F32/F16/BF16 rounded to bf16 after dequantizing, sums in double. nt 37
+ * and 300 (the rows split into chunks of 64 MiB only for wide weights). */
+static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float *deq)
+{
+    char name[96];
+    struct mf_err why;
+    if (!mfk_gemm_available(ctx, &why)) {
+        printf("FAIL gemm %s: %s\n", ggml_type_name(t), why.msg);
+        failures++;
+        return;
+    }
+    const int64_t ne0 = w->ne0, ne1 = w->ne1;
+    const int direct = t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
+    static const int nts[] = {37, 300};
+    for (size_t k = 0; k < 2; k++) {
+        const int nt = nts[k];
+        const int64_t ldx = ne0 + 4, ldy = ne1 + 3;
+        float *x = malloc((size_t)(nt * ldx) * 4), *y0 = malloc((size_t)(nt * ldy) * 4);
+        float *y = malloc((size_t)(nt * ldy) * 4), *yc = malloc((size_t)(nt * ne1) * 4);
+        double *ref = malloc((size_t)(nt * ne1) * 8);
+        for (int64_t i = 0; i < nt * ldx; i++)
+            x[i] = frand();
+        for (int64_t i = 0; i < nt * ldy; i++)
+            y0[i] = frand();
+        size_t sb = mfk_gemm_scratch(w, nt);
+        void *scratch = dalloc(sb);
+        float *dx = dalloc((size_t)(nt * ldx) * 4), *dy = dalloc((size_t)(nt * ldy) * 4);
+        h2d(dx, x, (size_t)(nt * ldx) * 4);
+        /* bf16 inputs: each product carries up to 2^-8 relative rounding
+         * (random signs, so the sum's error grows as its square root) */
+        const double bound = t == GGML_TYPE_F32 ? 1e-5 : direct ? 1e-5 : 1e-2;
+        for (int add = 0; add < 2; add++) {
+            for (int c = 0; c < nt; c++)
+                for (int64_t r = 0; r < ne1; r++) {
+                    double s = add ? (double)y0[c * ldy + r] : 0.0;
+                    for (int64_t i = 0; i < ne0; i++)
+                        s += (double)deq[r * ne0 + i] *
+                             (t == GGML_TYPE_F32 ? (double)x[c * ldx + i]
+                                                 : (double)round_act(t == GGML_TYPE_F16
+                                                                         ? GGML_TYPE_F16
+                                                                         : GGML_TYPE_BF16,
+                                                                     x[c * ldx + i]));
+                    ref[c * ne1 + r] = s;
+                }
+            if (add)
+                h2d(dy, y0, (size_t)(nt * ldy) * 4);
+            else
+                poison(dy, (size_t)(nt * ldy) * 4);
+            CK(mfk_gemm(ctx, w, dx, ldx, nt, dy, ldy, add, scratch, sb, &err));
+            d2h(y, dy, (size_t)(nt * ldy) * 4);
+            for (int c = 0; c < nt; c++)
+                memcpy(yc + c * ne1, y + c * ldy, (size_t)ne1 * 4);
+            double e = rel_err(yc, ref, (size_t)(nt * ne1));
+            snprintf(name, sizeof name, "gemm %s nt=%d%s", ggml_type_name(t), nt, add ? " add" : "");
+            report(name, e < bound, "rel err", e, bound);
+        }
+        /* too little scratch is refused, not overrun */
+        int rc = mfk_gemm(ctx, w, dx, ldx, nt, dy, ldy, 0, scratch, sb - 256, &why);
+        snprintf(name, sizeof name, "gemm %s nt=%d: short scratch refused", ggml_type_name(t), nt);
+        report(name, sb == 0 || rc == MF_EINVAL, "rc", rc, 0);
+        mfk_free(dx), mfk_free(dy), mfk_free(scratch);
+        free(x), free(y0), free(y), free(yc), free(ref);
+    }
+}
+
 static void test_type(enum ggml_type t)
 {
     /* rows not a multiple of the 8 a GEMV block takes; rows longer than the
@@ -230,6 +297,7 @@ static void test_type(enum ggml_type t)
         }
         free(x), free(y0), free(y), free(ref), free(yc), free(xa);
     }
+    test_gemm(&w, t, deq);
     mfk_free(dids);
     mfk_free(dout);
     mfk_free(dw);

@@ -1,0 +1,218 @@
+/*
+ * gemm.cu: tensor-core matrix products for prefill and large decode
+ * batches, through cuBLAS (cublasGemmEx: bf16 or fp16 inputs, fp32
+ * accumulation; F32 weights in fp32 throughout).
+ *
+ * A GEMV warp decodes each weight once per 8 tokens and does the products
+ * on CUDA cores; past a few dozen tokens that is compute-bound far below
+ * what the tensor cores do. Here the activations are rounded to bf16 (fp16
+ * for F16 weights, as the CPU rounds them) into scratch; F32, BF16 and
+ * F16 weights go to cuBLAS as they lie in memory, every other type is first
+ * dequantized to bf16 (mfk_dequant_half, bit-exact values then rounded),
+ * GEMM_CHUNK_BYTES of rows at a time, so scratch stays small whatever the
+ * matrix.
+ *
+ * cuBLAS is loaded with dlopen on first use, not linked: it is ~570 MB, and
+ * a runtime built with CUDA also runs where it is missing (the GEMV path
+ * then serves every step; mfk_gemm_available says why). It is looked for
+ * by its soname, then beside the libcudart this program uses.
+ */
+#include "kernels/kernels.h"
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include <dlfcn.h>
+
+#include <cublas_api.h> /* types only: the functions come from dlsym */
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "common/ggml_type.h"
+}
+
+cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
+void **mfk_ctx_blas(struct mfk_ctx *c);     /* mem.cu: where this file keeps its state */
+
+#define GEMM_CHUNK_BYTES ((size_t)64 << 20) /* dequantized rows per cuBLAS call, at most */
+#define SCRATCH_ALIGN 256
+
+typedef cublasStatus_t (*create_fn)(cublasHandle_t *);
+typedef cublasStatus_t (*destroy_fn)(cublasHandle_t);
+typedef cublasStatus_t (*stream_fn)(cublasHandle_t, cudaStream_t);
+typedef cublasStatus_t (*gemm_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                  int, const void *, const void *, cudaDataType, int,
+                                  const void *, cudaDataType, int, const void *, void *,
+                                  cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+
+/* One per context: the library, its handle on the context's stream, or
+ * why there is none (then every later call says so at once). */
+struct mfk_blas {
+    void *lib;
+    cublasHandle_t h;
+    destroy_fn destroy;
+    gemm_fn gemm;
+    char why[256];
+};
+
+extern "C" void mfk_blas_free(void *p)
+{
+    struct mfk_blas *b = (struct mfk_blas *)p;
+    if (!b)
+        return;
+    if (b->h && b->destroy)
+        b->destroy(b->h);
+    if (b->lib)
+        dlclose(b->lib);
+    delete b;
+}
+
+static void *open_cublas(void)
+{
+    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    Dl_info di;
+    for (const char *n : names) {
+        void *h = dlopen(n, RTLD_NOW | RTLD_LOCAL);
+        if (h)
+            return h;
+    }
+    /* a toolkit outside ld.so.conf: beside the libcudart we were linked with */
+    if (dladdr((void *)&cudaRuntimeGetVersion, &di) && di.dli_fname && strchr(di.dli_fname, '/')) {
+        char path[4096];
+        for (const char *n : names) {
+            int len = (int)(strrchr(di.dli_fname, '/') - di.dli_fname);
+            snprintf(path, sizeof path, "%.*s/%s", len, di.dli_fname, n);
+            void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (h)
+                return h;
+        }
+    }
+    return nullptr;
+}
+
+static void blas_start(struct mfk_ctx *c, struct mfk_blas *b)
+{
+    b->lib = open_cublas();
+    if (!b->lib) {
+        snprintf(b->why, sizeof b->why, "cuBLAS (libcublas.so) was not found: %s", dlerror());
+        return;
+    }
+    create_fn create = (create_fn)dlsym(b->lib, "cublasCreate_v2");
+    stream_fn set_stream = (stream_fn)dlsym(b->lib, "cublasSetStream_v2");
+    b->destroy = (destroy_fn)dlsym(b->lib, "cublasDestroy_v2");
+    b->gemm = (gemm_fn)dlsym(b->lib, "cublasGemmEx");
+    if (!create || !set_stream || !b->destroy || !b->gemm) {
+        snprintf(b->why, sizeof b->why, "cuBLAS lacks cublasCreate_v2/cublasGemmEx");
+        return;
+    }
+    cublasStatus_t s = create(&b->h);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = set_stream(b->h, mfk_stream(c));
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(b->why, sizeof b->why, "cuBLAS did not start (status %d)", (int)s);
+        if (b->h)
+            b->destroy(b->h);
+        b->h = nullptr;
+    }
+}
+
+static struct mfk_blas *blas_of(struct mfk_ctx *c)
+{
+    void **slot = mfk_ctx_blas(c);
+    if (!*slot) {
+        struct mfk_blas *b = new (std::nothrow) mfk_blas();
+        if (!b)
+            return nullptr;
+        blas_start(c, b);
+        *slot = b;
+    }
+    return (struct mfk_blas *)*slot;
+}
+
+extern "C" int mfk_gemm_available(struct mfk_ctx *c, struct mf_err *err)
+{
+    struct mfk_blas *b = blas_of(c);
+    if (b && b->h)
+        return 1;
+    if (!b)
+        mf_err_set(err, MF_ENOMEM, "out of memory for cuBLAS");
+    else
+        mf_err_set(err, MF_EUNSUPPORTED, "%s", b->why);
+    return 0;
+}
+
+static size_t up(size_t n)
+{
+    return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+}
+
+/* Weights cuBLAS reads as they are (F32 meets float activations, in fp32) */
+static int direct(int type)
+{
+    return type == GGML_TYPE_F32 || type == GGML_TYPE_BF16 || type == GGML_TYPE_F16;
+}
+
+/* Rows of a dequantized chunk: GEMM_CHUNK_BYTES of bf16, a multiple of 128. */
+static int64_t chunk_rows(const struct mfk_weight *w)
+{
+    int64_t r = (int64_t)(GEMM_CHUNK_BYTES / ((size_t)w->ne0 * 2)) / 128 * 128;
+    if (r < 128)
+        r = 128;
+    return r < w->ne1 ? r : w->ne1;
+}
+
+extern "C" size_t mfk_gemm_scratch(const struct mfk_weight *w, int32_t nt)
+{
+    size_t x = w->type == GGML_TYPE_F32 ? 0 : up((size_t)nt * (size_t)w->ne0 * 2);
+    return direct(w->type) ? x : x + up((size_t)chunk_rows(w) * (size_t)w->ne0 * 2);
+}
+
+static int status(cublasStatus_t s, struct mf_err *err)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return mf_err_set(err, MF_EIO, "cuBLAS GEMM failed (status %d)", (int)s);
+}
+
+extern "C" int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
+                        int64_t ldx, int32_t nt, float *y, int64_t ldy, int add, void *scratch,
+                        size_t scratch_bytes, struct mf_err *err)
+{
+    if (nt <= 0)
+        return 0;
+    if (!mfk_gemm_available(c, err))
+        return err->code;
+    if (!mfk_weight_ok(w->type, w->ne0))
+        return mf_err_set(err, MF_EUNSUPPORTED, "CUDA gemm: weight type %s is not supported",
+                          ggml_type_name((uint32_t)w->type));
+    if (scratch_bytes < mfk_gemm_scratch(w, nt) || ((uintptr_t)scratch & (SCRATCH_ALIGN - 1)))
+        return mf_err_set(err, MF_EINVAL, "CUDA gemm: %zu bytes of scratch, %zu needed",
+                          scratch_bytes, mfk_gemm_scratch(w, nt));
+    const int f32 = w->type == GGML_TYPE_F32, fp16 = w->type == GGML_TYPE_F16;
+    if (direct(w->type) && w->row_bytes != (uint64_t)w->ne0 * (f32 ? 4 : 2))
+        return mf_err_set(err, MF_EINVAL, "CUDA gemm: weight rows are not packed");
+    struct mfk_blas *b = blas_of(c);
+    const cudaDataType dt = f32 ? CUDA_R_32F : fp16 ? CUDA_R_16F : CUDA_R_16BF;
+    uint8_t *xs = (uint8_t *)scratch, *ws = xs + up((size_t)nt * (size_t)w->ne0 * 2);
+    const float one = 1.0f, beta = add ? 1.0f : 0.0f;
+    const int64_t step = direct(w->type) ? w->ne1 : chunk_rows(w);
+    const void *bx = f32 ? (const void *)x : (const void *)xs;
+    const int ldb = f32 ? (int)ldx : (int)w->ne0;
+    int rc = f32 ? 0 : mfk_round_half(c, x, ldx, nt, w->ne0, xs, !fp16, err);
+    for (int64_t r0 = 0; rc == 0 && r0 < w->ne1; r0 += step) {
+        const int32_t rows = (int32_t)(w->ne1 - r0 < step ? w->ne1 - r0 : step);
+        const void *a = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
+        if (!direct(w->type)) {
+            rc = mfk_dequant_half(c, w, r0, rows, ws, 1, err);
+            a = ws;
+        }
+        /* column-major view: C (rows x nt, ldy) = A^T (rows x ne0) * B (ne0 x nt) */
+        if (rc == 0)
+            rc = status(b->gemm(b->h, CUBLAS_OP_T, CUBLAS_OP_N, rows, nt, (int)w->ne0, &one, a,
+                                dt, (int)w->ne0, bx, dt, ldb, &beta, y + r0, CUDA_R_32F, (int)ldy,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        err);
+    }
+    return rc;
+}

@@ -332,6 +332,29 @@ static int plan_run_output(struct plan *p, const struct mf_instr *in, size_t run
     return 0;
 }
 
+/* An earlier source or convert node that would do exactly what this one
+ * would (same op, role, kind, location, pin and RUN input): one PEFT
+ * directory or URL named by several lines is fetched or converted once, as
+ * BuildKit solves a vertex once. NO_NODE when there is none. */
+static size_t same_source(const struct plan *p, enum plan_op op, enum plan_role role,
+                          const struct fetch_source *src, size_t run)
+{
+    for (size_t i = 0; i < p->n_nodes; i++) {
+        const struct plan_node *n = &p->nodes[i];
+        if (n->op != op || n->role != role || n->src.kind != src->kind || !n->src.location ||
+            strcmp(n->src.location, src->location) || strcmp(n->src.pin, src->pin) ||
+            n->src.layout != src->layout || n->src.hf != src->hf)
+            continue;
+        /* inputs: the RUN it follows, if any (a convert's base check comes later) */
+        size_t n_run = 0;
+        for (size_t k = 0; k < n->n_inputs; k++)
+            n_run += p->nodes[n->inputs[k]].op == PLAN_RUN;
+        if (run == NO_NODE ? n_run == 0 : n->n_inputs > 0 && n->inputs[0] == run)
+            return i;
+    }
+    return NO_NODE;
+}
+
 /* Plans the source of in (source, or convert for a safetensors directory);
  * *out gets the node whose output is a GGUF blob. */
 static int plan_source(struct plan *p, const struct mf_instr *in, size_t run,
@@ -352,7 +375,13 @@ static int plan_source(struct plan *p, const struct mf_instr *in, size_t run,
     /* a RUN may write a local file; a URL or name cannot come from one */
     int after_run = run != NO_NODE && (src.kind == FETCH_FILE || src.kind == FETCH_DIR);
     enum plan_op op = src.kind == FETCH_DIR ? PLAN_CONVERT : PLAN_SOURCE;
-    size_t id = node_add(p, op, role, in->line, name, name, source_args(&src), &run, after_run);
+    size_t id = same_source(p, op, role, &src, after_run ? run : NO_NODE);
+    if (id != NO_NODE) {
+        fetch_source_fini(&src);
+        *out = id;
+        return 0;
+    }
+    id = node_add(p, op, role, in->line, name, name, source_args(&src), &run, after_run);
     if (id == NO_NODE) {
         fetch_source_fini(&src);
         return mf_err_set(err, MF_ENOMEM, "%s:%d: out of memory", p->modelfile, in->line);
@@ -370,7 +399,10 @@ static int plan_checked(struct plan *p, const struct mf_instr *in, size_t run, s
     int rc = plan_source(p, in, run, fo, &src, err);
     if (rc)
         return rc;
-    if (p->nodes[src].op == PLAN_CONVERT && base_check != NO_NODE) {
+    int has_base = 0;
+    for (size_t k = 0; k < p->nodes[src].n_inputs; k++)
+        has_base |= p->nodes[src].inputs[k] == base_check; /* a source planned before */
+    if (p->nodes[src].op == PLAN_CONVERT && base_check != NO_NODE && !has_base) {
         /* a PEFT adapter's conversion reads the base (architecture, head counts) */
         size_t *v = realloc(p->nodes[src].inputs, (p->nodes[src].n_inputs + 1) * sizeof *v);
         if (!v)

@@ -308,9 +308,10 @@ EOF
     [[ "$output" == *"convert ADAPTER ./style DONE"* ]]
 }
 
-@test "mfc build: one PEFT directory named by six ADAPTER lines converts in parallel steps without sharing a temp file" {
-    # each line is its own convert step with the same key; they once wrote
-    # one temp file and the first to finish removed the others' input
+@test "mfc build: one PEFT directory named by six ADAPTER lines converts once, and steps with one key never share a temp file" {
+    # each line was its own convert step with the same key; they wrote one
+    # temp file and the first to finish removed the others' input. Now the
+    # plan has one convert step for them (temp files are per step anyway)
     C="$T/same"
     mkdir -p "$C"
     cp "$D/base.gguf" "$C/"
@@ -323,6 +324,8 @@ EOF
     for i in 1 2 3; do
         run "$MFC" build -j 6 --no-cache --progress plain -t same:1 "$C"
         [ "$status" -eq 0 ] || { echo "$output"; false; }
+        # and the plan converts the directory once for all six lines
+        [ "$(grep -c 'convert ADAPTER ./style DONE' <<<"$output")" -eq 1 ]
     done
     [ "$(ls "$MFC_HOME/tmp" | wc -l)" -eq 0 ]
     run "$MFC" inspect same:1

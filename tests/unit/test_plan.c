@@ -114,6 +114,38 @@ static void test_shape_run_merge_draft(void **state)
     plan_free(p);
 }
 
+static size_t count(const struct plan *p, enum plan_op op, enum plan_role role)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_nodes; i++)
+        n += p->nodes[i].op == op && p->nodes[i].role == role;
+    return n;
+}
+
+/* One file named by three ADAPTER lines is one source step (BuildKit
+ * solves a vertex once); each line keeps its own check and layer. The same
+ * file as a DRAFT is another role: its own source. After a RUN, a local
+ * source is another step (the RUN may have rewritten the file). */
+static void test_same_source_once(void **state)
+{
+    struct plan *p = plan_of(*state, "FROM ./base.gguf\nADAPTER --name=x ./a.gguf\n"
+                                     "ADAPTER --name=y ./a.gguf\nADAPTER --merge ./a.gguf\n"
+                                     "DRAFT ./a.gguf\n");
+    assert_int_equal(count(p, PLAN_SOURCE, PLAN_ROLE_ADAPTER), 1);
+    assert_int_equal(count(p, PLAN_CHECK, PLAN_ROLE_ADAPTER), 3);
+    assert_int_equal(count(p, PLAN_LAYER, PLAN_ROLE_ADAPTER), 2);
+    assert_int_equal(count(p, PLAN_SOURCE, PLAN_ROLE_DRAFT), 1);
+    size_t src = find(p, PLAN_SOURCE, PLAN_ROLE_ADAPTER);
+    for (size_t i = 0; i < p->n_nodes; i++)
+        if (p->nodes[i].op == PLAN_CHECK && p->nodes[i].role == PLAN_ROLE_ADAPTER)
+            assert_int_equal(p->nodes[i].inputs[0], src);
+    plan_free(p);
+    p = plan_of(*state, "FROM ./base.gguf\nADAPTER --name=x ./a.gguf\nRUN echo hi\n"
+                        "ADAPTER --name=y ./a.gguf\n");
+    assert_int_equal(count(p, PLAN_SOURCE, PLAN_ROLE_ADAPTER), 2);
+    plan_free(p);
+}
+
 static void key_of(const struct plan *p, size_t id, const char *in_digest, const char *content,
                    char key[STORE_DIGEST_BUF])
 {
@@ -321,6 +353,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_shape_base_adapter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shape_run_merge_draft, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_source_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_yaml, setup, teardown),

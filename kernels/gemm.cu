@@ -25,8 +25,19 @@
 
 #include <dlfcn.h>
 
-#include <cublas_api.h> /* types only: the functions come from dlsym */
 #include <cuda_runtime.h>
+
+#if __has_include(<cublas_api.h>)
+#include <cublas_api.h> /* types only: the functions come from dlsym */
+#else
+/* A toolkit without cuBLAS's headers (nvcc alone, as on CI): the few types
+ * and values used here, from cuBLAS's stable ABI (cublas_api.h). */
+typedef struct cublasContext *cublasHandle_t;
+typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+#endif
 
 extern "C" {
 #include "common/ggml_type.h"
@@ -175,15 +186,16 @@ static int status(cublasStatus_t s, struct mf_err *err)
     return mf_err_set(err, MF_EIO, "cuBLAS GEMM failed (status %d)", (int)s);
 }
 
-extern "C" int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
-                        int64_t ldx, int32_t nt, float *y, int64_t ldy, int add, void *scratch,
-                        size_t scratch_bytes, struct mf_err *err)
+extern "C" int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
+                           int64_t ldx, int32_t nt, float *y, int64_t ldy, float alpha, int add,
+                           void *scratch, size_t scratch_bytes, struct mf_err *err)
 {
     if (nt <= 0)
         return 0;
     if (!mfk_gemm_available(c, err))
         return err->code;
-    if (!mfk_weight_ok(w->type, w->ne0))
+    /* cuBLAS takes any width; the dequantizer wants whole blocks */
+    if (direct(w->type) ? w->ne0 < 1 : !mfk_weight_ok(w->type, w->ne0))
         return mf_err_set(err, MF_EUNSUPPORTED, "CUDA gemm: weight type %s is not supported",
                           ggml_type_name((uint32_t)w->type));
     if (scratch_bytes < mfk_gemm_scratch(w, nt) || ((uintptr_t)scratch & (SCRATCH_ALIGN - 1)))
@@ -195,7 +207,7 @@ extern "C" int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const flo
     struct mfk_blas *b = blas_of(c);
     const cudaDataType dt = f32 ? CUDA_R_32F : fp16 ? CUDA_R_16F : CUDA_R_16BF;
     uint8_t *xs = (uint8_t *)scratch, *ws = xs + up((size_t)nt * (size_t)w->ne0 * 2);
-    const float one = 1.0f, beta = add ? 1.0f : 0.0f;
+    const float beta = add ? 1.0f : 0.0f;
     const int64_t step = direct(w->type) ? w->ne1 : chunk_rows(w);
     const void *bx = f32 ? (const void *)x : (const void *)xs;
     const int ldb = f32 ? (int)ldx : (int)w->ne0;
@@ -209,10 +221,17 @@ extern "C" int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const flo
         }
         /* column-major view: C (rows x nt, ldy) = A^T (rows x ne0) * B (ne0 x nt) */
         if (rc == 0)
-            rc = status(b->gemm(b->h, CUBLAS_OP_T, CUBLAS_OP_N, rows, nt, (int)w->ne0, &one, a,
+            rc = status(b->gemm(b->h, CUBLAS_OP_T, CUBLAS_OP_N, rows, nt, (int)w->ne0, &alpha, a,
                                 dt, (int)w->ne0, bx, dt, ldb, &beta, y + r0, CUDA_R_32F, (int)ldy,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                         err);
     }
     return rc;
+}
+
+extern "C" int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
+                        int64_t ldx, int32_t nt, float *y, int64_t ldy, int add, void *scratch,
+                        size_t scratch_bytes, struct mf_err *err)
+{
+    return mfk_gemm_ex(c, w, x, ldx, nt, y, ldy, 1.0f, add, scratch, scratch_bytes, err);
 }

@@ -147,6 +147,11 @@ size_t mfk_gemm_scratch(const struct mfk_weight *w, int32_t nt);
 int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, void *scratch, size_t scratch_bytes,
              struct mf_err *err);
+/* The same with y = alpha * W x (+ y when add): LoRA's expand, whose B has
+ * rank columns (F32/F16/BF16 weights may have any width here). */
+int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
+                int32_t nt, float *y, int64_t ldy, float alpha, int add, void *scratch,
+                size_t scratch_bytes, struct mf_err *err);
 
 /* Shape of the paged KV arena (runtime/backend.h layout, F16 elements:
  * keys [head_dim][16] per block and head, values [16][head_dim]). */

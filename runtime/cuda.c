@@ -6,14 +6,16 @@
  * (cuda_plan_weights), uploads them once, in their GGUF block formats, into
  * one device buffer through pinned staging (mfk_upload), and allocates the
  * step scratch for cfg.max_tokens tokens / cfg.max_seqs logits rows, so
- * kv_alloc sees the memory really left.
+ * kv_alloc sees the memory really left; the model's LoRA adapters are
+ * uploaded too (cuda_lora_upload).
  * kv_alloc: the arena (backend.h layout, F16) from cuda_plan_kv_budget.
  * step: one host->device copy of the step's arrays (cuda_plan_step_fill),
  * then per layer: RMSNorm, q/k/v GEMV, RoPE + paged K/V store, attention,
  * o GEMV added to the residual, RMSNorm, gate/up GEMV, SwiGLU, down GEMV
  * added to the residual (each product a tensor-core GEMM instead when the
- * step has MFC_CUDA_GEMM_MIN tokens or more: matmul); then the logits rows are gathered, normed,
- * projected and copied back. Every call is checked; the first failure
+ * step has MFC_CUDA_GEMM_MIN tokens or more, and followed by the sequences'
+ * LoRA adapters: matmul, cuda_lora.c); then the logits rows are gathered,
+ * normed, projected and copied back. Every call is checked; the first failure
  * ends the step with its error (the KV written so far is then undefined
  * for the step's new positions only, as on the CPU after a failure).
  *
@@ -29,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/cuda_lora.h"
 #include "runtime/cuda_plan.h"
 
 #ifdef MFC_HAVE_CUDA_RUNTIME
@@ -64,6 +67,10 @@ struct cuda_backend {
     int32_t gemm_min;
     void *gscratch;              /* device: mfk_gemm's scratch */
     size_t gscratch_bytes;
+    struct cuda_lora_set lora;   /* the model's adapters (cuda_lora.c) */
+    float *lora_tmp;             /* device: max_tokens x rank_max (shrink results) */
+    struct cuda_lora_rows *lrows; /* owned: max_seqs entries, filled per step */
+    struct cuda_lora_run lrun;    /* this step's LoRA work; n_rows 0: none */
     uint8_t *hstep, *dstep;      /* pinned host / device step arrays */
     size_t step_cap;             /* bytes of each */
     struct cuda_upload_stats st;
@@ -95,6 +102,9 @@ static void cuda_free(struct backend *b)
     mfk_free(cb->x); /* the whole step scratch: x is its first slice */
     mfk_free(cb->dstep);
     mfk_free(cb->gscratch);
+    mfk_free(cb->lora_tmp);
+    cuda_lora_free(&cb->lora);
+    free(cb->lrows);
     mfk_host_free(cb->hstep);
     mfk_ctx_free(cb->ctx);
     cuda_wplan_free(&cb->plan);
@@ -189,21 +199,34 @@ static int setup_gemm(struct cuda_backend *cb, struct mf_err *err)
         }
     size_t n = mfk_gemm_scratch(&cb->output, cb->cfg.max_seqs);
     need = n > need ? n : need;
+    for (size_t i = 0; cb->lora.pairs && i < (size_t)cb->lora.n_loras * (size_t)cb->lora.n_targets; i++)
+        if (cb->lora.pairs[i].live) {
+            n = mfk_gemm_scratch(&cb->lora.pairs[i].a, cb->cfg.max_tokens);
+            need = n > need ? n : need;
+            n = mfk_gemm_scratch(&cb->lora.pairs[i].b, cb->cfg.max_tokens);
+            need = n > need ? n : need;
+        }
     cb->gscratch_bytes = need;
     return mfk_malloc(cb->ctx, need, &cb->gscratch, err);
 }
 
 /* y (+)= W x over T tokens: tensor cores past the measured crossover, else
- * the GEMV (see setup_gemm). */
-static int matmul(struct cuda_backend *cb, const struct mfk_weight *w, const float *x, int64_t ldx,
-                  int32_t T, float *y, int64_t ldy, int add, struct mf_err *err)
+ * the GEMV (see setup_gemm); then the step's adapters of model target
+ * `target` (cb->lrun, cuda_lora.c). */
+static int matmul(struct cuda_backend *cb, int32_t target, const struct mfk_weight *w,
+                  const float *x, int64_t ldx, int32_t T, float *y, int64_t ldy, int add,
+                  struct mf_err *err)
 {
     int plain = w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16;
     int32_t from = plain && cb->gemm_min > 2 ? 2 : cb->gemm_min;
+    int rc;
     if (from > 0 && T >= from)
-        return mfk_gemm(cb->ctx, w, x, ldx, T, y, ldy, add, cb->gscratch, cb->gscratch_bytes,
-                        err);
-    return mfk_gemv(cb->ctx, w, x, ldx, T, y, ldy, add, err);
+        rc = mfk_gemm(cb->ctx, w, x, ldx, T, y, ldy, add, cb->gscratch, cb->gscratch_bytes, err);
+    else
+        rc = mfk_gemv(cb->ctx, w, x, ldx, T, y, ldy, add, err);
+    if (!rc && cb->lrun.n_rows)
+        rc = cuda_lora_apply(&cb->lora, &cb->lrun, target, x, ldx, y, ldy, err);
+    return rc;
 }
 
 static int cuda_create(const struct model *m, const struct backend_config *cfg,
@@ -254,7 +277,16 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         cb->layers[l].attn_norm = dev_vec(cb, &m->layers[l].attn_norm);
         cb->layers[l].ffn_norm = dev_vec(cb, &m->layers[l].ffn_norm);
     }
-    rc = setup_gemm(cb, err);
+    rc = cuda_lora_upload(&cb->lora, cb->ctx, m, err);
+    if (!rc && cb->lora.n_loras) {
+        cb->lrows = calloc((size_t)cb->cfg.max_seqs + 1, sizeof *cb->lrows);
+        rc = cb->lrows ? mfk_malloc(cb->ctx, (size_t)cb->cfg.max_tokens *
+                                                 (size_t)cb->lora.rank_max * sizeof(float),
+                                    (void **)&cb->lora_tmp, err)
+                       : mf_err_set(err, MF_ENOMEM, "out of memory for LoRA rows");
+    }
+    if (!rc)
+        rc = setup_gemm(cb, err);
     if (rc) {
         cuda_free(&cb->base);
         return rc;
@@ -328,16 +360,17 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     const int32_t T = p->T;
     const struct mfk_kv_shape ks = {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot};
     const int32_t *d32 = (const int32_t *)(void *)cb->dstep;
+    const int32_t tb = l * MODEL_W_PER_LAYER; /* model target of this layer's first weight */
     int rc;
 
 #define D32(field) (d32 + p->field / 4)
     rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->attn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
     if (!rc)
-        rc = matmul(cb, &L->w[MODEL_W_Q], cb->xb, xbw, T, cb->q, qd, 0, err);
+        rc = matmul(cb, tb + MODEL_W_Q, &L->w[MODEL_W_Q], cb->xb, xbw, T, cb->q, qd, 0, err);
     if (!rc)
-        rc = matmul(cb, &L->w[MODEL_W_K], cb->xb, xbw, T, cb->k, kvd, 0, err);
+        rc = matmul(cb, tb + MODEL_W_K, &L->w[MODEL_W_K], cb->xb, xbw, T, cb->k, kvd, 0, err);
     if (!rc)
-        rc = matmul(cb, &L->w[MODEL_W_V], cb->xb, xbw, T, cb->v, kvd, 0, err);
+        rc = matmul(cb, tb + MODEL_W_V, &L->w[MODEL_W_V], cb->xb, xbw, T, cb->v, kvd, 0, err);
     if (!rc)
         rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
                             (const float *)(const void *)(cb->dstep + p->rope), D32(tok_pos),
@@ -346,19 +379,48 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         rc = mfk_attention(c, &ks, l, T, cb->q, qd, D32(tok_pos), D32(tok_toff), D32(tables),
                            cb->kv, p->max_ctx, cb->att, qd, err);
     if (!rc)
-        rc = matmul(cb, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
+        rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
     if (!rc)
         rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->ffn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
     if (!rc)
-        rc = matmul(cb, &L->w[MODEL_W_GATE], cb->xb, xbw, T, cb->hg, F, 0, err);
+        rc = matmul(cb, tb + MODEL_W_GATE, &L->w[MODEL_W_GATE], cb->xb, xbw, T, cb->hg, F, 0, err);
     if (!rc)
-        rc = matmul(cb, &L->w[MODEL_W_UP], cb->xb, xbw, T, cb->hu, F, 0, err);
+        rc = matmul(cb, tb + MODEL_W_UP, &L->w[MODEL_W_UP], cb->xb, xbw, T, cb->hu, F, 0, err);
     if (!rc)
         rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, err);
     if (!rc)
-        rc = matmul(cb, &L->w[MODEL_W_DOWN], cb->hg, F, T, cb->x, E, 1, err);
+        rc = matmul(cb, tb + MODEL_W_DOWN, &L->w[MODEL_W_DOWN], cb->hg, F, T, cb->x, E, 1, err);
 #undef D32
     return rc;
+}
+
+/* cb->lrun for this step: each sequence with adapters and its rows, the
+ * step's tokens (logits 0; tokens lie sequence after sequence, as
+ * cuda_plan_step_fill writes them) or its logits row (logits 1). Refuses
+ * adapters the backend did not upload, and any without cuBLAS. */
+static int lora_rows(struct cuda_backend *cb, const struct batch *bt, int logits,
+                     struct mf_err *err)
+{
+    int64_t t = 0;
+    cb->lrun = (struct cuda_lora_run){.ctx = cb->ctx, .rows = cb->lrows, .tmp = cb->lora_tmp,
+                                      .scratch = cb->gscratch,
+                                      .scratch_bytes = cb->gscratch_bytes};
+    for (int32_t i = 0; i < bt->n_seqs; i++) {
+        const struct batch_seq *sq = &bt->seqs[i];
+        int32_t n = logits ? (sq->want_logits ? 1 : 0) : sq->n_tokens;
+        for (int32_t j = 0; j < sq->lora.n; j++)
+            if (sq->lora.ids[j] >= cb->lora.n_loras || !cb->gemm_min)
+                return mf_err_set(err, MF_EUNSUPPORTED,
+                                  "sequence %d asks for adapter %d, which the CUDA backend %s", i,
+                                  sq->lora.ids[j],
+                                  cb->gemm_min ? "did not load (attached after it started)"
+                                               : "cannot apply without cuBLAS "
+                                                 "(MFC_CUDA_GEMM_MIN=0 or libcublas missing)");
+        if (sq->lora.n && n)
+            cb->lrows[cb->lrun.n_rows++] = (struct cuda_lora_rows){t, n, &sq->lora};
+        t += n;
+    }
+    return 0;
 }
 
 static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *err)
@@ -378,11 +440,9 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     if (bt->hidden)
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "the CUDA backend does not compute hidden-state (embedding) steps");
-    for (int32_t i = 0; i < bt->n_seqs; i++)
-        if (bt->seqs[i].lora.n)
-            return mf_err_set(err, MF_EUNSUPPORTED,
-                              "sequence %d asks for a LoRA adapter, which the CUDA backend "
-                              "does not apply yet", i);
+    rc = lora_rows(cb, bt, 0, err);
+    if (rc)
+        return rc;
     cuda_plan_step_size(cb->m, bt, &p);
     {
         struct mfk_kv_shape ks = {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot};
@@ -409,7 +469,10 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
             rc = mfk_rmsnorm(cb->ctx, cb->out_x, E, NULL, 0, cb->out_norm, cb->xb, xbw, p.n_out, E,
                              hp->rms_eps, err);
         if (!rc)
-            rc = matmul(cb, &cb->output, cb->xb, xbw, p.n_out, cb->logits, hp->n_vocab, 0, err);
+            rc = lora_rows(cb, bt, 1, err); /* the output's rows: one per logits row */
+        if (!rc)
+            rc = matmul(cb, hp->n_layer * MODEL_W_PER_LAYER, &cb->output, cb->xb, xbw, p.n_out,
+                        cb->logits, hp->n_vocab, 0, err);
         if (!rc && bt->logits)
             rc = mfk_copy_d2h(cb->ctx, bt->logits, cb->logits,
                               (size_t)p.n_out * (size_t)hp->n_vocab * sizeof(float), err);

@@ -8,8 +8,9 @@
  * fails with MF_EUNSUPPORTED, so callers need no #ifdef.
  *
  * Differences from cpu_backend_ops (docs/cuda.md): KV in F16 only
- * (BACKEND_KV_F32 is refused), no LoRA yet (a batch naming an adapter is
- * refused with MF_EUNSUPPORTED), kv_bytes 0 means
+ * (BACKEND_KV_F32 is refused); LoRA adapters are those attached to the
+ * model before create, F32/F16/BF16 only, and need cuBLAS (a batch naming
+ * another is refused with MF_EUNSUPPORTED); kv_bytes 0 means
  * MFC_GPU_MEMORY_UTILIZATION (default 0.9) of the device's memory.
  */
 #ifndef MFC_CUDA_H

@@ -2,7 +2,8 @@
 ## The host side is always built: cuda.c compiles to a stub that says "built
 ## without the CUDA runtime" unless MFC_HAVE_CUDA_RUNTIME, and cuda_plan.c
 ## (weight placement, KV budget, step bookkeeping) is unit-tested everywhere.
-libmfc_runtime_a_SOURCES += runtime/cuda.c runtime/cuda.h runtime/cuda_plan.c runtime/cuda_plan.h
+libmfc_runtime_a_SOURCES += runtime/cuda.c runtime/cuda.h runtime/cuda_plan.c runtime/cuda_plan.h \
+	runtime/cuda_lora.c runtime/cuda_lora.h
 if HAVE_CUDA_RUNTIME
 ## Programs linking the runtime then link the kernels and cudart too.
 MFC_RUNTIME_LIBS += $(MFC_CUDA_LIBS)

@@ -175,8 +175,8 @@ static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
     return 0;
 }
 
-/* The GEMM path (mfk_gemm): cuBLAS present and MFC_CUDA_GEMM_MIN (default 5)
- * not 0. Measured on an H200 with Llama-3-8B shapes (bench/README): F32,
+/* The GEMM path (mfk_gemm): cuBLAS present and MFC_CUDA_GEMM_MIN
+ * (cuda_plan_gemm_min) not 0. Measured on an H200 with Llama-3-8B shapes (bench/README): F32,
  * F16 and BF16 weights, read in place, win from 2 tokens a step; quantized
  * ones pay a dequantization to bf16 per step (~15 ms for Q4_K_M), which the
  * GEMV beats up to 4 tokens. Its scratch, for max_tokens against the widest
@@ -184,10 +184,11 @@ static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
  * the GEMV kernels serve every step (cuda_backend_stats says which). */
 static int setup_gemm(struct cuda_backend *cb, struct mf_err *err)
 {
-    const char *v = getenv("MFC_CUDA_GEMM_MIN");
     struct mf_err why = {0};
     size_t need = 0;
-    cb->gemm_min = v && *v ? (int32_t)strtol(v, NULL, 10) : 5;
+    int rc = cuda_plan_gemm_min(getenv("MFC_CUDA_GEMM_MIN"), &cb->gemm_min, err);
+    if (rc)
+        return rc;
     if (cb->gemm_min <= 0 || !mfk_gemm_available(cb->ctx, &why)) {
         cb->gemm_min = 0;
         return 0;

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/num.h"
+
 static uint64_t align_up(uint64_t v)
 {
     return (v + CUDA_PLAN_ALIGN - 1) / CUDA_PLAN_ALIGN * CUDA_PLAN_ALIGN;
@@ -94,6 +96,17 @@ const struct cuda_wslot *cuda_wplan_find(const struct cuda_wplan *p, const struc
 }
 
 /* ---- KV budget ---------------------------------------------------------- */
+
+int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err)
+{
+    int64_t n = CUDA_DEFAULT_GEMM_MIN;
+    if (v && *v && (mf_num_parse_i64(v, &n) != 0 || n < 0 || n > 1000000))
+        return mf_err_set(err, MF_EINVAL,
+                          "MFC_CUDA_GEMM_MIN=\"%.40s\": expected tokens per step, 0 to 1000000 "
+                          "(0 turns the tensor-core GEMM off)", v);
+    *out = (int32_t)n;
+    return 0;
+}
 
 int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uint64_t kv_bytes,
                         uint64_t *budget, struct mf_err *err)

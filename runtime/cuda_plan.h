@@ -64,6 +64,13 @@ const struct cuda_wslot *cuda_wplan_find(const struct cuda_wplan *p, const struc
 int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uint64_t kv_bytes,
                         uint64_t *budget, struct mf_err *err);
 
+/* Tokens a step needs for the tensor-core GEMM on quantized weights, from
+ * MFC_CUDA_GEMM_MIN as read by the caller (NULL or "": 5, the crossover
+ * measured on an H200; 0: never). MF_EINVAL naming v for anything but an
+ * integer in 0..1000000. */
+#define CUDA_DEFAULT_GEMM_MIN 5
+int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
+
 /* ---- one step ----------------------------------------------------------- */
 
 /* Offsets (bytes from the buffer start) and counts of a step's arrays. */

@@ -152,6 +152,29 @@ static void test_budget(void **state)
     }
 }
 
+/* MFC_CUDA_GEMM_MIN: default, 0 (off), a value; anything else refused by name. */
+static void test_gemm_min(void **state)
+{
+    struct mf_err err = {0};
+    int32_t n = -1;
+    (void)state;
+    assert_int_equal(cuda_plan_gemm_min(NULL, &n, &err), 0);
+    assert_int_equal(n, CUDA_DEFAULT_GEMM_MIN);
+    assert_int_equal(cuda_plan_gemm_min("", &n, &err), 0);
+    assert_int_equal(n, CUDA_DEFAULT_GEMM_MIN);
+    assert_int_equal(cuda_plan_gemm_min("0", &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(cuda_plan_gemm_min("32", &n, &err), 0);
+    assert_int_equal(n, 32);
+    static const char *bad[] = {"abc", "-1", "5x", "1e3", "99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = 7;
+        assert_int_equal(cuda_plan_gemm_min(bad[i], &n, &err), MF_EINVAL);
+        assert_non_null(strstr(err.msg, bad[i]));
+        assert_int_equal(n, 7);
+    }
+}
+
 static void test_step(void **state)
 {
     struct model m;
@@ -238,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_types),
         cmocka_unit_test(test_weights),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_gemm_min),
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_no_device),
     };

@@ -584,6 +584,28 @@ static int32_t argmax_row(const float *x, int64_t n)
     return b;
 }
 
+/* A CPU and a CUDA backend over m with KV room for n_blocks blocks. 0, or
+ * -1 after reporting the CUDA side's failure (what was made is freed). */
+static int open_sides(const struct model *m, int32_t n_blocks, const char *what,
+                      struct side *cpu, struct side *gpu)
+{
+    struct backend_config cfg = {.n_threads = 4, .kv_type = BACKEND_KV_F16};
+    cfg.kv_bytes = (uint64_t)n_blocks * backend_kv_block_bytes(m, BACKEND_KV_F16);
+    *cpu = (struct side){0};
+    *gpu = (struct side){0};
+    CK(backend_create(&cpu_backend_ops, m, &cfg, &cpu->be, &err));
+    CK(backend_kv_alloc(cpu->be, &cpu->n_blocks, &err));
+    if (backend_create(&cuda_backend_ops, m, &cfg, &gpu->be, &err) ||
+        backend_kv_alloc(gpu->be, &gpu->n_blocks, &err)) {
+        printf("FAIL %s: cuda backend: %s\n", what, err.msg);
+        failures++;
+        backend_free(gpu->be);
+        backend_free(cpu->be);
+        return -1;
+    }
+    return 0;
+}
+
 static void test_model(const char *path)
 {
     struct model *m;
@@ -602,16 +624,8 @@ static void test_model(const char *path)
      * the GPU does not (measured 1.1e-2 .. 1.6e-2). */
     double bound = wt == GGML_TYPE_BF16 ? 5e-3 : exact ? 1e-3 : 6e-2;
     const int64_t V = m->hp.n_vocab;
-    struct backend_config cfg = {.n_threads = 4, .kv_type = BACKEND_KV_F16};
-    cfg.kv_bytes = 24 * backend_kv_block_bytes(m, BACKEND_KV_F16);
-    struct side cpu = {0}, gpu = {0};
-    CK(backend_create(&cpu_backend_ops, m, &cfg, &cpu.be, &err));
-    CK(backend_kv_alloc(cpu.be, &cpu.n_blocks, &err));
-    if (backend_create(&cuda_backend_ops, m, &cfg, &gpu.be, &err) ||
-        backend_kv_alloc(gpu.be, &gpu.n_blocks, &err)) {
-        printf("FAIL %s: cuda backend: %s\n", base, err.msg);
-        failures++;
-        backend_free(cpu.be);
+    struct side cpu, gpu;
+    if (open_sides(m, 24, base, &cpu, &gpu)) {
         model_close(m);
         return;
     }
@@ -708,16 +722,8 @@ static void test_lora(const char *path, const char *lpath, double bound)
         return;
     }
     const int64_t V = m->hp.n_vocab;
-    struct backend_config cfg = {.n_threads = 4, .kv_type = BACKEND_KV_F16};
-    cfg.kv_bytes = 16 * backend_kv_block_bytes(m, BACKEND_KV_F16);
-    struct side cpu = {0}, gpu = {0};
-    CK(backend_create(&cpu_backend_ops, m, &cfg, &cpu.be, &err));
-    CK(backend_kv_alloc(cpu.be, &cpu.n_blocks, &err));
-    if (backend_create(&cuda_backend_ops, m, &cfg, &gpu.be, &err) ||
-        backend_kv_alloc(gpu.be, &gpu.n_blocks, &err)) {
-        printf("FAIL lora %s: cuda backend: %s\n", base, err.msg);
-        failures++;
-        backend_free(cpu.be);
+    struct side cpu, gpu;
+    if (open_sides(m, 16, base, &cpu, &gpu)) {
         model_close(m);
         return;
     }

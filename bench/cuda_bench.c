@@ -4,6 +4,7 @@
  *
  *   cuda_bench SHAPE TYPE [BATCH...]
  *   cuda_bench gemv -      (GEMV alone, every type, at 1, 8 and 32 tokens)
+ *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
  *     TYPE:  f16 | bf16 | q8_0 | q4_k_m (llama.cpp's per-tensor mix) | q4_k
  *     BATCH: sequences decoding together (default 1 8 32)
@@ -24,12 +25,24 @@
  *      (every weight except the embedding table, B embedding rows, B
  *      contexts of K/V) over the measured bandwidth.
  * Prints a table row per batch.
+ *
+ * mem: peak device memory while SEQS sequences (16) of CTX tokens (2048)
+ * are live at once, as mfc-serve sizes the backend (512 tokens a step, 64
+ * sequences) and with a KV arena of exactly their blocks: each prompt of
+ * CTX - 16 tokens in 512-token chunks, then 16 decode steps of all of
+ * them. Peak of total - free after each step (the CUDA context and cuBLAS
+ * included) and nvidia-smi's figure for this process.
+ *
+ * For a profiler (tests/gpu/profile):
+ * CUDA_BENCH_STEPS=N times N decode steps, not 32; CUDA_BENCH_LONG=0 skips
+ * step 3's long prefill.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/quant.h"
 #include "kernels/kernels.h"
@@ -38,7 +51,7 @@
 #include "runtime/model.h"
 
 #define CTX 512
-#define STEPS 32
+#define STEPS_MAX 32 /* decode steps timed per batch; CUDA_BENCH_STEPS=N (1..32) fewer, for profilers */
 #define MAX_B 128
 #define PREFILL 2048 /* tokens of the long prefill measured against the GEMM peak */
 
@@ -333,6 +346,88 @@ static void gemv_bench(enum ggml_type t, double bw)
     free(h);
 }
 
+static void mem_peak(struct mfk_ctx *c, size_t *peak)
+{
+    struct mf_err err = {0};
+    size_t free_b, total_b;
+    if (mfk_mem_info(c, &free_b, &total_b, &err))
+        die("mem info", &err);
+    if (total_b - free_b > *peak)
+        *peak = total_b - free_b;
+}
+
+static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ctx)
+{
+    struct mf_err err = {0};
+    struct mfk_ctx *c;
+    uint64_t mat_bytes, embd_row;
+    size_t base = 0, peak = 0;
+    const int chunk = 512, n_dec = 16, prompt = ctx - n_dec, nbs = (ctx + 15) / 16;
+    if (n_seqs < 1 || n_seqs > MAX_B || ctx < 32 || ctx > 1 << 20)
+        return 2;
+    if (mfk_ctx_new(0, &c, &err))
+        die("mem", &err);
+    mem_peak(c, &base);
+    struct model *m = synth(s, type, &mat_bytes, &embd_row);
+    struct backend_config cfg = {.kv_type = BACKEND_KV_F16, .max_tokens = chunk, .max_seqs = 64};
+    cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, BACKEND_KV_F16);
+    struct backend *be;
+    int32_t n_blocks;
+    if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err) || backend_kv_alloc(be, &n_blocks, &err))
+        die("mem create", &err);
+    struct cuda_upload_stats st;
+    cuda_backend_stats(be, &st);
+    int32_t *toks = malloc((size_t)ctx * sizeof *toks), *table = malloc((size_t)n_seqs * nbs * 4);
+    float *logits = malloc((size_t)n_seqs * s->n_vocab * sizeof(float));
+    struct batch_seq *bs = calloc((size_t)n_seqs, sizeof *bs);
+    for (int i = 0; i < ctx; i++)
+        toks[i] = (int32_t)((i * 7919) % s->n_vocab);
+    for (int i = 0; i < n_seqs * nbs; i++)
+        table[i] = i;
+    double t0 = now_s();
+    for (int q = 0; q < n_seqs; q++)
+        for (int p = 0; p < prompt; p += chunk) {
+            int n = prompt - p < chunk ? prompt - p : chunk;
+            bs[0] = (struct batch_seq){.tokens = toks + p, .n_tokens = n, .n_past = p,
+                                       .block_table = table + q * nbs, .n_blocks = nbs,
+                                       .want_logits = p + n == prompt};
+            struct batch bt = {.n_seqs = 1, .seqs = bs, .logits = logits};
+            if (backend_step(be, &bt, &err))
+                die("mem prefill", &err);
+            mem_peak(c, &peak);
+        }
+    double t_pre = now_s() - t0;
+    t0 = now_s();
+    for (int k = 0; k < n_dec; k++) {
+        for (int q = 0; q < n_seqs; q++)
+            bs[q] = (struct batch_seq){.tokens = toks + prompt + k, .n_tokens = 1,
+                                       .n_past = prompt + k, .block_table = table + q * nbs,
+                                       .n_blocks = nbs, .want_logits = 1};
+        struct batch bt = {.n_seqs = n_seqs, .seqs = bs, .logits = logits};
+        if (backend_step(be, &bt, &err))
+            die("mem decode", &err);
+        mem_peak(c, &peak);
+    }
+    double t_dec = now_s() - t0;
+    printf("shape %s type %s: %d sequences x %d tokens (%d-token prompts in %d-token chunks: "
+           "%.0f tokens/s; then %d decode steps: %.1f tokens/s)\n", s->name, type, n_seqs, ctx,
+           prompt, chunk, n_seqs * prompt / t_pre, n_dec, n_seqs * n_dec / t_dec);
+    printf("weights %.2f GB, KV arena %.2f GB; device memory in use before the model %.2f GB\n",
+           st.bytes / 1e9, st.kv_bytes / 1e9, base / 1e9);
+    printf("peak device memory (total - free, CUDA context and cuBLAS included): %.2f GB = %.2f GiB\n",
+           peak / 1e9, peak / 1073741824.0);
+    fflush(stdout);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader "
+                              "| grep '^%d,' | sed 's/^/nvidia-smi: /'", (int)getpid());
+    if (system(cmd) != 0)
+        printf("nvidia-smi: no figure for this process\n");
+    backend_free(be);
+    mfk_ctx_free(c);
+    free(toks), free(table), free(logits), free(bs);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct mf_err err = {0};
@@ -345,6 +440,14 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (strcmp(argv[1], shapes[i].name) == 0)
             s = &shapes[i];
+    if (strcmp(argv[1], "mem") == 0) {
+        for (size_t i = 0; argc > 3 && i < sizeof shapes / sizeof shapes[0]; i++)
+            if (strcmp(argv[2], shapes[i].name) == 0)
+                return cuda_device_count() < 1 ? 77 : mem_bench(&shapes[i], argv[3],
+                                  argc > 4 ? atoi(argv[4]) : 16, argc > 5 ? atoi(argv[5]) : 2048);
+        fprintf(stderr, "usage: cuda_bench mem SHAPE TYPE [SEQS [CTX]]\n");
+        return 2;
+    }
     if (!s && strcmp(argv[1], "gemv") != 0) {
         fprintf(stderr, "cuda_bench: unknown shape %s\n", argv[1]);
         return 2;
@@ -381,7 +484,10 @@ int main(int argc, char **argv)
     int32_t max_b = 1;
     for (int i = 0; i < nb; i++)
         max_b = batches[i] > max_b ? batches[i] : max_b;
-    int32_t per_seq = (CTX + STEPS) / 16 + 1 - CTX / 16; /* private tail blocks */
+    const char *ev = getenv("CUDA_BENCH_STEPS");
+    const int STEPS = ev && atoi(ev) >= 1 && atoi(ev) <= STEPS_MAX ? atoi(ev) : STEPS_MAX;
+    const int do_long = !(getenv("CUDA_BENCH_LONG") && strcmp(getenv("CUDA_BENCH_LONG"), "0") == 0);
+    int32_t per_seq = (CTX + STEPS_MAX) / 16 + 1 - CTX / 16; /* private tail blocks */
     int32_t n_blocks_need = CTX / 16 + max_b * per_seq + PREFILL / 16;
     struct backend_config cfg = {.kv_type = BACKEND_KV_F16, .max_tokens = PREFILL,
                                  .max_seqs = MAX_B};
@@ -396,8 +502,8 @@ int main(int argc, char **argv)
     cuda_backend_stats(be, &st);
 
     /* prefill the shared 512-token context */
-    int32_t *toks = malloc((CTX + STEPS) * sizeof *toks);
-    for (int i = 0; i < CTX + STEPS; i++)
+    int32_t *toks = malloc((CTX + STEPS_MAX) * sizeof *toks);
+    for (int i = 0; i < CTX + STEPS_MAX; i++)
         toks[i] = (int32_t)((i * 7919) % s->n_vocab);
     int32_t table[MAX_B][CTX / 16 + 8];
     for (int b = 0; b < max_b; b++) {
@@ -424,7 +530,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < PREFILL / 16; k++)
         ptable[k] = CTX / 16 + max_b * per_seq + k;
     double t_long = 0;
-    for (int rep = 0; rep < 2; rep++) {
+    for (int rep = 0; do_long && rep < 2; rep++) {
         struct batch_seq ps = {.tokens = ptoks, .n_tokens = PREFILL, .n_past = 0,
                                .block_table = ptable, .n_blocks = PREFILL / 16, .want_logits = 1};
         struct batch pb = {.n_seqs = 1, .seqs = &ps, .logits = logits};
@@ -442,10 +548,12 @@ int main(int argc, char **argv)
     printf("tensor-core GEMM from %d tokens per step (MFC_CUDA_GEMM_MIN; 0: GEMV only)\n",
            st.gemm_min);
     printf("prefill %d tokens: %.3f s = %.0f tokens/s\n", CTX, t_prefill, CTX / t_prefill);
-    double flops = 2.0 * (double)n_params(m) * PREFILL / t_long;
-    printf("prefill %d tokens: %.3f s = %.0f tokens/s; matrices %.0f TFLOP/s = %.0f%% of the "
-           "measured bf16 GEMM peak (%.0f TFLOP/s)\n", PREFILL, t_long, PREFILL / t_long,
-           flops / 1e12, peak > 0 ? 100 * flops / peak : 0, peak / 1e12);
+    if (do_long) {
+        double flops = 2.0 * (double)n_params(m) * PREFILL / t_long;
+        printf("prefill %d tokens: %.3f s = %.0f tokens/s; matrices %.0f TFLOP/s = %.0f%% of the "
+               "measured bf16 GEMM peak (%.0f TFLOP/s)\n", PREFILL, t_long, PREFILL / t_long,
+               flops / 1e12, peak > 0 ? 100 * flops / peak : 0, peak / 1e12);
+    }
     printf("| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
     uint64_t kv_tok = 2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->hp.n_head_kv *

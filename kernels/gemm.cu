@@ -18,6 +18,7 @@
  * by its soname, then beside the libcudart this program uses.
  */
 #include "kernels/kernels.h"
+#include "kernels/internal.cuh"
 
 #include <cstdio>
 #include <cstring>
@@ -43,7 +44,6 @@ extern "C" {
 #include "common/ggml_type.h"
 }
 
-cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
 void **mfk_ctx_blas(struct mfk_ctx *c);     /* mem.cu: where this file keeps its state */
 
 #define GEMM_CHUNK_BYTES ((size_t)64 << 20) /* dequantized rows per cuBLAS call, at most */

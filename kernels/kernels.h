@@ -170,16 +170,27 @@ int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
 
 /* Paged attention for T tokens: token t at position pos[t] attends to
  * positions 0..pos[t] of its sequence, whose block table is
- * tables[toff[t] ..]. One thread block per (token, KV head) serves all
- * query heads of that KV head, so each K/V block is read once for them.
- * Numerics follow the CPU backend's F16 path: q rounded to fp16,
- * softmax(q.k / sqrt(hd)) with the sum in double, weights rounded to fp16
- * before P.V. out[t] gets n_head * head_dim floats. max_ctx bounds pos+1
- * (it sizes shared memory; MF_EUNSUPPORTED when the scores do not fit). */
+ * tables[toff[t] ..]. The tokens are list[0..T) (indices into pos, toff, q
+ * and out), or 0..T-1 with a NULL list. One thread block per (token, KV
+ * head) serves all query heads of that KV head, so each K/V block is read
+ * once for them. Numerics follow the CPU backend's F16 path: q rounded to
+ * fp16, softmax(q.k / sqrt(hd)) with the sum in double, weights rounded to
+ * fp16 before P.V. out[t] gets n_head * head_dim floats. max_ctx bounds
+ * pos+1 (it sizes shared memory; MF_EUNSUPPORTED when the scores do not
+ * fit). */
 int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
-                  const float *q, int64_t ldq, const int32_t *pos, const int32_t *toff,
-                  const int32_t *tables, const uint16_t *kv, int32_t max_ctx, float *out,
-                  int64_t ldo, struct mf_err *err);
+                  const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
+                  const int32_t *toff, const int32_t *tables, const uint16_t *kv, int32_t max_ctx,
+                  float *out, int64_t ldo, struct mf_err *err);
+
+/* The same for runs of a sequence's tokens, on the tensor cores: tile i is
+ * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one
+ * sequence, consecutive positions). No context limit; head_dim a multiple
+ * of 16 up to 256; the CPU's softmax and roundings, as mfk_attention. */
+int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                        int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
+                        const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                        const uint16_t *kv, float *out, int64_t ldo, struct mf_err *err);
 
 /* Largest context mfk_attention takes for this shape. */
 int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);

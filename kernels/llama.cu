@@ -24,6 +24,7 @@
  * reads each weight byte from memory once.
  */
 #include "kernels/kernels.h"
+#include "kernels/internal.cuh"
 
 #include <cfloat>
 #include <cstdint>
@@ -36,25 +37,9 @@ extern "C" {
 #include "common/ggml_type.h"
 }
 
-cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
-
 #define GEMV_NB 8        /* tokens served by one pass over a weight row */
 #define GEMV_WARPS 8     /* rows (warps) per GEMV thread block */
 #define GEMV_SMEM_FLOATS 8192 /* staged activations per GEMV block (32 KiB) */
-#define ATT_WARPS 16     /* warps per attention block */
-#define ATT_THREADS (ATT_WARPS * 32)
-#define ATT_MAX_DIM 256  /* head_dim the attention kernel takes, at most (a multiple of 32) */
-#define ATT_MAX_RATIO 8  /* query heads per KV head handled in one pass of P.V */
-#define KVB 16           /* KV_BLOCK_TOKENS (runtime/batch.h) */
-
-static int launched(const char *what, struct mf_err *err)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess)
-        return 0;
-    return mf_err_set(err, MF_EIO, "CUDA kernel %s failed to launch: %s", what,
-                      cudaGetErrorString(e));
-}
 
 /* ------------------------------------------------------------------------
  * Block decoding (8 elements at a time)
@@ -280,7 +265,7 @@ static int rows_launch(struct mfk_ctx *c, const struct mfk_weight *w, const int3
     MFK_TYPE_SWITCH(w->type, TY,
                     k_rows<TY><<<n, 128, 0, mfk_stream(c)>>>((const uint8_t *)w->data, w->row_bytes,
                                                               w->ne0, ids, r0, out, ldo));
-    return launched(what, err);
+    return mfk_launched(what, err);
 }
 
 extern "C" int mfk_dequant_rows(struct mfk_ctx *c, const struct mfk_weight *w, int64_t r0,
@@ -339,7 +324,7 @@ extern "C" int mfk_dequant_half(struct mfk_ctx *c, const struct mfk_weight *w, i
                         k_rows_half<TY, __half><<<n_rows, 128, 0, mfk_stream(c)>>>(
                             d, w->row_bytes, w->ne0, r0, (__half *)out));
     }
-    return launched("dequantize", err);
+    return mfk_launched("dequantize", err);
 }
 
 /* out[t][i] = x[t][i] rounded, packed ne0 apart: the GEMM's B. */
@@ -365,7 +350,7 @@ extern "C" int mfk_round_half(struct mfk_ctx *c, const float *x, int64_t ldx, in
                                                                  (__nv_bfloat16 *)out);
     else
         k_round<__half><<<grid, 256, 0, mfk_stream(c)>>>(x, ldx, ne0, n, (__half *)out);
-    return launched("round", err);
+    return mfk_launched("round", err);
 }
 
 extern "C" int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids,
@@ -464,7 +449,7 @@ extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float
         ((uintptr_t)y & 15) || ((uintptr_t)g & 15) || ((uintptr_t)res & 15))
         return mf_err_set(err, MF_EINVAL, "CUDA rmsnorm: rows must be 16-byte aligned float4s");
     k_rmsnorm<<<rows, NORM_THREADS, 0, mfk_stream(c)>>>(x, ldx, res, ldr, g, y, ldy, n, eps);
-    return launched("rmsnorm", err);
+    return mfk_launched("rmsnorm", err);
 }
 
 /* ------------------------------------------------------------------------
@@ -818,19 +803,12 @@ extern "C" int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const flo
     if (((uintptr_t)x & 15) || (ldx & 3))
         return mf_err_set(err, MF_EINVAL, "CUDA gemv: activations must be 16-byte aligned rows");
     MFK_TYPE_SWITCH(w->type, TY, gemv_launch<TY>(mfk_stream(c), w, x, ldx, nt, y, ldy, add));
-    return launched("gemv", err);
+    return mfk_launched("gemv", err);
 }
 
 /* ------------------------------------------------------------------------
  * RoPE and the paged K/V store
  * ---------------------------------------------------------------------- */
-
-__device__ __forceinline__ size_t kv_index(const struct mfk_kv_shape &s, int32_t blk, int32_t layer,
-                                           int kv, int head)
-{
-    return ((((size_t)blk * (size_t)s.n_layer + (size_t)layer) * 2 + (size_t)kv) *
-                (size_t)s.n_head_kv + (size_t)head) * KVB * (size_t)s.head_dim;
-}
 
 __global__ void k_rope_store(struct mfk_kv_shape s, int32_t layer, float *q, int64_t ldq, float *k,
                              const float *v, int64_t ldkv, const float *rope, const int32_t *pos,
@@ -882,222 +860,7 @@ extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, i
                           s->head_dim, s->n_rot);
     k_rope_store<<<T, 1024, 0, mfk_stream(c)>>>(*s, layer, q, ldq, k, v, ldkv, rope, pos, blk,
                                                reinterpret_cast<__half *>(kv));
-    return launched("rope_store", err);
-}
-
-/* ------------------------------------------------------------------------
- * Paged attention
- * ---------------------------------------------------------------------- */
-
-__device__ __forceinline__ float block_max(float v, float *red)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float m = red[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-        m = fmaxf(m, red[w]);
-    return m;
-}
-
-__device__ __forceinline__ double block_sum(double v, double *red)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double s = 0.0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
-        s += red[w];
-    return s;
-}
-
-/* grid (T, n_head_kv): the ratio query heads of KV head g for token t, in
- * ATT_WARPS warps that take the sequence's KV blocks in turn.
- * Scores: a warp's lanes are 16 slots x 2 interleaved halves of head_dim,
- * so each step reads 64 contiguous bytes of the transposed keys. P.V: lane
- * l covers dimensions l, l + 32, ... (coalesced value rows); the warps'
- * partial sums meet in shared memory at the end.
- * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores then
- * weights, red[ATT_WARPS][min(ratio, 8)][hd] partial outputs. */
-__global__ void __launch_bounds__(ATT_THREADS)
-    k_attention(struct mfk_kv_shape s, int32_t layer, const float *q, int64_t ldq,
-                const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                const __half *kv, int32_t ctx, float *out, int64_t ldo)
-{
-    extern __shared__ float smem[];
-    __shared__ float redf[ATT_WARPS];
-    __shared__ double redd[ATT_WARPS];
-    const int t = blockIdx.x, g = blockIdx.y, hd = s.head_dim;
-    const int ratio = s.n_head / s.n_head_kv, rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
-    const int npos = pos[t] + 1, nblk = (npos + KVB - 1) / KVB;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int32_t *bt = tables + toff[t];
-    float *qs = smem, *sc = smem + ratio * hd, *red = sc + (size_t)ratio * ctx;
-    const float kq_scale = 1.0f / sqrtf((float)hd);
-
-    for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
-        const int r = e / hd, d = e % hd;
-        qs[e] = __half2float(__float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
-    }
-    __syncthreads();
-    {
-        const int slot = lane & 15, half = lane >> 4;
-        for (int b = warp; b < nblk; b += ATT_WARPS) {
-            const __half *kt = kv + kv_index(s, bt[b], layer, 0, g) + slot;
-            const int j = b * KVB + slot;
-            for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
-                float acc[ATT_MAX_RATIO];
-#pragma unroll
-                for (int r = 0; r < ATT_MAX_RATIO; r++)
-                    acc[r] = 0.0f;
-#pragma unroll 16
-                for (int d = half; d < hd; d += 2) {
-                    const float kd = __half2float(kt[(size_t)d * KVB]);
-#pragma unroll
-                    for (int r = 0; r < ATT_MAX_RATIO; r++)
-                        if (r0 + r < ratio)
-                            acc[r] += qs[(r0 + r) * hd + d] * kd;
-                }
-#pragma unroll
-                for (int r = 0; r < ATT_MAX_RATIO; r++) {
-                    acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 16);
-                    if (half == 0 && j < npos && r0 + r < ratio)
-                        sc[(size_t)(r0 + r) * ctx + j] = __fmul_rn(acc[r], kq_scale);
-                }
-            }
-        }
-    }
-    __syncthreads();
-    for (int r = 0; r < ratio; r++) {
-        float *sr = sc + (size_t)r * ctx;
-        float m = -INFINITY;
-        for (int j = threadIdx.x; j < npos; j += blockDim.x)
-            m = fmaxf(m, sr[j]);
-        m = block_max(m, redf);
-        double sum = 0.0;
-        for (int j = threadIdx.x; j < npos; j += blockDim.x) {
-            const float e = expf(sr[j] - m);
-            sr[j] = e;
-            sum += (double)e;
-        }
-        sum = block_sum(sum, redd);
-        const float inv = (float)(1.0 / sum);
-        for (int j = threadIdx.x; j < npos; j += blockDim.x)
-            sr[j] = __half2float(__float2half_rn(__fmul_rn(sr[j], inv)));
-        __syncthreads();
-    }
-    const int E = hd / 32;
-    for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
-        float acc[ATT_MAX_RATIO][ATT_MAX_DIM / 32];
-#pragma unroll
-        for (int r = 0; r < ATT_MAX_RATIO; r++)
-#pragma unroll
-            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
-                acc[r][e] = 0.0f;
-        for (int b = warp; b < nblk; b += ATT_WARPS) {
-            const __half *vt = kv + kv_index(s, bt[b], layer, 1, g) + lane;
-            const int n = npos - b * KVB < KVB ? npos - b * KVB : KVB;
-#pragma unroll 4
-            for (int sl = 0; sl < n; sl++) {
-                const int j = b * KVB + sl;
-                float v[ATT_MAX_DIM / 32];
-#pragma unroll
-                for (int e = 0; e < ATT_MAX_DIM / 32; e++)
-                    v[e] = e < E ? __half2float(vt[(size_t)sl * hd + 32 * e]) : 0.0f;
-#pragma unroll
-                for (int r = 0; r < ATT_MAX_RATIO; r++) {
-                    if (r0 + r < ratio) {
-                        const float p = sc[(size_t)(r0 + r) * ctx + j];
-#pragma unroll
-                        for (int e = 0; e < ATT_MAX_DIM / 32; e++)
-                            acc[r][e] += p * v[e];
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < ATT_MAX_RATIO; r++)
-#pragma unroll
-            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
-                if (r < rchunk && e < E)
-                    red[((size_t)warp * rchunk + r) * hd + lane + 32 * e] = acc[r][e];
-        __syncthreads();
-        for (int i = threadIdx.x; i < rchunk * hd; i += blockDim.x) {
-            const int r = i / hd, d = i % hd;
-            if (r0 + r < ratio) {
-                float sum = 0.0f;
-                for (int w = 0; w < ATT_WARPS; w++)
-                    sum += red[((size_t)w * rchunk + r) * hd + d];
-                out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = sum;
-            }
-        }
-        __syncthreads();
-    }
-}
-
-static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx)
-{
-    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
-    const size_t rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
-    return (ratio * (size_t)s->head_dim + ratio * (size_t)ctx +
-            ATT_WARPS * rchunk * (size_t)s->head_dim) * sizeof(float);
-}
-
-#define ATT_SMEM_MAX ((size_t)200 << 10) /* dynamic shared memory we ask for, at most */
-
-extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
-{
-    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim % 32 ||
-        s->head_dim > ATT_MAX_DIM)
-        return 0;
-    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
-    const size_t fixed = att_smem(s, 0) / sizeof(float);
-    size_t n = ATT_SMEM_MAX / sizeof(float);
-    if (n <= fixed)
-        return 0;
-    n = (n - fixed) / ratio;
-    return n > INT32_MAX ? INT32_MAX : (int32_t)n;
-}
-
-extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
-                             int32_t T, const float *q, int64_t ldq, const int32_t *pos,
-                             const int32_t *toff, const int32_t *tables, const uint16_t *kv,
-                             int32_t max_ctx, float *out, int64_t ldo, struct mf_err *err)
-{
-    if (T <= 0)
-        return 0;
-    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim % 32 ||
-        s->head_dim > ATT_MAX_DIM)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "CUDA attention: %d heads over %d KV heads of %d dimensions (the kernel "
-                          "takes a multiple of 32 up to %d)",
-                          s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
-    if (max_ctx > mfk_attention_max_ctx(s))
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "CUDA attention: a context of %d tokens is longer than the %d this "
-                          "kernel holds in shared memory",
-                          max_ctx, mfk_attention_max_ctx(s));
-    const int32_t ctx = (max_ctx + 3) / 4 * 4;
-    const size_t smem = att_smem(s, ctx);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
-                              smem, cudaGetErrorString(e));
-        }
-    }
-    dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
-    k_attention<<<grid, ATT_THREADS, smem, mfk_stream(c)>>>(
-        *s, layer, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), ctx, out, ldo);
-    return launched("attention", err);
+    return mfk_launched("rope_store", err);
 }
 
 /* ------------------------------------------------------------------------
@@ -1123,7 +886,7 @@ extern "C" int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t l
     unsigned bx = (unsigned)((n + 255) / 256);
     dim3 grid(bx > 64 ? 64 : bx, (unsigned)rows);
     k_swiglu<<<grid, 256, 0, mfk_stream(c)>>>(g, u, ld, n);
-    return launched("swiglu", err);
+    return mfk_launched("swiglu", err);
 }
 
 __global__ void k_gather(const float *src, int64_t lds, const int32_t *rows, float *dst,
@@ -1141,7 +904,7 @@ extern "C" int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, cons
     if (n <= 0)
         return 0;
     k_gather<<<n, 256, 0, mfk_stream(c)>>>(src, lds, rows, dst, ldd, n_cols);
-    return launched("gather", err);
+    return mfk_launched("gather", err);
 }
 
 __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
@@ -1184,5 +947,5 @@ extern "C" int mfk_argmax(struct mfk_ctx *c, const float *x, int64_t ldx, int32_
     if (rows <= 0)
         return 0;
     k_argmax<<<rows, 256, 0, mfk_stream(c)>>>(x, ldx, n, out);
-    return launched("argmax", err);
+    return mfk_launched("argmax", err);
 }

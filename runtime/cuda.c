@@ -377,8 +377,11 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
                             (const float *)(const void *)(cb->dstep + p->rope), D32(tok_pos),
                             D32(tok_blk), cb->kv, err);
     if (!rc)
-        rc = mfk_attention(c, &ks, l, T, cb->q, qd, D32(tok_pos), D32(tok_toff), D32(tables),
-                           cb->kv, p->max_ctx, cb->att, qd, err);
+        rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
+                                 D32(tok_toff), D32(tables), cb->kv, cb->att, qd, err);
+    if (!rc)
+        rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
+                           D32(tok_toff), D32(tables), cb->kv, p->single_ctx, cb->att, qd, err);
     if (!rc)
         rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
     if (!rc)
@@ -444,13 +447,9 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     rc = lora_rows(cb, bt, 0, err);
     if (rc)
         return rc;
-    cuda_plan_step_size(cb->m, bt, &p);
     {
         struct mfk_kv_shape ks = {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot};
-        if (p.max_ctx > mfk_attention_max_ctx(&ks))
-            return mf_err_set(err, MF_EUNSUPPORTED,
-                              "a context of %d tokens is longer than the CUDA attention kernel's "
-                              "%d", p.max_ctx, mfk_attention_max_ctx(&ks));
+        cuda_plan_step_size(cb->m, bt, mfk_attention_max_ctx(&ks), &p);
     }
     rc = reserve_step(cb, p.bytes, err);
     if (rc)

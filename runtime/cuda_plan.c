@@ -149,7 +149,14 @@ static size_t take(size_t *off, size_t bytes)
     return at;
 }
 
-void cuda_plan_step_size(const struct model *m, const struct batch *bt, struct cuda_step_plan *p)
+/* 1 if sequence sq's tokens are attended in tiles (CUDA_PLAN_TILE_MIN). */
+static int tiled(const struct batch_seq *sq, int32_t single_cap)
+{
+    return sq->n_tokens >= CUDA_PLAN_TILE_MIN || sq->n_past + sq->n_tokens > single_cap;
+}
+
+void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
+                         struct cuda_step_plan *p)
 {
     size_t off = 0, T;
 
@@ -162,7 +169,15 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, struct c
         p->n_tables += (ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
         if (ctx > p->max_ctx)
             p->max_ctx = ctx;
+        if (tiled(sq, single_cap)) {
+            p->n_tiles += (sq->n_tokens + CUDA_PLAN_TILE - 1) / CUDA_PLAN_TILE;
+        } else {
+            p->n_single += sq->n_tokens;
+            if (ctx > p->single_ctx)
+                p->single_ctx = ctx;
+        }
     }
+    p->single_cap = single_cap;
     T = (size_t)p->T;
     p->tok_id = take(&off, T * 4);
     p->tok_pos = take(&off, T * 4);
@@ -171,6 +186,8 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, struct c
     p->out_rows = take(&off, (size_t)p->n_out * 4);
     p->tables = take(&off, (size_t)p->n_tables * 4);
     p->rope = take(&off, T * (size_t)m->hp.n_rot * sizeof(float));
+    p->tiles = take(&off, (size_t)p->n_tiles * 8);
+    p->single = take(&off, (size_t)p->n_single * 4);
     p->bytes = off;
 }
 
@@ -205,12 +222,24 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
     int32_t *blk = (int32_t *)(void *)(b + p->tok_blk), *toff = (int32_t *)(void *)(b + p->tok_toff);
     int32_t *out = (int32_t *)(void *)(b + p->out_rows), *tab = (int32_t *)(void *)(b + p->tables);
     float *rope = (float *)(void *)(b + p->rope);
-    int32_t t = 0, n_out = 0, nt = 0;
+    int32_t *tiles = (int32_t *)(void *)(b + p->tiles), *single = (int32_t *)(void *)(b + p->single);
+    int32_t t = 0, n_out = 0, nt = 0, n_tiles = 0, n_single = 0;
 
     for (int32_t i = 0; i < bt->n_seqs; i++) {
         const struct batch_seq *sq = &bt->seqs[i];
         int32_t nb = (sq->n_past + sq->n_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
         memcpy(tab + nt, sq->block_table, (size_t)nb * sizeof *tab);
+        if (tiled(sq, p->single_cap)) {
+            for (int32_t j = 0; j < sq->n_tokens; j += CUDA_PLAN_TILE) {
+                tiles[2 * n_tiles] = t + j;
+                tiles[2 * n_tiles + 1] =
+                    sq->n_tokens - j < CUDA_PLAN_TILE ? sq->n_tokens - j : CUDA_PLAN_TILE;
+                n_tiles++;
+            }
+        } else {
+            for (int32_t j = 0; j < sq->n_tokens; j++)
+                single[n_single++] = t + j;
+        }
         for (int32_t j = 0; j < sq->n_tokens; j++, t++) {
             id[t] = sq->tokens[j];
             pos[t] = sq->n_past + j;

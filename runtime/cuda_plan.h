@@ -73,12 +73,24 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 
 /* ---- one step ----------------------------------------------------------- */
 
+/* Attention takes a step's tokens two ways (kernels.h): a sequence with
+ * CUDA_PLAN_TILE_MIN new tokens or more, or a context longer than the
+ * per-token kernel holds, goes in tiles of up to CUDA_PLAN_TILE tokens
+ * (tensor cores, one K/V read per tile); the others (decode steps) one
+ * token at a time. */
+#define CUDA_PLAN_TILE 16
+#define CUDA_PLAN_TILE_MIN 4
+
 /* Offsets (bytes from the buffer start) and counts of a step's arrays. */
 struct cuda_step_plan {
     int32_t T;        /* new tokens */
     int32_t n_out;    /* logits rows */
     int32_t n_tables; /* block table entries, all sequences */
     int32_t max_ctx;  /* largest position + 1 */
+    int32_t n_tiles;  /* attention tiles */
+    int32_t n_single; /* tokens attended one at a time */
+    int32_t single_ctx; /* largest position + 1 among those */
+    int32_t single_cap; /* the cap the step was sized with */
     size_t tok_id;    /* int32 (T): token ids */
     size_t tok_pos;   /* int32 (T): positions */
     size_t tok_blk;   /* int32 (T): physical block the token's K/V goes to */
@@ -86,12 +98,16 @@ struct cuda_step_plan {
     size_t out_rows;  /* int32 (n_out): token row of each logits row */
     size_t tables;    /* int32 (n_tables): the block tables, sequence after sequence */
     size_t rope;      /* float (T, n_rot): cos, sin of each rotated pair */
+    size_t tiles;     /* int32 (n_tiles, 2): first token, tokens (1..CUDA_PLAN_TILE) */
+    size_t single;    /* int32 (n_single): tokens attended one at a time */
     size_t bytes;     /* total */
 };
 
 /* Sizes the step (no writes). The batch must have passed
- * backend_check_batch. */
-void cuda_plan_step_size(const struct model *m, const struct batch *bt, struct cuda_step_plan *p);
+ * backend_check_batch. single_cap: the longest context the per-token
+ * attention kernel takes (mfk_attention_max_ctx); longer ones are tiled. */
+void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
+                         struct cuda_step_plan *p);
 
 /* Fills buf (p->bytes, from cuda_plan_step_size) with the step's arrays.
  * The RoPE angles are computed as the CPU backend computes them (theta

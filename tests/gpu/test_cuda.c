@@ -16,7 +16,9 @@
  *   rope + paged K/V store q < 1e-6; every stored fp16 within 1 ulp, the rest
  *                          of the arena untouched
  *   attention              < 1e-4 against a double reference that rounds q and
- *                          the softmax weights to fp16 as the kernel promises
+ *                          the softmax weights to fp16 as the kernel promises;
+ *                          per token (all, or a list) and in tiles (up to 12k
+ *                          of context, NaN in the slots no one wrote)
  *   argmax                 exact, ties and NaN included
  * Each model: the CUDA backend against the CPU backend (F16 KV both):
  * two sequences, chunked prefill then 24 greedy decode steps with
@@ -387,16 +389,43 @@ static float h16(uint16_t h)
     return quant_f16_to_f32(h);
 }
 
-static void test_attention(int n_head, int n_head_kv, int hd, int n_rot)
+/* Error over the listed rows of y (n_cols each); INFINITY when one of them
+ * is NaN or a row not listed was written (no longer the poison's NaN). */
+static double listed_err(const float *y, const double *ref, int rows, int64_t n_cols,
+                         const int32_t *list, int n_list)
+{
+    double num = 0, den = 0;
+    for (int t = 0; t < rows; t++) {
+        int listed = 0;
+        for (int i = 0; i < n_list; i++)
+            listed |= list[i] == t;
+        for (int64_t d = 0; d < n_cols; d++) {
+            float v = y[t * n_cols + d];
+            if ((v != v) == listed)
+                return INFINITY;
+            if (listed)
+                num += (v - ref[t * n_cols + d]) * (v - ref[t * n_cols + d]),
+                    den += ref[t * n_cols + d] * ref[t * n_cols + d];
+        }
+    }
+    return sqrt(num / den);
+}
+
+/* Three sequences: `past` tokens of context decoding 1 token (199; past the
+ * per-token kernel's shared memory when long), a fresh 37-token prompt, a
+ * 16-token past plus 5 new tokens. Slots past each sequence's last
+ * position hold NaN, as never-written memory may. */
+static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int long_past)
 {
     const struct mfk_kv_shape s = {2, n_head, n_head_kv, hd, n_rot};
-    const int layer = 1, n_blocks = 40, ratio = n_head / n_head_kv;
-    /* three sequences: a 200-token context decoding 1 token, a fresh 37-token
-     * prompt, a 16-token past plus 5 new tokens */
-    const int past[3] = {199, 0, 16}, nnew[3] = {1, 37, 5};
-    int32_t tables[64], toff[64], pos[64], blk[64];
+    const int layer = 1, ratio = n_head / n_head_kv;
+    const int past[3] = {long_past ? long_past : 199, 0, 16}, nnew[3] = {1, 37, 5};
+    int n_blocks = 0;
+    for (int sq = 0; sq < 3; sq++)
+        n_blocks += (past[sq] + nnew[sq] + KVB - 1) / KVB;
+    int32_t *tables = malloc(n_blocks * 4), toff[64], pos[64], blk[64];
+    int *perm = malloc(n_blocks * sizeof *perm);
     int T = 0, nt = 0, max_ctx = 0;
-    int perm[40];
     char name[96];
     for (int i = 0; i < n_blocks; i++)
         perm[i] = i;
@@ -490,6 +519,17 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot)
     snprintf(name, sizeof name, "paged K/V store (1 ulp; rest untouched)");
     report(name, bad == 0, "elements off", (double)bad, 0);
     memcpy(kv, kv_got, kv_elems * 2); /* the reference attends over what was stored */
+    for (int sq = 0, off = 0; sq < 3; sq++) {
+        int ctxn = past[sq] + nnew[sq], nb = (ctxn + KVB - 1) / KVB;
+        for (int sl = ctxn % KVB; sl && sl < KVB; sl++)
+            for (int h = 0; h < n_head_kv; h++)
+                for (int d = 0; d < hd; d++) {
+                    kv[kv_idx(&s, tables[off + nb - 1], layer, 0, h) + d * KVB + sl] = 0x7E00;
+                    kv[kv_idx(&s, tables[off + nb - 1], layer, 1, h) + sl * hd + d] = 0x7E00;
+                }
+        off += nb;
+    }
+    h2d(dkv, kv, kv_elems * 2);
 
     /* attention reference */
     double *ref = malloc(T * qd * 8);
@@ -518,16 +558,53 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot)
                     ref[t * qd + h * hd + d] += p * h16(vt[(j % KVB) * hd + d]);
             }
         }
-    poison(dout, T * qd * 4);
-    CK(mfk_attention(ctx, &s, layer, T, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, dout, qd, &err));
-    d2h(qgot, dout, T * qd * 4);
-    snprintf(name, sizeof name, "attention (%d/%d heads, hd %d, ctx %d)", n_head, n_head_kv, hd, max_ctx);
-    double e = rel_err(qgot, ref, T * qd);
-    report(name, e < 1e-4, "rel err", e, 1e-4);
+    if (hd % 32 == 0 && max_ctx <= mfk_attention_max_ctx(&s)) {
+        poison(dout, T * qd * 4);
+        CK(mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, dout,
+                         qd, &err));
+        d2h(qgot, dout, T * qd * 4);
+        snprintf(name, sizeof name, "attention (%d/%d heads, hd %d, ctx %d)", n_head, n_head_kv, hd,
+                 max_ctx);
+        double e = rel_err(qgot, ref, T * qd);
+        report(name, e < 1e-4, "rel err", e, 1e-4);
+        /* a token list: the tokens in reverse order, every second one */
+        int32_t list[64], nl = 0, *dlist = dalloc(T * 4);
+        for (int t = T - 1; t >= 0; t -= 2)
+            list[nl++] = t;
+        h2d(dlist, list, nl * 4);
+        poison(dout, T * qd * 4);
+        CK(mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, dout,
+                         qd, &err));
+        d2h(qgot, dout, T * qd * 4);
+        e = listed_err(qgot, ref, T, qd, list, nl);
+        snprintf(name, sizeof name, "attention, listed tokens (hd %d)", hd);
+        report(name, e < 1e-4, "rel err", e, 1e-4);
+        mfk_free(dlist);
+    }
+    /* tiles: each sequence's new tokens in runs of up to 16 */
+    {
+        int32_t tiles[2 * 64], ntl = 0, *dtiles = dalloc(2 * 64 * 4);
+        for (int sq = 0, t = 0; sq < 3; t += nnew[sq], sq++)
+            for (int j = 0; j < nnew[sq]; j += 16) {
+                tiles[2 * ntl] = t + j;
+                tiles[2 * ntl + 1] = nnew[sq] - j < 16 ? nnew[sq] - j : 16;
+                ntl++;
+            }
+        h2d(dtiles, tiles, 2 * ntl * 4);
+        poison(dout, T * qd * 4);
+        CK(mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv, dout, qd,
+                               &err));
+        d2h(qgot, dout, T * qd * 4);
+        double e = rel_err(qgot, ref, T * qd);
+        snprintf(name, sizeof name, "attention tiles (%d/%d heads, hd %d, ctx %d)", n_head,
+                 n_head_kv, hd, max_ctx);
+        report(name, e < 1e-4, "rel err", e, 1e-4);
+        mfk_free(dtiles);
+    }
     mfk_free(dkv), mfk_free(dq), mfk_free(dk), mfk_free(dv), mfk_free(drope), mfk_free(dout);
     mfk_free(dpos), mfk_free(dblk), mfk_free(dtoff), mfk_free(dtab);
     free(kv), free(kv_got), free(q), free(k), free(v), free(rope), free(qgot), free(qref), free(kref);
-    free(ref), free(sc);
+    free(ref), free(sc), free(tables), free(perm);
 }
 
 static void test_argmax(void)
@@ -807,10 +884,12 @@ int main(int argc, char **argv)
         test_type(types[i]);
     test_norm_swiglu(1000);
     test_norm_swiglu(20000);
-    test_attention(8, 2, 64, 64);
-    test_attention(32, 8, 128, 128);
-    test_attention(6, 6, 64, 32);
-    test_attention(16, 1, 256, 64); /* MQA, the widest head the kernel takes */
+    test_attention(8, 2, 64, 64, 0);
+    test_attention(32, 8, 128, 128, 0);
+    test_attention(6, 6, 64, 32, 0);
+    test_attention(16, 1, 256, 64, 0); /* MQA, the widest head the kernel takes */
+    test_attention(8, 8, 80, 80, 0);   /* phi-2's heads: tiles only */
+    test_attention(32, 8, 128, 128, 12000); /* past the per-token kernel's shared memory */
     test_argmax();
     for (int i = 1; i < argc; i++) {
         char lpath[4096];

@@ -193,12 +193,16 @@ static void test_step(void **state)
         {.tokens = t2, .n_tokens = 3, .n_past = 32, .block_table = b2, .n_blocks = 3, .want_logits = 0},
     };
     struct batch bt = {.n_seqs = 3, .seqs = s};
-    cuda_plan_step_size(&m, &bt, &p);
+    cuda_plan_step_size(&m, &bt, 1000, &p);
     assert_int_equal(p.T, 9);
     assert_int_equal(p.n_out, 2);
     assert_int_equal(p.n_tables, 1 + 2 + 3);
     assert_int_equal(p.max_ctx, 35);
-    size_t offs[] = {p.tok_id, p.tok_pos, p.tok_blk, p.tok_toff, p.out_rows, p.tables, p.rope};
+    assert_int_equal(p.n_tiles, 1); /* the prompt; the decode and the 3-token chunk one by one */
+    assert_int_equal(p.n_single, 4);
+    assert_int_equal(p.single_ctx, 35);
+    size_t offs[] = {p.tok_id, p.tok_pos, p.tok_blk, p.tok_toff, p.out_rows, p.tables, p.rope,
+                     p.tiles, p.single};
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
         assert_int_equal(offs[i] % CUDA_PLAN_ALIGN, 0);
         if (i)
@@ -232,6 +236,31 @@ static void test_step(void **state)
             assert_true(fabs(rope[t * 8 + 2 * i] - cos(th)) < 1e-4);
             assert_true(fabs(rope[t * 8 + 2 * i + 1] - sin(th)) < 1e-4);
         }
+    const int32_t *tiles = (const int32_t *)(buf + p.tiles), *single = (const int32_t *)(buf + p.single);
+    assert_int_equal(tiles[0], 0);
+    assert_int_equal(tiles[1], 5);
+    static const int32_t want_single[4] = {5, 6, 7, 8};
+    assert_memory_equal(single, want_single, sizeof want_single);
+    free(buf);
+
+    /* a per-token kernel that holds 20 positions: the chunk at 32 goes in a
+     * tile; a 40-token prompt takes tiles of 16, 16 and 8 */
+    int32_t t3[40] = {0}, b3[3] = {7, 8, 9};
+    struct batch_seq s2[4] = {s[0], s[1], s[2],
+                              {.tokens = t3, .n_tokens = 40, .n_past = 0, .block_table = b3,
+                               .n_blocks = 3, .want_logits = 1}};
+    bt = (struct batch){.n_seqs = 4, .seqs = s2};
+    cuda_plan_step_size(&m, &bt, 20, &p);
+    assert_int_equal(p.n_tiles, 5);
+    assert_int_equal(p.n_single, 1);
+    assert_int_equal(p.single_ctx, 18);
+    buf = malloc(p.bytes);
+    assert_non_null(buf);
+    cuda_plan_step_fill(&m, &bt, &p, buf);
+    tiles = (const int32_t *)(buf + p.tiles), single = (const int32_t *)(buf + p.single);
+    static const int32_t want_tiles[10] = {0, 5, 6, 3, 9, 16, 25, 16, 41, 8};
+    assert_memory_equal(tiles, want_tiles, sizeof want_tiles);
+    assert_int_equal(single[0], 5);
     free(buf);
 }
 

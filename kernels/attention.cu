@@ -1,0 +1,414 @@
+/*
+ * attention.cu: paged attention over the KV arena, two ways.
+ *
+ * Decode tokens (one new token of a sequence) go one thread block per
+ * (token, KV head) through k_attention: all query heads of the KV head
+ * share each K/V read, and the softmax follows the CPU's F16 path exactly
+ * (q and the weights rounded to fp16, the sum in double).
+ *
+ * Runs of a sequence's new tokens (prefill, chunked prefill) go through
+ * k_attention_tiles: 16 tokens x one query head per warp on the tensor
+ * cores (wmma, fp16 inputs, fp32 accumulation), so each K/V block is read
+ * once per tile instead of once per token, and nothing is kept per context
+ * position, so no context is too long. It walks the context three times
+ * (max, sum, P.V) rather than keeping an online softmax: an online softmax
+ * rounds the weights to fp16 before normalising, the CPU after, and that
+ * difference alone moved a greedy token of a BF16 model (test_cuda).
+ *
+ * runtime/cuda_plan.c decides which tokens take which path.
+ */
+#include "kernels/kernels.h"
+#include "kernels/internal.cuh"
+
+#include <cfloat>
+#include <cstdint>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#define ATT_WARPS 16     /* warps per attention block */
+#define ATT_THREADS (ATT_WARPS * 32)
+#define ATT_MAX_DIM 256  /* head_dim the attention kernel takes, at most (a multiple of 32) */
+#define ATT_MAX_RATIO 8  /* query heads per KV head handled in one pass of P.V */
+#define FA_ROWS 16       /* tokens per tile (CUDA_PLAN_TILE) */
+#define FA_MAX_WARPS 8   /* query heads (warps) per tile block */
+#define FA_SMEM_MAX ((size_t)200 << 10)
+
+/* ------------------------------------------------------------------------
+ * One token at a time (decode)
+ * ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ float block_max(float v, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+        m = fmaxf(m, red[w]);
+    return m;
+}
+
+__device__ __forceinline__ double block_sum(double v, double *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        s += red[w];
+    return s;
+}
+
+/* grid (T, n_head_kv): the ratio query heads of KV head g for token t
+ * (list[blockIdx.x], or blockIdx.x without a list), in
+ * ATT_WARPS warps that take the sequence's KV blocks in turn.
+ * Scores: a warp's lanes are 16 slots x 2 interleaved halves of head_dim,
+ * so each step reads 64 contiguous bytes of the transposed keys. P.V: lane
+ * l covers dimensions l, l + 32, ... (coalesced value rows); the warps'
+ * partial sums meet in shared memory at the end.
+ * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores then
+ * weights, red[ATT_WARPS][min(ratio, 8)][hd] partial outputs. */
+__global__ void __launch_bounds__(ATT_THREADS)
+    k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
+                int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                const __half *kv, int32_t ctx, float *out, int64_t ldo)
+{
+    extern __shared__ float smem[];
+    __shared__ float redf[ATT_WARPS];
+    __shared__ double redd[ATT_WARPS];
+    const int t = list ? list[blockIdx.x] : (int)blockIdx.x, g = blockIdx.y, hd = s.head_dim;
+    const int ratio = s.n_head / s.n_head_kv, rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
+    const int npos = pos[t] + 1, nblk = (npos + KVB - 1) / KVB;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t *bt = tables + toff[t];
+    float *qs = smem, *sc = smem + ratio * hd, *red = sc + (size_t)ratio * ctx;
+    const float kq_scale = 1.0f / sqrtf((float)hd);
+
+    for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
+        const int r = e / hd, d = e % hd;
+        qs[e] = __half2float(__float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
+    }
+    __syncthreads();
+    {
+        const int slot = lane & 15, half = lane >> 4;
+        for (int b = warp; b < nblk; b += ATT_WARPS) {
+            const __half *kt = kv + kv_index(s, bt[b], layer, 0, g) + slot;
+            const int j = b * KVB + slot;
+            for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
+                float acc[ATT_MAX_RATIO];
+#pragma unroll
+                for (int r = 0; r < ATT_MAX_RATIO; r++)
+                    acc[r] = 0.0f;
+#pragma unroll 16
+                for (int d = half; d < hd; d += 2) {
+                    const float kd = __half2float(kt[(size_t)d * KVB]);
+#pragma unroll
+                    for (int r = 0; r < ATT_MAX_RATIO; r++)
+                        if (r0 + r < ratio)
+                            acc[r] += qs[(r0 + r) * hd + d] * kd;
+                }
+#pragma unroll
+                for (int r = 0; r < ATT_MAX_RATIO; r++) {
+                    acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 16);
+                    if (half == 0 && j < npos && r0 + r < ratio)
+                        sc[(size_t)(r0 + r) * ctx + j] = __fmul_rn(acc[r], kq_scale);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    for (int r = 0; r < ratio; r++) {
+        float *sr = sc + (size_t)r * ctx;
+        float m = -INFINITY;
+        for (int j = threadIdx.x; j < npos; j += blockDim.x)
+            m = fmaxf(m, sr[j]);
+        m = block_max(m, redf);
+        double sum = 0.0;
+        for (int j = threadIdx.x; j < npos; j += blockDim.x) {
+            const float e = expf(sr[j] - m);
+            sr[j] = e;
+            sum += (double)e;
+        }
+        sum = block_sum(sum, redd);
+        const float inv = (float)(1.0 / sum);
+        for (int j = threadIdx.x; j < npos; j += blockDim.x)
+            sr[j] = __half2float(__float2half_rn(__fmul_rn(sr[j], inv)));
+        __syncthreads();
+    }
+    const int E = hd / 32;
+    for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
+        float acc[ATT_MAX_RATIO][ATT_MAX_DIM / 32];
+#pragma unroll
+        for (int r = 0; r < ATT_MAX_RATIO; r++)
+#pragma unroll
+            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                acc[r][e] = 0.0f;
+        for (int b = warp; b < nblk; b += ATT_WARPS) {
+            const __half *vt = kv + kv_index(s, bt[b], layer, 1, g) + lane;
+            const int n = npos - b * KVB < KVB ? npos - b * KVB : KVB;
+#pragma unroll 4
+            for (int sl = 0; sl < n; sl++) {
+                const int j = b * KVB + sl;
+                float v[ATT_MAX_DIM / 32];
+#pragma unroll
+                for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                    v[e] = e < E ? __half2float(vt[(size_t)sl * hd + 32 * e]) : 0.0f;
+#pragma unroll
+                for (int r = 0; r < ATT_MAX_RATIO; r++) {
+                    if (r0 + r < ratio) {
+                        const float p = sc[(size_t)(r0 + r) * ctx + j];
+#pragma unroll
+                        for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                            acc[r][e] += p * v[e];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ATT_MAX_RATIO; r++)
+#pragma unroll
+            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                if (r < rchunk && e < E)
+                    red[((size_t)warp * rchunk + r) * hd + lane + 32 * e] = acc[r][e];
+        __syncthreads();
+        for (int i = threadIdx.x; i < rchunk * hd; i += blockDim.x) {
+            const int r = i / hd, d = i % hd;
+            if (r0 + r < ratio) {
+                float sum = 0.0f;
+                for (int w = 0; w < ATT_WARPS; w++)
+                    sum += red[((size_t)w * rchunk + r) * hd + d];
+                out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = sum;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx)
+{
+    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
+    const size_t rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
+    return (ratio * (size_t)s->head_dim + ratio * (size_t)ctx +
+            ATT_WARPS * rchunk * (size_t)s->head_dim) * sizeof(float);
+}
+
+#define ATT_SMEM_MAX ((size_t)200 << 10) /* dynamic shared memory we ask for, at most */
+
+extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
+{
+    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim % 32 ||
+        s->head_dim > ATT_MAX_DIM)
+        return 0;
+    const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
+    const size_t fixed = att_smem(s, 0) / sizeof(float);
+    size_t n = ATT_SMEM_MAX / sizeof(float);
+    if (n <= fixed)
+        return 0;
+    n = (n - fixed) / ratio;
+    return n > INT32_MAX ? INT32_MAX : (int32_t)n;
+}
+
+extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                             int32_t T, const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
+                             const int32_t *toff, const int32_t *tables, const uint16_t *kv,
+                             int32_t max_ctx, float *out, int64_t ldo, struct mf_err *err)
+{
+    if (T <= 0)
+        return 0;
+    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim % 32 ||
+        s->head_dim > ATT_MAX_DIM)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "CUDA attention: %d heads over %d KV heads of %d dimensions (the kernel "
+                          "takes a multiple of 32 up to %d)",
+                          s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
+    if (max_ctx > mfk_attention_max_ctx(s))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "CUDA attention: a context of %d tokens is longer than the %d this "
+                          "kernel holds in shared memory",
+                          max_ctx, mfk_attention_max_ctx(s));
+    const int32_t ctx = (max_ctx + 3) / 4 * 4;
+    const size_t smem = att_smem(s, ctx);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
+                              smem, cudaGetErrorString(e));
+        }
+    }
+    dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
+    k_attention<<<grid, ATT_THREADS, smem, mfk_stream(c)>>>(
+        *s, layer, list, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), ctx, out, ldo);
+    return mfk_launched("attention", err);
+}
+
+/* ------------------------------------------------------------------------
+ * Tiles of up to 16 tokens on the tensor cores (prefill)
+ * ---------------------------------------------------------------------- */
+
+/* Shared bytes per warp: qh[16][hd], vz[16][hd] (half), o[16][hd] (float),
+ * sf[16][16] (float), ph[16][16] (half); every part a multiple of 32
+ * bytes, as wmma's pointers must be. */
+__host__ __device__ static size_t fa_warp_bytes(int32_t hd)
+{
+    return (size_t)hd * 128 + 1536;
+}
+
+/* sf = the fp16 queries qh (16 x hd) times block kt's keys ([hd][16]). */
+__device__ __forceinline__ void fa_scores(const __half *qh, const __half *kt, int hd, float *sf)
+{
+    using namespace nvcuda;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < hd; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> kb;
+        wmma::load_matrix_sync(qa, qh + kk, hd);
+        wmma::load_matrix_sync(kb, kt + (size_t)kk * KVB, KVB);
+        wmma::mma_sync(acc, qa, kb, acc);
+    }
+    wmma::store_matrix_sync(sf, acc, KVB, wmma::mem_row_major);
+    __syncwarp();
+}
+
+/* grid (n_tiles, n_head_kv); warp w takes query heads w, w + warps, ... of
+ * KV head g for the tile's n tokens t0..t0+n-1 (one sequence, consecutive
+ * positions). Lanes 2r and 2r+1 own row r's scores, 8 slots each; slots
+ * past the row's position are masked. Three passes over the context, each
+ * recomputing S = Q K_b^T on the tensor cores, give the CPU's softmax
+ * exactly: the row max, then the sum of expf(s - max) in double, then
+ * P = fp16(expf(s - max) * (1 / sum)) and O += P V_b (O in shared memory,
+ * fp32). Value rows past the tile's last position are zeroed first:
+ * nothing wrote them, and 0 x NaN is NaN. */
+__global__ void __launch_bounds__(FA_MAX_WARPS * 32)
+    k_attention_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
+                      int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                      const __half *kv, float *out, int64_t ldo)
+{
+    using namespace nvcuda;
+    extern __shared__ __align__(128) unsigned char fsm[];
+    const int hd = s.head_dim, g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
+    const int t0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int32_t *bt = tables + toff[t0];
+    const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
+    const float kq_scale = 1.0f / sqrtf((float)hd);
+    __half *qh = (__half *)(fsm + (size_t)warp * fa_warp_bytes(hd));
+    __half *vz = qh + FA_ROWS * hd;
+    float *o = (float *)(vz + FA_ROWS * hd);
+    float *sf = o + FA_ROWS * hd;
+    __half *ph = (__half *)(sf + FA_ROWS * KVB);
+    const int r = lane >> 1, c0 = (lane & 1) * 8;
+    const int lim = r < n ? pos[t0 + r] : -1; /* the last position row r sees */
+#define FA_SCORE(b, c) \
+    ((b) * KVB + c0 + (c) <= lim ? __fmul_rn(sf[r * KVB + c0 + (c)], kq_scale) : -INFINITY)
+
+    for (int h = warp; h < ratio; h += nw) {
+        const int64_t head = (int64_t)g * ratio + h;
+        for (int e = lane; e < FA_ROWS * hd; e += 32) {
+            const int rr = e / hd, d = e - rr * hd;
+            qh[e] = __float2half_rn(rr < n ? q[(int64_t)(t0 + rr) * ldq + head * hd + d] : 0.0f);
+            o[e] = 0.0f;
+        }
+        __syncwarp();
+        float m = -INFINITY;
+        for (int b = 0; b < nblk; b++) {
+            fa_scores(qh, kv + kv_index(s, bt[b], layer, 0, g), hd, sf);
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                m = fmaxf(m, FA_SCORE(b, c));
+            __syncwarp();
+        }
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        double sum = 0.0;
+        for (int b = 0; b < nblk; b++) {
+            fa_scores(qh, kv + kv_index(s, bt[b], layer, 0, g), hd, sf);
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                const float v = FA_SCORE(b, c);
+                if (v != -INFINITY)
+                    sum += (double)expf(v - m);
+            }
+            __syncwarp();
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        const float inv = r < n ? (float)(1.0 / sum) : 0.0f;
+        for (int b = 0; b < nblk; b++) {
+            const __half *vt = kv + kv_index(s, bt[b], layer, 1, g);
+            fa_scores(qh, kv + kv_index(s, bt[b], layer, 0, g), hd, sf);
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                const float v = FA_SCORE(b, c);
+                ph[r * KVB + c0 + c] =
+                    __float2half_rn(v == -INFINITY ? 0.0f : __fmul_rn(expf(v - m), inv));
+            }
+            if (b == nblk - 1 && tail < KVB - 1) {
+                for (int e = lane; e < KVB * hd; e += 32)
+                    vz[e] = e / hd <= tail ? vt[e] : __float2half_rn(0.0f);
+                vt = vz;
+            }
+            __syncwarp();
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
+            wmma::load_matrix_sync(pa, ph, KVB);
+            for (int nn = 0; nn < hd; nn += 16) {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
+                wmma::load_matrix_sync(oacc, o + nn, hd, wmma::mem_row_major);
+                wmma::load_matrix_sync(vb, vt + nn, hd);
+                wmma::mma_sync(oacc, pa, vb, oacc);
+                wmma::store_matrix_sync(o + nn, oacc, hd, wmma::mem_row_major);
+            }
+            __syncwarp();
+        }
+        for (int e = lane; e < n * hd; e += 32) {
+            const int rr = e / hd, d = e - rr * hd;
+            out[(int64_t)(t0 + rr) * ldo + head * hd + d] = o[e];
+        }
+        __syncwarp();
+    }
+#undef FA_SCORE
+}
+
+extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                                   int32_t n_tiles, const int32_t *tiles, const float *q,
+                                   int64_t ldq, const int32_t *pos, const int32_t *toff,
+                                   const int32_t *tables, const uint16_t *kv, float *out,
+                                   int64_t ldo, struct mf_err *err)
+{
+    if (n_tiles <= 0)
+        return 0;
+    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim <= 0 || s->head_dim % 16 ||
+        s->head_dim > ATT_MAX_DIM)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "CUDA attention: %d heads over %d KV heads of %d dimensions (tiles take "
+                          "a multiple of 16 up to %d)",
+                          s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
+    const int ratio = s->n_head / s->n_head_kv;
+    const size_t per = fa_warp_bytes(s->head_dim);
+    int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
+    while (nw > 1 && (size_t)nw * per > FA_SMEM_MAX)
+        nw--;
+    const size_t smem = (size_t)nw * per;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_attention_tiles,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
+                              smem, cudaGetErrorString(e));
+        }
+    }
+    dim3 grid((unsigned)n_tiles, (unsigned)s->n_head_kv);
+    k_attention_tiles<<<grid, nw * 32, smem, mfk_stream(c)>>>(
+        *s, layer, tiles, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), out, ldo);
+    return mfk_launched("attention (tiles)", err);
+}

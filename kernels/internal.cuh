@@ -1,0 +1,38 @@
+/*
+ * internal.cuh: what the kernel files share and kernels.h does not export:
+ * the context's stream, the launch check, and the paged KV arena's layout.
+ */
+#ifndef MFC_KERNELS_INTERNAL_CUH
+#define MFC_KERNELS_INTERNAL_CUH
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/kernels.h"
+
+#define KVB 16 /* KV_BLOCK_TOKENS (runtime/batch.h) */
+
+cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
+
+/* 0 when the last launch was accepted, else MF_EIO naming `what`. */
+static inline int mfk_launched(const char *what, struct mf_err *err)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return 0;
+    return mf_err_set(err, MF_EIO, "CUDA kernel %s failed to launch: %s", what,
+                      cudaGetErrorString(e));
+}
+
+/* Element offset of layer `layer`'s keys (kv 0: [head_dim][KVB]) or values
+ * (kv 1: [KVB][head_dim]) of KV head `head` in block blk. */
+__device__ __forceinline__ size_t kv_index(const struct mfk_kv_shape &s, int32_t blk,
+                                           int32_t layer, int kv, int head)
+{
+    return ((((size_t)blk * (size_t)s.n_layer + (size_t)layer) * 2 + (size_t)kv) *
+                (size_t)s.n_head_kv + (size_t)head) * KVB * (size_t)s.head_dim;
+}
+
+#endif

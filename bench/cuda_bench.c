@@ -33,6 +33,9 @@
  * them. Peak of total - free after each step (the CUDA context and cuBLAS
  * included) and nvidia-smi's figure for this process.
  *
+ * Logits land in backend_host_alloc's memory, as mfc-serve's engine has
+ * them (CUDA_BENCH_PAGEABLE=1: malloc's).
+ *
  * For a profiler (tests/gpu/profile):
  * CUDA_BENCH_STEPS=N times N decode steps, not 32; CUDA_BENCH_LONG=0 skips
  * step 3's long prefill.
@@ -51,7 +54,8 @@
 #include "runtime/model.h"
 
 #define CTX 512
-#define STEPS_MAX 32 /* decode steps timed per batch; CUDA_BENCH_STEPS=N (1..32) fewer, for profilers */
+#define STEPS_MAX                                                                                  \
+    32 /* decode steps timed per batch; CUDA_BENCH_STEPS=N (1..32) fewer, for profilers */
 #define MAX_B 128
 #define PREFILL 2048 /* tokens of the long prefill measured against the GEMM peak */
 
@@ -160,10 +164,10 @@ static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct s
 {
     if (strcmp(type, "q4_k") == 0)
         return GGML_TYPE_Q4_K;
-    struct quant_model_info mi = {.arch = "llama", .n_layer = s->n_layer,
-                                  .n_gqa = s->n_head / s->n_head_kv, .has_output = 1};
-    struct quant_tensor_info ti = {.name = name, .type = GGML_TYPE_F32, .n_dims = 2,
-                                   .ne = {ne0, ne1, 1, 1}};
+    struct quant_model_info mi = {
+        .arch = "llama", .n_layer = s->n_layer, .n_gqa = s->n_head / s->n_head_kv, .has_output = 1};
+    struct quant_tensor_info ti = {
+        .name = name, .type = GGML_TYPE_F32, .n_dims = 2, .ne = {ne0, ne1, 1, 1}};
     enum ggml_type t;
     struct mf_err err = {0};
     if (quant_ftype_tensor_type(ft, &mi, &ti, &t, &err))
@@ -185,7 +189,7 @@ static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
 static struct model *synth(const struct shape *s, const char *type, uint64_t *mat_bytes,
                            uint64_t *embd_row)
 {
-    static const char *wn[MODEL_W_PER_LAYER] = {"attn_q", "attn_k", "attn_v", "attn_output",
+    static const char *wn[MODEL_W_PER_LAYER] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                                                 "ffn_gate", "ffn_up", "ffn_down"};
     enum quant_ftype ft;
     struct model *m = calloc(1, sizeof *m);
@@ -194,11 +198,17 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
         exit(1);
     }
     int64_t hd = s->n_embd / s->n_head, qd = s->n_head * hd, kvd = s->n_head_kv * hd;
-    m->hp = (struct model_hparams){.n_ctx_train = 8192, .n_embd = s->n_embd, .n_ff = s->n_ff,
-                                   .n_layer = s->n_layer, .n_head = s->n_head,
-                                   .n_head_kv = s->n_head_kv, .head_dim = (int32_t)hd,
-                                   .n_rot = (int32_t)hd, .n_vocab = s->n_vocab,
-                                   .rope_base = 500000.0f, .rope_freq_scale = 1.0f,
+    m->hp = (struct model_hparams){.n_ctx_train = 8192,
+                                   .n_embd = s->n_embd,
+                                   .n_ff = s->n_ff,
+                                   .n_layer = s->n_layer,
+                                   .n_head = s->n_head,
+                                   .n_head_kv = s->n_head_kv,
+                                   .head_dim = (int32_t)hd,
+                                   .n_rot = (int32_t)hd,
+                                   .n_vocab = s->n_vocab,
+                                   .rope_base = 500000.0f,
+                                   .rope_freq_scale = 1.0f,
                                    .rms_eps = 1e-5f};
     set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 0);
     set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 0);
@@ -208,7 +218,8 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
     *embd_row = m->tok_embd.row_bytes;
     for (int32_t l = 0; l < s->n_layer; l++) {
         char name[64];
-        int64_t in[MODEL_W_PER_LAYER] = {s->n_embd, s->n_embd, s->n_embd, qd, s->n_embd, s->n_embd, s->n_ff};
+        int64_t in[MODEL_W_PER_LAYER] = {s->n_embd, s->n_embd, s->n_embd, qd,
+                                         s->n_embd, s->n_embd, s->n_ff};
         int64_t out[MODEL_W_PER_LAYER] = {qd, kvd, kvd, s->n_embd, s->n_ff, s->n_ff, s->n_embd};
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         set_w(&m->layers[l].attn_norm, type, ft, s, name, s->n_embd, 1, 1);
@@ -278,17 +289,19 @@ static double gemm_peak(void)
         mfk_ctx_free(c);
         return 0;
     }
-    struct mfk_weight mw = {.type = GGML_TYPE_BF16, .ne0 = n, .ne1 = n, .row_bytes = (uint64_t)n * 2};
+    struct mfk_weight mw = {
+        .type = GGML_TYPE_BF16, .ne0 = n, .ne1 = n, .row_bytes = (uint64_t)n * 2};
     size_t sb = mfk_gemm_scratch(&mw, nt);
-    if (mfk_malloc(c, (size_t)(n * n * 2), &w, &err) || mfk_malloc(c, (size_t)nt * n * 4, &x, &err) ||
+    if (mfk_malloc(c, (size_t)(n * n * 2), &w, &err) ||
+        mfk_malloc(c, (size_t)nt * n * 4, &x, &err) ||
         mfk_malloc(c, (size_t)nt * n * 4, &y, &err) || mfk_malloc(c, sb, &scratch, &err))
         die("gemm peak", &err);
     mfk_memset(c, w, 0x3C, (size_t)(n * n * 2), &err); /* bf16 0x3C3C: ~0.0115 */
     mfk_memset(c, x, 0, (size_t)nt * n * 4, &err);
     mw.data = w;
     for (int i = 0; i < 6; i++) {
-        if (mfk_timer_start(c, &err) ||
-            mfk_gemm(c, &mw, x, n, nt, y, n, 0, scratch, sb, &err) || mfk_timer_ms(c, &ms, &err))
+        if (mfk_timer_start(c, &err) || mfk_gemm(c, &mw, x, n, nt, y, n, 0, scratch, sb, &err) ||
+            mfk_timer_ms(c, &ms, &err))
             die("gemm peak", &err);
         if (i > 0 && ms < best)
             best = ms;
@@ -315,7 +328,8 @@ static void gemv_bench(enum ggml_type t, double bw)
     for (int i = 0; i < 4; i++)
         if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
             die("gemv bench", &err);
-    if (mfk_malloc(c, 32 * ne0 * 4, (void **)&x, &err) || mfk_malloc(c, 32 * ne1 * 4, (void **)&y, &err))
+    if (mfk_malloc(c, 32 * ne0 * 4, (void **)&x, &err) ||
+        mfk_malloc(c, 32 * ne1 * 4, (void **)&y, &err))
         die("gemv bench", &err);
     mfk_memset(c, x, 0x3C, 32 * ne0 * 4, &err);
     static const int nts[] = {1, 8, 32};
@@ -323,7 +337,8 @@ static void gemv_bench(enum ggml_type t, double bw)
     for (size_t k = 0; k < 3; k++) {
         float ms[20];
         for (int i = 0; i < 20; i++) {
-            struct mfk_weight mw = {.data = w[i & 3], .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+            struct mfk_weight mw = {
+                .data = w[i & 3], .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
             mfk_timer_start(c, &err);
             if (mfk_gemv(c, &mw, x, ne0, nts[k], y, ne1, 0, &err) || mfk_timer_ms(c, &ms[i], &err))
                 die("gemv bench", &err);
@@ -373,12 +388,13 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
     cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, BACKEND_KV_F16);
     struct backend *be;
     int32_t n_blocks;
-    if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err) || backend_kv_alloc(be, &n_blocks, &err))
+    if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err) ||
+        backend_kv_alloc(be, &n_blocks, &err))
         die("mem create", &err);
     struct cuda_upload_stats st;
     cuda_backend_stats(be, &st);
     int32_t *toks = malloc((size_t)ctx * sizeof *toks), *table = malloc((size_t)n_seqs * nbs * 4);
-    float *logits = malloc((size_t)n_seqs * s->n_vocab * sizeof(float));
+    float *logits = backend_host_alloc(be, (size_t)n_seqs * s->n_vocab * sizeof(float));
     struct batch_seq *bs = calloc((size_t)n_seqs, sizeof *bs);
     for (int i = 0; i < ctx; i++)
         toks[i] = (int32_t)((i * 7919) % s->n_vocab);
@@ -388,8 +404,11 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
     for (int q = 0; q < n_seqs; q++)
         for (int p = 0; p < prompt; p += chunk) {
             int n = prompt - p < chunk ? prompt - p : chunk;
-            bs[0] = (struct batch_seq){.tokens = toks + p, .n_tokens = n, .n_past = p,
-                                       .block_table = table + q * nbs, .n_blocks = nbs,
+            bs[0] = (struct batch_seq){.tokens = toks + p,
+                                       .n_tokens = n,
+                                       .n_past = p,
+                                       .block_table = table + q * nbs,
+                                       .n_blocks = nbs,
                                        .want_logits = p + n == prompt};
             struct batch bt = {.n_seqs = 1, .seqs = bs, .logits = logits};
             if (backend_step(be, &bt, &err))
@@ -400,9 +419,12 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
     t0 = now_s();
     for (int k = 0; k < n_dec; k++) {
         for (int q = 0; q < n_seqs; q++)
-            bs[q] = (struct batch_seq){.tokens = toks + prompt + k, .n_tokens = 1,
-                                       .n_past = prompt + k, .block_table = table + q * nbs,
-                                       .n_blocks = nbs, .want_logits = 1};
+            bs[q] = (struct batch_seq){.tokens = toks + prompt + k,
+                                       .n_tokens = 1,
+                                       .n_past = prompt + k,
+                                       .block_table = table + q * nbs,
+                                       .n_blocks = nbs,
+                                       .want_logits = 1};
         struct batch bt = {.n_seqs = n_seqs, .seqs = bs, .logits = logits};
         if (backend_step(be, &bt, &err))
             die("mem decode", &err);
@@ -410,21 +432,26 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
     }
     double t_dec = now_s() - t0;
     printf("shape %s type %s: %d sequences x %d tokens (%d-token prompts in %d-token chunks: "
-           "%.0f tokens/s; then %d decode steps: %.1f tokens/s)\n", s->name, type, n_seqs, ctx,
-           prompt, chunk, n_seqs * prompt / t_pre, n_dec, n_seqs * n_dec / t_dec);
+           "%.0f tokens/s; then %d decode steps: %.1f tokens/s)\n",
+           s->name, type, n_seqs, ctx, prompt, chunk, n_seqs * prompt / t_pre, n_dec,
+           n_seqs * n_dec / t_dec);
     printf("weights %.2f GB, KV arena %.2f GB; device memory in use before the model %.2f GB\n",
            st.bytes / 1e9, st.kv_bytes / 1e9, base / 1e9);
-    printf("peak device memory (total - free, CUDA context and cuBLAS included): %.2f GB = %.2f GiB\n",
-           peak / 1e9, peak / 1073741824.0);
+    printf(
+        "peak device memory (total - free, CUDA context and cuBLAS included): %.2f GB = %.2f GiB\n",
+        peak / 1e9, peak / 1073741824.0);
     fflush(stdout);
     char cmd[160];
-    snprintf(cmd, sizeof cmd, "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader "
-                              "| grep '^%d,' | sed 's/^/nvidia-smi: /'", (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader "
+             "| grep '^%d,' | sed 's/^/nvidia-smi: /'",
+             (int)getpid());
     if (system(cmd) != 0)
         printf("nvidia-smi: no figure for this process\n");
+    backend_host_free(be, logits);
     backend_free(be);
     mfk_ctx_free(c);
-    free(toks), free(table), free(logits), free(bs);
+    free(toks), free(table), free(bs);
     return 0;
 }
 
@@ -443,8 +470,10 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "mem") == 0) {
         for (size_t i = 0; argc > 3 && i < sizeof shapes / sizeof shapes[0]; i++)
             if (strcmp(argv[2], shapes[i].name) == 0)
-                return cuda_device_count() < 1 ? 77 : mem_bench(&shapes[i], argv[3],
-                                  argc > 4 ? atoi(argv[4]) : 16, argc > 5 ? atoi(argv[5]) : 2048);
+                return cuda_device_count() < 1
+                           ? 77
+                           : mem_bench(&shapes[i], argv[3], argc > 4 ? atoi(argv[4]) : 16,
+                                       argc > 5 ? atoi(argv[5]) : 2048);
         fprintf(stderr, "usage: cuda_bench mem SHAPE TYPE [SEQS [CTX]]\n");
         return 2;
     }
@@ -468,7 +497,7 @@ int main(int argc, char **argv)
     double bw = copy_bandwidth();
     double peak = strcmp(argv[1], "gemv") == 0 ? 0 : gemm_peak();
     if (strcmp(argv[1], "gemv") == 0) { /* cuda_bench gemv -: the GEMV table alone */
-        static const enum ggml_type ts[] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+        static const enum ggml_type ts[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                                             GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
                                             GGML_TYPE_Q6_K};
         printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
@@ -489,8 +518,8 @@ int main(int argc, char **argv)
     const int do_long = !(getenv("CUDA_BENCH_LONG") && strcmp(getenv("CUDA_BENCH_LONG"), "0") == 0);
     int32_t per_seq = (CTX + STEPS_MAX) / 16 + 1 - CTX / 16; /* private tail blocks */
     int32_t n_blocks_need = CTX / 16 + max_b * per_seq + PREFILL / 16;
-    struct backend_config cfg = {.kv_type = BACKEND_KV_F16, .max_tokens = PREFILL,
-                                 .max_seqs = MAX_B};
+    struct backend_config cfg = {
+        .kv_type = BACKEND_KV_F16, .max_tokens = PREFILL, .max_seqs = MAX_B};
     cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, BACKEND_KV_F16);
     struct backend *be;
     int32_t n_blocks;
@@ -512,10 +541,18 @@ int main(int argc, char **argv)
         for (int k = 0; k < per_seq; k++)
             table[b][CTX / 16 + k] = CTX / 16 + b * per_seq + k;
     }
-    float *logits = malloc((size_t)MAX_B * (size_t)s->n_vocab * sizeof(float));
+    /* the engine's logits buffer comes from backend_host_alloc (pinned);
+     * CUDA_BENCH_PAGEABLE=1 times malloc's instead, for the difference */
+    const int pageable = getenv("CUDA_BENCH_PAGEABLE") != NULL;
+    const size_t lbytes = (size_t)MAX_B * (size_t)s->n_vocab * sizeof(float);
+    float *logits = pageable ? malloc(lbytes) : backend_host_alloc(be, lbytes);
     struct batch_seq bs[MAX_B];
-    bs[0] = (struct batch_seq){.tokens = toks, .n_tokens = CTX, .n_past = 0, .block_table = table[0],
-                               .n_blocks = CTX / 16, .want_logits = 1};
+    bs[0] = (struct batch_seq){.tokens = toks,
+                               .n_tokens = CTX,
+                               .n_past = 0,
+                               .block_table = table[0],
+                               .n_blocks = CTX / 16,
+                               .want_logits = 1};
     struct batch bt = {.n_seqs = 1, .seqs = bs, .logits = logits};
     if (backend_step(be, &bt, &err)) /* warm-up (module load) */
         die("prefill", &err);
@@ -531,8 +568,12 @@ int main(int argc, char **argv)
         ptable[k] = CTX / 16 + max_b * per_seq + k;
     double t_long = 0;
     for (int rep = 0; do_long && rep < 2; rep++) {
-        struct batch_seq ps = {.tokens = ptoks, .n_tokens = PREFILL, .n_past = 0,
-                               .block_table = ptable, .n_blocks = PREFILL / 16, .want_logits = 1};
+        struct batch_seq ps = {.tokens = ptoks,
+                               .n_tokens = PREFILL,
+                               .n_past = 0,
+                               .block_table = ptable,
+                               .n_blocks = PREFILL / 16,
+                               .want_logits = 1};
         struct batch pb = {.n_seqs = 1, .seqs = &ps, .logits = logits};
         t0 = now_s();
         if (backend_step(be, &pb, &err))
@@ -551,22 +592,27 @@ int main(int argc, char **argv)
     if (do_long) {
         double flops = 2.0 * (double)n_params(m) * PREFILL / t_long;
         printf("prefill %d tokens: %.3f s = %.0f tokens/s; matrices %.0f TFLOP/s = %.0f%% of the "
-               "measured bf16 GEMM peak (%.0f TFLOP/s)\n", PREFILL, t_long, PREFILL / t_long,
-               flops / 1e12, peak > 0 ? 100 * flops / peak : 0, peak / 1e12);
+               "measured bf16 GEMM peak (%.0f TFLOP/s)\n",
+               PREFILL, t_long, PREFILL / t_long, flops / 1e12, peak > 0 ? 100 * flops / peak : 0,
+               peak / 1e12);
     }
-    printf("| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
+    printf(
+        "| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
-    uint64_t kv_tok = 2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->hp.n_head_kv *
-                      (uint64_t)m->hp.head_dim * 2;
+    uint64_t kv_tok =
+        2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * 2;
     for (int i = 0; i < nb; i++) {
         int B = batches[i];
         double dt = 0;
         for (int rep = -1; rep < STEPS; rep++) { /* rep -1: warm-up step, not timed */
             int step = rep < 0 ? 0 : rep;
             for (int b = 0; b < B; b++)
-                bs[b] = (struct batch_seq){.tokens = toks + CTX + step, .n_tokens = 1,
-                                           .n_past = CTX + step, .block_table = table[b],
-                                           .n_blocks = CTX / 16 + per_seq, .want_logits = 1};
+                bs[b] = (struct batch_seq){.tokens = toks + CTX + step,
+                                           .n_tokens = 1,
+                                           .n_past = CTX + step,
+                                           .block_table = table[b],
+                                           .n_blocks = CTX / 16 + per_seq,
+                                           .want_logits = 1};
             bt.n_seqs = B;
             t0 = now_s();
             if (backend_step(be, &bt, &err))
@@ -581,6 +627,10 @@ int main(int argc, char **argv)
         printf("| %s | %s | %d | %d | %.1f | %.3f | %.3f | %.0f%% |\n", s->name, argv[2], B, CTX,
                B / (ms * 1e-3), ms, roof, 100 * roof / ms);
     }
+    if (pageable)
+        free(logits);
+    else
+        backend_host_free(be, logits);
     backend_free(be);
     return 0;
 }

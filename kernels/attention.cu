@@ -27,12 +27,12 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
-#define ATT_WARPS 16     /* warps per attention block */
+#define ATT_WARPS 16 /* warps per attention block */
 #define ATT_THREADS (ATT_WARPS * 32)
-#define ATT_MAX_DIM 256  /* head_dim the attention kernel takes, at most (a multiple of 32) */
-#define ATT_MAX_RATIO 8  /* query heads per KV head handled in one pass of P.V */
-#define FA_ROWS 16       /* tokens per tile (CUDA_PLAN_TILE) */
-#define FA_MAX_WARPS 8   /* query heads (warps) per tile block */
+#define ATT_MAX_DIM 256 /* head_dim the attention kernel takes, at most (a multiple of 32) */
+#define ATT_MAX_RATIO 8 /* query heads per KV head handled in one pass of P.V */
+#define FA_ROWS 16      /* tokens per tile (CUDA_PLAN_TILE) */
+#define FA_MAX_WARPS 8  /* query heads (warps) per tile block */
 #define FA_SMEM_MAX ((size_t)200 << 10)
 
 /* ------------------------------------------------------------------------
@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __shared__ float redf[ATT_WARPS];
     __shared__ double redd[ATT_WARPS];
     const int t = list ? list[blockIdx.x] : (int)blockIdx.x, g = blockIdx.y, hd = s.head_dim;
-    const int ratio = s.n_head / s.n_head_kv, rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
+    const int ratio = s.n_head / s.n_head_kv,
+              rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
     const int npos = pos[t] + 1, nblk = (npos + KVB - 1) / KVB;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t *bt = tables + toff[t];
@@ -94,7 +95,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
     for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
         const int r = e / hd, d = e % hd;
-        qs[e] = __half2float(__float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
+        qs[e] =
+            __half2float(__float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
     }
     __syncthreads();
     {
@@ -197,7 +199,8 @@ static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx)
     const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
     const size_t rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
     return (ratio * (size_t)s->head_dim + ratio * (size_t)ctx +
-            ATT_WARPS * rchunk * (size_t)s->head_dim) * sizeof(float);
+            ATT_WARPS * rchunk * (size_t)s->head_dim) *
+           sizeof(float);
 }
 
 #define ATT_SMEM_MAX ((size_t)200 << 10) /* dynamic shared memory we ask for, at most */
@@ -217,9 +220,10 @@ extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
 }
 
 extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
-                             int32_t T, const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
-                             const int32_t *toff, const int32_t *tables, const uint16_t *kv,
-                             int32_t max_ctx, float *out, int64_t ldo, struct mf_err *err)
+                             int32_t T, const int32_t *list, const float *q, int64_t ldq,
+                             const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                             const uint16_t *kv, int32_t max_ctx, float *out, int64_t ldo,
+                             struct mf_err *err)
 {
     if (T <= 0)
         return 0;
@@ -237,8 +241,8 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
     const int32_t ctx = (max_ctx + 3) / 4 * 4;
     const size_t smem = att_smem(s, ctx);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(
+            k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) {
             cudaGetLastError();
             return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
@@ -247,7 +251,8 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
     }
     dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
     k_attention<<<grid, ATT_THREADS, smem, mfk_stream(c)>>>(
-        *s, layer, list, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), ctx, out, ldo);
+        *s, layer, list, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), ctx, out,
+        ldo);
     return mfk_launched("attention", err);
 }
 
@@ -255,29 +260,15 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
  * Tiles of up to 16 tokens on the tensor cores (prefill)
  * ---------------------------------------------------------------------- */
 
-/* Shared bytes per warp: qh[16][hd], vz[16][hd] (half), o[16][hd] (float),
- * sf[16][16] (float), ph[16][16] (half); every part a multiple of 32
- * bytes, as wmma's pointers must be. */
-__host__ __device__ static size_t fa_warp_bytes(int32_t hd)
+/* Shared bytes per warp. Generic (HD 0): qh[16][hd], vz[16][hd] (half) and
+ * o[16][hd] (float). With HD fixed, the queries and O live in registers
+ * (fragments), and one [16][HD] float area stages in turn the queries,
+ * the zeroed last value block and the output. Both: sf[16][16] (float),
+ * ph[16][16] (half). Every part a multiple of 32 bytes, as wmma's
+ * pointers must be. */
+__host__ __device__ static size_t fa_warp_bytes(int32_t hd, bool fixed)
 {
-    return (size_t)hd * 128 + 1536;
-}
-
-/* sf = the fp16 queries qh (16 x hd) times block kt's keys ([hd][16]). */
-__device__ __forceinline__ void fa_scores(const __half *qh, const __half *kt, int hd, float *sf)
-{
-    using namespace nvcuda;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int kk = 0; kk < hd; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> kb;
-        wmma::load_matrix_sync(qa, qh + kk, hd);
-        wmma::load_matrix_sync(kb, kt + (size_t)kk * KVB, KVB);
-        wmma::mma_sync(acc, qa, kb, acc);
-    }
-    wmma::store_matrix_sync(sf, acc, KVB, wmma::mem_row_major);
-    __syncwarp();
+    return (size_t)hd * (fixed ? 64 : 128) + 1536;
 }
 
 /* grid (n_tiles, n_head_kv); warp w takes query heads w, w + warps, ... of
@@ -286,43 +277,84 @@ __device__ __forceinline__ void fa_scores(const __half *qh, const __half *kt, in
  * past the row's position are masked. Three passes over the context, each
  * recomputing S = Q K_b^T on the tensor cores, give the CPU's softmax
  * exactly: the row max, then the sum of expf(s - max) in double, then
- * P = fp16(expf(s - max) * (1 / sum)) and O += P V_b (O in shared memory,
- * fp32). Value rows past the tile's last position are zeroed first:
- * nothing wrote them, and 0 x NaN is NaN. */
+ * P = fp16(expf(s - max) * (1 / sum)) and O += P V_b (fp32). Value rows
+ * past the tile's last position are zeroed first: nothing wrote them, and
+ * 0 x NaN is NaN. HD > 0 (64, 128): a block's key and value fragments are
+ * all loaded before the products, so each pass waits on memory once per
+ * block rather than once per 16 dimensions; HD 0 takes any multiple of 16. */
+template <int HD>
 __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
     k_attention_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
                       int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
                       const __half *kv, float *out, int64_t ldo)
 {
     using namespace nvcuda;
+    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> frag_a;
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> frag_b;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+    constexpr int NF = HD > 0 ? HD / 16 : 1;
     extern __shared__ __align__(128) unsigned char fsm[];
-    const int hd = s.head_dim, g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
+    const int hd = HD > 0 ? HD : s.head_dim, g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
     const int t0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const int32_t *bt = tables + toff[t0];
     const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
     const float kq_scale = 1.0f / sqrtf((float)hd);
-    __half *qh = (__half *)(fsm + (size_t)warp * fa_warp_bytes(hd));
-    __half *vz = qh + FA_ROWS * hd;
-    float *o = (float *)(vz + FA_ROWS * hd);
-    float *sf = o + FA_ROWS * hd;
+    unsigned char *ws = fsm + (size_t)warp * fa_warp_bytes(hd, HD > 0);
+    __half *qh = (__half *)ws;
+    __half *vz = HD > 0 ? qh : qh + FA_ROWS * hd;
+    float *o = HD > 0 ? (float *)ws : (float *)(vz + FA_ROWS * hd);
+    float *sf = (float *)(ws + (size_t)hd * (HD > 0 ? 64 : 128));
     __half *ph = (__half *)(sf + FA_ROWS * KVB);
     const int r = lane >> 1, c0 = (lane & 1) * 8;
     const int lim = r < n ? pos[t0 + r] : -1; /* the last position row r sees */
-#define FA_SCORE(b, c) \
-    ((b) * KVB + c0 + (c) <= lim ? __fmul_rn(sf[r * KVB + c0 + (c)], kq_scale) : -INFINITY)
+    frag_a qa[NF];
+    frag_c oacc[NF];
+#define FA_SCORE(b, c)                                                                             \
+    ((b)*KVB + c0 + (c) <= lim ? __fmul_rn(sf[r * KVB + c0 + (c)], kq_scale) : -INFINITY)
 
     for (int h = warp; h < ratio; h += nw) {
         const int64_t head = (int64_t)g * ratio + h;
         for (int e = lane; e < FA_ROWS * hd; e += 32) {
             const int rr = e / hd, d = e - rr * hd;
             qh[e] = __float2half_rn(rr < n ? q[(int64_t)(t0 + rr) * ldq + head * hd + d] : 0.0f);
-            o[e] = 0.0f;
+            if (HD == 0)
+                o[e] = 0.0f;
         }
         __syncwarp();
+        if constexpr (HD > 0) {
+#pragma unroll
+            for (int k = 0; k < NF; k++)
+                wmma::load_matrix_sync(qa[k], qh + 16 * k, HD);
+            __syncwarp();
+        }
+        /* sf = Q times block b's keys ([hd][16]) */
+        auto scores = [&](int b) {
+            const __half *kt = kv + kv_index(s, bt[b], layer, 0, g);
+            frag_c acc;
+            wmma::fill_fragment(acc, 0.0f);
+            if constexpr (HD > 0) {
+                frag_b kb[NF];
+#pragma unroll
+                for (int k = 0; k < NF; k++)
+                    wmma::load_matrix_sync(kb[k], kt + (size_t)k * 16 * KVB, KVB);
+#pragma unroll
+                for (int k = 0; k < NF; k++)
+                    wmma::mma_sync(acc, qa[k], kb[k], acc);
+            } else {
+                for (int kk = 0; kk < hd; kk += 16) {
+                    frag_b kb;
+                    wmma::load_matrix_sync(qa[0], qh + kk, hd);
+                    wmma::load_matrix_sync(kb, kt + (size_t)kk * KVB, KVB);
+                    wmma::mma_sync(acc, qa[0], kb, acc);
+                }
+            }
+            wmma::store_matrix_sync(sf, acc, KVB, wmma::mem_row_major);
+            __syncwarp();
+        };
         float m = -INFINITY;
         for (int b = 0; b < nblk; b++) {
-            fa_scores(qh, kv + kv_index(s, bt[b], layer, 0, g), hd, sf);
+            scores(b);
 #pragma unroll
             for (int c = 0; c < 8; c++)
                 m = fmaxf(m, FA_SCORE(b, c));
@@ -331,7 +363,7 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         double sum = 0.0;
         for (int b = 0; b < nblk; b++) {
-            fa_scores(qh, kv + kv_index(s, bt[b], layer, 0, g), hd, sf);
+            scores(b);
 #pragma unroll
             for (int c = 0; c < 8; c++) {
                 const float v = FA_SCORE(b, c);
@@ -342,31 +374,53 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         const float inv = r < n ? (float)(1.0 / sum) : 0.0f;
+        if constexpr (HD > 0) {
+#pragma unroll
+            for (int k = 0; k < NF; k++)
+                wmma::fill_fragment(oacc[k], 0.0f);
+        }
         for (int b = 0; b < nblk; b++) {
             const __half *vt = kv + kv_index(s, bt[b], layer, 1, g);
-            fa_scores(qh, kv + kv_index(s, bt[b], layer, 0, g), hd, sf);
+            if (b == nblk - 1 && tail < KVB - 1) {
+                for (int e = lane; e < KVB * hd; e += 32)
+                    vz[e] = e / hd <= tail ? vt[e] : __float2half_rn(0.0f);
+                __syncwarp();
+                vt = vz;
+            }
+            frag_b vb[NF];
+            if constexpr (HD > 0) {
+#pragma unroll
+                for (int k = 0; k < NF; k++)
+                    wmma::load_matrix_sync(vb[k], vt + 16 * k, HD);
+            }
+            scores(b);
 #pragma unroll
             for (int c = 0; c < 8; c++) {
                 const float v = FA_SCORE(b, c);
                 ph[r * KVB + c0 + c] =
                     __float2half_rn(v == -INFINITY ? 0.0f : __fmul_rn(expf(v - m), inv));
             }
-            if (b == nblk - 1 && tail < KVB - 1) {
-                for (int e = lane; e < KVB * hd; e += 32)
-                    vz[e] = e / hd <= tail ? vt[e] : __float2half_rn(0.0f);
-                vt = vz;
+            __syncwarp();
+            frag_a pa;
+            wmma::load_matrix_sync(pa, ph, KVB);
+            if constexpr (HD > 0) {
+#pragma unroll
+                for (int k = 0; k < NF; k++)
+                    wmma::mma_sync(oacc[k], pa, vb[k], oacc[k]);
+            } else {
+                for (int nn = 0; nn < hd; nn += 16) {
+                    wmma::load_matrix_sync(oacc[0], o + nn, hd, wmma::mem_row_major);
+                    wmma::load_matrix_sync(vb[0], vt + nn, hd);
+                    wmma::mma_sync(oacc[0], pa, vb[0], oacc[0]);
+                    wmma::store_matrix_sync(o + nn, oacc[0], hd, wmma::mem_row_major);
+                }
             }
             __syncwarp();
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
-            wmma::load_matrix_sync(pa, ph, KVB);
-            for (int nn = 0; nn < hd; nn += 16) {
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
-                wmma::load_matrix_sync(oacc, o + nn, hd, wmma::mem_row_major);
-                wmma::load_matrix_sync(vb, vt + nn, hd);
-                wmma::mma_sync(oacc, pa, vb, oacc);
-                wmma::store_matrix_sync(o + nn, oacc, hd, wmma::mem_row_major);
-            }
+        }
+        if constexpr (HD > 0) {
+#pragma unroll
+            for (int k = 0; k < NF; k++)
+                wmma::store_matrix_sync(o + 16 * k, oacc[k], HD, wmma::mem_row_major);
             __syncwarp();
         }
         for (int e = lane; e < n * hd; e += 32) {
@@ -376,6 +430,34 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
         __syncwarp();
     }
 #undef FA_SCORE
+}
+
+template <int HD>
+static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                        int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
+                        const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                        const uint16_t *kv, float *out, int64_t ldo, struct mf_err *err)
+{
+    const int ratio = s->n_head / s->n_head_kv;
+    const size_t per = fa_warp_bytes(s->head_dim, HD > 0);
+    int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
+    while (nw > 1 && (size_t)nw * per > FA_SMEM_MAX)
+        nw--;
+    const size_t smem = (size_t)nw * per;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(
+            k_attention_tiles<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
+                              smem, cudaGetErrorString(e));
+        }
+    }
+    dim3 grid((unsigned)n_tiles, (unsigned)s->n_head_kv);
+    k_attention_tiles<HD>
+        <<<grid, nw * 32, smem, mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos, toff, tables,
+                                                 reinterpret_cast<const __half *>(kv), out, ldo);
+    return mfk_launched("attention (tiles)", err);
 }
 
 extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
@@ -392,23 +474,12 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
                           "CUDA attention: %d heads over %d KV heads of %d dimensions (tiles take "
                           "a multiple of 16 up to %d)",
                           s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
-    const int ratio = s->n_head / s->n_head_kv;
-    const size_t per = fa_warp_bytes(s->head_dim);
-    int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
-    while (nw > 1 && (size_t)nw * per > FA_SMEM_MAX)
-        nw--;
-    const size_t smem = (size_t)nw * per;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_attention_tiles,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
-                              smem, cudaGetErrorString(e));
-        }
-    }
-    dim3 grid((unsigned)n_tiles, (unsigned)s->n_head_kv);
-    k_attention_tiles<<<grid, nw * 32, smem, mfk_stream(c)>>>(
-        *s, layer, tiles, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), out, ldo);
-    return mfk_launched("attention (tiles)", err);
+    if (s->head_dim == 128)
+        return tiles_launch<128>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out,
+                                 ldo, err);
+    if (s->head_dim == 64)
+        return tiles_launch<64>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out,
+                                ldo, err);
+    return tiles_launch<0>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out, ldo,
+                           err);
 }

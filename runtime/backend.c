@@ -10,6 +10,7 @@
 #include "runtime/backend.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 int backend_create(const struct backend_ops *ops, const struct model *m,
                    const struct backend_config *cfg, struct backend **out, struct mf_err *err)
@@ -31,6 +32,19 @@ void backend_free(struct backend *b)
 {
     if (b)
         b->ops->free(b);
+}
+
+void *backend_host_alloc(struct backend *b, size_t bytes)
+{
+    return b->ops->host_alloc ? b->ops->host_alloc(b, bytes) : malloc(bytes);
+}
+
+void backend_host_free(struct backend *b, void *p)
+{
+    if (b->ops->host_free)
+        b->ops->host_free(b, p);
+    else
+        free(p);
 }
 
 uint64_t backend_kv_block_bytes(const struct model *m, enum backend_kv_type t)

@@ -21,6 +21,7 @@
 #ifndef MFC_BACKEND_H
 #define MFC_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -64,6 +65,11 @@ struct backend_ops {
     int (*step)(struct backend *b, const struct batch *batch, struct mf_err *err);
     /* Releases everything. Accepts NULL. */
     void (*free)(struct backend *b);
+    /* Optional: host memory the backend copies into fastest (the CUDA
+     * backend's is page-locked, so a step's logits arrive by DMA instead of
+     * through the driver's staging buffer); NULL: malloc and free. */
+    void *(*host_alloc)(struct backend *b, size_t bytes);
+    void (*host_free)(struct backend *b, void *p);
 };
 
 /* Shorthands for b->ops->... */
@@ -72,6 +78,10 @@ int backend_create(const struct backend_ops *ops, const struct model *m,
 int backend_kv_alloc(struct backend *b, int32_t *n_blocks, struct mf_err *err);
 int backend_step(struct backend *b, const struct batch *batch, struct mf_err *err);
 void backend_free(struct backend *b); /* accepts NULL */
+/* ops->host_alloc/host_free, or malloc/free; NULL when out of memory.
+ * backend_host_free accepts NULL. */
+void *backend_host_alloc(struct backend *b, size_t bytes);
+void backend_host_free(struct backend *b, void *p);
 
 /* The CPU backend (cpu.c). */
 extern const struct backend_ops cpu_backend_ops;

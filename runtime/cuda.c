@@ -506,12 +506,32 @@ int cuda_backend_argmax(struct backend *b, int32_t n, int32_t *ids, struct mf_er
     return rc ? rc : mfk_sync(cb->ctx, err);
 }
 
+/* Page-locked, so the logits copy runs at the bus's speed (a 64-sequence
+ * step of Llama 3 moves 33 MB). NULL when pinning fails. */
+static void *cuda_host_alloc(struct backend *b, size_t bytes)
+{
+    struct mf_err err = {0};
+    void *p = NULL;
+    (void)b;
+    if (mfk_host_alloc(bytes, &p, &err))
+        return NULL;
+    return p;
+}
+
+static void cuda_host_free(struct backend *b, void *p)
+{
+    (void)b;
+    mfk_host_free(p);
+}
+
 const struct backend_ops cuda_backend_ops = {
     .name = "cuda",
     .create = cuda_create,
     .kv_alloc = cuda_kv_alloc,
     .step = cuda_step,
     .free = cuda_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
 };
 
 #else /* !MFC_HAVE_CUDA_RUNTIME: a build that cannot link CUDA */

@@ -48,7 +48,8 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
                           "the CUDA backend cannot read tensor %s: type %s with rows of %" PRId64
                           " elements",
                           w->name ? w->name : "?", ggml_type_name((uint32_t)w->type), w->ne0);
-    p->slots[p->n] = (struct cuda_wslot){.w = w, .off = p->total, .bytes = w->row_bytes * (uint64_t)w->ne1};
+    p->slots[p->n] =
+        (struct cuda_wslot){.w = w, .off = p->total, .bytes = w->row_bytes * (uint64_t)w->ne1};
     p->total = align_up(p->total + p->slots[p->n].bytes);
     p->n++;
     return 0;
@@ -103,7 +104,8 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err)
     if (v && *v && (mf_num_parse_i64(v, &n) != 0 || n < 0 || n > 1000000))
         return mf_err_set(err, MF_EINVAL,
                           "MFC_CUDA_GEMM_MIN=\"%.40s\": expected tokens per step, 0 to 1000000 "
-                          "(0 turns the tensor-core GEMM off)", v);
+                          "(0 turns the tensor-core GEMM off)",
+                          v);
     *out = (int32_t)n;
     return 0;
 }
@@ -219,10 +221,12 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
 {
     uint8_t *b = buf;
     int32_t *id = (int32_t *)(void *)(b + p->tok_id), *pos = (int32_t *)(void *)(b + p->tok_pos);
-    int32_t *blk = (int32_t *)(void *)(b + p->tok_blk), *toff = (int32_t *)(void *)(b + p->tok_toff);
+    int32_t *blk = (int32_t *)(void *)(b + p->tok_blk),
+            *toff = (int32_t *)(void *)(b + p->tok_toff);
     int32_t *out = (int32_t *)(void *)(b + p->out_rows), *tab = (int32_t *)(void *)(b + p->tables);
     float *rope = (float *)(void *)(b + p->rope);
-    int32_t *tiles = (int32_t *)(void *)(b + p->tiles), *single = (int32_t *)(void *)(b + p->single);
+    int32_t *tiles = (int32_t *)(void *)(b + p->tiles),
+            *single = (int32_t *)(void *)(b + p->single);
     int32_t t = 0, n_out = 0, nt = 0, n_tiles = 0, n_single = 0;
 
     for (int32_t i = 0; i < bt->n_seqs; i++) {

@@ -41,7 +41,7 @@ struct cuda_wslot {
 struct cuda_wplan {
     struct cuda_wslot *slots; /* owned: one per distinct tensor, in upload order */
     int32_t n;
-    uint64_t total;           /* bytes of the device buffer */
+    uint64_t total; /* bytes of the device buffer */
 };
 
 /* Places every tensor of m: token_embd, output (unless tied), output_norm,
@@ -83,24 +83,24 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 
 /* Offsets (bytes from the buffer start) and counts of a step's arrays. */
 struct cuda_step_plan {
-    int32_t T;        /* new tokens */
-    int32_t n_out;    /* logits rows */
-    int32_t n_tables; /* block table entries, all sequences */
-    int32_t max_ctx;  /* largest position + 1 */
-    int32_t n_tiles;  /* attention tiles */
-    int32_t n_single; /* tokens attended one at a time */
+    int32_t T;          /* new tokens */
+    int32_t n_out;      /* logits rows */
+    int32_t n_tables;   /* block table entries, all sequences */
+    int32_t max_ctx;    /* largest position + 1 */
+    int32_t n_tiles;    /* attention tiles */
+    int32_t n_single;   /* tokens attended one at a time */
     int32_t single_ctx; /* largest position + 1 among those */
     int32_t single_cap; /* the cap the step was sized with */
-    size_t tok_id;    /* int32 (T): token ids */
-    size_t tok_pos;   /* int32 (T): positions */
-    size_t tok_blk;   /* int32 (T): physical block the token's K/V goes to */
-    size_t tok_toff;  /* int32 (T): offset of its sequence's table in tables */
-    size_t out_rows;  /* int32 (n_out): token row of each logits row */
-    size_t tables;    /* int32 (n_tables): the block tables, sequence after sequence */
-    size_t rope;      /* float (T, n_rot): cos, sin of each rotated pair */
-    size_t tiles;     /* int32 (n_tiles, 2): first token, tokens (1..CUDA_PLAN_TILE) */
-    size_t single;    /* int32 (n_single): tokens attended one at a time */
-    size_t bytes;     /* total */
+    size_t tok_id;      /* int32 (T): token ids */
+    size_t tok_pos;     /* int32 (T): positions */
+    size_t tok_blk;     /* int32 (T): physical block the token's K/V goes to */
+    size_t tok_toff;    /* int32 (T): offset of its sequence's table in tables */
+    size_t out_rows;    /* int32 (n_out): token row of each logits row */
+    size_t tables;      /* int32 (n_tables): the block tables, sequence after sequence */
+    size_t rope;        /* float (T, n_rot): cos, sin of each rotated pair */
+    size_t tiles;       /* int32 (n_tiles, 2): first token, tokens (1..CUDA_PLAN_TILE) */
+    size_t single;      /* int32 (n_single): tokens attended one at a time */
+    size_t bytes;       /* total */
 };
 
 /* Sizes the step (no writes). The batch must have passed

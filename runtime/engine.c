@@ -305,6 +305,19 @@ static void cancel_req(struct engine *e, struct engine_req *r, enum sched_finish
 
 /* ---------------------------------------------------------------- the step */
 
+static float *logits_alloc(struct engine *e, size_t bytes)
+{
+    return e->model.logits_alloc ? e->model.logits_alloc(e->model.ctx, bytes) : malloc(bytes);
+}
+
+static void logits_free(struct engine *e, float *p)
+{
+    if (e->model.logits_free)
+        e->model.logits_free(e->model.ctx, p);
+    else
+        free(p);
+}
+
 /* Greedy: argmax, the lowest id on ties. */
 static int32_t argmax(const float *row, int32_t n)
 {
@@ -434,12 +447,13 @@ static int prepare_step(struct engine *e, struct mf_err *err)
             e->lg_req[j++] = r;
     }
     if (need > e->logits_cap) {
-        float *p = realloc(e->logits, need * sizeof *p);
-        if (!p)
+        /* rows are rewritten every step: nothing to carry over */
+        logits_free(e, e->logits);
+        e->logits = logits_alloc(e, need * sizeof *e->logits);
+        e->logits_cap = e->logits ? need : 0;
+        if (!e->logits)
             return mf_err_set(err, MF_ENOMEM, "logits for %" PRId32 " sequences: out of memory",
                               e->step.n_logits);
-        e->logits = p;
-        e->logits_cap = need;
     }
     e->step.batch.logits = e->logits;
     return 0;
@@ -617,7 +631,7 @@ void engine_close(struct engine *e)
     free(e->lg_req);
     free(e->sampled);
     free(e->results);
-    free(e->logits);
+    logits_free(e, e->logits);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->step_cv);
     pthread_mutex_destroy(&e->mu);

@@ -46,6 +46,9 @@ struct engine_model {
      * per want_logits sequence into b->logits (engine-owned). Called on the
      * step thread only, without the engine lock. Returns 0 or MF_E* with err. */
     int (*step)(void *ctx, struct batch *b, struct mf_err *err);
+    /* Optional: memory for b->logits (backend_host_alloc); NULL: malloc/free. */
+    void *(*logits_alloc)(void *ctx, size_t bytes);
+    void (*logits_free)(void *ctx, void *p);
 };
 
 /* Token choice. With no sample function the engine is greedy (argmax,

@@ -79,6 +79,16 @@ static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
     return backend_step(ctx, b, err);
 }
 
+static void *logits_alloc_fn(void *ctx, size_t bytes)
+{
+    return backend_host_alloc(ctx, bytes);
+}
+
+static void logits_free_fn(void *ctx, void *p)
+{
+    backend_host_free(ctx, p);
+}
+
 /* GGUF scalars (and array lengths as null, as Ollama shows them) for /api/show. */
 static json_t *model_info(const struct gguf_file *gf)
 {
@@ -265,6 +275,8 @@ static int open_engine(struct serve *s, struct mf_err *err)
     em.n_eos = s->n_eos;
     em.n_loras = s->m->n_loras;
     em.step = step_fn;
+    em.logits_alloc = logits_alloc_fn;
+    em.logits_free = logits_free_fn;
     return engine_open(&ec, &em, &engine_sampler_std, &s->e, err);
 }
 

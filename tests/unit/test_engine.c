@@ -825,6 +825,77 @@ static void test_eos_from_tokenizer(void **state)
 }
 
 /* n_kv_blocks 0: the pool comes from MFC_KV_CACHE_GB and the block size. */
+/* The logits buffer comes from the model's logits_alloc (mfc-serve: the
+ * backend's pinned memory), grows through it, and goes back through
+ * logits_free at close. */
+struct alloc_rig {
+    struct fake_model fm;
+    int allocs, frees, outside; /* calls; steps whose logits lay elsewhere */
+    void *last;                 /* the live allocation */
+    size_t bytes;
+};
+
+static int alloc_step(void *ctx, struct batch *b, struct mf_err *err)
+{
+    struct alloc_rig *a = ctx;
+    size_t need = 0;
+    for (int32_t i = 0; i < b->n_seqs; i++)
+        need += b->seqs[i].want_logits ? VOCAB * sizeof(float) : 0;
+    if (need && (b->logits != a->last || need > a->bytes))
+        a->outside++;
+    return fake_model_step(&a->fm, b, NULL, err);
+}
+
+static void *alloc_logits(void *ctx, size_t bytes)
+{
+    struct alloc_rig *a = ctx;
+    a->allocs++;
+    a->last = malloc(bytes);
+    a->bytes = bytes;
+    return a->last;
+}
+
+static void free_logits(void *ctx, void *p)
+{
+    struct alloc_rig *a = ctx;
+    if (p) {
+        a->frees++;
+        free(p);
+    }
+}
+
+static void test_logits_memory(void **state)
+{
+    static struct job jobs[8];
+    struct engine_config c = config(256, 8, 256);
+    struct engine_model m = {.n_vocab = VOCAB,
+                             .eos = eos_ids,
+                             .n_eos = 1,
+                             .n_loras = 2,
+                             .step = alloc_step,
+                             .logits_alloc = alloc_logits,
+                             .logits_free = free_logits};
+    struct alloc_rig a = {0};
+    struct engine *e;
+    struct mf_err err;
+
+    assert_int_equal(fake_model_init(&a.fm, c.n_kv_blocks, 1024, VOCAB), 0);
+    m.ctx = &a;
+    assert_int_equal(engine_open(&c, &m, NULL, &e, &err), 0);
+    uint64_t id;
+    job_init(&jobs[0], 5, 1, 4, -1);
+    assert_int_equal(submit_job(e, &jobs[0], &id), 0);
+    consume(e, id, &jobs[0], MAX_OUT);
+    make_mix(jobs, 8); /* then eight at once: the buffer grows */
+    run_concurrently(e, jobs, 8);
+    assert_idle(e);
+    engine_close(e);
+    assert_true(a.allocs >= 2);
+    assert_int_equal(a.frees, a.allocs);
+    assert_int_equal(a.outside, 0);
+    fake_model_fini(&a.fm);
+}
+
 static void test_kv_budget_from_config(void **state)
 {
     struct engine_config c = config(0, 4, 64);
@@ -859,6 +930,7 @@ int main(void)
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_many_threads_submit_and_cancel),
         cmocka_unit_test(test_kv_budget_from_config),
+        cmocka_unit_test(test_logits_memory),
         cmocka_unit_test(test_engine_stop_mid_stream),
         cmocka_unit_test(test_eos_from_tokenizer),
         cmocka_unit_test(test_std_sampler_greedy_logprobs),

@@ -75,8 +75,11 @@ __device__ __forceinline__ double block_sum(double v, double *red)
  * l covers dimensions l, l + 32, ... (coalesced value rows); the warps'
  * partial sums meet in shared memory at the end.
  * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores then
- * weights, red[ATT_WARPS][min(ratio, 8)][hd] partial outputs. */
-__global__ void __launch_bounds__(ATT_THREADS)
+ * weights, red[ATT_WARPS][min(ratio, 8)][hd] partial outputs.
+ * HD > 0 (64, 128) fixes head_dim: the P.V accumulators shrink to what the
+ * head needs, so two blocks fit a multiprocessor's registers, not one. */
+template <int HD>
+__global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
                 const __half *kv, int32_t ctx, float *out, int64_t ldo)
@@ -84,7 +87,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
     extern __shared__ float smem[];
     __shared__ float redf[ATT_WARPS];
     __shared__ double redd[ATT_WARPS];
-    const int t = list ? list[blockIdx.x] : (int)blockIdx.x, g = blockIdx.y, hd = s.head_dim;
+    constexpr int EM = (HD > 0 ? HD : ATT_MAX_DIM) / 32; /* value columns per lane, at most */
+    const int t = list ? list[blockIdx.x] : (int)blockIdx.x, g = blockIdx.y;
+    const int hd = HD > 0 ? HD : s.head_dim;
     const int ratio = s.n_head / s.n_head_kv,
               rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
     const int npos = pos[t] + 1, nblk = (npos + KVB - 1) / KVB;
@@ -147,11 +152,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     const int E = hd / 32;
     for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
-        float acc[ATT_MAX_RATIO][ATT_MAX_DIM / 32];
+        float acc[ATT_MAX_RATIO][EM];
 #pragma unroll
         for (int r = 0; r < ATT_MAX_RATIO; r++)
 #pragma unroll
-            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+            for (int e = 0; e < EM; e++)
                 acc[r][e] = 0.0f;
         for (int b = warp; b < nblk; b += ATT_WARPS) {
             const __half *vt = kv + kv_index(s, bt[b], layer, 1, g) + lane;
@@ -159,16 +164,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll 4
             for (int sl = 0; sl < n; sl++) {
                 const int j = b * KVB + sl;
-                float v[ATT_MAX_DIM / 32];
+                float v[EM];
 #pragma unroll
-                for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                for (int e = 0; e < EM; e++)
                     v[e] = e < E ? __half2float(vt[(size_t)sl * hd + 32 * e]) : 0.0f;
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++) {
                     if (r0 + r < ratio) {
                         const float p = sc[(size_t)(r0 + r) * ctx + j];
 #pragma unroll
-                        for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+                        for (int e = 0; e < EM; e++)
                             acc[r][e] += p * v[e];
                     }
                 }
@@ -177,7 +182,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int r = 0; r < ATT_MAX_RATIO; r++)
 #pragma unroll
-            for (int e = 0; e < ATT_MAX_DIM / 32; e++)
+            for (int e = 0; e < EM; e++)
                 if (r < rchunk && e < E)
                     red[((size_t)warp * rchunk + r) * hd + lane + 32 * e] = acc[r][e];
         __syncthreads();
@@ -192,6 +197,21 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
         __syncthreads();
     }
+}
+
+/* Lets kernel fn take smem bytes of dynamic shared memory (past the 48 KiB
+ * default). */
+static int raise_smem(const void *fn, size_t smem, struct mf_err *err)
+{
+    if (smem <= 48 * 1024)
+        return 0;
+    cudaError_t e =
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s", smem,
+                      cudaGetErrorString(e));
 }
 
 static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx)
@@ -240,20 +260,23 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
                           max_ctx, mfk_attention_max_ctx(s));
     const int32_t ctx = (max_ctx + 3) / 4 * 4;
     const size_t smem = att_smem(s, ctx);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(
-            k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
-                              smem, cudaGetErrorString(e));
-        }
+    const dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
+    const __half *kvh = reinterpret_cast<const __half *>(kv);
+    cudaStream_t st = mfk_stream(c);
+    int rc;
+    if (s->head_dim == 128) {
+        if (!(rc = raise_smem((const void *)k_attention<128>, smem, err)))
+            k_attention<128><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos, toff,
+                                                              tables, kvh, ctx, out, ldo);
+    } else if (s->head_dim == 64) {
+        if (!(rc = raise_smem((const void *)k_attention<64>, smem, err)))
+            k_attention<64><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos, toff,
+                                                             tables, kvh, ctx, out, ldo);
+    } else if (!(rc = raise_smem((const void *)k_attention<0>, smem, err))) {
+        k_attention<0><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables,
+                                                        kvh, ctx, out, ldo);
     }
-    dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
-    k_attention<<<grid, ATT_THREADS, smem, mfk_stream(c)>>>(
-        *s, layer, list, q, ldq, pos, toff, tables, reinterpret_cast<const __half *>(kv), ctx, out,
-        ldo);
-    return mfk_launched("attention", err);
+    return rc ? rc : mfk_launched("attention", err);
 }
 
 /* ------------------------------------------------------------------------
@@ -444,15 +467,9 @@ static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
     while (nw > 1 && (size_t)nw * per > FA_SMEM_MAX)
         nw--;
     const size_t smem = (size_t)nw * per;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(
-            k_attention_tiles<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s",
-                              smem, cudaGetErrorString(e));
-        }
-    }
+    int rc = raise_smem((const void *)k_attention_tiles<HD>, smem, err);
+    if (rc)
+        return rc;
     dim3 grid((unsigned)n_tiles, (unsigned)s->n_head_kv);
     k_attention_tiles<HD>
         <<<grid, nw * 32, smem, mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos, toff, tables,

@@ -877,20 +877,28 @@ int main(int argc, char **argv)
     printf("device: %s sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor,
            info.sm_count, info.total_bytes / 1073741824.0);
     CK(mfk_ctx_new(0, &ctx, &err));
+    /* --attention: the attention kernels and the models only (racecheck's
+     * pace: the type sweep alone outlasts a device lease under it) */
+    const int only_att = argc > 1 && strcmp(argv[1], "--attention") == 0;
+    if (only_att)
+        argc--, argv++;
     static const enum ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
                                            GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
                                            GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    for (size_t i = 0; !only_att && i < sizeof types / sizeof types[0]; i++)
         test_type(types[i]);
-    test_norm_swiglu(1000);
-    test_norm_swiglu(20000);
+    if (!only_att) {
+        test_norm_swiglu(1000);
+        test_norm_swiglu(20000);
+    }
     test_attention(8, 2, 64, 64, 0);
     test_attention(32, 8, 128, 128, 0);
     test_attention(6, 6, 64, 32, 0);
     test_attention(16, 1, 256, 64, 0); /* MQA, the widest head the kernel takes */
     test_attention(8, 8, 80, 80, 0);   /* phi-2's heads: tiles only */
     test_attention(32, 8, 128, 128, 12000); /* past the per-token kernel's shared memory */
-    test_argmax();
+    if (!only_att)
+        test_argmax();
     for (int i = 1; i < argc; i++) {
         char lpath[4096];
         size_t len = strlen(argv[i]);

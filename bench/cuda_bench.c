@@ -33,6 +33,7 @@
  * them. Peak of total - free after each step (the CUDA context and cuBLAS
  * included) and nvidia-smi's figure for this process.
  *
+ * CUDA_BENCH_KV=q8 runs either with the 8-bit KV arena (BACKEND_KV_Q8).
  * Logits land in backend_host_alloc's memory, as mfc-serve's engine has
  * them (CUDA_BENCH_PAGEABLE=1: malloc's).
  *
@@ -361,6 +362,13 @@ static void gemv_bench(enum ggml_type t, double bw)
     free(h);
 }
 
+/* CUDA_BENCH_KV=q8: the 8-bit KV arena instead of F16. */
+static enum backend_kv_type kv_type(void)
+{
+    const char *v = getenv("CUDA_BENCH_KV");
+    return v && strcmp(v, "q8") == 0 ? BACKEND_KV_Q8 : BACKEND_KV_F16;
+}
+
 static void mem_peak(struct mfk_ctx *c, size_t *peak)
 {
     struct mf_err err = {0};
@@ -384,8 +392,8 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
         die("mem", &err);
     mem_peak(c, &base);
     struct model *m = synth(s, type, &mat_bytes, &embd_row);
-    struct backend_config cfg = {.kv_type = BACKEND_KV_F16, .max_tokens = chunk, .max_seqs = 64};
-    cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, BACKEND_KV_F16);
+    struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = chunk, .max_seqs = 64};
+    cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
     int32_t n_blocks;
     if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err) ||
@@ -435,8 +443,9 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
            "%.0f tokens/s; then %d decode steps: %.1f tokens/s)\n",
            s->name, type, n_seqs, ctx, prompt, chunk, n_seqs * prompt / t_pre, n_dec,
            n_seqs * n_dec / t_dec);
-    printf("weights %.2f GB, KV arena %.2f GB; device memory in use before the model %.2f GB\n",
-           st.bytes / 1e9, st.kv_bytes / 1e9, base / 1e9);
+    printf("weights %.2f GB, KV arena (%s) %.2f GB; device memory in use before the model %.2f GB\n",
+           st.bytes / 1e9, cfg.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16", st.kv_bytes / 1e9,
+           base / 1e9);
     printf(
         "peak device memory (total - free, CUDA context and cuBLAS included): %.2f GB = %.2f GiB\n",
         peak / 1e9, peak / 1073741824.0);
@@ -519,8 +528,8 @@ int main(int argc, char **argv)
     int32_t per_seq = (CTX + STEPS_MAX) / 16 + 1 - CTX / 16; /* private tail blocks */
     int32_t n_blocks_need = CTX / 16 + max_b * per_seq + PREFILL / 16;
     struct backend_config cfg = {
-        .kv_type = BACKEND_KV_F16, .max_tokens = PREFILL, .max_seqs = MAX_B};
-    cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, BACKEND_KV_F16);
+        .kv_type = kv_type(), .max_tokens = PREFILL, .max_seqs = MAX_B};
+    cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
     int32_t n_blocks;
     if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err))
@@ -599,8 +608,7 @@ int main(int argc, char **argv)
     printf(
         "| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
-    uint64_t kv_tok =
-        2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * 2;
+    uint64_t kv_tok = backend_kv_block_bytes(m, cfg.kv_type) / 16; /* K/V bytes per token */
     for (int i = 0; i < nb; i++) {
         int B = batches[i];
         double dt = 0;

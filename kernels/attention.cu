@@ -77,12 +77,13 @@ __device__ __forceinline__ double block_sum(double v, double *red)
  * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores then
  * weights, red[ATT_WARPS][min(ratio, 8)][hd] partial outputs.
  * HD > 0 (64, 128) fixes head_dim: the P.V accumulators shrink to what the
- * head needs, so two blocks fit a multiprocessor's registers, not one. */
-template <int HD>
+ * head needs, so two blocks fit a multiprocessor's registers, not one.
+ * Q8: the 8-bit arena (kv8_value of each element). */
+template <int HD, bool Q8>
 __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                const __half *kv, int32_t ctx, float *out, int64_t ldo)
+                const void *kv, int32_t ctx, float *out, int64_t ldo)
 {
     extern __shared__ float smem[];
     __shared__ float redf[ATT_WARPS];
@@ -107,7 +108,10 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
     {
         const int slot = lane & 15, half = lane >> 4;
         for (int b = warp; b < nblk; b += ATT_WARPS) {
-            const __half *kt = kv + kv_index(s, bt[b], layer, 0, g) + slot;
+            const __half *kt =
+                (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 0, g) + slot);
+            const int8_t *k8 = (const int8_t *)kv + (Q8 ? kv8_offset(s, bt[b], layer, 0, g) : 0);
+            const float ksc = Q8 ? ((const float *)(k8 + (size_t)KVB * hd))[slot] : 0.0f;
             const int j = b * KVB + slot;
             for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
                 float acc[ATT_MAX_RATIO];
@@ -116,7 +120,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
                     acc[r] = 0.0f;
 #pragma unroll 16
                 for (int d = half; d < hd; d += 2) {
-                    const float kd = __half2float(kt[(size_t)d * KVB]);
+                    const float kd = Q8 ? kv8_value(k8[(size_t)d * KVB + slot], ksc)
+                                        : __half2float(kt[(size_t)d * KVB]);
 #pragma unroll
                     for (int r = 0; r < ATT_MAX_RATIO; r++)
                         if (r0 + r < ratio)
@@ -159,7 +164,12 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
             for (int e = 0; e < EM; e++)
                 acc[r][e] = 0.0f;
         for (int b = warp; b < nblk; b += ATT_WARPS) {
-            const __half *vt = kv + kv_index(s, bt[b], layer, 1, g) + lane;
+            const size_t vo =
+                Q8 ? kv8_offset(s, bt[b], layer, 1, g) : kv_index(s, bt[b], layer, 1, g);
+            const __half *vt = (const __half *)kv + (Q8 ? 0 : vo + lane);
+            const int8_t *v8 = (const int8_t *)kv + (Q8 ? vo + lane : 0);
+            const float *vsc =
+                (const float *)((const int8_t *)kv + (Q8 ? vo + (size_t)KVB * hd : 0));
             const int n = npos - b * KVB < KVB ? npos - b * KVB : KVB;
 #pragma unroll 4
             for (int sl = 0; sl < n; sl++) {
@@ -167,7 +177,9 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
                 float v[EM];
 #pragma unroll
                 for (int e = 0; e < EM; e++)
-                    v[e] = e < E ? __half2float(vt[(size_t)sl * hd + 32 * e]) : 0.0f;
+                    v[e] = e >= E ? 0.0f
+                           : Q8   ? kv8_value(v8[(size_t)sl * hd + 32 * e], vsc[sl])
+                                  : __half2float(vt[(size_t)sl * hd + 32 * e]);
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++) {
                     if (r0 + r < ratio) {
@@ -242,7 +254,7 @@ extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
 extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                              int32_t T, const int32_t *list, const float *q, int64_t ldq,
                              const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                             const uint16_t *kv, int32_t max_ctx, float *out, int64_t ldo,
+                             const void *kv, int32_t max_ctx, float *out, int64_t ldo,
                              struct mf_err *err)
 {
     if (T <= 0)
@@ -261,21 +273,27 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
     const int32_t ctx = (max_ctx + 3) / 4 * 4;
     const size_t smem = att_smem(s, ctx);
     const dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
-    const __half *kvh = reinterpret_cast<const __half *>(kv);
     cudaStream_t st = mfk_stream(c);
-    int rc;
-    if (s->head_dim == 128) {
-        if (!(rc = raise_smem((const void *)k_attention<128>, smem, err)))
-            k_attention<128><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos, toff,
-                                                              tables, kvh, ctx, out, ldo);
-    } else if (s->head_dim == 64) {
-        if (!(rc = raise_smem((const void *)k_attention<64>, smem, err)))
-            k_attention<64><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos, toff,
-                                                             tables, kvh, ctx, out, ldo);
-    } else if (!(rc = raise_smem((const void *)k_attention<0>, smem, err))) {
-        k_attention<0><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables,
-                                                        kvh, ctx, out, ldo);
-    }
+    int rc = 0;
+#define ATT_LAUNCH(HD, Q8)                                                                         \
+    do {                                                                                           \
+        if (!(rc = raise_smem((const void *)k_attention<HD, Q8>, smem, err)))                      \
+            k_attention<HD, Q8><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos,     \
+                                                                 toff, tables, kv, ctx, out, ldo); \
+    } while (0)
+    if (s->head_dim == 128 && s->q8)
+        ATT_LAUNCH(128, true);
+    else if (s->head_dim == 128)
+        ATT_LAUNCH(128, false);
+    else if (s->head_dim == 64 && s->q8)
+        ATT_LAUNCH(64, true);
+    else if (s->head_dim == 64)
+        ATT_LAUNCH(64, false);
+    else if (s->q8)
+        ATT_LAUNCH(0, true);
+    else
+        ATT_LAUNCH(0, false);
+#undef ATT_LAUNCH
     return rc ? rc : mfk_launched("attention", err);
 }
 
@@ -284,14 +302,15 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
  * ---------------------------------------------------------------------- */
 
 /* Shared bytes per warp. Generic (HD 0): qh[16][hd], vz[16][hd] (half) and
- * o[16][hd] (float). With HD fixed, the queries and O live in registers
- * (fragments), and one [16][HD] float area stages in turn the queries,
- * the zeroed last value block and the output. Both: sf[16][16] (float),
- * ph[16][16] (half). Every part a multiple of 32 bytes, as wmma's
- * pointers must be. */
-__host__ __device__ static size_t fa_warp_bytes(int32_t hd, bool fixed)
+ * o[16][hd] (float), plus kh[hd][16] (half) for an 8-bit arena. With HD
+ * fixed, the queries and O live in registers (fragments), and one [16][HD]
+ * float area stages in turn the queries, the last value block zeroed (or,
+ * 8-bit, each block's keys and values as fp16: kh then vz) and the output.
+ * Both: sf[16][16] (float), ph[16][16] (half). Every part a multiple of 32
+ * bytes, as wmma's pointers must be. */
+__host__ __device__ static size_t fa_warp_bytes(int32_t hd, bool fixed, bool q8)
 {
-    return (size_t)hd * (fixed ? 64 : 128) + 1536;
+    return (size_t)hd * (fixed ? 64 : q8 ? 160 : 128) + 1536;
 }
 
 /* grid (n_tiles, n_head_kv); warp w takes query heads w, w + warps, ... of
@@ -304,12 +323,14 @@ __host__ __device__ static size_t fa_warp_bytes(int32_t hd, bool fixed)
  * past the tile's last position are zeroed first: nothing wrote them, and
  * 0 x NaN is NaN. HD > 0 (64, 128): a block's key and value fragments are
  * all loaded before the products, so each pass waits on memory once per
- * block rather than once per 16 dimensions; HD 0 takes any multiple of 16. */
-template <int HD>
+ * block rather than once per 16 dimensions; HD 0 takes any multiple of 16.
+ * Q8: each block's keys and values are first written to shared memory as
+ * fp16 (kv8_value), invalid value rows as 0. */
+template <int HD, bool Q8>
 __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
     k_attention_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
                       int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                      const __half *kv, float *out, int64_t ldo)
+                      const void *kv, float *out, int64_t ldo)
 {
     using namespace nvcuda;
     typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> frag_a;
@@ -323,11 +344,12 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
     const int32_t *bt = tables + toff[t0];
     const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
     const float kq_scale = 1.0f / sqrtf((float)hd);
-    unsigned char *ws = fsm + (size_t)warp * fa_warp_bytes(hd, HD > 0);
+    unsigned char *ws = fsm + (size_t)warp * fa_warp_bytes(hd, HD > 0, Q8);
     __half *qh = (__half *)ws;
-    __half *vz = HD > 0 ? qh : qh + FA_ROWS * hd;
-    float *o = HD > 0 ? (float *)ws : (float *)(vz + FA_ROWS * hd);
-    float *sf = (float *)(ws + (size_t)hd * (HD > 0 ? 64 : 128));
+    __half *vz = HD > 0 ? qh + (Q8 ? FA_ROWS * hd : 0) : qh + FA_ROWS * hd;
+    float *o = HD > 0 ? (float *)ws : (float *)(qh + 2 * FA_ROWS * hd);
+    __half *kh = HD > 0 ? qh : (__half *)(o + FA_ROWS * hd);
+    float *sf = (float *)(ws + (size_t)hd * (HD > 0 ? 64 : Q8 ? 160 : 128));
     __half *ph = (__half *)(sf + FA_ROWS * KVB);
     const int r = lane >> 1, c0 = (lane & 1) * 8;
     const int lim = r < n ? pos[t0 + r] : -1; /* the last position row r sees */
@@ -353,7 +375,15 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
         }
         /* sf = Q times block b's keys ([hd][16]) */
         auto scores = [&](int b) {
-            const __half *kt = kv + kv_index(s, bt[b], layer, 0, g);
+            const __half *kt = (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 0, g));
+            if constexpr (Q8) {
+                const int8_t *k8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 0, g);
+                const float *ksc = (const float *)(k8 + (size_t)KVB * hd);
+                for (int e = lane; e < KVB * hd; e += 32)
+                    kh[e] = __float2half_rn((float)k8[e] * ksc[e & (KVB - 1)]);
+                __syncwarp();
+                kt = kh;
+            }
             frag_c acc;
             wmma::fill_fragment(acc, 0.0f);
             if constexpr (HD > 0) {
@@ -403,8 +433,17 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
                 wmma::fill_fragment(oacc[k], 0.0f);
         }
         for (int b = 0; b < nblk; b++) {
-            const __half *vt = kv + kv_index(s, bt[b], layer, 1, g);
-            if (b == nblk - 1 && tail < KVB - 1) {
+            const __half *vt = (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 1, g));
+            if constexpr (Q8) {
+                const int8_t *v8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 1, g);
+                const float *vsc = (const float *)(v8 + (size_t)KVB * hd);
+                const int valid = b == nblk - 1 ? tail : KVB - 1;
+                for (int e = lane; e < KVB * hd; e += 32)
+                    vz[e] = e / hd <= valid ? __float2half_rn((float)v8[e] * vsc[e / hd])
+                                            : __float2half_rn(0.0f);
+                __syncwarp();
+                vt = vz;
+            } else if (b == nblk - 1 && tail < KVB - 1) {
                 for (int e = lane; e < KVB * hd; e += 32)
                     vz[e] = e / hd <= tail ? vt[e] : __float2half_rn(0.0f);
                 __syncwarp();
@@ -455,33 +494,32 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32)
 #undef FA_SCORE
 }
 
-template <int HD>
+template <int HD, bool Q8>
 static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const uint16_t *kv, float *out, int64_t ldo, struct mf_err *err)
+                        const void *kv, float *out, int64_t ldo, struct mf_err *err)
 {
     const int ratio = s->n_head / s->n_head_kv;
-    const size_t per = fa_warp_bytes(s->head_dim, HD > 0);
+    const size_t per = fa_warp_bytes(s->head_dim, HD > 0, Q8);
     int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
     while (nw > 1 && (size_t)nw * per > FA_SMEM_MAX)
         nw--;
     const size_t smem = (size_t)nw * per;
-    int rc = raise_smem((const void *)k_attention_tiles<HD>, smem, err);
+    int rc = raise_smem((const void *)k_attention_tiles<HD, Q8>, smem, err);
     if (rc)
         return rc;
     dim3 grid((unsigned)n_tiles, (unsigned)s->n_head_kv);
-    k_attention_tiles<HD>
-        <<<grid, nw * 32, smem, mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos, toff, tables,
-                                                 reinterpret_cast<const __half *>(kv), out, ldo);
+    k_attention_tiles<HD, Q8><<<grid, nw * 32, smem, mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos,
+                                                                      toff, tables, kv, out, ldo);
     return mfk_launched("attention (tiles)", err);
 }
 
 extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                                    int32_t n_tiles, const int32_t *tiles, const float *q,
                                    int64_t ldq, const int32_t *pos, const int32_t *toff,
-                                   const int32_t *tables, const uint16_t *kv, float *out,
-                                   int64_t ldo, struct mf_err *err)
+                                   const int32_t *tables, const void *kv, float *out, int64_t ldo,
+                                   struct mf_err *err)
 {
     if (n_tiles <= 0)
         return 0;
@@ -491,12 +529,19 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
                           "CUDA attention: %d heads over %d KV heads of %d dimensions (tiles take "
                           "a multiple of 16 up to %d)",
                           s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
+#define TILES_LAUNCH(HD, Q8)                                                                       \
+    return tiles_launch<HD, Q8>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out,   \
+                                ldo, err)
+    if (s->head_dim == 128 && s->q8)
+        TILES_LAUNCH(128, true);
     if (s->head_dim == 128)
-        return tiles_launch<128>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out,
-                                 ldo, err);
+        TILES_LAUNCH(128, false);
+    if (s->head_dim == 64 && s->q8)
+        TILES_LAUNCH(64, true);
     if (s->head_dim == 64)
-        return tiles_launch<64>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out,
-                                ldo, err);
-    return tiles_launch<0>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out, ldo,
-                           err);
+        TILES_LAUNCH(64, false);
+    if (s->q8)
+        TILES_LAUNCH(0, true);
+    TILES_LAUNCH(0, false);
+#undef TILES_LAUNCH
 }

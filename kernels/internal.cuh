@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
@@ -33,6 +34,24 @@ __device__ __forceinline__ size_t kv_index(const struct mfk_kv_shape &s, int32_t
 {
     return ((((size_t)blk * (size_t)s.n_layer + (size_t)layer) * 2 + (size_t)kv) *
                 (size_t)s.n_head_kv + (size_t)head) * KVB * (size_t)s.head_dim;
+}
+
+/* The 8-bit arena (mfk_kv_shape.q8): byte offset of the unit of layer
+ * `layer`, keys (kv 0: int8 [head_dim][KVB]) or values (kv 1: int8
+ * [KVB][head_dim]), KV head `head` in block blk; each unit ends in KVB
+ * float scales, one per slot (the token's absmax over the head / 127). */
+__device__ __forceinline__ size_t kv8_offset(const struct mfk_kv_shape &s, int32_t blk,
+                                            int32_t layer, int kv, int head)
+{
+    return ((((size_t)blk * (size_t)s.n_layer + (size_t)layer) * 2 + (size_t)kv) *
+                (size_t)s.n_head_kv + (size_t)head) * KVB * ((size_t)s.head_dim + 4);
+}
+
+/* An 8-bit K/V element as attention sees it: q * scale rounded to fp16
+ * (what an F16 arena would have held), so every kernel reads one value. */
+__device__ __forceinline__ float kv8_value(int8_t q, float scale)
+{
+    return __half2float(__float2half_rn((float)q * scale));
 }
 
 #endif

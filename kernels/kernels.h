@@ -154,18 +154,22 @@ int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, i
                 size_t scratch_bytes, struct mf_err *err);
 
 /* Shape of the paged KV arena (runtime/backend.h layout, F16 elements:
- * keys [head_dim][16] per block and head, values [16][head_dim]). */
+ * keys [head_dim][16] per block and head, values [16][head_dim]). q8: the
+ * 8-bit arena instead (BACKEND_KV_Q8): the same two layouts in int8, each
+ * followed by 16 float scales, one per slot (the token's absmax over the
+ * head's head_dim values / 127); attention reads q * scale rounded to fp16. */
 struct mfk_kv_shape {
     int32_t n_layer, n_head, n_head_kv, head_dim, n_rot;
+    int32_t q8;
 };
 
 /* For each token t < T: rotates q[t] (all heads) and k[t] by the (cos,
  * sin) pairs rope[t][0..n_rot) (llama "normal" pairs 2i, 2i+1), then
- * stores k[t] and v[t] as fp16 into block blk[t], slot pos[t] % 16, of
- * layer `layer` in kv. */
+ * stores k[t] and v[t] as fp16 (8-bit with a scale per head, s->q8) into
+ * block blk[t], slot pos[t] % 16, of layer `layer` in kv. */
 int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                    float *q, int64_t ldq, float *k, const float *v, int64_t ldkv,
-                   const float *rope, const int32_t *pos, const int32_t *blk, uint16_t *kv,
+                   const float *rope, const int32_t *pos, const int32_t *blk, void *kv,
                    struct mf_err *err);
 
 /* Paged attention for T tokens: token t at position pos[t] attends to
@@ -180,7 +184,7 @@ int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
  * fit). */
 int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                   const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
-                  const int32_t *toff, const int32_t *tables, const uint16_t *kv, int32_t max_ctx,
+                  const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
                   float *out, int64_t ldo, struct mf_err *err);
 
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
@@ -190,7 +194,7 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
 int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const uint16_t *kv, float *out, int64_t ldo, struct mf_err *err);
+                        const void *kv, float *out, int64_t ldo, struct mf_err *err);
 
 /* Largest context mfk_attention takes for this shape. */
 int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);

@@ -37,8 +37,8 @@ extern "C" {
 #include "common/ggml_type.h"
 }
 
-#define GEMV_NB 8        /* tokens served by one pass over a weight row */
-#define GEMV_WARPS 8     /* rows (warps) per GEMV thread block */
+#define GEMV_NB 8             /* tokens served by one pass over a weight row */
+#define GEMV_WARPS 8          /* rows (warps) per GEMV thread block */
 #define GEMV_SMEM_FLOATS 8192 /* staged activations per GEMV block (32 KiB) */
 
 /* ------------------------------------------------------------------------
@@ -76,14 +76,16 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, i
 
 template <int TY> __device__ __forceinline__ void deq8(const uint8_t *row, int64_t i, float v[8]);
 
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_F32>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_F32>(const uint8_t *row, int64_t i, float v[8])
 {
     const float4 *p = reinterpret_cast<const float4 *>(row + 4 * i);
     float4 a = p[0], b = p[1];
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_F16>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_F16>(const uint8_t *row, int64_t i, float v[8])
 {
     uint4 u = *reinterpret_cast<const uint4 *>(row + 2 * i);
     uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -94,7 +96,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_F16>(const uint8_t *r
     }
 }
 
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_BF16>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_BF16>(const uint8_t *row, int64_t i, float v[8])
 {
     uint4 u = *reinterpret_cast<const uint4 *>(row + 2 * i);
     uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -106,7 +109,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_BF16>(const uint8_t *
 }
 
 /* Q8_0: 34-byte blocks {fp16 d, int8 qs[32]}: y = q * d */
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q8_0>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_Q8_0>(const uint8_t *row, int64_t i, float v[8])
 {
     const uint8_t *b = row + (i >> 5) * 34;
     const int o = (int)(i & 31);
@@ -121,7 +125,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q8_0>(const uint8_t *
 
 /* Q4_0: 18-byte blocks {fp16 d, qs[16]}: element j < 16 in the low nibble
  * of qs[j], j >= 16 in the high nibble of qs[j - 16]; y = (q - 8) * d */
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_0>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_Q4_0>(const uint8_t *row, int64_t i, float v[8])
 {
     const uint8_t *b = row + (i >> 5) * 18;
     const int o = (int)(i & 31), sh = o >= 16 ? 4 : 0;
@@ -137,7 +142,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_0>(const uint8_t *
 /* Q4_K: 144-byte super-blocks {fp16 d, fp16 dmin, scales[12], qs[128]}:
  * sub-block j (32 elements) uses the low (even j) or high (odd j) nibbles
  * of qs[32 * (j / 2) ..]; y = (d * sc) * q - (dmin * m) */
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_K>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_Q4_K>(const uint8_t *row, int64_t i, float v[8])
 {
     const uint8_t *b = row + (i >> 8) * 144;
     const int e = (int)(i & 255), j = e >> 5, l0 = e & 31, sh = (j & 1) * 4;
@@ -153,7 +159,8 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q4_K>(const uint8_t *
 
 /* Q5_K: 176-byte super-blocks {d, dmin, scales[12], qh[32], qs[128]}: as
  * Q4_K plus a fifth bit, bit j of qh[l] */
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q5_K>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_Q5_K>(const uint8_t *row, int64_t i, float v[8])
 {
     const uint8_t *b = row + (i >> 8) * 176;
     const int e = (int)(i & 255), j = e >> 5, l0 = e & 31, sh = (j & 1) * 4;
@@ -175,13 +182,15 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q5_K>(const uint8_t *
  * per 128-element half c, quarter k, element l: low nibble of ql[64c +
  * 32(k&1) + l] (high nibble for k >= 2), 2 bits of qh[32c + l] at 2k,
  * minus 32; y = (d * sc[8c + l/16 + 2k]) * q */
-template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q6_K>(const uint8_t *row, int64_t i, float v[8])
+template <>
+__device__ __forceinline__ void deq8<GGML_TYPE_Q6_K>(const uint8_t *row, int64_t i, float v[8])
 {
     const uint8_t *b = row + (i >> 8) * 210;
     const int e = (int)(i & 255), c = e >> 7, r = e & 127, k4 = r >> 5, l0 = r & 31;
     const uint8_t *ql = b + 64 * c + 32 * (k4 & 1) + l0, *qh = b + 128 + 32 * c + l0;
     const int shl = (k4 >> 1) * 4, shh = 2 * k4;
-    const float ds = __fmul_rn(h2f(ld16(b + 208)), (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * k4]);
+    const float ds =
+        __fmul_rn(h2f(ld16(b + 208)), (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * k4]);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint16_t lw = ld16(ql + 2 * k), hw = ld16(qh + 2 * k);
@@ -194,17 +203,42 @@ template <> __device__ __forceinline__ void deq8<GGML_TYPE_Q6_K>(const uint8_t *
 }
 
 /* Dispatches a kernel template over the weight types. */
-#define MFK_TYPE_SWITCH(type, TY, ...)                                                           \
-    switch (type) {                                                                              \
-    case GGML_TYPE_F32: { constexpr int TY = GGML_TYPE_F32; __VA_ARGS__; } break;               \
-    case GGML_TYPE_F16: { constexpr int TY = GGML_TYPE_F16; __VA_ARGS__; } break;               \
-    case GGML_TYPE_BF16: { constexpr int TY = GGML_TYPE_BF16; __VA_ARGS__; } break;             \
-    case GGML_TYPE_Q8_0: { constexpr int TY = GGML_TYPE_Q8_0; __VA_ARGS__; } break;             \
-    case GGML_TYPE_Q4_0: { constexpr int TY = GGML_TYPE_Q4_0; __VA_ARGS__; } break;             \
-    case GGML_TYPE_Q4_K: { constexpr int TY = GGML_TYPE_Q4_K; __VA_ARGS__; } break;             \
-    case GGML_TYPE_Q5_K: { constexpr int TY = GGML_TYPE_Q5_K; __VA_ARGS__; } break;             \
-    case GGML_TYPE_Q6_K: { constexpr int TY = GGML_TYPE_Q6_K; __VA_ARGS__; } break;             \
-    default: break;                                                                              \
+#define MFK_TYPE_SWITCH(type, TY, ...)                                                             \
+    switch (type) {                                                                                \
+    case GGML_TYPE_F32: {                                                                          \
+        constexpr int TY = GGML_TYPE_F32;                                                          \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GGML_TYPE_F16: {                                                                          \
+        constexpr int TY = GGML_TYPE_F16;                                                          \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GGML_TYPE_BF16: {                                                                         \
+        constexpr int TY = GGML_TYPE_BF16;                                                         \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GGML_TYPE_Q8_0: {                                                                         \
+        constexpr int TY = GGML_TYPE_Q8_0;                                                         \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GGML_TYPE_Q4_0: {                                                                         \
+        constexpr int TY = GGML_TYPE_Q4_0;                                                         \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GGML_TYPE_Q4_K: {                                                                         \
+        constexpr int TY = GGML_TYPE_Q4_K;                                                         \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GGML_TYPE_Q5_K: {                                                                         \
+        constexpr int TY = GGML_TYPE_Q5_K;                                                         \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GGML_TYPE_Q6_K: {                                                                         \
+        constexpr int TY = GGML_TYPE_Q6_K;                                                         \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    default:                                                                                       \
+        break;                                                                                     \
     }
 
 extern "C" int mfk_weight_ok(int type, int64_t ne0)
@@ -256,15 +290,16 @@ __global__ void k_rows(const uint8_t *w, uint64_t rb, int64_t ne0, const int32_t
     }
 }
 
-static int rows_launch(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids, int64_t r0,
-                       int32_t n, float *out, int64_t ldo, const char *what, struct mf_err *err)
+static int rows_launch(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids,
+                       int64_t r0, int32_t n, float *out, int64_t ldo, const char *what,
+                       struct mf_err *err)
 {
     int rc = check_weight(w, what, err);
     if (rc || n <= 0)
         return rc;
     MFK_TYPE_SWITCH(w->type, TY,
                     k_rows<TY><<<n, 128, 0, mfk_stream(c)>>>((const uint8_t *)w->data, w->row_bytes,
-                                                              w->ne0, ids, r0, out, ldo));
+                                                             w->ne0, ids, r0, out, ldo));
     return mfk_launched(what, err);
 }
 
@@ -311,9 +346,10 @@ extern "C" int mfk_dequant_half(struct mfk_ctx *c, const struct mfk_weight *w, i
     if (rc || n_rows <= 0)
         return rc;
     if (r0 < 0 || r0 + n_rows > w->ne1 || ((uintptr_t)out & 15))
-        return mf_err_set(err, MF_EINVAL, "CUDA dequantize: rows %lld..%lld outside %lld or "
-                          "output not 16-byte aligned", (long long)r0, (long long)(r0 + n_rows),
-                          (long long)w->ne1);
+        return mf_err_set(err, MF_EINVAL,
+                          "CUDA dequantize: rows %lld..%lld outside %lld or "
+                          "output not 16-byte aligned",
+                          (long long)r0, (long long)(r0 + n_rows), (long long)w->ne1);
     const uint8_t *d = (const uint8_t *)w->data;
     if (bf16) {
         MFK_TYPE_SWITCH(w->type, TY,
@@ -346,8 +382,8 @@ extern "C" int mfk_round_half(struct mfk_ctx *c, const float *x, int64_t ldx, in
         return 0;
     const unsigned grid = (unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535);
     if (bf16)
-        k_round<__nv_bfloat16><<<grid, 256, 0, mfk_stream(c)>>>(x, ldx, ne0, n,
-                                                                 (__nv_bfloat16 *)out);
+        k_round<__nv_bfloat16>
+            <<<grid, 256, 0, mfk_stream(c)>>>(x, ldx, ne0, n, (__nv_bfloat16 *)out);
     else
         k_round<__half><<<grid, 256, 0, mfk_stream(c)>>>(x, ldx, ne0, n, (__half *)out);
     return mfk_launched("round", err);
@@ -376,7 +412,8 @@ __global__ void __launch_bounds__(NORM_THREADS)
 {
     __shared__ double part[NORM_THREADS / 32];
     float4 *xr = reinterpret_cast<float4 *>(x + (int64_t)blockIdx.x * ldx);
-    const float4 *rr = res ? reinterpret_cast<const float4 *>(res + (int64_t)blockIdx.x * ldr) : nullptr;
+    const float4 *rr =
+        res ? reinterpret_cast<const float4 *>(res + (int64_t)blockIdx.x * ldr) : nullptr;
     const float4 *g4 = reinterpret_cast<const float4 *>(g);
     float4 *yr = reinterpret_cast<float4 *>(y + (int64_t)blockIdx.x * ldy);
     const int64_t n4 = n / 4;
@@ -428,20 +465,22 @@ __global__ void __launch_bounds__(NORM_THREADS)
         const int64_t i = threadIdx.x + (int64_t)k * NORM_THREADS;
         if (i < n4) {
             const float4 v = keep[k], w = g4[i];
-            yr[i] = make_float4(__fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
-                                __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
+            yr[i] = make_float4(
+                __fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
+                __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
         }
     }
     for (int64_t i = threadIdx.x + (int64_t)NORM_VEC * NORM_THREADS; i < n4; i += NORM_THREADS) {
         const float4 v = xr[i], w = g4[i];
-        yr[i] = make_float4(__fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
-                            __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
+        yr[i] = make_float4(
+            __fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
+            __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
     }
 }
 
-extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res,
-                           int64_t ldr, const float *g, float *y, int64_t ldy, int32_t rows,
-                           int64_t n, float eps, struct mf_err *err)
+extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int64_t ldr,
+                           const float *g, float *y, int64_t ldy, int32_t rows, int64_t n,
+                           float eps, struct mf_err *err)
 {
     if (rows <= 0)
         return 0;
@@ -494,7 +533,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 const int cc = idx / len4, e4 = idx % len4;
                 float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (cc < nc)
-                    v = *reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + 4 * e4);
+                    v = *reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 +
+                                                          4 * e4);
                 v.x = act<TY>(v.x), v.y = act<TY>(v.y), v.z = act<TY>(v.z), v.w = act<TY>(v.w);
                 *reinterpret_cast<float4 *>(xs + cc * CH + 4 * e4) = v;
             }
@@ -551,7 +591,8 @@ __device__ __forceinline__ void stage_q8(const float *x, int64_t ldx, int t0, in
         float v[32];
         float amax = 0.0f;
         if (cc < nc && o < len) {
-            const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + o);
+            const float4 *xp =
+                reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + o);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float4 a = xp[k];
@@ -589,8 +630,8 @@ __device__ __forceinline__ void stage_q8(const float *x, int64_t ldx, int t0, in
  * of the chunk (NB x CH elements = 8192 = 256 blocks). */
 template <int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv_q4k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x,
-               int64_t ldx, int nt, float *y, int64_t ldy, int add)
+    k_gemv_q4k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x, int64_t ldx,
+               int nt, float *y, int64_t ldy, int add)
 {
     constexpr int CH = GEMV_SMEM_FLOATS / NB;
     __shared__ __align__(16) int32_t xq[GEMV_SMEM_FLOATS / 4]; /* int8 x 4, [NB][CH / 4] */
@@ -631,7 +672,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
                 for (int cc = 0; cc < NB; cc++) {
                     if (cc < nc) {
-                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4, *xh = xq + cc * (CH / 4) + ehi / 4;
+                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4,
+                                      *xh = xq + cc * (CH / 4) + ehi / 4;
                         int slo = 0, shi = 0, xlo = 0, xhi = 0;
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
@@ -640,8 +682,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                             xlo = __dp4a(0x01010101, xl[k], xlo);
                             xhi = __dp4a(0x01010101, xh[k], xhi);
                         }
-                        acc[cc] += xd[cc * (CH / 32) + elo / 32] * (dlo * (float)slo - mlo * (float)xlo) +
-                                   xd[cc * (CH / 32) + ehi / 32] * (dhi * (float)shi - mhi * (float)xhi);
+                        acc[cc] +=
+                            xd[cc * (CH / 32) + elo / 32] * (dlo * (float)slo - mlo * (float)xlo) +
+                            xd[cc * (CH / 32) + ehi / 32] * (dhi * (float)shi - mhi * (float)xhi);
                     }
                 }
             }
@@ -668,8 +711,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * weights are read 2 bytes at a time. */
 template <int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv_q6k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x,
-               int64_t ldx, int nt, float *y, int64_t ldy, int add)
+    k_gemv_q6k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x, int64_t ldx,
+               int nt, float *y, int64_t ldy, int add)
 {
     constexpr int CH = GEMV_SMEM_FLOATS / NB;
     __shared__ __align__(16) int32_t xq[GEMV_SMEM_FLOATS / 4];
@@ -702,10 +745,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 int qlo[4], qhi[4];
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const uint32_t lw = (uint32_t)ld16(ql + 4 * k) | ((uint32_t)ld16(ql + 4 * k + 2) << 16);
-                    const uint32_t hw = (uint32_t)ld16(qh + 4 * k) | ((uint32_t)ld16(qh + 4 * k + 2) << 16);
-                    const uint32_t lo = (lw & 0x0F0F0F0Fu) | (((hw >> (2 * kp)) & 0x03030303u) << 4);
-                    const uint32_t hi = ((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * kp + 4)) & 0x03030303u) << 4);
+                    const uint32_t lw =
+                        (uint32_t)ld16(ql + 4 * k) | ((uint32_t)ld16(ql + 4 * k + 2) << 16);
+                    const uint32_t hw =
+                        (uint32_t)ld16(qh + 4 * k) | ((uint32_t)ld16(qh + 4 * k + 2) << 16);
+                    const uint32_t lo =
+                        (lw & 0x0F0F0F0Fu) | (((hw >> (2 * kp)) & 0x03030303u) << 4);
+                    const uint32_t hi =
+                        ((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * kp + 4)) & 0x03030303u) << 4);
                     qlo[k] = (int)__vsub4(lo, 0x20202020u);
                     qhi[k] = (int)__vsub4(hi, 0x20202020u);
                 }
@@ -713,7 +760,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
                 for (int cc = 0; cc < NB; cc++) {
                     if (cc < nc) {
-                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4, *xh = xq + cc * (CH / 4) + ehi / 4;
+                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4,
+                                      *xh = xq + cc * (CH / 4) + ehi / 4;
                         int slo = 0, shi = 0;
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
@@ -744,7 +792,7 @@ static void gemv_q6k_launch(cudaStream_t st, dim3 grid, const struct mfk_weight 
                             int64_t ldx, int nt, float *y, int64_t ldy, int add)
 {
     k_gemv_q6k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, w->ne0,
-                                                      w->ne1, x, ldx, nt, y, ldy, add);
+                                                     w->ne1, x, ldx, nt, y, ldy, add);
 }
 
 template <int NB>
@@ -752,7 +800,7 @@ static void gemv_q4k_launch(cudaStream_t st, dim3 grid, const struct mfk_weight 
                             int64_t ldx, int nt, float *y, int64_t ldy, int add)
 {
     k_gemv_q4k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, w->ne0,
-                                                      w->ne1, x, ldx, nt, y, ldy, add);
+                                                     w->ne1, x, ldx, nt, y, ldy, add);
 }
 
 template <int TY>
@@ -784,18 +832,21 @@ static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float
         return;
     }
     if (nt == 1)
-        k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+        k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
+                                                        y, ldy, add);
     else if (nt == 2)
-        k_gemv<TY, 2><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+        k_gemv<TY, 2><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
+                                                        y, ldy, add);
     else if (nt <= 4)
-        k_gemv<TY, 4><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+        k_gemv<TY, 4><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
+                                                        y, ldy, add);
     else
-        k_gemv<TY, GEMV_NB><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt, y, ldy, add);
+        k_gemv<TY, GEMV_NB><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x,
+                                                              ldx, nt, y, ldy, add);
 }
 
-extern "C" int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
-                        int64_t ldx, int32_t nt, float *y, int64_t ldy, int add,
-                        struct mf_err *err)
+extern "C" int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
+                        int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err)
 {
     int rc = check_weight(w, "gemv", err);
     if (rc || nt <= 0)
@@ -834,24 +885,50 @@ __global__ void k_rope_store(struct mfk_kv_shape s, int32_t layer, float *q, int
             y[d] = x0;
             y[d + 1] = x1;
         }
-        if (is_k) {
+        if (is_k && kv) {
             __half *kt = kv + kv_index(s, b, layer, 0, head - s.n_head);
             kt[(size_t)d * KVB + slot] = __float2half_rn(x0);
             kt[(size_t)(d + 1) * KVB + slot] = __float2half_rn(x1);
         }
     }
     const int kvd = s.n_head_kv * hd;
-    for (int e = threadIdx.x; e < kvd; e += blockDim.x) {
+    for (int e = threadIdx.x; kv && e < kvd; e += blockDim.x) {
         const int head = e / hd, d = e % hd;
         __half *vt = kv + kv_index(s, b, layer, 1, head);
         vt[(size_t)slot * hd + d] = __float2half_rn(v[(int64_t)t * ldkv + e]);
     }
 }
 
+/* The 8-bit store, after k_rope_store rotated k in place: grid (T,
+ * n_head_kv), warp 0 the keys and warp 1 the values, the row's absmax over the
+ * head by shuffles, q = rint(x * 127 / absmax) and the scale absmax / 127
+ * (0 for an all-zero row). */
+__global__ void k_store_q8(struct mfk_kv_shape s, int32_t layer, const float *k, const float *v,
+                           int64_t ldkv, const int32_t *pos, const int32_t *blk, uint8_t *kv)
+{
+    const int t = blockIdx.x, head = blockIdx.y, is_v = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hd = s.head_dim;
+    const float *x = (is_v ? v : k) + (int64_t)t * ldkv + (int64_t)head * hd;
+    const int slot = pos[t] % KVB;
+    float amax = 0.0f;
+    for (int d = lane; d < hd; d += 32)
+        amax = fmaxf(amax, fabsf(x[d]));
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int8_t *u = (int8_t *)(kv + kv8_offset(s, blk[t], layer, is_v, head));
+    for (int d = lane; d < hd; d += 32) {
+        const int8_t qv = (int8_t)fmaxf(-127.0f, fminf(127.0f, rintf(x[d] * inv)));
+        u[is_v ? (size_t)slot * hd + d : (size_t)d * KVB + slot] = qv;
+    }
+    if (lane == 0)
+        ((float *)(u + (size_t)KVB * hd))[slot] = amax / 127.0f;
+}
+
 extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                               int32_t T, float *q, int64_t ldq, float *k, const float *v,
                               int64_t ldkv, const float *rope, const int32_t *pos,
-                              const int32_t *blk, uint16_t *kv, struct mf_err *err)
+                              const int32_t *blk, void *kv, struct mf_err *err)
 {
     if (T <= 0)
         return 0;
@@ -859,8 +936,14 @@ extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, i
         return mf_err_set(err, MF_EINVAL, "CUDA rope: head_dim %d / n_rot %d not supported",
                           s->head_dim, s->n_rot);
     k_rope_store<<<T, 1024, 0, mfk_stream(c)>>>(*s, layer, q, ldq, k, v, ldkv, rope, pos, blk,
-                                               reinterpret_cast<__half *>(kv));
-    return mfk_launched("rope_store", err);
+                                                s->q8 ? nullptr : reinterpret_cast<__half *>(kv));
+    int rc = mfk_launched("rope_store", err);
+    if (!rc && s->q8) {
+        k_store_q8<<<dim3((unsigned)T, (unsigned)s->n_head_kv), 64, 0, mfk_stream(c)>>>(
+            *s, layer, k, v, ldkv, pos, blk, static_cast<uint8_t *>(kv));
+        rc = mfk_launched("store (8-bit)", err);
+    }
+    return rc;
 }
 
 /* ------------------------------------------------------------------------

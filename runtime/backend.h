@@ -32,6 +32,8 @@
 enum backend_kv_type {
     BACKEND_KV_F16 = 0, /* default: half the bytes, what llama.cpp stores too */
     BACKEND_KV_F32 = 1, /* exact K/V, for numerics checks */
+    BACKEND_KV_Q8 = 2,  /* CUDA only: int8 with a float scale per token and head
+                           (kernels.h mfk_kv_shape), ~52% of F16's bytes */
 };
 
 struct backend_config {

@@ -56,7 +56,7 @@ struct cuda_backend {
     struct mfk_weight tok_embd, output;
     const float *out_norm;       /* device */
     struct cuda_layer *layers;   /* owned: n_layer */
-    uint16_t *kv;                /* device: the arena, F16 */
+    void *kv;                    /* device: the arena, F16 or 8-bit (cfg.kv_type) */
     int32_t n_blocks;
     /* step scratch (device), sized for cfg.max_tokens rows */
     float *x, *xb, *q, *k, *v, *att, *hg, *hu, *out_x, *logits;
@@ -237,8 +237,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     int rc, n = 0;
 
     *out = NULL;
-    if (cfg->kv_type != BACKEND_KV_F16)
-        return mf_err_set(err, MF_EUNSUPPORTED, "the CUDA backend stores KV in F16 only");
+    if (cfg->kv_type != BACKEND_KV_F16 && cfg->kv_type != BACKEND_KV_Q8)
+        return mf_err_set(err, MF_EUNSUPPORTED, "the CUDA backend stores KV in F16 or 8 bits");
     rc = mfk_device_count(&n, err);
     if (rc)
         return rc;
@@ -300,7 +300,7 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
 static int cuda_kv_alloc(struct backend *b, int32_t *n_blocks, struct mf_err *err)
 {
     struct cuda_backend *cb = cb_of(b);
-    uint64_t bb = backend_kv_block_bytes(cb->m, BACKEND_KV_F16), budget = 0;
+    uint64_t bb = backend_kv_block_bytes(cb->m, cb->cfg.kv_type), budget = 0;
     size_t free_b = 0, total_b = 0;
     int32_t n;
     int rc;
@@ -313,12 +313,12 @@ static int cuda_kv_alloc(struct backend *b, int32_t *n_blocks, struct mf_err *er
                                  cb->cfg.kv_bytes, &budget, err);
     if (rc)
         return rc;
-    n = backend_kv_n_blocks(cb->m, BACKEND_KV_F16, budget);
+    n = backend_kv_n_blocks(cb->m, cb->cfg.kv_type, budget);
     if (n < 1)
         return mf_err_set(err, MF_ENOMEM,
                           "a GPU KV budget of %" PRIu64 " bytes holds no block of %" PRIu64 " bytes",
                           budget, bb);
-    rc = mfk_malloc(cb->ctx, (size_t)n * bb, (void **)&cb->kv, err);
+    rc = mfk_malloc(cb->ctx, (size_t)n * bb, &cb->kv, err);
     if (rc)
         return rc;
     cb->n_blocks = n;
@@ -359,7 +359,8 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     const int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
     const int64_t xbw = qd > E ? qd : E;
     const int32_t T = p->T;
-    const struct mfk_kv_shape ks = {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot};
+    const struct mfk_kv_shape ks = {hp->n_layer,  hp->n_head, hp->n_head_kv,
+                                    hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
     const int32_t *d32 = (const int32_t *)(void *)cb->dstep;
     const int32_t tb = l * MODEL_W_PER_LAYER; /* model target of this layer's first weight */
     int rc;
@@ -448,7 +449,8 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     if (rc)
         return rc;
     {
-        struct mfk_kv_shape ks = {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot};
+        struct mfk_kv_shape ks = {hp->n_layer,  hp->n_head, hp->n_head_kv,
+                                  hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
         cuda_plan_step_size(cb->m, bt, mfk_attention_max_ctx(&ks), &p);
     }
     rc = reserve_step(cb, p.bytes, err);

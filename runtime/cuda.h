@@ -7,8 +7,8 @@
  * (MFC_HAVE_CUDA_RUNTIME unset) cuda_device_count reports 0 and create
  * fails with MF_EUNSUPPORTED, so callers need no #ifdef.
  *
- * Differences from cpu_backend_ops (docs/cuda.md): KV in F16 only
- * (BACKEND_KV_F32 is refused); LoRA adapters are those attached to the
+ * Differences from cpu_backend_ops (docs/cuda.md): KV in F16 or 8 bits
+ * (BACKEND_KV_Q8, CUDA only; BACKEND_KV_F32 is refused); LoRA adapters are those attached to the
  * model before create, F32/F16/BF16 only, and need cuBLAS (a batch naming
  * another is refused with MF_EUNSUPPORTED); kv_bytes 0 means
  * MFC_GPU_MEMORY_UTILIZATION (default 0.9) of the device's memory.

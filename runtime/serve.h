@@ -60,6 +60,7 @@ struct serve_config {
     char *model_name;    /* owned: the served name (MFC_MODEL_NAME, else the file's stem) */
     char *device;        /* owned: "cpu" (MFC_DEVICE) */
     char *kv_cache_gb;   /* owned or NULL: MFC_KV_CACHE_GB */
+    int kv_8bit;         /* MFC_KV_CACHE_TYPE=q8 (or q8_0): 8-bit K/V on CUDA */
     int threads;         /* CPU threads; 0: one per core */
     int max_seqs;        /* sequences per step (MFC_MAX_SEQS, 64) */
     int max_batch_tokens; /* tokens per step (MFC_MAX_BATCH_TOKENS, 512) */

@@ -25,11 +25,13 @@
 const char serve_usage[] =
     "usage: mfc-serve --model FILE.gguf [--config model.yaml] [--host ADDR] [--port N]\n"
     "                 [--api-key KEY] [--adapter NAME=PATH[@OFFSET:SIZE]]... [--threads N]\n"
-    "                 [--name NAME] [--ctx N] [--max-seqs N] [--kv-cache-gb G] [--log-level LEVEL]\n"
+    "                 [--name NAME] [--ctx N] [--max-seqs N] [--kv-cache-gb G]\n"
+    "                 [--kv-cache-type f16|q8] [--log-level LEVEL]\n"
     "                 [--model-offset BYTES [--model-size BYTES]]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
-    "  MFC_KV_CACHE_GB MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS MFC_MAX_WAITING\n"
+    "  MFC_KV_CACHE_GB MFC_KV_CACHE_TYPE MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS\n"
+    "  MFC_MAX_WAITING\n"
     "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n"
     "--model-offset/--model-size, and an adapter's @OFFSET:SIZE, serve a GGUF lying inside\n"
     "a bigger file (a tar layer), mapped in place.\n";
@@ -455,6 +457,11 @@ static int apply(struct serve_config *c, const char *key, const char *v, struct 
         if (rc)
             return rc;
         set_str(&c->kv_cache_gb, v);
+    } else if (!strcmp(key, "kv-cache-type")) {
+        /* q8_0: Ollama's name for its 8-bit cache (OLLAMA_KV_CACHE_TYPE) */
+        if (strcmp(v, "f16") && strcmp(v, "q8") && strcmp(v, "q8_0"))
+            return mf_err_set(err, MF_EUSAGE, "KV cache type \"%s\": expected f16 or q8", v);
+        c->kv_8bit = strcmp(v, "f16") != 0;
     } else if (!strcmp(key, "threads"))
         return parse_int("threads", v, 0, 1024, &c->threads, err);
     else if (!strcmp(key, "max-seqs"))
@@ -493,6 +500,7 @@ static const struct {
     {"MFC_MODEL_NAME", "name"},
     {"MFC_DEVICE", "device"},
     {"MFC_KV_CACHE_GB", "kv-cache-gb"},
+    {"MFC_KV_CACHE_TYPE", "kv-cache-type"},
     {"MFC_THREADS", "threads"},
     {"MFC_MAX_SEQS", "max-seqs"},
     {"MFC_MAX_BATCH_TOKENS", "max-batch-tokens"},
@@ -509,7 +517,7 @@ static const struct option long_opts[] = {
     {"port", 1, 0, 'p'},     {"api-key", 1, 0, 'k'},      {"adapter", 1, 0, 'a'},
     {"threads", 1, 0, 't'},  {"name", 1, 0, 'n'},         {"ctx", 1, 0, 'C'},
     {"max-seqs", 1, 0, 'S'}, {"kv-cache-gb", 1, 0, 'K'},  {"log-level", 1, 0, 'L'},
-    {"model-offset", 1, 0, 'O'}, {"model-size", 1, 0, 'Z'},
+    {"model-offset", 1, 0, 'O'}, {"model-size", 1, 0, 'Z'}, {"kv-cache-type", 1, 0, 'T'},
     {"help", 0, 0, 'h'},     {0, 0, 0, 0},
 };
 

@@ -156,6 +156,22 @@ post() {
     [[ "$output" == *"cannot listen on 0.0.0.0:$(cat "$D/main.port")"* ]]
 }
 
+@test "serve: MFC_KV_CACHE_TYPE=q8 on the CPU keeps F16 and says so; a bad type is a usage error" {
+    run env MFC_KV_CACHE_TYPE=q4 "$SERVE" --model "$D/toy.gguf"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *'KV cache type "q4": expected f16 or q8'* ]]
+    MFC_DEVICE=cpu MFC_KV_CACHE_TYPE=q8 start_server KV8 --model "$D/toy.gguf" --name toy
+    grep -q 'MFC_KV_CACHE_TYPE=q8 needs the CUDA backend: K/V stay F16 on the cpu' "$D/KV8.log"
+    grep -q 'compute backend: cpu (MFC_DEVICE=cpu), KV cache F16' "$D/KV8.log"
+    # it answers as the F16 server does
+    run curl -s "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"hello","max_tokens":6,"temperature":0,"ignore_eos":true}'
+    local a
+    a=$(echo "$output" | jq -r '.choices[0].text')
+    run curl -s "$(main_url)/v1/completions" -d '{"model":"toy","prompt":"hello","max_tokens":6,"temperature":0,"ignore_eos":true}'
+    [ -n "$a" ]
+    [ "$(echo "$output" | jq -r '.choices[0].text')" = "$a" ]
+}
+
 @test "serve: --model-offset serves a GGUF inside a tar in place" {
     head -c 3000 /dev/urandom >"$D/pad.bin"
     tar -C "$D" -cf "$D/layer.tar" pad.bin toy.gguf

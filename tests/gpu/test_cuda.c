@@ -26,6 +26,7 @@
  * greedy tokens must be identical for F32/F16/BF16 models.
  * Prints one line per check and exits 1 if any failed.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -389,6 +390,78 @@ static float h16(uint16_t h)
     return quant_f16_to_f32(h);
 }
 
+/* The 8-bit arena's unit (kernels.h): int8 [hd][16] keys or [16][hd] values,
+ * then 16 float scales. */
+static size_t kv8_off(const struct mfk_kv_shape *s, int blk, int layer, int kv, int head)
+{
+    return ((((size_t)blk * s->n_layer + layer) * 2 + kv) * s->n_head_kv + head) * KVB *
+           (s->head_dim + 4);
+}
+
+static size_t arena_bytes(const struct mfk_kv_shape *s, int n_blocks)
+{
+    return s->q8 ? kv8_off(s, n_blocks, 0, 0, 0) : kv_idx(s, n_blocks, 0, 0, 0) * 2;
+}
+
+/* Byte offset of element (d, slot) of a unit (keys kv 0, values kv 1). */
+static size_t kv_elem(const struct mfk_kv_shape *s, int blk, int layer, int kv, int head, int d,
+                      int slot)
+{
+    size_t i = kv ? (size_t)slot * s->head_dim + d : (size_t)d * KVB + slot;
+    return s->q8 ? kv8_off(s, blk, layer, kv, head) + i : 2 * (kv_idx(s, blk, layer, kv, head) + i);
+}
+
+static float *kv8_scale(const struct mfk_kv_shape *s, uint8_t *a, int blk, int layer, int kv,
+                        int head, int slot)
+{
+    return (float *)(void *)(a + kv8_off(s, blk, layer, kv, head) + (size_t)KVB * s->head_dim) +
+           slot;
+}
+
+/* The value attention reads: the F16 element, or q * scale rounded to fp16. */
+static float kv_at(const struct mfk_kv_shape *s, uint8_t *a, int blk, int layer, int kv, int head,
+                   int d, int slot)
+{
+    const uint8_t *e = a + kv_elem(s, blk, layer, kv, head, d, slot);
+    if (s->q8)
+        return h16(quant_f32_to_f16((float)(int8_t)e[0] * *kv8_scale(s, a, blk, layer, kv, head, slot)));
+    uint16_t h;
+    memcpy(&h, e, 2);
+    return h16(h);
+}
+
+/* Checks what mfk_rope_store wrote for token t's head h (keys kv 0 from x,
+ * values kv 1) in got: F16 within 1 ulp of x, 8-bit within 1 of
+ * rint(x * 127 / absmax) with the scale absmax / 127. Then copies it into
+ * want, so want == got afterwards means nothing else moved. 0 or 1. */
+static int check_store(const struct mfk_kv_shape *s, uint8_t *want, uint8_t *got, int blk,
+                       int layer, int kv, int h, int slot, const float *x)
+{
+    int bad = 0, hd = s->head_dim;
+    float amax = 0;
+    for (int d = 0; d < hd; d++)
+        amax = fabsf(x[d]) > amax ? fabsf(x[d]) : amax;
+    if (s->q8) {
+        float *sg = kv8_scale(s, got, blk, layer, kv, h, slot);
+        bad |= fabsf(*sg - amax / 127.0f) > 1e-6f * amax;
+        *kv8_scale(s, want, blk, layer, kv, h, slot) = *sg;
+    }
+    for (int d = 0; d < hd; d++) {
+        size_t o = kv_elem(s, blk, layer, kv, h, d, slot);
+        if (s->q8) {
+            int diff = (int8_t)got[o] - (int)rintf(x[d] * 127.0f / amax);
+            bad |= diff < -1 || diff > 1;
+            want[o] = got[o];
+        } else {
+            uint16_t g, w = quant_f32_to_f16(x[d]);
+            memcpy(&g, got + o, 2);
+            bad |= (int)g - (int)w < -1 || (int)g - (int)w > 1;
+            memcpy(want + o, &g, 2);
+        }
+    }
+    return bad;
+}
+
 /* Error over the listed rows of y (n_cols each); INFINITY when one of them
  * is NaN or a row not listed was written (no longer the poison's NaN). */
 static double listed_err(const float *y, const double *ref, int rows, int64_t n_cols,
@@ -415,9 +488,9 @@ static double listed_err(const float *y, const double *ref, int rows, int64_t n_
  * per-token kernel's shared memory when long), a fresh 37-token prompt, a
  * 16-token past plus 5 new tokens. Slots past each sequence's last
  * position hold NaN, as never-written memory may. */
-static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int long_past)
+static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int long_past, int q8)
 {
-    const struct mfk_kv_shape s = {2, n_head, n_head_kv, hd, n_rot};
+    const struct mfk_kv_shape s = {2, n_head, n_head_kv, hd, n_rot, q8};
     const int layer = 1, ratio = n_head / n_head_kv;
     const int past[3] = {long_past ? long_past : 199, 0, 16}, nnew[3] = {1, 37, 5};
     int n_blocks = 0;
@@ -447,10 +520,17 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         max_ctx = ctxn > max_ctx ? ctxn : max_ctx;
     }
     const int64_t qd = (int64_t)n_head * hd, kvd = (int64_t)n_head_kv * hd;
-    size_t kv_elems = kv_idx(&s, n_blocks, 0, 0, 0);
-    uint16_t *kv = malloc(kv_elems * 2), *kv_got = malloc(kv_elems * 2);
-    for (size_t i = 0; i < kv_elems; i++)
-        kv[i] = quant_f32_to_f16(frand());
+    const size_t kv_bytes = arena_bytes(&s, n_blocks);
+    uint8_t *kv = malloc(kv_bytes), *kv_got = malloc(kv_bytes);
+    for (size_t i = 0; i + 1 < kv_bytes; i += 2) {
+        uint16_t h = quant_f32_to_f16(frand());
+        memcpy(kv + i, &h, 2);
+    }
+    for (int b = 0; q8 && b < n_blocks; b++)
+        for (int l = 0; l < 2; l++)
+            for (int u = 0; u < 2 * n_head_kv; u++)
+                for (int sl = 0; sl < KVB; sl++)
+                    *kv8_scale(&s, kv, b, l, u & 1, u >> 1, sl) = (1.0f + frand()) / 254.0f;
     float *q = malloc(T * qd * 4), *k = malloc(T * kvd * 4), *v = malloc(T * kvd * 4);
     float *rope = malloc(T * n_rot * 4), *qgot = malloc(T * qd * 4);
     double *qref = malloc(T * qd * 8);
@@ -484,11 +564,11 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                 }
             }
     }
-    uint16_t *dkv = dalloc(kv_elems * 2);
+    uint8_t *dkv = dalloc(kv_bytes);
     float *dq = dalloc(T * qd * 4), *dk = dalloc(T * kvd * 4), *dv = dalloc(T * kvd * 4);
     float *drope = dalloc(T * n_rot * 4), *dout = dalloc(T * qd * 4);
     int32_t *dpos = dalloc(T * 4), *dblk = dalloc(T * 4), *dtoff = dalloc(T * 4), *dtab = dalloc(nt * 4);
-    h2d(dkv, kv, kv_elems * 2);
+    h2d(dkv, kv, kv_bytes);
     h2d(dq, q, T * qd * 4);
     h2d(dk, k, T * kvd * 4);
     h2d(dv, v, T * kvd * 4);
@@ -499,37 +579,37 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
     h2d(dtab, tables, nt * 4);
     CK(mfk_rope_store(ctx, &s, layer, T, dq, qd, dk, dv, kvd, drope, dpos, dblk, dkv, &err));
     d2h(qgot, dq, T * qd * 4);
-    d2h(kv_got, dkv, kv_elems * 2);
+    d2h(kv_got, dkv, kv_bytes);
     snprintf(name, sizeof name, "rope q (%d/%d heads, hd %d, rot %d)", n_head, n_head_kv, hd, n_rot);
     report(name, rel_err(qgot, qref, T * qd) < 1e-6, "rel err", rel_err(qgot, qref, T * qd), 1e-6);
     /* expected arena: the old one with every new token's K/V written */
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < n_head_kv; h++)
-            for (int d = 0; d < hd; d++) {
-                kv[kv_idx(&s, blk[t], layer, 0, h) + d * KVB + pos[t] % KVB] =
-                    quant_f32_to_f16(kref[t * kvd + h * hd + d]);
-                kv[kv_idx(&s, blk[t], layer, 1, h) + (pos[t] % KVB) * hd + d] =
-                    quant_f32_to_f16(v[t * kvd + h * hd + d]);
-            }
     int64_t bad = 0;
-    for (size_t i = 0; i < kv_elems; i++) {
-        int diff = (int)kv[i] - (int)kv_got[i];
-        bad += diff < -1 || diff > 1;
-    }
-    snprintf(name, sizeof name, "paged K/V store (1 ulp; rest untouched)");
-    report(name, bad == 0, "elements off", (double)bad, 0);
-    memcpy(kv, kv_got, kv_elems * 2); /* the reference attends over what was stored */
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head_kv; h++) {
+            bad += check_store(&s, kv, kv_got, blk[t], layer, 0, h, pos[t] % KVB,
+                               kref + t * kvd + h * hd);
+            bad += check_store(&s, kv, kv_got, blk[t], layer, 1, h, pos[t] % KVB,
+                               v + t * kvd + h * hd);
+        }
+    bad += memcmp(kv, kv_got, kv_bytes) != 0;
+    snprintf(name, sizeof name, "paged K/V store%s (%s; rest untouched)", q8 ? ", 8-bit" : "",
+             q8 ? "1 step, scale absmax/127" : "1 ulp");
+    report(name, bad == 0, "rows off", (double)bad, 0);
+    memcpy(kv, kv_got, kv_bytes); /* the reference attends over what was stored */
     for (int sq = 0, off = 0; sq < 3; sq++) {
         int ctxn = past[sq] + nnew[sq], nb = (ctxn + KVB - 1) / KVB;
         for (int sl = ctxn % KVB; sl && sl < KVB; sl++)
             for (int h = 0; h < n_head_kv; h++)
-                for (int d = 0; d < hd; d++) {
-                    kv[kv_idx(&s, tables[off + nb - 1], layer, 0, h) + d * KVB + sl] = 0x7E00;
-                    kv[kv_idx(&s, tables[off + nb - 1], layer, 1, h) + sl * hd + d] = 0x7E00;
+                for (int u = 0; u < 2; u++) {
+                    if (q8)
+                        *kv8_scale(&s, kv, tables[off + nb - 1], layer, u, h, sl) = NAN;
+                    for (int d = 0; !q8 && d < hd; d++)
+                        memcpy(kv + kv_elem(&s, tables[off + nb - 1], layer, u, h, d, sl),
+                               &(uint16_t){0x7E00}, 2);
                 }
         off += nb;
     }
-    h2d(dkv, kv, kv_elems * 2);
+    h2d(dkv, kv, kv_bytes);
 
     /* attention reference */
     double *ref = malloc(T * qd * 8);
@@ -539,11 +619,10 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
             int g = h / ratio, np = pos[t] + 1;
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < np; j++) {
-                const uint16_t *kt = kv + kv_idx(&s, tables[toff[t] + j / KVB], layer, 0, g);
                 double acc = 0;
                 for (int d = 0; d < hd; d++)
                     acc += (double)h16(quant_f32_to_f16(qgot[t * qd + h * hd + d])) *
-                           h16(kt[d * KVB + j % KVB]);
+                           kv_at(&s, kv, tables[toff[t] + j / KVB], layer, 0, g, d, j % KVB);
                 sc[j] = acc / sqrt((double)hd);
                 mx = sc[j] > mx ? sc[j] : mx;
             }
@@ -553,9 +632,9 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                 ref[t * qd + h * hd + d] = 0;
             for (int j = 0; j < np; j++) {
                 double p = h16(quant_f32_to_f16((float)(sc[j] / sum)));
-                const uint16_t *vt = kv + kv_idx(&s, tables[toff[t] + j / KVB], layer, 1, g);
                 for (int d = 0; d < hd; d++)
-                    ref[t * qd + h * hd + d] += p * h16(vt[(j % KVB) * hd + d]);
+                    ref[t * qd + h * hd + d] +=
+                        p * kv_at(&s, kv, tables[toff[t] + j / KVB], layer, 1, g, d, j % KVB);
             }
         }
     if (hd % 32 == 0 && max_ctx <= mfk_attention_max_ctx(&s)) {
@@ -563,8 +642,8 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         CK(mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, dout,
                          qd, &err));
         d2h(qgot, dout, T * qd * 4);
-        snprintf(name, sizeof name, "attention (%d/%d heads, hd %d, ctx %d)", n_head, n_head_kv, hd,
-                 max_ctx);
+        snprintf(name, sizeof name, "attention%s (%d/%d heads, hd %d, ctx %d)", q8 ? " 8-bit" : "",
+                 n_head, n_head_kv, hd, max_ctx);
         double e = rel_err(qgot, ref, T * qd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         /* a token list: the tokens in reverse order, every second one */
@@ -577,7 +656,7 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                          qd, &err));
         d2h(qgot, dout, T * qd * 4);
         e = listed_err(qgot, ref, T, qd, list, nl);
-        snprintf(name, sizeof name, "attention, listed tokens (hd %d)", hd);
+        snprintf(name, sizeof name, "attention%s, listed tokens (hd %d)", q8 ? " 8-bit" : "", hd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         mfk_free(dlist);
     }
@@ -596,8 +675,8 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                                &err));
         d2h(qgot, dout, T * qd * 4);
         double e = rel_err(qgot, ref, T * qd);
-        snprintf(name, sizeof name, "attention tiles (%d/%d heads, hd %d, ctx %d)", n_head,
-                 n_head_kv, hd, max_ctx);
+        snprintf(name, sizeof name, "attention tiles%s (%d/%d heads, hd %d, ctx %d)",
+                 q8 ? " 8-bit" : "", n_head, n_head_kv, hd, max_ctx);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         mfk_free(dtiles);
     }
@@ -779,6 +858,121 @@ static void test_model(const char *path)
     model_close(m);
 }
 
+/* Token ids from tests/gpu/models' X.heldout beside X.gguf (a JSON array of
+ * arrays of ids, one per text): into ids (cap in all), start[i] and len[i]
+ * for each of at most max_seqs texts. The number of texts, 0 if none. */
+static int read_ids(const char *path, int32_t *ids, int cap, int *start, int *len, int max_seqs)
+{
+    char hp[4096];
+    size_t pl = strlen(path);
+    if (pl < 5 || pl + 4 >= sizeof hp)
+        return 0;
+    snprintf(hp, sizeof hp, "%.*s.heldout", (int)(pl - 5), path);
+    FILE *f = fopen(hp, "r");
+    if (!f)
+        return 0;
+    int n = 0, seqs = 0, depth = 0, c;
+    while ((c = fgetc(f)) != EOF) {
+        if (c == '[' && ++depth == 2 && seqs < max_seqs)
+            start[seqs] = n, len[seqs] = 0;
+        else if (c == ']' && depth-- == 2 && seqs < max_seqs && len[seqs] > 0)
+            seqs++;
+        else if (c >= '0' && c <= '9' && depth == 2 && n < cap && seqs < max_seqs) {
+            ungetc(c, f);
+            if (fscanf(f, "%" SCNd32, &ids[n]) == 1)
+                n++, len[seqs]++;
+        }
+    }
+    fclose(f);
+    return seqs;
+}
+
+static double log_softmax_at(const float *x, int64_t n, int32_t i)
+{
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    for (int64_t j = 0; j < n; j++)
+        sum += exp(x[j] - mx);
+    return x[i] - mx - log(sum);
+}
+
+/* The 8-bit KV cache against F16, both on the GPU, over texts each fed
+ * from position 0: the first half in one step (tiles), then a token a
+ * step (per-token kernel). The perplexity of every token predicted after
+ * that under each arena (the accuracy cost the issue asks for), the mean
+ * KL(F16 || 8-bit) of the next-token distributions and the logits'
+ * relative difference. The texts: X.heldout beside the model (the demo's
+ * held-out sums), else three of random ids. */
+static void test_kv8(const char *path)
+{
+    struct model *m;
+    char name[200];
+    if (model_open(path, &m, &err)) {
+        printf("FAIL kv8 %s: %s\n", path, err.msg);
+        failures++;
+        return;
+    }
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const int64_t V = m->hp.n_vocab;
+    enum { CAP = 4096, MAXS = 64, MAXLEN = 256 };
+    int32_t *ids = malloc(CAP * sizeof *ids);
+    int start[MAXS], len[MAXS];
+    int n_seq = read_ids(path, ids, CAP, start, len, MAXS), held = n_seq > 0;
+    for (int q = 0; !held && q < 3; q++, n_seq++) {
+        start[q] = q * 100, len[q] = 100;
+        for (int i = 0; i < 100; i++)
+            ids[q * 100 + i] = (int32_t)(next_u64() % (uint64_t)V);
+    }
+    const int nb = MAXLEN / KVB;
+    int32_t table[MAXLEN / KVB];
+    for (int b = 0; b < nb; b++)
+        table[b] = nb - 1 - b;
+    struct backend *be[2] = {NULL, NULL};
+    float *lg[2] = {malloc(V * 4), malloc(V * 4)};
+    for (int k = 0; k < 2; k++) {
+        struct backend_config cfg = {.kv_type = k ? BACKEND_KV_Q8 : BACKEND_KV_F16};
+        cfg.kv_bytes = (uint64_t)nb * backend_kv_block_bytes(m, cfg.kv_type);
+        int32_t got;
+        CK(backend_create(&cuda_backend_ops, m, &cfg, &be[k], &err));
+        CK(backend_kv_alloc(be[k], &got, &err));
+    }
+    double nll[2] = {0, 0}, kl = 0, worst = 0;
+    int count = 0;
+    for (int q = 0; q < n_seq; q++) {
+        const int32_t *t = ids + start[q];
+        int n = len[q] < MAXLEN ? len[q] : MAXLEN, past = 0;
+        while (past < n - 1) {
+            int nn = past == 0 ? (n / 2 > 1 ? n / 2 : 1) : 1;
+            struct batch_seq bs = {.tokens = t + past, .n_tokens = nn, .n_past = past,
+                                   .block_table = table, .n_blocks = nb, .want_logits = 1};
+            for (int k = 0; k < 2; k++) {
+                struct batch b = {.n_seqs = 1, .seqs = &bs, .logits = lg[k]};
+                CK(backend_step(be[k], &b, &err));
+            }
+            past += nn;
+            double e = logits_err(lg[1], lg[0], V), lse[2];
+            worst = e > worst ? e : worst;
+            for (int k = 0; k < 2; k++) {
+                lse[k] = lg[k][0] - log_softmax_at(lg[k], V, 0); /* log sum exp */
+                nll[k] -= lg[k][t[past]] - lse[k];
+            }
+            for (int64_t j = 0; j < V; j++)
+                kl += exp(lg[0][j] - lse[0]) * ((lg[0][j] - lse[0]) - (lg[1][j] - lse[1]));
+            count++;
+        }
+    }
+    double ppl0 = exp(nll[0] / count), ppl1 = exp(nll[1] / count), chg = ppl1 / ppl0 - 1;
+    snprintf(name, sizeof name, "kv8 %s: perplexity of %d %s tokens, F16 KV %.4f, 8-bit %.4f", base,
+             count, held ? "held-out" : "random", ppl0, ppl1);
+    report(name, fabs(chg) < 1e-2, "rel change", chg, 1e-2);
+    snprintf(name, sizeof name, "kv8 %s: logits vs F16 KV (mean KL %.2e)", base, kl / count);
+    report(name, worst < 3e-2, "rel err", worst, 3e-2);
+    backend_free(be[0]), backend_free(be[1]);
+    free(lg[0]), free(lg[1]), free(ids);
+    model_close(m);
+}
+
 /* LoRA on the GPU against the CPU: the model at path with the adapter at
  * lpath (tests/gpu/models writes X-lora.gguf beside X.gguf). Two sequences
  * with the same tokens, one with the adapter (user scale 0.8), one
@@ -891,12 +1085,15 @@ int main(int argc, char **argv)
         test_norm_swiglu(1000);
         test_norm_swiglu(20000);
     }
-    test_attention(8, 2, 64, 64, 0);
-    test_attention(32, 8, 128, 128, 0);
-    test_attention(6, 6, 64, 32, 0);
-    test_attention(16, 1, 256, 64, 0); /* MQA, the widest head the kernel takes */
-    test_attention(8, 8, 80, 80, 0);   /* phi-2's heads: tiles only */
-    test_attention(32, 8, 128, 128, 12000); /* past the per-token kernel's shared memory */
+    for (int q8 = 0; q8 < 2; q8++) { /* the F16 arena, then the 8-bit one */
+        test_attention(8, 2, 64, 64, 0, q8);
+        test_attention(32, 8, 128, 128, 0, q8);
+        test_attention(6, 6, 64, 32, 0, q8);
+        test_attention(16, 1, 256, 64, 0, q8); /* MQA, the widest head the kernel takes */
+        test_attention(8, 8, 80, 80, 0, q8);   /* phi-2's heads: tiles only */
+        if (!only_att) /* past the per-token kernel's shared memory (racecheck: too slow) */
+            test_attention(32, 8, 128, 128, 12000, q8);
+    }
     if (!only_att)
         test_argmax();
     for (int i = 1; i < argc; i++) {
@@ -905,6 +1102,8 @@ int main(int argc, char **argv)
         if (len > 10 && !strcmp(argv[i] + len - 10, "-lora.gguf"))
             continue; /* an adapter: tested with its model */
         test_model(argv[i]);
+        if (strstr(argv[i], "-f16.gguf"))
+            test_kv8(argv[i]);
         if (lora_beside(argv[i], lpath, sizeof lpath))
             test_lora(argv[i], lpath, strstr(argv[i], "-f16") ? 1e-3 : 6e-2);
     }

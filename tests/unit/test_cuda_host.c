@@ -284,6 +284,27 @@ static void test_no_device(void **state)
     assert_string_equal(cuda_backend_ops.name, "cuda");
 }
 
+/* The 8-bit arena's block: a byte per element and a float scale per slot,
+ * head and K or V (kernels.h); the CPU backend refuses it. */
+static void test_kv8_bytes(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct backend_config cfg = {.kv_type = BACKEND_KV_Q8};
+    struct backend *be = (struct backend *)(void *)blob;
+    struct mf_err err = {0};
+    (void)state;
+
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+    /* 2 layers x K,V x 2 KV heads x 16 slots x (64 bytes + 4 for the scale) */
+    assert_int_equal(backend_kv_block_bytes(&m, BACKEND_KV_Q8), 2 * 2 * 2 * 16 * (64 + 4));
+    assert_int_equal(backend_kv_block_bytes(&m, BACKEND_KV_F16), 2 * 2 * 2 * 16 * 64 * 2);
+    assert_int_equal(backend_kv_n_blocks(&m, BACKEND_KV_Q8, 3 * 8704 + 1), 3);
+    assert_int_equal(backend_create(&cpu_backend_ops, &m, &cfg, &be, &err), MF_EUNSUPPORTED);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "CUDA only"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_gemm_min),
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_no_device),
+        cmocka_unit_test(test_kv8_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

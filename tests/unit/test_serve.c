@@ -240,7 +240,7 @@ static void test_precedence(void **state)
 
     const char *env[] = {"MFC_CONFIG", path,   "MFC_PORT", "9000", "MFC_HOST", "127.0.0.1",
                          "MFC_API_KEY", "k1", "MFC_MAX_SEQS", "8", "MFC_KV_CACHE_GB", "0.5",
-                         NULL};
+                         "MFC_KV_CACHE_TYPE", "q8_0", NULL};
     fake_env = env;
     char *argv[] = {"mfc-serve", "--port", "9001", "--adapter", "sql=/x/sql2.gguf",
                     "--adapter", "new=/x/new.gguf", NULL};
@@ -252,6 +252,7 @@ static void test_precedence(void **state)
     assert_string_equal(c.api_key, "k1");
     assert_int_equal(c.max_seqs, 8);
     assert_string_equal(c.kv_cache_gb, "0.5");
+    assert_int_equal(c.kv_8bit, 1); /* MFC_KV_CACHE_TYPE=q8_0 */
     assert_string_equal(c.model_path, "/models/model.gguf"); /* from the yaml */
     assert_string_equal(c.model_name, "model");              /* its stem */
     assert_int_equal(c.n_adapters, 3);
@@ -266,6 +267,7 @@ static void test_precedence(void **state)
     serve_config_init(&c);
     assert_int_equal(serve_config_parse(&c, 1, argv2, env_get, &help, &err), 0);
     assert_string_equal(c.model_path, "/e.gguf");
+    assert_int_equal(c.kv_8bit, 0); /* the default */
     serve_config_free(&c);
     char *argv3[] = {"mfc-serve", "--model=/f/my-model.gguf", "--name", "m", NULL};
     serve_config_init(&c);
@@ -293,6 +295,7 @@ static void test_flag_errors(void **state)
         {4, {"mfc-serve", "--model", "m.gguf", "--adapter"}, "needs a value"},
         {5, {"mfc-serve", "--model", "m.gguf", "--adapter", "noequals"}, "NAME=PATH"},
         {5, {"mfc-serve", "--model", "m.gguf", "--kv-cache-gb", "lots"}, "KV cache size"},
+        {5, {"mfc-serve", "--model", "m.gguf", "--kv-cache-type", "q4"}, "KV cache type \"q4\""},
         {4, {"mfc-serve", "--model", "m.gguf", "extra"}, "unexpected argument"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/num.h"
 #include "common/quant.h"
 #include "kernels/kernels.h"
 #include "runtime/backend.h"
@@ -379,6 +380,13 @@ static void mem_peak(struct mfk_ctx *c, size_t *peak)
         *peak = total_b - free_b;
 }
 
+/* An integer argument or variable in [lo, hi], else def. */
+static int int_arg(const char *v, int lo, int hi, int def)
+{
+    int64_t n;
+    return v && mf_num_parse_i64(v, &n) == 0 && n >= lo && n <= hi ? (int)n : def;
+}
+
 static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ctx)
 {
     struct mf_err err = {0};
@@ -443,9 +451,10 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
            "%.0f tokens/s; then %d decode steps: %.1f tokens/s)\n",
            s->name, type, n_seqs, ctx, prompt, chunk, n_seqs * prompt / t_pre, n_dec,
            n_seqs * n_dec / t_dec);
-    printf("weights %.2f GB, KV arena (%s) %.2f GB; device memory in use before the model %.2f GB\n",
-           st.bytes / 1e9, cfg.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16", st.kv_bytes / 1e9,
-           base / 1e9);
+    printf(
+        "weights %.2f GB, KV arena (%s) %.2f GB; device memory in use before the model %.2f GB\n",
+        st.bytes / 1e9, cfg.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16", st.kv_bytes / 1e9,
+        base / 1e9);
     printf(
         "peak device memory (total - free, CUDA context and cuBLAS included): %.2f GB = %.2f GiB\n",
         peak / 1e9, peak / 1073741824.0);
@@ -481,8 +490,9 @@ int main(int argc, char **argv)
             if (strcmp(argv[2], shapes[i].name) == 0)
                 return cuda_device_count() < 1
                            ? 77
-                           : mem_bench(&shapes[i], argv[3], argc > 4 ? atoi(argv[4]) : 16,
-                                       argc > 5 ? atoi(argv[5]) : 2048);
+                           : mem_bench(&shapes[i], argv[3],
+                                       argc > 4 ? int_arg(argv[4], 1, MAX_B, 0) : 16,
+                                       argc > 5 ? int_arg(argv[5], 32, 1 << 20, 0) : 2048);
         fprintf(stderr, "usage: cuda_bench mem SHAPE TYPE [SEQS [CTX]]\n");
         return 2;
     }
@@ -523,12 +533,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < nb; i++)
         max_b = batches[i] > max_b ? batches[i] : max_b;
     const char *ev = getenv("CUDA_BENCH_STEPS");
-    const int STEPS = ev && atoi(ev) >= 1 && atoi(ev) <= STEPS_MAX ? atoi(ev) : STEPS_MAX;
+    const int STEPS = int_arg(ev, 1, STEPS_MAX, STEPS_MAX);
     const int do_long = !(getenv("CUDA_BENCH_LONG") && strcmp(getenv("CUDA_BENCH_LONG"), "0") == 0);
     int32_t per_seq = (CTX + STEPS_MAX) / 16 + 1 - CTX / 16; /* private tail blocks */
     int32_t n_blocks_need = CTX / 16 + max_b * per_seq + PREFILL / 16;
-    struct backend_config cfg = {
-        .kv_type = kv_type(), .max_tokens = PREFILL, .max_seqs = MAX_B};
+    struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = PREFILL, .max_seqs = MAX_B};
     cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
     int32_t n_blocks;

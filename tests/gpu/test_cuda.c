@@ -762,16 +762,29 @@ static int open_sides(const struct model *m, int32_t n_blocks, const char *what,
     return 0;
 }
 
+static const char *base_name(const char *path)
+{
+    return strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+}
+
+/* model_open, or NULL after reporting "FAIL what path: why". */
+static struct model *open_or_report(const char *path, const char *what)
+{
+    struct model *m;
+    if (model_open(path, &m, &err) == 0)
+        return m;
+    printf("FAIL %s %s: %s\n", what, path, err.msg);
+    failures++;
+    return NULL;
+}
+
 static void test_model(const char *path)
 {
     struct model *m;
     char name[160];
-    if (model_open(path, &m, &err)) {
-        printf("FAIL model %s: %s\n", path, err.msg);
-        failures++;
+    const char *base = base_name(path);
+    if (!(m = open_or_report(path, "model")))
         return;
-    }
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     enum ggml_type wt = m->layers[0].w[MODEL_W_Q].type;
     int exact = wt == GGML_TYPE_F32 || wt == GGML_TYPE_F16 || wt == GGML_TYPE_BF16;
     /* F32/F16: float rounding only (measured 2e-5 / 4e-4); BF16: an input
@@ -908,12 +921,9 @@ static void test_kv8(const char *path)
 {
     struct model *m;
     char name[200];
-    if (model_open(path, &m, &err)) {
-        printf("FAIL kv8 %s: %s\n", path, err.msg);
-        failures++;
+    const char *base = base_name(path);
+    if (!(m = open_or_report(path, "kv8")))
         return;
-    }
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     const int64_t V = m->hp.n_vocab;
     enum { CAP = 4096, MAXS = 64, MAXLEN = 256 };
     int32_t *ids = malloc(CAP * sizeof *ids);
@@ -985,7 +995,7 @@ static void test_lora(const char *path, const char *lpath, double bound)
     struct lora *l;
     int32_t id;
     char name[200];
-    const char *base = strrchr(lpath, '/') ? strrchr(lpath, '/') + 1 : lpath;
+    const char *base = base_name(lpath);
     if (model_open(path, &m, &err) || lora_open(m, lpath, &l, &err) ||
         model_add_lora(m, l, &id, &err)) {
         printf("FAIL lora %s: %s\n", base, err.msg);

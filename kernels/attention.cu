@@ -4,7 +4,9 @@
  * Decode tokens (one new token of a sequence) go one thread block per
  * (token, KV head) through k_attention: all query heads of the KV head
  * share each K/V read, and the softmax follows the CPU's F16 path exactly
- * (q and the weights rounded to fp16, the sum in double).
+ * (q and the weights rounded to fp16, the sum in double). When that grid
+ * would leave most multiprocessors idle (batch 1 has 8 blocks for 132 SMs),
+ * each context is split over several blocks instead (att_splits).
  *
  * Runs of a sequence's new tokens (prefill, chunked prefill) go through
  * k_attention_tiles: 16 tokens x one query head per warp on the tensor
@@ -28,6 +30,7 @@
 #include <mma.h>
 
 #define ATT_WARPS 16 /* warps per attention block */
+#define ATT_SPLIT_WARPS 4 /* warps per block of a split context (k_attention PH 1, 2) */
 #define ATT_THREADS (ATT_WARPS * 32)
 #define ATT_MAX_DIM 256 /* head_dim the attention kernel takes, at most (a multiple of 32) */
 #define ATT_MAX_RATIO 8 /* query heads per KV head handled in one pass of P.V */
@@ -67,37 +70,53 @@ __device__ __forceinline__ double block_sum(double v, double *red)
     return s;
 }
 
-/* grid (T, n_head_kv): the ratio query heads of KV head g for token t
- * (list[blockIdx.x], or blockIdx.x without a list), in
- * ATT_WARPS warps that take the sequence's KV blocks in turn.
+/* grid (T, n_head_kv, S): the ratio query heads of KV head g for token t
+ * (list[blockIdx.x], or blockIdx.x without a list), in NW warps that take
+ * the KV blocks of split blockIdx.z (of S; all of them when S is 1) in turn.
  * Scores: a warp's lanes are 16 slots x 2 interleaved halves of head_dim,
  * so each step reads 64 contiguous bytes of the transposed keys. P.V: lane
  * l covers dimensions l, l + 32, ... (coalesced value rows); the warps'
  * partial sums meet in shared memory at the end.
+ * PH 0: the whole context in one block, the softmax as the CPU's.
+ * PH 1 and 2 split the context FlashDecoding-style when T x n_head_kv
+ * blocks would leave most multiprocessors idle (decode at small batch):
+ * PH 1 writes each split's score max and sum of expf(s - max) (double) to
+ * mx / ls; PH 2 recomputes its scores, combines every split's pair into the
+ * context's max m and sum (the CPU's sum up to the rounding of the rescale),
+ * forms the CPU's weights fp16(expf(s - m) / sum) and writes its part of
+ * P.V to po, which k_att_combine adds up in split order.
  * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores then
- * weights, red[ATT_WARPS][min(ratio, 8)][hd] partial outputs.
+ * weights (ctx: the split's positions), red[NW][min(ratio, 8)][hd] partial
+ * outputs.
  * HD > 0 (64, 128) fixes head_dim: the P.V accumulators shrink to what the
  * head needs, so two blocks fit a multiprocessor's registers, not one.
  * Q8: the 8-bit arena (kv8_value of each element). */
-template <int HD, bool Q8>
-__global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
+template <int HD, bool Q8, int NW, int PH>
+__global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                const void *kv, int32_t ctx, float *out, int64_t ldo)
+                const void *kv, int32_t ctx, float *out, int64_t ldo, float *mx, double *ls,
+                float *po)
 {
     extern __shared__ float smem[];
-    __shared__ float redf[ATT_WARPS];
-    __shared__ double redd[ATT_WARPS];
+    __shared__ float redf[NW];
+    __shared__ double redd[NW];
     constexpr int EM = (HD > 0 ? HD : ATT_MAX_DIM) / 32; /* value columns per lane, at most */
     const int t = list ? list[blockIdx.x] : (int)blockIdx.x, g = blockIdx.y;
     const int hd = HD > 0 ? HD : s.head_dim;
     const int ratio = s.n_head / s.n_head_kv,
               rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
     const int npos = pos[t] + 1, nblk = (npos + KVB - 1) / KVB;
+    const int S = (int)gridDim.z, split = (int)blockIdx.z, bps = (nblk + S - 1) / S;
+    const int b0 = split * bps < nblk ? split * bps : nblk;
+    const int b1 = b0 + bps < nblk ? b0 + bps : nblk, j0 = b0 * KVB;
+    const int jn = (b1 * KVB < npos ? b1 * KVB : npos) - j0; /* positions of this split */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t *bt = tables + toff[t];
     float *qs = smem, *sc = smem + ratio * hd, *red = sc + (size_t)ratio * ctx;
     const float kq_scale = 1.0f / sqrtf((float)hd);
+    /* split statistics of (list index, query head), S apart */
+    const size_t st0 = ((size_t)blockIdx.x * s.n_head + (size_t)g * ratio) * S;
 
     for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
         const int r = e / hd, d = e % hd;
@@ -107,7 +126,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
     __syncthreads();
     {
         const int slot = lane & 15, half = lane >> 4;
-        for (int b = warp; b < nblk; b += ATT_WARPS) {
+        for (int b = b0 + warp; b < b1; b += NW) {
             const __half *kt =
                 (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 0, g) + slot);
             const int8_t *k8 = (const int8_t *)kv + (Q8 ? kv8_offset(s, bt[b], layer, 0, g) : 0);
@@ -131,7 +150,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
                 for (int r = 0; r < ATT_MAX_RATIO; r++) {
                     acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 16);
                     if (half == 0 && j < npos && r0 + r < ratio)
-                        sc[(size_t)(r0 + r) * ctx + j] = __fmul_rn(acc[r], kq_scale);
+                        sc[(size_t)(r0 + r) * ctx + j - j0] = __fmul_rn(acc[r], kq_scale);
                 }
             }
         }
@@ -140,21 +159,42 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
     for (int r = 0; r < ratio; r++) {
         float *sr = sc + (size_t)r * ctx;
         float m = -INFINITY;
-        for (int j = threadIdx.x; j < npos; j += blockDim.x)
-            m = fmaxf(m, sr[j]);
-        m = block_max(m, redf);
         double sum = 0.0;
-        for (int j = threadIdx.x; j < npos; j += blockDim.x) {
-            const float e = expf(sr[j] - m);
-            sr[j] = e;
-            sum += (double)e;
+        if (PH == 2) { /* the context's max and sum from every split's */
+            const float *sm = mx + st0 + (size_t)r * S;
+            const double *sl = ls + st0 + (size_t)r * S;
+            for (int i = 0; i < S; i++)
+                m = fmaxf(m, sm[i]);
+            for (int i = 0; i < S; i++)
+                if (sl[i] > 0.0)
+                    sum += sl[i] * exp((double)sm[i] - (double)m);
+        } else {
+            for (int j = threadIdx.x; j < jn; j += blockDim.x)
+                m = fmaxf(m, sr[j]);
+            m = block_max(m, redf);
         }
-        sum = block_sum(sum, redd);
+        if (PH != 2) {
+            for (int j = threadIdx.x; j < jn; j += blockDim.x) {
+                const float e = expf(sr[j] - m);
+                if (PH == 0)
+                    sr[j] = e;
+                sum += (double)e;
+            }
+            sum = block_sum(sum, redd);
+        }
+        if (PH == 1) {
+            if (threadIdx.x == 0)
+                mx[st0 + (size_t)r * S + split] = m, ls[st0 + (size_t)r * S + split] = sum;
+            continue;
+        }
         const float inv = (float)(1.0 / sum);
-        for (int j = threadIdx.x; j < npos; j += blockDim.x)
-            sr[j] = __half2float(__float2half_rn(__fmul_rn(sr[j], inv)));
+        for (int j = threadIdx.x; j < jn; j += blockDim.x)
+            sr[j] = __half2float(
+                __float2half_rn(__fmul_rn(PH == 2 ? expf(sr[j] - m) : sr[j], inv)));
         __syncthreads();
     }
+    if (PH == 1)
+        return;
     const int E = hd / 32;
     for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
         float acc[ATT_MAX_RATIO][EM];
@@ -163,7 +203,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
 #pragma unroll
             for (int e = 0; e < EM; e++)
                 acc[r][e] = 0.0f;
-        for (int b = warp; b < nblk; b += ATT_WARPS) {
+        for (int b = b0 + warp; b < b1; b += NW) {
             const size_t vo =
                 Q8 ? kv8_offset(s, bt[b], layer, 1, g) : kv_index(s, bt[b], layer, 1, g);
             const __half *vt = (const __half *)kv + (Q8 ? 0 : vo + lane);
@@ -173,7 +213,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
             const int n = npos - b * KVB < KVB ? npos - b * KVB : KVB;
 #pragma unroll 4
             for (int sl = 0; sl < n; sl++) {
-                const int j = b * KVB + sl;
+                const int j = b * KVB + sl - j0;
                 float v[EM];
 #pragma unroll
                 for (int e = 0; e < EM; e++)
@@ -202,12 +242,30 @@ __global__ void __launch_bounds__(ATT_THREADS, HD > 0 ? 2 : 1)
             const int r = i / hd, d = i % hd;
             if (r0 + r < ratio) {
                 float sum = 0.0f;
-                for (int w = 0; w < ATT_WARPS; w++)
+                for (int w = 0; w < NW; w++)
                     sum += red[((size_t)w * rchunk + r) * hd + d];
-                out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = sum;
+                if (PH == 2)
+                    po[(st0 + (size_t)(r0 + r) * S + split) * hd + d] = sum;
+                else
+                    out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = sum;
             }
         }
         __syncthreads();
+    }
+}
+
+/* out[t][h] = the splits' partial P.V of (list index, head) added in split
+ * order: grid (T, n_head), head_dim threads. */
+__global__ void k_att_combine(const int32_t *list, const float *po, int S, int hd, float *out,
+                              int64_t ldo)
+{
+    const int t = list ? list[blockIdx.x] : (int)blockIdx.x, h = blockIdx.y;
+    const float *p = po + ((size_t)blockIdx.x * gridDim.y + h) * S * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int i = 0; i < S; i++)
+            sum += p[(size_t)i * hd + d];
+        out[(int64_t)t * ldo + (int64_t)h * hd + d] = sum;
     }
 }
 
@@ -226,12 +284,12 @@ static int raise_smem(const void *fn, size_t smem, struct mf_err *err)
                       cudaGetErrorString(e));
 }
 
-static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx)
+static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx, int nw)
 {
     const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
     const size_t rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
     return (ratio * (size_t)s->head_dim + ratio * (size_t)ctx +
-            ATT_WARPS * rchunk * (size_t)s->head_dim) *
+            (size_t)nw * rchunk * (size_t)s->head_dim) *
            sizeof(float);
 }
 
@@ -243,12 +301,70 @@ extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
         s->head_dim > ATT_MAX_DIM)
         return 0;
     const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
-    const size_t fixed = att_smem(s, 0) / sizeof(float);
+    const size_t fixed = att_smem(s, 0, ATT_WARPS) / sizeof(float);
     size_t n = ATT_SMEM_MAX / sizeof(float);
     if (n <= fixed)
         return 0;
     n = (n - fixed) / ratio;
     return n > INT32_MAX ? INT32_MAX : (int32_t)n;
+}
+
+/* Splits of each context for T tokens: 1 (none) when T x n_head_kv blocks
+ * already fill the multiprocessors; else enough for about two blocks per
+ * multiprocessor, each split keeping a KV block per warp. */
+static int att_splits(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t T, int32_t max_ctx)
+{
+    const int64_t blocks = (int64_t)T * s->n_head_kv, sms = mfk_sm_count(c);
+    const int32_t nblk = (max_ctx + KVB - 1) / KVB, cap = nblk / ATT_SPLIT_WARPS;
+    if (!mfk_att_split_on(c) || blocks >= sms || cap < 2)
+        return 1;
+    const int64_t want = (2 * sms + blocks - 1) / blocks;
+    return want < cap ? (int)want : cap;
+}
+
+/* The launches of mfk_attention for one head width and arena. */
+template <int HD, bool Q8>
+static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
+                   const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
+                   const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
+                   float *out, int64_t ldo, struct mf_err *err)
+{
+    cudaStream_t st = mfk_stream(c);
+    const int S = att_splits(c, s, T, max_ctx);
+    int rc;
+    if (S == 1) {
+        const int32_t ctx = (max_ctx + 3) / 4 * 4;
+        const size_t smem = att_smem(s, ctx, ATT_WARPS);
+        const auto fn = k_attention<HD, Q8, ATT_WARPS, 0>;
+        if ((rc = raise_smem((const void *)fn, smem, err)))
+            return rc;
+        fn<<<dim3((unsigned)T, (unsigned)s->n_head_kv), ATT_THREADS, smem, st>>>(
+            *s, layer, list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr,
+            nullptr);
+        return mfk_launched("attention", err);
+    }
+    const int32_t nblk = (max_ctx + KVB - 1) / KVB, ctx = (nblk + S - 1) / S * KVB;
+    const size_t n = (size_t)T * (size_t)s->n_head * (size_t)S;
+    const size_t smem = att_smem(s, ctx, ATT_SPLIT_WARPS);
+    void *buf = nullptr;
+    if ((rc = mfk_scratch(c, n * (sizeof(double) + sizeof(float) * (1 + (size_t)s->head_dim)),
+                          &buf, err)))
+        return rc;
+    double *ls = (double *)buf;
+    float *mx = (float *)(void *)(ls + n), *po = mx + n;
+    const auto f1 = k_attention<HD, Q8, ATT_SPLIT_WARPS, 1>;
+    const auto f2 = k_attention<HD, Q8, ATT_SPLIT_WARPS, 2>;
+    if ((rc = raise_smem((const void *)f1, smem, err)) ||
+        (rc = raise_smem((const void *)f2, smem, err)))
+        return rc;
+    const dim3 grid((unsigned)T, (unsigned)s->n_head_kv, (unsigned)S);
+    f1<<<grid, ATT_SPLIT_WARPS * 32, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables, kv,
+                                                 ctx, out, ldo, mx, ls, po);
+    f2<<<grid, ATT_SPLIT_WARPS * 32, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables, kv,
+                                                 ctx, out, ldo, mx, ls, po);
+    k_att_combine<<<dim3((unsigned)T, (unsigned)s->n_head), (unsigned)s->head_dim, 0, st>>>(
+        list, po, S, s->head_dim, out, ldo);
+    return mfk_launched("attention (split)", err);
 }
 
 extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
@@ -270,31 +386,14 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
                           "CUDA attention: a context of %d tokens is longer than the %d this "
                           "kernel holds in shared memory",
                           max_ctx, mfk_attention_max_ctx(s));
-    const int32_t ctx = (max_ctx + 3) / 4 * 4;
-    const size_t smem = att_smem(s, ctx);
-    const dim3 grid((unsigned)T, (unsigned)s->n_head_kv);
-    cudaStream_t st = mfk_stream(c);
-    int rc = 0;
-#define ATT_LAUNCH(HD, Q8)                                                                         \
-    do {                                                                                           \
-        if (!(rc = raise_smem((const void *)k_attention<HD, Q8>, smem, err)))                      \
-            k_attention<HD, Q8><<<grid, ATT_THREADS, smem, st>>>(*s, layer, list, q, ldq, pos,     \
-                                                                 toff, tables, kv, ctx, out, ldo); \
-    } while (0)
-    if (s->head_dim == 128 && s->q8)
-        ATT_LAUNCH(128, true);
-    else if (s->head_dim == 128)
-        ATT_LAUNCH(128, false);
-    else if (s->head_dim == 64 && s->q8)
-        ATT_LAUNCH(64, true);
-    else if (s->head_dim == 64)
-        ATT_LAUNCH(64, false);
-    else if (s->q8)
-        ATT_LAUNCH(0, true);
-    else
-        ATT_LAUNCH(0, false);
-#undef ATT_LAUNCH
-    return rc ? rc : mfk_launched("attention", err);
+#define ATT_RUN(HD, Q8)                                                                            \
+    att_run<HD, Q8>(c, s, layer, T, list, q, ldq, pos, toff, tables, kv, max_ctx, out, ldo, err)
+    if (s->head_dim == 128)
+        return s->q8 ? ATT_RUN(128, true) : ATT_RUN(128, false);
+    if (s->head_dim == 64)
+        return s->q8 ? ATT_RUN(64, true) : ATT_RUN(64, false);
+    return s->q8 ? ATT_RUN(0, true) : ATT_RUN(0, false);
+#undef ATT_RUN
 }
 
 /* ------------------------------------------------------------------------

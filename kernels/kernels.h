@@ -50,6 +50,10 @@ int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err);
 /* Waits for queued work and releases the stream and staging. Accepts NULL. */
 void mfk_ctx_free(struct mfk_ctx *c);
 
+/* Sizes the context's own device scratch (the kernels' temporaries) to at
+ * least n bytes now, so it is not first taken in the middle of a step. */
+int mfk_scratch_reserve(struct mfk_ctx *c, size_t n, struct mf_err *err);
+
 /* Free and total device memory now. */
 int mfk_mem_info(struct mfk_ctx *c, size_t *free_b, size_t *total_b, struct mf_err *err);
 /* Device memory: *p = n bytes (256-byte aligned), MF_ENOMEM when it does not fit. */
@@ -127,11 +131,18 @@ int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int6
 /* y[t][r] (+)= dot(w row r, x[t]) for r < w->ne1, t < nt: the weight
  * bytes are read from memory once per 8 tokens (once per step in decode).
  * x is rounded to fp16/bf16 first for F16/BF16 weights, as the CPU does;
- * for Q4_K it is quantized to 8 bits per 32 elements (d = max|x| / 127,
+ * for Q4_K and Q6_K it is quantized to 8 bits per 32 elements (d = max|x| / 127,
  * q = rint(x / d)) and dotted in integers; other quantized weights meet the
  * float x. x rows 16-byte aligned (ldx a multiple of 4). add: y += W x. */
 int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err);
+
+/* mfk_gemv for n weights of the same input width (q, k and v; gate and
+ * up): y[i] (+)= w[i] x, with the input quantized once for every Q4_K and
+ * Q6_K weight among them. */
+int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, const float *x,
+               int64_t ldx, int32_t nt, float *const *y, const int64_t *ldy, int add,
+               struct mf_err *err);
 
 /* ---- tensor-core products (kernels/gemm.cu, cuBLAS loaded on first use) -- */
 
@@ -195,6 +206,14 @@ int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
                         const void *kv, float *out, int64_t ldo, struct mf_err *err);
+
+/* on 0: mfk_attention keeps each (token, KV head) in one thread block even
+ * when that leaves multiprocessors idle; on 1 (the default): it splits the
+ * contexts of small batches (FlashDecoding-style, three launches) so a
+ * decode step at batch 1 reads its KV cache with the whole GPU. A test and
+ * benchmark switch: both give the same results up to the rounding of the
+ * softmax sum. */
+void mfk_attention_split(struct mfk_ctx *c, int on);
 
 /* Largest context mfk_attention takes for this shape. */
 int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);

@@ -577,115 +577,102 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 }
 
 /* Activations quantized to 8 bits per 32 elements (d = max|x| / 127,
- * q = rint(x / d), as llama.cpp's Q8_1 blocks) into shared memory: tokens
- * t0..t0+nc-1, elements k0..k0+len-1, as int8 x 4 words xq[NB][CH / 4] and
- * scales xd[NB][CH / 32]; each of the block's threads quantizes one 32-element
- * block (NB x CH elements = 8192 = 256 blocks); padding is zero. */
-template <int NB>
-__device__ __forceinline__ void stage_q8(const float *x, int64_t ldx, int t0, int nc, int64_t k0,
-                                         int len, int32_t *xq, float *xd)
+ * q = rint(x / d), as llama.cpp's Q8_1 blocks), once per product, into
+ * xq[nt][ne0] (int8) and xd[nt][ne0 / 32]: grid (ne0 / 256, nt), a warp per
+ * 32-element block, a lane per element. The GEMV blocks then read these 4 KiB
+ * per token of a 4096-wide input from L1/L2 instead of each block quantizing
+ * the whole input again before its first weight load. */
+__global__ void k_quant_act(const float *__restrict__ x, int64_t ldx, int64_t ne0,
+                            int8_t *__restrict__ xq, float *__restrict__ xd)
 {
-    constexpr int CH = GEMV_SMEM_FLOATS / NB;
-    for (int blk = threadIdx.x; blk < NB * (CH / 32); blk += blockDim.x) {
-        const int cc = blk / (CH / 32), o = (blk % (CH / 32)) * 32;
-        float v[32];
-        float amax = 0.0f;
-        if (cc < nc && o < len) {
-            const float4 *xp =
-                reinterpret_cast<const float4 *>(x + (int64_t)(t0 + cc) * ldx + k0 + o);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float4 a = xp[k];
-                v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 32; k++)
-                v[k] = 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < 32; k++)
-            amax = fmaxf(amax, fabsf(v[k]));
-        const float d = __fdiv_rn(amax, 127.0f);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            uint32_t word = 0;
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                const int q = amax > 0.0f ? (int)rintf(__fdiv_rn(v[4 * k + b], d)) : 0;
-                word |= (uint32_t)(q & 0xFF) << (8 * b);
-            }
-            xq[cc * (CH / 4) + o / 4 + k] = (int32_t)word;
-        }
-        xd[cc * (CH / 32) + o / 32] = d;
-    }
+    const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int t = blockIdx.y, lane = threadIdx.x & 31;
+    if (blk * 32 >= ne0)
+        return;
+    const float v = x[(int64_t)t * ldx + blk * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const int q = amax > 0.0f ? (int)rintf(__fdiv_rn(v, d)) : 0;
+    xq[(int64_t)t * ne0 + blk * 32 + lane] = (int8_t)q;
+    if (lane == 0)
+        xd[(int64_t)t * (ne0 / 32) + blk] = d;
 }
 
-/* Q4_K weights against activations quantized to 8 bits per 32 elements
- * (d = max|x| / 127, q = rint(x / d), as llama.cpp's Q8_1 blocks): four
- * nibbles of a word meet four activation bytes in one dp4a, and the
- * sub-block's min term uses the same bytes' sum, so a lane spends a few
- * integer instructions per 8 weights instead of decoding them to floats.
- * Staging: each of the block's 256 threads quantizes one 32-element block
- * of the chunk (NB x CH elements = 8192 = 256 blocks). */
+/* Q4_K weights against the 8-bit activations of k_quant_act: four nibbles
+ * of a word meet four activation bytes in one dp4a, and the sub-block's min
+ * term uses the same bytes' sum, so a lane spends a few integer
+ * instructions per 8 weights instead of decoding them to floats. A lane
+ * takes 16 bytes of a super-block's qs (16 elements of sub-block 2p in the
+ * low nibbles, 16 of 2p + 1 in the high ones) and the block's 16-byte head
+ * (d, dmin, the 12 packed scales) in one load each; 8 lanes cover a
+ * super-block, a warp 4 of them a step, and nothing waits on shared memory
+ * or a barrier, so every warp has its loads in flight at once. */
 template <int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv_q4k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x, int64_t ldx,
-               int nt, float *y, int64_t ldy, int add)
+    k_gemv_q4k(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
+               const int8_t *__restrict__ xq, const float *__restrict__ xd, int nt, float *y,
+               int64_t ldy, int add)
 {
-    constexpr int CH = GEMV_SMEM_FLOATS / NB;
-    __shared__ __align__(16) int32_t xq[GEMV_SMEM_FLOATS / 4]; /* int8 x 4, [NB][CH / 4] */
-    __shared__ float xd[GEMV_SMEM_FLOATS / 32];                /* block scales, [NB][CH / 32] */
     const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    const bool live = r < ne1;
-    const uint8_t *row = w + (uint64_t)(live ? r : 0) * rb;
+    if (r >= ne1)
+        return;
+    const uint8_t *row = w + (uint64_t)r * rb;
+    const int nsb = (int)(ne0 >> 8), p2 = (lane & 7) >> 1, l0 = (lane & 1) * 16;
+    const int64_t nd = ne0 / 32;
     for (int t0 = 0; t0 < nt; t0 += NB) {
         const int nc = nt - t0 < NB ? nt - t0 : NB;
         float acc[NB];
 #pragma unroll
         for (int cc = 0; cc < NB; cc++)
             acc[cc] = 0.0f;
-        for (int64_t k0 = 0; k0 < ne0; k0 += CH) {
-            const int len = ne0 - k0 < CH ? (int)(ne0 - k0) : CH;
-            __syncthreads();
-            stage_q8<NB>(x, ldx, t0, nc, k0, len, xq, xd);
-            __syncthreads();
-            if (!live)
-                continue;
-            /* a lane takes 16 bytes of a super-block's qs: 16 elements of
-             * sub-block 2p (low nibbles) and 16 of 2p + 1 (high nibbles);
-             * 8 lanes cover a super-block, a warp 4 of them a step */
-            const int p2 = (lane & 7) >> 1, l0 = (lane & 1) * 16;
-#pragma unroll 2
-            for (int sb = lane >> 3; sb * 256 < len; sb += 4) {
-                const uint8_t *b = row + ((k0 + sb * 256) >> 8) * 144;
-                int sc0, m0, sc1, m1i;
-                scale_min_k4(2 * p2, b + 4, &sc0, &m0);
-                scale_min_k4(2 * p2 + 1, b + 4, &sc1, &m1i);
-                const float d = h2f(ld16(b)), dm = h2f(ld16(b + 2));
-                const float dlo = d * (float)sc0, mlo = dm * (float)m0;
-                const float dhi = d * (float)sc1, mhi = dm * (float)m1i;
-                const uint4 q = *reinterpret_cast<const uint4 *>(b + 16 + 32 * p2 + l0);
-                const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-                const int elo = sb * 256 + 64 * p2 + l0, ehi = elo + 32;
+#pragma unroll 4
+        for (int sb = lane >> 3; sb < nsb; sb += 4) {
+            const uint8_t *b = row + (size_t)sb * 144;
+            const uint4 hd = __ldg(reinterpret_cast<const uint4 *>(b));
+            const uint4 q = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 32 * p2 + l0));
+            /* scale_min_k4 on the head's bytes 4..15 (hd.y, hd.z, hd.w) */
+            const uint32_t s[3] = {hd.y, hd.z, hd.w};
+            int sc[2], mn[2];
 #pragma unroll
-                for (int cc = 0; cc < NB; cc++) {
-                    if (cc < nc) {
-                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4,
-                                      *xh = xq + cc * (CH / 4) + ehi / 4;
-                        int slo = 0, shi = 0, xlo = 0, xhi = 0;
+            for (int h = 0; h < 2; h++) {
+                const int j = 2 * p2 + h;
+#define SBYTE(k) ((int)((s[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF))
+                if (j < 4) {
+                    sc[h] = SBYTE(j) & 63;
+                    mn[h] = SBYTE(j + 4) & 63;
+                } else {
+                    sc[h] = (SBYTE(j + 4) & 0xF) | ((SBYTE(j - 4) >> 6) << 4);
+                    mn[h] = (SBYTE(j + 4) >> 4) | ((SBYTE(j) >> 6) << 4);
+                }
+#undef SBYTE
+            }
+            const float d = h2f((uint16_t)(hd.x & 0xFFFF)), dm = h2f((uint16_t)(hd.x >> 16));
+            const float dlo = d * (float)sc[0], mlo = dm * (float)mn[0];
+            const float dhi = d * (float)sc[1], mhi = dm * (float)mn[1];
+            const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+            const int elo = sb * 256 + 64 * p2 + l0, ehi = elo + 32;
 #pragma unroll
-                        for (int k = 0; k < 4; k++) {
-                            slo = __dp4a((int)(qw[k] & 0x0F0F0F0Fu), xl[k], slo);
-                            shi = __dp4a((int)((qw[k] >> 4) & 0x0F0F0F0Fu), xh[k], shi);
-                            xlo = __dp4a(0x01010101, xl[k], xlo);
-                            xhi = __dp4a(0x01010101, xh[k], xhi);
-                        }
-                        acc[cc] +=
-                            xd[cc * (CH / 32) + elo / 32] * (dlo * (float)slo - mlo * (float)xlo) +
-                            xd[cc * (CH / 32) + ehi / 32] * (dhi * (float)shi - mhi * (float)xhi);
+            for (int cc = 0; cc < NB; cc++) {
+                if (cc < nc) {
+                    const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0;
+                    const int4 xl4 = __ldg(reinterpret_cast<const int4 *>(xt + elo));
+                    const int4 xh4 = __ldg(reinterpret_cast<const int4 *>(xt + ehi));
+                    const int xl[4] = {xl4.x, xl4.y, xl4.z, xl4.w};
+                    const int xh[4] = {xh4.x, xh4.y, xh4.z, xh4.w};
+                    int slo = 0, shi = 0, xlo = 0, xhi = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        slo = __dp4a((int)(qw[k] & 0x0F0F0F0Fu), xl[k], slo);
+                        shi = __dp4a((int)((qw[k] >> 4) & 0x0F0F0F0Fu), xh[k], shi);
+                        xlo = __dp4a(0x01010101, xl[k], xlo);
+                        xhi = __dp4a(0x01010101, xh[k], xhi);
                     }
+                    const float *dt = xd + (int64_t)(t0 + cc) * nd;
+                    acc[cc] += __ldg(dt + elo / 32) * (dlo * (float)slo - mlo * (float)xlo) +
+                               __ldg(dt + ehi / 32) * (dhi * (float)shi - mhi * (float)xhi);
                 }
             }
         }
@@ -694,7 +681,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             float sum = acc[cc];
             for (int o = 16; o > 0; o >>= 1)
                 sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (live && lane == 0 && cc < nc) {
+            if (lane == 0 && cc < nc) {
                 float *out = y + (int64_t)(t0 + cc) * ldy + r;
                 *out = add ? *out + sum : sum;
             }
@@ -711,16 +698,17 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * weights are read 2 bytes at a time. */
 template <int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv_q6k(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t ne1, const float *x, int64_t ldx,
-               int nt, float *y, int64_t ldy, int add)
+    k_gemv_q6k(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
+               const int8_t *__restrict__ xq, const float *__restrict__ xd, int nt, float *y,
+               int64_t ldy, int add)
 {
-    constexpr int CH = GEMV_SMEM_FLOATS / NB;
-    __shared__ __align__(16) int32_t xq[GEMV_SMEM_FLOATS / 4];
-    __shared__ float xd[GEMV_SMEM_FLOATS / 32];
     const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    const bool live = r < ne1;
-    const uint8_t *row = w + (uint64_t)(live ? r : 0) * rb;
+    if (r >= ne1)
+        return;
+    const uint8_t *row = w + (uint64_t)r * rb;
+    const int nsb = (int)(ne0 >> 8);
+    const int64_t nd = ne0 / 32;
     const int j = lane & 7, c = j >> 2, kp = (j >> 1) & 1, l0 = (j & 1) * 16;
     for (int t0 = 0; t0 < nt; t0 += NB) {
         const int nc = nt - t0 < NB ? nt - t0 : NB;
@@ -728,49 +716,44 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
         for (int cc = 0; cc < NB; cc++)
             acc[cc] = 0.0f;
-        for (int64_t k0 = 0; k0 < ne0; k0 += CH) {
-            const int len = ne0 - k0 < CH ? (int)(ne0 - k0) : CH;
-            __syncthreads();
-            stage_q8<NB>(x, ldx, t0, nc, k0, len, xq, xd);
-            __syncthreads();
-            if (!live)
-                continue;
-#pragma unroll 2
-            for (int sb = lane >> 3; sb * 256 < len; sb += 4) {
-                const uint8_t *b = row + ((k0 + sb * 256) >> 8) * 210;
-                const uint8_t *ql = b + 64 * c + 32 * kp + l0, *qh = b + 128 + 32 * c + l0;
-                const float d = h2f(ld16(b + 208));
-                const float dlo = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * kp];
-                const float dhi = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * (kp + 2)];
-                int qlo[4], qhi[4];
+#pragma unroll 4
+        for (int sb = lane >> 3; sb < nsb; sb += 4) {
+            const uint8_t *b = row + (size_t)sb * 210;
+            const uint8_t *ql = b + 64 * c + 32 * kp + l0, *qh = b + 128 + 32 * c + l0;
+            const float d = h2f(ld16(b + 208));
+            const float dlo = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * kp];
+            const float dhi = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * (kp + 2)];
+            int qlo[4], qhi[4];
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const uint32_t lw =
-                        (uint32_t)ld16(ql + 4 * k) | ((uint32_t)ld16(ql + 4 * k + 2) << 16);
-                    const uint32_t hw =
-                        (uint32_t)ld16(qh + 4 * k) | ((uint32_t)ld16(qh + 4 * k + 2) << 16);
-                    const uint32_t lo =
-                        (lw & 0x0F0F0F0Fu) | (((hw >> (2 * kp)) & 0x03030303u) << 4);
-                    const uint32_t hi =
-                        ((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * kp + 4)) & 0x03030303u) << 4);
-                    qlo[k] = (int)__vsub4(lo, 0x20202020u);
-                    qhi[k] = (int)__vsub4(hi, 0x20202020u);
-                }
-                const int elo = sb * 256 + 128 * c + 32 * kp + l0, ehi = elo + 64;
+            for (int k = 0; k < 4; k++) {
+                const uint32_t lw =
+                    (uint32_t)ld16(ql + 4 * k) | ((uint32_t)ld16(ql + 4 * k + 2) << 16);
+                const uint32_t hw =
+                    (uint32_t)ld16(qh + 4 * k) | ((uint32_t)ld16(qh + 4 * k + 2) << 16);
+                const uint32_t lo = (lw & 0x0F0F0F0Fu) | (((hw >> (2 * kp)) & 0x03030303u) << 4);
+                const uint32_t hi =
+                    ((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * kp + 4)) & 0x03030303u) << 4);
+                qlo[k] = (int)__vsub4(lo, 0x20202020u);
+                qhi[k] = (int)__vsub4(hi, 0x20202020u);
+            }
+            const int elo = sb * 256 + 128 * c + 32 * kp + l0, ehi = elo + 64;
 #pragma unroll
-                for (int cc = 0; cc < NB; cc++) {
-                    if (cc < nc) {
-                        const int32_t *xl = xq + cc * (CH / 4) + elo / 4,
-                                      *xh = xq + cc * (CH / 4) + ehi / 4;
-                        int slo = 0, shi = 0;
+            for (int cc = 0; cc < NB; cc++) {
+                if (cc < nc) {
+                    const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0;
+                    const int4 xl4 = __ldg(reinterpret_cast<const int4 *>(xt + elo));
+                    const int4 xh4 = __ldg(reinterpret_cast<const int4 *>(xt + ehi));
+                    const int xl[4] = {xl4.x, xl4.y, xl4.z, xl4.w};
+                    const int xh[4] = {xh4.x, xh4.y, xh4.z, xh4.w};
+                    int slo = 0, shi = 0;
 #pragma unroll
-                        for (int k = 0; k < 4; k++) {
-                            slo = __dp4a(qlo[k], xl[k], slo);
-                            shi = __dp4a(qhi[k], xh[k], shi);
-                        }
-                        acc[cc] += xd[cc * (CH / 32) + elo / 32] * dlo * (float)slo +
-                                   xd[cc * (CH / 32) + ehi / 32] * dhi * (float)shi;
+                    for (int k = 0; k < 4; k++) {
+                        slo = __dp4a(qlo[k], xl[k], slo);
+                        shi = __dp4a(qhi[k], xh[k], shi);
                     }
+                    const float *dt = xd + (int64_t)(t0 + cc) * nd;
+                    acc[cc] += __ldg(dt + elo / 32) * dlo * (float)slo +
+                               __ldg(dt + ehi / 32) * dhi * (float)shi;
                 }
             }
         }
@@ -779,7 +762,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             float sum = acc[cc];
             for (int o = 16; o > 0; o >>= 1)
                 sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (live && lane == 0 && cc < nc) {
+            if (lane == 0 && cc < nc) {
                 float *out = y + (int64_t)(t0 + cc) * ldy + r;
                 *out = add ? *out + sum : sum;
             }
@@ -787,74 +770,92 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
-template <int NB>
-static void gemv_q6k_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w, const float *x,
-                            int64_t ldx, int nt, float *y, int64_t ldy, int add)
+/* The Q4_K / Q6_K products: k_quant_act into the context's scratch, then
+ * the integer kernel, NB tokens per pass over the weights. */
+template <int TY, int NB>
+static void gemv_int_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w,
+                            const int8_t *xq, const float *xd, int nt, float *y, int64_t ldy,
+                            int add)
 {
-    k_gemv_q6k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, w->ne0,
-                                                     w->ne1, x, ldx, nt, y, ldy, add);
+    if (TY == GGML_TYPE_Q4_K)
+        k_gemv_q4k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes,
+                                                         w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
+    else
+        k_gemv_q6k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes,
+                                                         w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
 }
 
-template <int NB>
-static void gemv_q4k_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w, const float *x,
-                            int64_t ldx, int nt, float *y, int64_t ldy, int add)
-{
-    k_gemv_q4k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, w->ne0,
-                                                     w->ne1, x, ldx, nt, y, ldy, add);
-}
-
+/* One product; xq/xd: the input already quantized (k_quant_act), which
+ * Q4_K and Q6_K weights use. */
 template <int TY>
 static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float *x, int64_t ldx,
-                        int nt, float *y, int64_t ldy, int add)
+                        int nt, float *y, int64_t ldy, int add, const int8_t *xq, const float *xd)
 {
     dim3 grid((unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS));
     const uint8_t *d = (const uint8_t *)w->data;
-    if (TY == GGML_TYPE_Q4_K) {
+    if (TY == GGML_TYPE_Q4_K || TY == GGML_TYPE_Q6_K) {
         if (nt == 1)
-            gemv_q4k_launch<1>(st, grid, w, x, ldx, nt, y, ldy, add);
+            gemv_int_launch<TY, 1>(st, grid, w, xq, xd, nt, y, ldy, add);
         else if (nt == 2)
-            gemv_q4k_launch<2>(st, grid, w, x, ldx, nt, y, ldy, add);
+            gemv_int_launch<TY, 2>(st, grid, w, xq, xd, nt, y, ldy, add);
         else if (nt <= 4)
-            gemv_q4k_launch<4>(st, grid, w, x, ldx, nt, y, ldy, add);
+            gemv_int_launch<TY, 4>(st, grid, w, xq, xd, nt, y, ldy, add);
         else
-            gemv_q4k_launch<GEMV_NB>(st, grid, w, x, ldx, nt, y, ldy, add);
-        return;
-    }
-    if (TY == GGML_TYPE_Q6_K) {
-        if (nt == 1)
-            gemv_q6k_launch<1>(st, grid, w, x, ldx, nt, y, ldy, add);
-        else if (nt == 2)
-            gemv_q6k_launch<2>(st, grid, w, x, ldx, nt, y, ldy, add);
-        else if (nt <= 4)
-            gemv_q6k_launch<4>(st, grid, w, x, ldx, nt, y, ldy, add);
-        else
-            gemv_q6k_launch<GEMV_NB>(st, grid, w, x, ldx, nt, y, ldy, add);
-        return;
-    }
-    if (nt == 1)
+            gemv_int_launch<TY, GEMV_NB>(st, grid, w, xq, xd, nt, y, ldy, add);
+    } else if (nt == 1) {
         k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
                                                         y, ldy, add);
-    else if (nt == 2)
+    } else if (nt == 2) {
         k_gemv<TY, 2><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
                                                         y, ldy, add);
-    else if (nt <= 4)
+    } else if (nt <= 4) {
         k_gemv<TY, 4><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
                                                         y, ldy, add);
-    else
+    } else {
         k_gemv<TY, GEMV_NB><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x,
                                                               ldx, nt, y, ldy, add);
+    }
+}
+
+extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w,
+                          const float *x, int64_t ldx, int32_t nt, float *const *y,
+                          const int64_t *ldy, int add, struct mf_err *err)
+{
+    int rc = 0, q8 = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        rc = check_weight(w[i], "gemv", err);
+        if (!rc && w[i]->ne0 != w[0]->ne0)
+            rc = mf_err_set(err, MF_EINVAL, "CUDA gemv: weights of one input differ in width");
+        q8 |= w[i]->type == GGML_TYPE_Q4_K || w[i]->type == GGML_TYPE_Q6_K;
+    }
+    if (rc || nt <= 0 || n <= 0)
+        return rc;
+    if (((uintptr_t)x & 15) || (ldx & 3))
+        return mf_err_set(err, MF_EINVAL, "CUDA gemv: activations must be 16-byte aligned rows");
+    cudaStream_t st = mfk_stream(c);
+    const int64_t ne0 = w[0]->ne0;
+    int8_t *xq = nullptr;
+    float *xd = nullptr;
+    if (q8) { /* the input quantized once for all the products */
+        const size_t nq = (size_t)nt * (size_t)ne0, nd = (size_t)nt * (size_t)(ne0 / 32);
+        void *buf = nullptr;
+        if ((rc = mfk_scratch(c, nq + nd * sizeof(float), &buf, err)))
+            return rc;
+        xq = (int8_t *)buf;
+        xd = (float *)(void *)(xq + nq); /* nq is a multiple of 256 */
+        k_quant_act<<<dim3((unsigned)(ne0 / 256), (unsigned)nt), 256, 0, st>>>(x, ldx, ne0, xq,
+                                                                              xd);
+    }
+    for (int i = 0; i < n; i++)
+        MFK_TYPE_SWITCH(w[i]->type, TY,
+                        gemv_launch<TY>(st, w[i], x, ldx, nt, y[i], ldy[i], add, xq, xd));
+    return mfk_launched("gemv", err);
 }
 
 extern "C" int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
                         int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err)
 {
-    int rc = check_weight(w, "gemv", err);
-    if (rc || nt <= 0)
-        return rc;
-    if (((uintptr_t)x & 15) || (ldx & 3))
-        return mf_err_set(err, MF_EINVAL, "CUDA gemv: activations must be 16-byte aligned rows");
-    MFK_TYPE_SWITCH(w->type, TY, gemv_launch<TY>(mfk_stream(c), w, x, ldx, nt, y, ldy, add));
-    return mfk_launched("gemv", err);
+    return mfk_gemv_n(c, 1, &w, x, ldx, nt, &y, &ldy, add, err);
 }
 
 /* ------------------------------------------------------------------------

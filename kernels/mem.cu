@@ -10,6 +10,7 @@
  * says when it may be refilled).
  */
 #include "kernels/kernels.h"
+#include "kernels/internal.cuh"
 
 #include <cstring>
 #include <new>
@@ -25,6 +26,10 @@ struct mfk_ctx {
     cudaEvent_t staged[2];   /* recorded after the DMA out of stage[i] */
     cudaEvent_t t0, t1;      /* timer */
     void *blas;              /* gemm.cu's cuBLAS state, made on first use */
+    int sm_count;            /* multiprocessors, for grid sizing */
+    int att_split;           /* mfk_attention may split contexts (mfk_attention_split) */
+    void *scratch;           /* device: mfk_scratch's buffer, grown on demand */
+    size_t scratch_cap;
 };
 
 extern "C" void mfk_blas_free(void *p); /* gemm.cu */
@@ -52,6 +57,10 @@ extern "C" int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err)
     c->device = index;
     int rc = ck(cudaSetDevice(index), "cudaSetDevice", err);
     if (!rc)
+        rc = ck(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, index),
+                "cudaDeviceGetAttribute", err);
+    c->att_split = 1;
+    if (!rc)
         rc = ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate", err);
     for (int i = 0; !rc && i < 2; i++)
         rc = ck(cudaEventCreateWithFlags(&c->staged[i], cudaEventDisableTiming), "cudaEventCreate",
@@ -75,6 +84,8 @@ extern "C" void mfk_ctx_free(struct mfk_ctx *c)
     if (c->stream)
         cudaStreamSynchronize(c->stream);
     mfk_blas_free(c->blas);
+    if (c->scratch)
+        cudaFree(c->scratch);
     for (int i = 0; i < 2; i++) {
         if (c->stage[i])
             cudaFreeHost(c->stage[i]);
@@ -216,4 +227,49 @@ extern "C" int mfk_timer_ms(struct mfk_ctx *c, float *ms, struct mf_err *err)
 cudaStream_t mfk_stream(struct mfk_ctx *c)
 {
     return c->stream;
+}
+
+int mfk_sm_count(struct mfk_ctx *c)
+{
+    return c->sm_count > 0 ? c->sm_count : 1;
+}
+
+extern "C" void mfk_attention_split(struct mfk_ctx *c, int on)
+{
+    c->att_split = on != 0;
+}
+
+extern "C" int mfk_scratch_reserve(struct mfk_ctx *c, size_t n, struct mf_err *err)
+{
+    void *p;
+    return mfk_scratch(c, n, &p, err);
+}
+
+int mfk_att_split_on(struct mfk_ctx *c)
+{
+    return c->att_split;
+}
+
+/* Grows the buffer by waiting for the stream first: queued kernels may still
+ * read the old one. Kernels queued after this call may use [0, n); the next
+ * call may hand the same memory to someone else, which the stream's order
+ * makes safe. */
+int mfk_scratch(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err)
+{
+    if (n > c->scratch_cap) {
+        int rc = mfk_sync(c, err);
+        if (rc)
+            return rc;
+        if (c->scratch)
+            cudaFree(c->scratch);
+        c->scratch = nullptr;
+        c->scratch_cap = 0;
+        size_t want = n < ((size_t)1 << 20) ? (size_t)1 << 20 : n + n / 4;
+        rc = mfk_malloc(c, want, &c->scratch, err);
+        if (rc)
+            return rc;
+        c->scratch_cap = want;
+    }
+    *p = c->scratch;
+    return 0;
 }

@@ -211,23 +211,40 @@ static int setup_gemm(struct cuda_backend *cb, struct mf_err *err)
     return mfk_malloc(cb->ctx, need, &cb->gscratch, err);
 }
 
-/* y (+)= W x over T tokens: tensor cores past the measured crossover, else
- * the GEMV (see setup_gemm); then the step's adapters of model target
- * `target` (cb->lrun, cuda_lora.c). */
+/* y[i] = W[i] x over T tokens for n weights of one input (n <= 3): each on
+ * the tensor cores past the measured crossover (see setup_gemm), the rest
+ * through one mfk_gemv_n, which quantizes the input once for them; then the
+ * step's adapters of each model target (cb->lrun, cuda_lora.c). */
+static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
+                    const struct mfk_weight *const *w, const float *x, int64_t ldx, int32_t T,
+                    float *const *y, const int64_t *ldy, int add, struct mf_err *err)
+{
+    const struct mfk_weight *gw[3];
+    float *gy[3];
+    int64_t gld[3];
+    int ng = 0, rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        int plain = w[i]->type == GGML_TYPE_F32 || w[i]->type == GGML_TYPE_F16 ||
+                    w[i]->type == GGML_TYPE_BF16;
+        int32_t from = plain && cb->gemm_min > 2 ? 2 : cb->gemm_min;
+        if (from > 0 && T >= from)
+            rc = mfk_gemm(cb->ctx, w[i], x, ldx, T, y[i], ldy[i], add, cb->gscratch,
+                          cb->gscratch_bytes, err);
+        else
+            gw[ng] = w[i], gy[ng] = y[i], gld[ng++] = ldy[i];
+    }
+    if (!rc && ng)
+        rc = mfk_gemv_n(cb->ctx, ng, gw, x, ldx, T, gy, gld, add, err);
+    for (int i = 0; !rc && cb->lrun.n_rows && i < n; i++)
+        rc = cuda_lora_apply(&cb->lora, &cb->lrun, target[i], x, ldx, y[i], ldy[i], err);
+    return rc;
+}
+
 static int matmul(struct cuda_backend *cb, int32_t target, const struct mfk_weight *w,
                   const float *x, int64_t ldx, int32_t T, float *y, int64_t ldy, int add,
                   struct mf_err *err)
 {
-    int plain = w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16;
-    int32_t from = plain && cb->gemm_min > 2 ? 2 : cb->gemm_min;
-    int rc;
-    if (from > 0 && T >= from)
-        rc = mfk_gemm(cb->ctx, w, x, ldx, T, y, ldy, add, cb->gscratch, cb->gscratch_bytes, err);
-    else
-        rc = mfk_gemv(cb->ctx, w, x, ldx, T, y, ldy, add, err);
-    if (!rc && cb->lrun.n_rows)
-        rc = cuda_lora_apply(&cb->lora, &cb->lrun, target, x, ldx, y, ldy, err);
-    return rc;
+    return matmul_n(cb, 1, &target, &w, x, ldx, T, &y, &ldy, add, err);
 }
 
 static int cuda_create(const struct model *m, const struct backend_config *cfg,
@@ -265,9 +282,22 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = upload(cb, err);
     if (!rc)
         rc = alloc_scratch(cb, err);
+    if (!rc) {
+        /* the kernels' own scratch (8-bit activations of the Q4_K/Q6_K
+         * GEMV, split attention's partial sums), taken now so that
+         * kv_alloc's budget leaves it be */
+        int64_t wide = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
+        rc = mfk_scratch_reserve(cb->ctx,
+                                 (size_t)cb->cfg.max_tokens * (size_t)wide * 9 / 8 + ((size_t)4 << 20),
+                                 err);
+    }
     if (rc) {
         cuda_free(&cb->base);
         return rc;
+    }
+    {
+        const char *split = getenv("MFC_CUDA_ATTENTION_SPLIT");
+        mfk_attention_split(cb->ctx, !(split && strcmp(split, "0") == 0));
     }
     cb->tok_embd = dev_weight(cb, &m->tok_embd);
     cb->output = dev_weight(cb, &m->output);
@@ -367,12 +397,13 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
 
 #define D32(field) (d32 + p->field / 4)
     rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->attn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
-    if (!rc)
-        rc = matmul(cb, tb + MODEL_W_Q, &L->w[MODEL_W_Q], cb->xb, xbw, T, cb->q, qd, 0, err);
-    if (!rc)
-        rc = matmul(cb, tb + MODEL_W_K, &L->w[MODEL_W_K], cb->xb, xbw, T, cb->k, kvd, 0, err);
-    if (!rc)
-        rc = matmul(cb, tb + MODEL_W_V, &L->w[MODEL_W_V], cb->xb, xbw, T, cb->v, kvd, 0, err);
+    if (!rc) {
+        const int32_t tg[3] = {tb + MODEL_W_Q, tb + MODEL_W_K, tb + MODEL_W_V};
+        const struct mfk_weight *w[3] = {&L->w[MODEL_W_Q], &L->w[MODEL_W_K], &L->w[MODEL_W_V]};
+        float *y[3] = {cb->q, cb->k, cb->v};
+        const int64_t ld[3] = {qd, kvd, kvd};
+        rc = matmul_n(cb, 3, tg, w, cb->xb, xbw, T, y, ld, 0, err);
+    }
     if (!rc)
         rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
                             (const float *)(const void *)(cb->dstep + p->rope), D32(tok_pos),
@@ -387,10 +418,13 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
     if (!rc)
         rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->ffn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
-    if (!rc)
-        rc = matmul(cb, tb + MODEL_W_GATE, &L->w[MODEL_W_GATE], cb->xb, xbw, T, cb->hg, F, 0, err);
-    if (!rc)
-        rc = matmul(cb, tb + MODEL_W_UP, &L->w[MODEL_W_UP], cb->xb, xbw, T, cb->hu, F, 0, err);
+    if (!rc) {
+        const int32_t tg[2] = {tb + MODEL_W_GATE, tb + MODEL_W_UP};
+        const struct mfk_weight *w[2] = {&L->w[MODEL_W_GATE], &L->w[MODEL_W_UP]};
+        float *y[2] = {cb->hg, cb->hu};
+        const int64_t ld[2] = {F, F};
+        rc = matmul_n(cb, 2, tg, w, cb->xb, xbw, T, y, ld, 0, err);
+    }
     if (!rc)
         rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, err);
     if (!rc)

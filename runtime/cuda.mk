@@ -19,6 +19,7 @@ TESTS += tests/unit/test_cuda_host
 ## GPU tests and the decode benchmark: tests/gpu/run builds and runs them on a
 ## GPU host (never part of make check); here they are only linked, when possible.
 EXTRA_DIST += tests/gpu/run tests/gpu/models tests/gpu/test_cuda.c tests/gpu/ncu_summary.py \
+	tests/gpu/profile tests/gpu/hf_offline.py \
 	bench/cuda_bench.c
 if HAVE_CUDA_RUNTIME
 noinst_PROGRAMS += tests/gpu/test_cuda bench/cuda_bench

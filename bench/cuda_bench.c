@@ -5,6 +5,7 @@
  *   cuda_bench SHAPE TYPE [BATCH...]
  *   cuda_bench gemv -      (GEMV alone, every type, at 1, 8 and 32 tokens)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
+ *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
  *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
  *     TYPE:  f16 | bf16 | q8_0 | q4_k_m (llama.cpp's per-tensor mix) | q4_k
  *     BATCH: sequences decoding together (default 1 8 32)
@@ -32,6 +33,11 @@
  * CTX - 16 tokens in 512-token chunks, then 16 decode steps of all of
  * them. Peak of total - free after each step (the CUDA context and cuBLAS
  * included) and nvidia-smi's figure for this process.
+ *
+ * offline: REQUESTS requests (prompts of 128-1024 tokens, outputs of
+ * 128-512, greedy, no early stop) through the backend with continuous
+ * batching, at most SEQS at once: the issue's offline run; see offline_bench.
+ * tests/gpu/hf_offline.py runs the same requests through transformers.
  *
  * CUDA_BENCH_KV=q8 runs either with the 8-bit KV arena (BACKEND_KV_Q8).
  * Logits land in backend_host_alloc's memory, as mfc-serve's engine has
@@ -473,6 +479,124 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
     return 0;
 }
 
+/* The offline run's request i: prompt and output lengths, spread over
+ * [128, 1024] and [128, 512] by two strides (tests/gpu/hf_offline.py makes
+ * the same list for transformers). */
+static void offline_req(int i, int *n_prompt, int *n_out)
+{
+    *n_prompt = 128 + (int)(((int64_t)i * 7919 + 13) % 897);
+    *n_out = 128 + (int)(((int64_t)i * 104729 + 7) % 385);
+}
+
+#define OFF_SEQS_MAX 512
+#define OFF_BUDGET 2048 /* tokens a step, as mfc-serve's default max_num_batched_tokens */
+
+/* offline: n_req requests through the backend with continuous batching: up
+ * to n_seqs run at once (each with KV blocks for its whole length, so none
+ * is preempted); every step decodes one token of each running sequence past
+ * its prompt and fills the rest of OFF_BUDGET with prompt chunks of the
+ * others, the way vLLM's scheduler does; greedy tokens come from the device
+ * argmax, the logits rows are copied to pinned memory as the engine's are.
+ * Prints prompt and output tokens per second over the wall clock. */
+static int offline_bench(const struct shape *s, const char *type, int n_req, int n_seqs)
+{
+    struct mf_err err = {0};
+    uint64_t mat_bytes, embd_row;
+    const int max_len = 1024 + 512, nbs = (max_len + 15) / 16;
+    if (n_req < 1 || n_seqs < 1 || n_seqs > OFF_SEQS_MAX)
+        return 2;
+    struct model *m = synth(s, type, &mat_bytes, &embd_row);
+    struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = OFF_BUDGET, .max_seqs = n_seqs};
+    cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, cfg.kv_type);
+    struct backend *be;
+    int32_t n_blocks;
+    if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err) ||
+        backend_kv_alloc(be, &n_blocks, &err))
+        die("offline create", &err);
+    if (n_blocks < n_seqs * nbs) {
+        fprintf(stderr, "cuda_bench offline: %d KV blocks, %d needed\n", n_blocks, n_seqs * nbs);
+        return 1;
+    }
+    struct slot {
+        int req, n_prompt, n_out, n_past, n_gen;
+        int32_t toks[1024 + 512];
+    } *sl = calloc((size_t)n_seqs, sizeof *sl);
+    int32_t *table = malloc((size_t)n_seqs * nbs * sizeof *table), *ids = malloc(n_seqs * 4);
+    int *order = malloc((size_t)n_seqs * sizeof *order), *run = malloc(n_seqs * sizeof *run);
+    struct batch_seq *bs = calloc((size_t)n_seqs, sizeof *bs);
+    float *logits = backend_host_alloc(be, (size_t)n_seqs * s->n_vocab * sizeof(float));
+    for (int i = 0; i < n_seqs * nbs; i++)
+        table[i] = i;
+    for (int i = 0; i < n_seqs; i++)
+        sl[i].req = -1;
+    int64_t p_tok = 0, o_tok = 0, steps = 0;
+    int next = 0, done = 0;
+    double t0 = now_s();
+    while (done < n_req) {
+        int nb = 0, nr = 0, budget = OFF_BUDGET;
+        for (int i = 0; i < n_seqs && next < n_req; i++)
+            if (sl[i].req < 0) {
+                struct slot *q = &sl[i];
+                q->req = next++;
+                offline_req(q->req, &q->n_prompt, &q->n_out);
+                q->n_past = q->n_gen = 0;
+                for (int j = 0; j < q->n_prompt; j++)
+                    q->toks[j] = (int32_t)(((int64_t)q->req * 31 + (int64_t)j * 7919) % s->n_vocab);
+            }
+        for (int pass = 0; pass < 2; pass++) /* decoding sequences first, then prompts */
+            for (int i = 0; i < n_seqs; i++) {
+                struct slot *q = &sl[i];
+                if (q->req < 0 || (pass == 0) != (q->n_past >= q->n_prompt) || budget == 0)
+                    continue;
+                int n = pass == 0 ? 1 : q->n_prompt - q->n_past;
+                n = n < budget ? n : budget;
+                budget -= n;
+                bs[nb] = (struct batch_seq){.tokens = q->toks + q->n_past,
+                                            .n_tokens = n,
+                                            .n_past = q->n_past,
+                                            .block_table = table + i * nbs,
+                                            .n_blocks = nbs,
+                                            .want_logits = q->n_past + n >= q->n_prompt};
+                order[nb++] = i;
+            }
+        struct batch bt = {.n_seqs = nb, .seqs = bs, .logits = logits};
+        if (backend_step(be, &bt, &err))
+            die("offline step", &err);
+        for (int k = 0; k < nb; k++)
+            if (bs[k].want_logits)
+                run[nr++] = order[k];
+        if (nr && cuda_backend_argmax(be, nr, ids, &err))
+            die("offline argmax", &err);
+        for (int k = 0; k < nb; k++) {
+            struct slot *q = &sl[order[k]];
+            if (q->n_past < q->n_prompt)
+                p_tok += bs[k].n_tokens;
+            q->n_past += bs[k].n_tokens;
+        }
+        for (int k = 0; k < nr; k++) {
+            struct slot *q = &sl[run[k]];
+            q->toks[q->n_past] = ids[k]; /* fed at the next step */
+            o_tok++;
+            if (++q->n_gen == q->n_out) {
+                q->req = -1;
+                done++;
+            }
+        }
+        steps++;
+    }
+    double dt = now_s() - t0;
+    printf("offline %s %s: %d requests (prompts 128-1024, outputs 128-512 tokens), up to %d at "
+           "once, %" PRId64 " steps in %.2f s\n",
+           s->name, type, n_req, n_seqs, steps, dt);
+    printf("prompt tokens %" PRId64 ", output tokens %" PRId64 ": %.0f output tokens/s, %.0f "
+           "tokens/s in all, %.2f requests/s\n",
+           p_tok, o_tok, o_tok / dt, (p_tok + o_tok) / dt, n_req / dt);
+    backend_host_free(be, logits);
+    backend_free(be);
+    free(sl), free(table), free(ids), free(order), free(run), free(bs);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct mf_err err = {0};
@@ -494,6 +618,17 @@ int main(int argc, char **argv)
                                        argc > 4 ? int_arg(argv[4], 1, MAX_B, 0) : 16,
                                        argc > 5 ? int_arg(argv[5], 32, 1 << 20, 0) : 2048);
         fprintf(stderr, "usage: cuda_bench mem SHAPE TYPE [SEQS [CTX]]\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "offline") == 0) {
+        for (size_t i = 0; argc > 3 && i < sizeof shapes / sizeof shapes[0]; i++)
+            if (strcmp(argv[2], shapes[i].name) == 0)
+                return cuda_device_count() < 1
+                           ? 77
+                           : offline_bench(&shapes[i], argv[3],
+                                           argc > 4 ? int_arg(argv[4], 1, 1 << 20, 0) : 512,
+                                           argc > 5 ? int_arg(argv[5], 1, OFF_SEQS_MAX, 0) : 256);
+        fprintf(stderr, "usage: cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]\n");
         return 2;
     }
     if (!s && strcmp(argv[1], "gemv") != 0) {

@@ -6,7 +6,8 @@
  * share each K/V read, and the softmax follows the CPU's F16 path exactly
  * (q and the weights rounded to fp16, the sum in double). When that grid
  * would leave most multiprocessors idle (batch 1 has 8 blocks for 132 SMs),
- * each context is split over several blocks instead (att_splits).
+ * each context is split over several blocks instead (the caller's splits,
+ * runtime/cuda_plan.c's cuda_plan_att_splits).
  *
  * Runs of a sequence's new tokens (prefill, chunked prefill) go through
  * k_attention_tiles: 16 tokens x one query head per warp on the tensor
@@ -309,28 +310,14 @@ extern "C" int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s)
     return n > INT32_MAX ? INT32_MAX : (int32_t)n;
 }
 
-/* Splits of each context for T tokens: 1 (none) when T x n_head_kv blocks
- * already fill the multiprocessors; else enough for about two blocks per
- * multiprocessor, each split keeping a KV block per warp. */
-static int att_splits(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t T, int32_t max_ctx)
-{
-    const int64_t blocks = (int64_t)T * s->n_head_kv, sms = mfk_sm_count(c);
-    const int32_t nblk = (max_ctx + KVB - 1) / KVB, cap = nblk / ATT_SPLIT_WARPS;
-    if (!mfk_att_split_on(c) || blocks >= sms || cap < 2)
-        return 1;
-    const int64_t want = (2 * sms + blocks - 1) / blocks;
-    return want < cap ? (int)want : cap;
-}
-
 /* The launches of mfk_attention for one head width and arena. */
 template <int HD, bool Q8>
 static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                    const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
                    const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
-                   float *out, int64_t ldo, struct mf_err *err)
+                   int S, float *out, int64_t ldo, struct mf_err *err)
 {
     cudaStream_t st = mfk_stream(c);
-    const int S = att_splits(c, s, T, max_ctx);
     int rc;
     if (S == 1) {
         const int32_t ctx = (max_ctx + 3) / 4 * 4;
@@ -370,11 +357,14 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
 extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                              int32_t T, const int32_t *list, const float *q, int64_t ldq,
                              const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                             const void *kv, int32_t max_ctx, float *out, int64_t ldo,
-                             struct mf_err *err)
+                             const void *kv, int32_t max_ctx, int32_t splits, float *out,
+                             int64_t ldo, struct mf_err *err)
 {
     if (T <= 0)
         return 0;
+    if (splits < 1 || splits > 4096)
+        return mf_err_set(err, MF_EINVAL, "CUDA attention: %d splits of a context (1 to 4096)",
+                          splits);
     if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim % 32 ||
         s->head_dim > ATT_MAX_DIM)
         return mf_err_set(err, MF_EUNSUPPORTED,
@@ -387,7 +377,8 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
                           "kernel holds in shared memory",
                           max_ctx, mfk_attention_max_ctx(s));
 #define ATT_RUN(HD, Q8)                                                                            \
-    att_run<HD, Q8>(c, s, layer, T, list, q, ldq, pos, toff, tables, kv, max_ctx, out, ldo, err)
+    att_run<HD, Q8>(c, s, layer, T, list, q, ldq, pos, toff, tables, kv, max_ctx, splits, out, \
+                    ldo, err)
     if (s->head_dim == 128)
         return s->q8 ? ATT_RUN(128, true) : ATT_RUN(128, false);
     if (s->head_dim == 64)

@@ -16,8 +16,6 @@
 #define KVB 16 /* KV_BLOCK_TOKENS (runtime/batch.h) */
 
 cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
-int mfk_sm_count(struct mfk_ctx *c);        /* multiprocessors of the context's device */
-int mfk_att_split_on(struct mfk_ctx *c);    /* mfk_attention_split's setting */
 /* *p = n bytes of device scratch owned by c, valid for work queued until the
  * next call (one user at a time, in stream order). */
 int mfk_scratch(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err);

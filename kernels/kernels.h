@@ -192,11 +192,14 @@ int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
  * fp16, softmax(q.k / sqrt(hd)) with the sum in double, weights rounded to
  * fp16 before P.V. out[t] gets n_head * head_dim floats. max_ctx bounds
  * pos+1 (it sizes shared memory; MF_EUNSUPPORTED when the scores do not
- * fit). */
+ * fit). splits > 1 divides each context over that many blocks
+ * (FlashDecoding-style, three launches: runtime/cuda_plan.c's
+ * cuda_plan_att_splits says when that pays); the result is the unsplit one
+ * up to the rounding of the softmax sum's rescaling. 1 to 4096. */
 int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                   const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
                   const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
-                  float *out, int64_t ldo, struct mf_err *err);
+                  int32_t splits, float *out, int64_t ldo, struct mf_err *err);
 
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
  * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one
@@ -206,14 +209,6 @@ int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
                         const void *kv, float *out, int64_t ldo, struct mf_err *err);
-
-/* on 0: mfk_attention keeps each (token, KV head) in one thread block even
- * when that leaves multiprocessors idle; on 1 (the default): it splits the
- * contexts of small batches (FlashDecoding-style, three launches) so a
- * decode step at batch 1 reads its KV cache with the whole GPU. A test and
- * benchmark switch: both give the same results up to the rounding of the
- * softmax sum. */
-void mfk_attention_split(struct mfk_ctx *c, int on);
 
 /* Largest context mfk_attention takes for this shape. */
 int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);

@@ -26,8 +26,6 @@ struct mfk_ctx {
     cudaEvent_t staged[2];   /* recorded after the DMA out of stage[i] */
     cudaEvent_t t0, t1;      /* timer */
     void *blas;              /* gemm.cu's cuBLAS state, made on first use */
-    int sm_count;            /* multiprocessors, for grid sizing */
-    int att_split;           /* mfk_attention may split contexts (mfk_attention_split) */
     void *scratch;           /* device: mfk_scratch's buffer, grown on demand */
     size_t scratch_cap;
 };
@@ -56,10 +54,6 @@ extern "C" int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err)
         return mf_err_set(err, MF_ENOMEM, "out of memory for a CUDA context");
     c->device = index;
     int rc = ck(cudaSetDevice(index), "cudaSetDevice", err);
-    if (!rc)
-        rc = ck(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, index),
-                "cudaDeviceGetAttribute", err);
-    c->att_split = 1;
     if (!rc)
         rc = ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate", err);
     for (int i = 0; !rc && i < 2; i++)
@@ -229,25 +223,10 @@ cudaStream_t mfk_stream(struct mfk_ctx *c)
     return c->stream;
 }
 
-int mfk_sm_count(struct mfk_ctx *c)
-{
-    return c->sm_count > 0 ? c->sm_count : 1;
-}
-
-extern "C" void mfk_attention_split(struct mfk_ctx *c, int on)
-{
-    c->att_split = on != 0;
-}
-
 extern "C" int mfk_scratch_reserve(struct mfk_ctx *c, size_t n, struct mf_err *err)
 {
     void *p;
     return mfk_scratch(c, n, &p, err);
-}
-
-int mfk_att_split_on(struct mfk_ctx *c)
-{
-    return c->att_split;
 }
 
 /* Grows the buffer by waiting for the stream first: queued kernels may still

@@ -74,6 +74,8 @@ struct cuda_backend {
     uint8_t *hstep, *dstep;      /* pinned host / device step arrays */
     size_t step_cap;             /* bytes of each */
     struct cuda_upload_stats st;
+    int32_t sms;                 /* the device's multiprocessors (attention splits) */
+    int att_split;               /* MFC_CUDA_ATTENTION_SPLIT (cuda_plan_att_split_env) */
 };
 
 static struct cuda_backend *cb_of(struct backend *b)
@@ -277,6 +279,13 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     if (!rc)
         rc = cuda_plan_weights(m, &cb->plan, err);
     if (!rc)
+        rc = cuda_plan_att_split_env(getenv("MFC_CUDA_ATTENTION_SPLIT"), &cb->att_split, err);
+    if (!rc) {
+        struct mfk_device_info di;
+        rc = mfk_device_query(0, &di, err);
+        cb->sms = di.sm_count;
+    }
+    if (!rc)
         rc = mfk_ctx_new(0, &cb->ctx, err);
     if (!rc)
         rc = upload(cb, err);
@@ -294,10 +303,6 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     if (rc) {
         cuda_free(&cb->base);
         return rc;
-    }
-    {
-        const char *split = getenv("MFC_CUDA_ATTENTION_SPLIT");
-        mfk_attention_split(cb->ctx, !(split && strcmp(split, "0") == 0));
     }
     cb->tok_embd = dev_weight(cb, &m->tok_embd);
     cb->output = dev_weight(cb, &m->output);
@@ -380,7 +385,7 @@ static int reserve_step(struct cuda_backend *cb, size_t bytes, struct mf_err *er
 
 /* One layer over the step's T tokens. */
 static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_plan *p,
-                     struct mf_err *err)
+                     int32_t splits, struct mf_err *err)
 {
     const struct model_hparams *hp = &cb->m->hp;
     const struct cuda_layer *L = &cb->layers[l];
@@ -413,7 +418,8 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd, err);
     if (!rc)
         rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
-                           D32(tok_toff), D32(tables), cb->kv, p->single_ctx, cb->att, qd, err);
+                           D32(tok_toff), D32(tables), cb->kv, p->single_ctx, splits, cb->att, qd,
+                           err);
     if (!rc)
         rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
     if (!rc)
@@ -496,8 +502,10 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     if (!rc)
         rc = mfk_embed(cb->ctx, &cb->tok_embd, (const int32_t *)(void *)(cb->dstep + p.tok_id),
                        p.T, cb->x, E, err);
+    const int32_t splits =
+        cb->att_split ? cuda_plan_att_splits(p.n_single, hp->n_head_kv, cb->sms, p.single_ctx) : 1;
     for (int32_t l = 0; !rc && l < hp->n_layer; l++)
-        rc = run_layer(cb, l, &p, err);
+        rc = run_layer(cb, l, &p, splits, err);
     if (!rc && p.n_out > 0) {
         rc = mfk_gather(cb->ctx, cb->x, E, (const int32_t *)(void *)(cb->dstep + p.out_rows),
                         p.n_out, cb->out_x, E, E, err);

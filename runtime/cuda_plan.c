@@ -110,6 +110,31 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err)
     return 0;
 }
 
+int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t max_ctx)
+{
+    const int64_t blocks = (int64_t)T * n_head_kv;
+    const int32_t nblk = (max_ctx + CUDA_PLAN_TILE - 1) / CUDA_PLAN_TILE;
+    const int32_t cap = nblk / CUDA_PLAN_SPLIT_BLOCKS;
+    if (blocks <= 0 || sms <= 0 || blocks >= sms || cap < 2)
+        return 1;
+    const int64_t want = (2 * (int64_t)sms + blocks - 1) / blocks;
+    return want < cap ? (int32_t)want : cap;
+}
+
+int cuda_plan_att_split_env(const char *v, int *on, struct mf_err *err)
+{
+    if (!v || !*v || strcmp(v, "1") == 0)
+        *on = 1;
+    else if (strcmp(v, "0") == 0)
+        *on = 0;
+    else
+        return mf_err_set(err, MF_EINVAL,
+                          "MFC_CUDA_ATTENTION_SPLIT=\"%.40s\": expected 0 (one block per KV "
+                          "head) or 1 (split long contexts of small batches)",
+                          v);
+    return 0;
+}
+
 int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uint64_t kv_bytes,
                         uint64_t *budget, struct mf_err *err)
 {

@@ -71,6 +71,19 @@ int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uin
 #define CUDA_DEFAULT_GEMM_MIN 5
 int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 
+/* Splits of each context for mfk_attention's T tokens on a device of sms
+ * multiprocessors, max_ctx the longest context: 1 (none) when T x n_head_kv
+ * blocks already fill the multiprocessors, or when a context has fewer than
+ * 2 x CUDA_PLAN_SPLIT_BLOCKS KV blocks; else enough splits for about two
+ * blocks per multiprocessor, each split keeping CUDA_PLAN_SPLIT_BLOCKS KV
+ * blocks at least (one per warp of the split kernel). */
+#define CUDA_PLAN_SPLIT_BLOCKS 4
+int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t max_ctx);
+
+/* MFC_CUDA_ATTENTION_SPLIT as read by the caller: NULL, "" or "1": 1
+ * (split), "0": 0; anything else MF_EINVAL naming it. */
+int cuda_plan_att_split_env(const char *v, int *on, struct mf_err *err);
+
 /* ---- one step ----------------------------------------------------------- */
 
 /* Attention takes a step's tokens two ways (kernels.h): a sequence with

@@ -38,6 +38,7 @@
 #include "kernels/kernels.h"
 #include "runtime/backend.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda_plan.h"
 #include "runtime/lora.h"
 #include "runtime/model.h"
 
@@ -79,6 +80,7 @@ static void report(const char *name, int ok, const char *what, double v, double 
 
 static struct mf_err err;
 static struct mfk_ctx *ctx;
+static int32_t n_sms; /* the device's multiprocessors (attention splits) */
 
 static void *dalloc(size_t n)
 {
@@ -639,38 +641,41 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         }
     if (hd % 32 == 0 && max_ctx <= mfk_attention_max_ctx(&s)) {
         poison(dout, T * qd * 4);
-        CK(mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, dout,
+        CK(mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 1, dout,
                          qd, &err));
         d2h(qgot, dout, T * qd * 4);
         snprintf(name, sizeof name, "attention%s (%d/%d heads, hd %d, ctx %d)", q8 ? " 8-bit" : "",
                  n_head, n_head_kv, hd, max_ctx);
         double e = rel_err(qgot, ref, T * qd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
-        /* a token list: the tokens in reverse order, every second one */
+        /* a token list: the tokens in reverse order, every second one, each
+         * context split in 3 (forced: the short ones get empty splits) */
         int32_t list[64], nl = 0, *dlist = dalloc(T * 4);
         for (int t = T - 1; t >= 0; t -= 2)
             list[nl++] = t;
         h2d(dlist, list, nl * 4);
         poison(dout, T * qd * 4);
-        CK(mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, dout,
-                         qd, &err));
+        CK(mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 3,
+                         dout, qd, &err));
         d2h(qgot, dout, T * qd * 4);
         e = listed_err(qgot, ref, T, qd, list, nl);
-        snprintf(name, sizeof name, "attention%s, listed tokens (hd %d)", q8 ? " 8-bit" : "", hd);
+        snprintf(name, sizeof name, "attention%s, listed tokens, 3 splits (hd %d)",
+                 q8 ? " 8-bit" : "", hd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         /* one token a call: grids that small split each long context over
-         * several blocks (FlashDecoding-style); then the same unsplit */
+         * several blocks (FlashDecoding-style, as cuda_plan_att_splits
+         * chooses for this device); then the same unsplit */
         for (int split = 1; split >= 0; split--) {
             int32_t *dall = dalloc(T * 4);
             for (int t = 0; t < T; t++)
                 list[t % 64] = t;
             h2d(dall, list, T * 4);
-            mfk_attention_split(ctx, split);
             poison(dout, T * qd * 4);
-            for (int t = 0; t < T; t++)
+            for (int t = 0; t < T; t++) {
+                int32_t sp = split ? cuda_plan_att_splits(1, n_head_kv, n_sms, pos[t] + 1) : 1;
                 CK(mfk_attention(ctx, &s, layer, 1, dall + t, dq, qd, dpos, dtoff, dtab, dkv,
-                                 pos[t] + 1, dout, qd, &err));
-            mfk_attention_split(ctx, 1);
+                                 pos[t] + 1, sp, dout, qd, &err));
+            }
             d2h(qgot, dout, T * qd * 4);
             e = rel_err(qgot, ref, T * qd);
             snprintf(name, sizeof name, "attention%s, one token a call, %s (hd %d, ctx %d)",
@@ -1104,6 +1109,7 @@ int main(int argc, char **argv)
         return 77;
     }
     CK(mfk_device_query(0, &info, &err));
+    n_sms = info.sm_count;
     printf("device: %s sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor,
            info.sm_count, info.total_bytes / 1073741824.0);
     CK(mfk_ctx_new(0, &ctx, &err));

@@ -305,6 +305,44 @@ static void test_kv8_bytes(void **state)
     assert_non_null(strstr(err.msg, "CUDA only"));
 }
 
+/* The FlashDecoding split: none once T x KV heads fill the multiprocessors
+ * or for short contexts; else about two blocks per multiprocessor, never
+ * fewer than CUDA_PLAN_SPLIT_BLOCKS KV blocks a split. */
+static void test_att_splits(void **state)
+{
+    struct mf_err err = {0};
+    int on = -1;
+    (void)state;
+    /* batch 1 of Llama 3 (8 KV heads) on 132 SMs, 513-token context: 33
+     * blocks of 16, so at most 8 splits of 4 */
+    assert_int_equal(cuda_plan_att_splits(1, 8, 132, 513), 8);
+    /* a long context: ceil(264 / 8) = 33 splits */
+    assert_int_equal(cuda_plan_att_splits(1, 8, 132, 8192), 33);
+    assert_int_equal(cuda_plan_att_splits(4, 8, 132, 8192), 9);
+    /* 17 x 8 = 136 blocks fill 132 SMs: no split */
+    assert_int_equal(cuda_plan_att_splits(17, 8, 132, 8192), 1);
+    assert_int_equal(cuda_plan_att_splits(16, 8, 132, 8192), 3);
+    /* fewer than 2 x 4 KV blocks: no split */
+    assert_int_equal(cuda_plan_att_splits(1, 8, 132, 112), 1);
+    assert_int_equal(cuda_plan_att_splits(1, 8, 132, 113), 2);
+    /* nothing to split, or no device figure */
+    assert_int_equal(cuda_plan_att_splits(0, 8, 132, 4096), 1);
+    assert_int_equal(cuda_plan_att_splits(1, 8, 0, 4096), 1);
+    for (int32_t ctx = 1; ctx < 20000; ctx += 97) {
+        int32_t sp = cuda_plan_att_splits(1, 1, 132, ctx), nblk = (ctx + 15) / 16;
+        assert_true(sp >= 1 && sp <= 264);
+        assert_true(sp == 1 || nblk / sp >= CUDA_PLAN_SPLIT_BLOCKS);
+    }
+    assert_int_equal(cuda_plan_att_split_env(NULL, &on, &err), 0);
+    assert_int_equal(on, 1);
+    assert_int_equal(cuda_plan_att_split_env("0", &on, &err), 0);
+    assert_int_equal(on, 0);
+    assert_int_equal(cuda_plan_att_split_env("1", &on, &err), 0);
+    assert_int_equal(on, 1);
+    assert_int_equal(cuda_plan_att_split_env("yes", &on, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "MFC_CUDA_ATTENTION_SPLIT"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_no_device),
         cmocka_unit_test(test_kv8_bytes),
+        cmocka_unit_test(test_att_splits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

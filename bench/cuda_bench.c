@@ -503,8 +503,11 @@ static int offline_bench(const struct shape *s, const char *type, int n_req, int
     struct mf_err err = {0};
     uint64_t mat_bytes, embd_row;
     const int max_len = 1024 + 512, nbs = (max_len + 15) / 16;
-    if (n_req < 1 || n_seqs < 1 || n_seqs > OFF_SEQS_MAX)
+    if (n_req < 1 || n_seqs < 1 || n_seqs > OFF_SEQS_MAX) {
+        fprintf(stderr, "cuda_bench offline: REQUESTS must be 1 or more, SEQS 1 to %d\n",
+                OFF_SEQS_MAX);
         return 2;
+    }
     struct model *m = synth(s, type, &mat_bytes, &embd_row);
     struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = OFF_BUDGET, .max_seqs = n_seqs};
     cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, cfg.kv_type);
@@ -525,6 +528,10 @@ static int offline_bench(const struct shape *s, const char *type, int n_req, int
     int *order = malloc((size_t)n_seqs * sizeof *order), *run = malloc(n_seqs * sizeof *run);
     struct batch_seq *bs = calloc((size_t)n_seqs, sizeof *bs);
     float *logits = backend_host_alloc(be, (size_t)n_seqs * s->n_vocab * sizeof(float));
+    if (!sl || !table || !ids || !order || !run || !bs || !logits) {
+        fprintf(stderr, "cuda_bench offline: out of memory for %d sequences\n", n_seqs);
+        return 1;
+    }
     for (int i = 0; i < n_seqs * nbs; i++)
         table[i] = i;
     for (int i = 0; i < n_seqs; i++)

@@ -700,17 +700,83 @@ static int run_ldd(const char *binary, struct mf_buf *out, struct mf_err *err)
     return rc;
 }
 
+/* Runs ldd on file and adds the paths it lists to *libs (no duplicates). */
+static int ldd_add(const char *file, char ***libs, size_t *n, struct mf_err *err)
+{
+    struct mf_buf b;
+    char **got = NULL;
+    size_t k = 0;
+    mf_buf_init(&b, LDD_OUT_MAX);
+    int rc = run_ldd(file, &b, err);
+    if (rc == 0)
+        rc = layer_parse_ldd(b.data ? b.data : "", &got, &k, err);
+    for (size_t i = 0; i < k; i++) {
+        if (rc == 0)
+            rc = paths_add(libs, n, got[i], strlen(got[i]), err);
+        free(got[i]);
+    }
+    free(got);
+    mf_buf_free(&b);
+    return rc;
+}
+
+int layer_cublas_path(char *const *libs, size_t n, char **path, struct mf_err *err)
+{
+    /* open_cublas's names, in its order (kernels/gemm.cu) */
+    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    const char *cudart = NULL;
+    *path = NULL;
+    for (size_t i = 0; i < n && !cudart; i++) {
+        const char *base = strrchr(libs[i], '/');
+        if (base && strncmp(base + 1, "libcudart.so", 12) == 0)
+            cudart = libs[i];
+    }
+    if (!cudart)
+        return 0;
+    size_t dir = (size_t)(strrchr(cudart, '/') - cudart) + 1; /* with the '/' */
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        size_t len = strlen(names[k]);
+        char *p = malloc(dir + len + 1);
+        if (!p)
+            return mf_err_set(err, MF_ENOMEM, "out of memory looking for cuBLAS");
+        memcpy(p, cudart, dir);
+        memcpy(p + dir, names[k], len + 1);
+        struct stat st;
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            *path = p;
+            return 0;
+        }
+        free(p);
+    }
+    return 0;
+}
+
+/* The runtime's libraries: ldd's list for binary, plus, beside a listed
+ * libcudart, cuBLAS and ldd's list for it (libcublasLt among it). The
+ * cuBLAS path is the one found (often the soname symlink): layer_write
+ * stores the file it points to under that name, where open_cublas looks.
+ * *libs holds what was collected so far even on failure; the caller frees it. */
+static int runtime_libs(const char *binary, char ***libs, size_t *n, struct mf_err *err)
+{
+    char *blas = NULL;
+    int rc = ldd_add(binary, libs, n, err);
+    if (rc == 0)
+        rc = layer_cublas_path(*libs, *n, &blas, err);
+    if (rc == 0 && blas)
+        rc = paths_add(libs, n, blas, strlen(blas), err);
+    if (rc == 0 && blas && (rc = ldd_add(blas, libs, n, err)) != 0)
+        mf_err_prefix(err, "cuBLAS %s (dlopen'd by the runtime)", blas);
+    free(blas);
+    return rc;
+}
+
 int layer_write_runtime(struct store *s, const char *binary, const char *name, int64_t mtime,
                         struct layer_result *out, struct mf_err *err)
 {
-    struct mf_buf b;
-    mf_buf_init(&b, LDD_OUT_MAX);
     char **libs = NULL, bin_path[LAYER_PATH_MAX];
     size_t n = 0;
     struct layer_entry *e = NULL;
-    int rc = run_ldd(binary, &b, err);
-    if (rc == 0)
-        rc = layer_parse_ldd(b.data ? b.data : "", &libs, &n, err);
+    int rc = runtime_libs(binary, &libs, &n, err);
     if (rc == 0 && !(e = calloc(n + 1, sizeof *e)))
         rc = mf_err_set(err, MF_ENOMEM, "out of memory for the runtime layer");
     int pn = snprintf(bin_path, sizeof bin_path, "usr/bin/%s", name);
@@ -730,6 +796,5 @@ int layer_write_runtime(struct store *s, const char *binary, const char *name, i
     for (size_t i = 0; i < n; i++)
         free(libs[i]);
     free(libs);
-    mf_buf_free(&b);
     return rc;
 }

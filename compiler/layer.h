@@ -80,8 +80,10 @@ int layer_write(struct store *s, const struct layer_entry *e, size_t n,
  * nothing else. The closure comes from running `ldd` (glibc's loader in trace
  * mode, which maps but does not run the program): it honours RUNPATH,
  * ld.so.conf and $ORIGIN exactly as the runtime will, which a hand-written
- * DT_NEEDED walker would have to re-implement. Only use it on a binary we
- * built (the runtime), never on untrusted input. gzip-compressed. */
+ * DT_NEEDED walker would have to re-implement. A CUDA build also gets the
+ * cuBLAS beside its libcudart and that cuBLAS's own closure
+ * (layer_cublas_path), none of which ldd lists for the binary. Only use it on
+ * a binary we built (the runtime), never on untrusted input. gzip-compressed. */
 int layer_write_runtime(struct store *s, const char *binary, const char *name, int64_t mtime,
                         struct layer_result *out, struct mf_err *err);
 
@@ -124,5 +126,14 @@ int layer_path_check(const char *path, struct mf_err *err);
 /* Parses `ldd` output into absolute paths (malloc'd strings in a malloc'd
  * array; free each and the array). "not found" lines are MF_ENOTFOUND. */
 int layer_parse_ldd(const char *text, char ***paths, size_t *n, struct mf_err *err);
+/* The cuBLAS that goes with an ldd list (n absolute paths): when one of them
+ * is named libcudart.so*, the first of libcublas.so.13, libcublas.so.12 and
+ * libcublas.so in its directory that is a regular file (symlinks followed).
+ * Why: mfc-serve loads cuBLAS with dlopen (kernels/gemm.cu, open_cublas, which
+ * tries those names beside libcudart last), so ldd never lists it, and an
+ * image without it loses the tensor-core GEMM and LoRA on the GPU. Returns 0
+ * with *path the malloc'd path (caller frees), 0 with *path NULL when the list
+ * has no libcudart or no cuBLAS lies beside it, or MF_ENOMEM (*path NULL). */
+int layer_cublas_path(char *const *libs, size_t n, char **path, struct mf_err *err);
 
 #endif

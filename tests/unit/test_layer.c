@@ -1,7 +1,8 @@
 /*
  * test_layer.c: unit tests for compiler/layer.c: two writes of the same
  * entries give the same digest (plain and gzip), the tar holds what was
- * asked with fixed metadata, paths are checked, ldd output is parsed, and
+ * asked with fixed metadata, paths are checked, ldd output is parsed, the
+ * runtime layer of a CUDA build carries the cuBLAS beside its libcudart, and
  * layer_tar_write_fd (kernel copy) writes the same bytes as layer_tar_stream,
  * but for files of 64 MiB or more, whose content it starts on a 512 KiB
  * boundary behind a pax "comment" pad that libarchive reads through.
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +179,164 @@ static void test_runtime(void **state)
     assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, &r, &err), 0);
     assert_string_equal(r.desc.media_type, LAYER_MT_TAR_GZIP);
     assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "a/b", 0, &r, &err), MF_EINVAL);
+}
+
+/* Copies the file from to to (both small). */
+static void copy_to(const char *from, const char *to)
+{
+    char *d = NULL;
+    size_t n = 0;
+    struct mf_err err;
+    assert_int_equal(mf_file_read(from, 64u << 20, &d, &n, &err), 0);
+    FILE *f = fopen(to, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(d, 1, n, f), n);
+    fclose(f);
+    free(d);
+}
+
+/* The regular files of the gzip'd layer with the given digest, as
+ * "\npath size" lines and a last "\n", in the tar's order; NUL-terminated. */
+static void layer_listing(struct store *s, const char *digest, struct mf_buf *out)
+{
+    struct mf_err err;
+    char *path, line[1200];
+    assert_int_equal(store_blob_path(s, digest, &path, &err), 0);
+    struct archive *a = archive_read_new();
+    struct archive_entry *ae;
+    archive_read_support_filter_gzip(a);
+    archive_read_support_format_tar(a);
+    assert_int_equal(archive_read_open_filename(a, path, 65536), ARCHIVE_OK);
+    assert_int_equal(mf_buf_append(out, "\n", 1, &err), 0);
+    while (archive_read_next_header(a, &ae) == ARCHIVE_OK) {
+        if (archive_entry_filetype(ae) != AE_IFREG)
+            continue;
+        int k = snprintf(line, sizeof line, "%s %lld\n", archive_entry_pathname(ae),
+                         (long long)archive_entry_size(ae));
+        assert_int_equal(mf_buf_append(out, line, (size_t)k, &err), 0);
+    }
+    assert_int_equal(mf_buf_append(out, "", 1, &err), 0);
+    archive_read_free(a);
+    free(path);
+}
+
+/* A runtime layer whose binary's ldd list holds a libcudart carries the
+ * cuBLAS beside it, as a regular file under the symlink's name, and what ldd
+ * lists for that cuBLAS, each once. No CUDA needed: ldd lists an LD_PRELOAD
+ * library as it lists a DT_NEEDED one, so /bin/true with a copy of cmocka's
+ * shared library preloaded as libcudart.so.13 stands for a CUDA mfc-serve,
+ * and another copy stands for cuBLAS (its ldd list: libc, the loader, the
+ * preload again). Skipped where the loader does not take the preload (cmocka
+ * linked statically, /tmp mounted noexec). */
+static void test_runtime_cuda(void **state)
+{
+    struct fixture *fx = *state;
+    struct layer_result r;
+    struct mf_err err;
+    Dl_info di;
+    if (!dladdr((void *)_cmocka_run_group_tests, &di) || !di.dli_fname ||
+        !strstr(di.dli_fname, ".so"))
+        skip();
+    char cudart[128], blas[128], link[128], want[300];
+    snprintf(cudart, sizeof cudart, "%s/libcudart.so.13", fx->dir);
+    snprintf(blas, sizeof blas, "%s/libcublas.so.13.0.1", fx->dir);
+    snprintf(link, sizeof link, "%s/libcublas.so.13", fx->dir);
+    copy_to(di.dli_fname, cudart);
+    copy_to(di.dli_fname, blas);
+    assert_int_equal(symlink("libcublas.so.13.0.1", link), 0);
+    struct stat st;
+    assert_int_equal(stat(blas, &st), 0);
+
+    const char *old = getenv("LD_PRELOAD");
+    char *saved = old ? strdup(old) : NULL;
+    assert_int_equal(setenv("LD_PRELOAD", cudart, 1), 0);
+    int rc = layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, &r, &err);
+    assert_int_equal(saved ? setenv("LD_PRELOAD", saved, 1) : unsetenv("LD_PRELOAD"), 0);
+    free(saved);
+    assert_int_equal(rc, 0);
+
+    struct mf_buf ls;
+    mf_buf_init(&ls, 1 << 20);
+    layer_listing(fx->s, r.desc.digest, &ls);
+    snprintf(want, sizeof want, "\n%s ", cudart + 1);
+    if (!strstr(ls.data, want)) {
+        mf_buf_free(&ls);
+        skip();
+    }
+    snprintf(want, sizeof want, "\n%s %lld\n", link + 1, (long long)st.st_size);
+    assert_non_null(strstr(ls.data, want));
+    assert_null(strstr(ls.data, "libcublas.so.13.0.1"));
+    assert_non_null(strstr(ls.data, "usr/bin/mfc-serve "));
+    mf_buf_free(&ls);
+}
+
+/* Makes dir/name: a file holding "x", or a symlink to target when target is not NULL. */
+static void make_file(const char *dir, const char *name, const char *target)
+{
+    char p[160];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    if (target) {
+        assert_int_equal(symlink(target, p), 0);
+        return;
+    }
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputc('x', f);
+    fclose(f);
+}
+
+/* layer_cublas_path on an ldd-like list naming dir/cudart (or no cudart when
+ * cudart is NULL): the path it finds, dir/want, or none when want is NULL. */
+static void check_cublas(const char *dir, const char *cudart, const char *want)
+{
+    char lib[160], exp[160], unset, *got = &unset;
+    struct mf_err err;
+    snprintf(lib, sizeof lib, "%s/%s", dir, cudart ? cudart : "libz.so.1");
+    char *libs[] = {"/lib/x86_64-linux-gnu/libc.so.6", lib, "/lib64/ld-linux-x86-64.so.2"};
+    assert_int_equal(layer_cublas_path(libs, 3, &got, &err), 0);
+    if (!want) {
+        assert_null(got);
+        return;
+    }
+    snprintf(exp, sizeof exp, "%s/%s", dir, want);
+    assert_non_null(got);
+    assert_string_equal(got, exp);
+    free(got);
+}
+
+/* cuBLAS is looked for beside libcudart only, in open_cublas's order of
+ * names; a symlink counts when it leads to a file. */
+static void test_cublas_path(void **state)
+{
+    struct fixture *fx = *state;
+    char d[5][96];
+    for (int i = 0; i < 5; i++) {
+        snprintf(d[i], sizeof d[i], "%s/cuda%d", fx->dir, i);
+        assert_int_equal(mkdir(d[i], 0755), 0);
+        make_file(d[i], "libcudart.so.13", NULL);
+    }
+    make_file(d[0], "libcublas.so.13", NULL);
+    make_file(d[0], "libcublas.so.12", NULL);
+    check_cublas(d[0], "libcudart.so.13", "libcublas.so.13");
+    make_file(d[1], "libcublas.so.12", NULL);
+    check_cublas(d[1], "libcudart.so.13", "libcublas.so.12");
+    check_cublas(d[1], "libcudart.so", "libcublas.so.12"); /* any libcudart.so* name */
+    /* none, or only a dangling symlink or a directory of that name */
+    make_file(d[2], "libcublas.so", "libcublas.so.13.1.0");
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s/libcublas.so.13", d[2]);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    check_cublas(d[2], "libcudart.so.13", NULL);
+    make_file(d[3], "libcublas.so.13.1.0", NULL);
+    make_file(d[3], "libcublas.so", "libcublas.so.13.1.0");
+    check_cublas(d[3], "libcudart.so.13", "libcublas.so");
+    /* cuBLAS beside some other library, no libcudart listed */
+    make_file(d[4], "libcublas.so.13", NULL);
+    check_cublas(d[4], NULL, NULL);
+    char unset, *got = &unset;
+    struct mf_err err;
+    assert_int_equal(layer_cublas_path(NULL, 0, &got, &err), 0);
+    assert_null(got);
 }
 
 static int buf_out(void *arg, const void *p, size_t n, struct mf_err *err)
@@ -418,6 +578,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_entries, setup, teardown),
         cmocka_unit_test(test_parse_ldd),
         cmocka_unit_test_setup_teardown(test_runtime, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_runtime_cuda, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cublas_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_fd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_fd_aligned, setup, teardown),
         cmocka_unit_test(test_pax_header),

@@ -48,10 +48,14 @@ void **mfk_ctx_blas(struct mfk_ctx *c);     /* mem.cu: where this file keeps its
 
 #define GEMM_CHUNK_BYTES ((size_t)64 << 20) /* dequantized rows per cuBLAS call, at most */
 #define SCRATCH_ALIGN 256
+/* cuBLAS's own workspace, ours so that a step recorded into a CUDA graph
+ * (graph.cu) makes cuBLAS allocate nothing; 32 MiB is what it asks on Hopper */
+#define BLAS_WORKSPACE ((size_t)32 << 20)
 
 typedef cublasStatus_t (*create_fn)(cublasHandle_t *);
 typedef cublasStatus_t (*destroy_fn)(cublasHandle_t);
 typedef cublasStatus_t (*stream_fn)(cublasHandle_t, cudaStream_t);
+typedef cublasStatus_t (*workspace_fn)(cublasHandle_t, void *, size_t);
 typedef cublasStatus_t (*gemm_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
                                   int, const void *, const void *, cudaDataType, int,
                                   const void *, cudaDataType, int, const void *, void *,
@@ -64,6 +68,7 @@ struct mfk_blas {
     cublasHandle_t h;
     destroy_fn destroy;
     gemm_fn gemm;
+    void *workspace; /* device: BLAS_WORKSPACE bytes, or NULL (cuBLAS's default) */
     char why[256];
 };
 
@@ -76,6 +81,8 @@ extern "C" void mfk_blas_free(void *p)
         b->destroy(b->h);
     if (b->lib)
         dlclose(b->lib);
+    if (b->workspace)
+        cudaFree(b->workspace);
     delete b;
 }
 
@@ -125,7 +132,18 @@ static void blas_start(struct mfk_ctx *c, struct mfk_blas *b)
         if (b->h)
             b->destroy(b->h);
         b->h = nullptr;
+        return;
     }
+    /* after set_stream, which resets the workspace; without the entry point
+     * or the memory, cuBLAS keeps its default (stream-ordered allocations,
+     * which graphs also accept) */
+    workspace_fn set_ws = (workspace_fn)dlsym(b->lib, "cublasSetWorkspace_v2");
+    if (set_ws && cudaMalloc(&b->workspace, BLAS_WORKSPACE) == cudaSuccess &&
+        set_ws(b->h, b->workspace, BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+        cudaFree(b->workspace);
+        b->workspace = nullptr;
+    }
+    cudaGetLastError(); /* a failed cudaMalloc above is not an error of ours */
 }
 
 static struct mfk_blas *blas_of(struct mfk_ctx *c)

@@ -54,6 +54,10 @@ void mfk_ctx_free(struct mfk_ctx *c);
  * least n bytes now, so it is not first taken in the middle of a step. */
 int mfk_scratch_reserve(struct mfk_ctx *c, size_t n, struct mf_err *err);
 
+/* Counts the moves of that scratch: a graph recorded before a move (see
+ * mfk_capture_begin) holds the old address and must be dropped. */
+uint64_t mfk_scratch_gen(const struct mfk_ctx *c);
+
 /* Free and total device memory now. */
 int mfk_mem_info(struct mfk_ctx *c, size_t *free_b, size_t *total_b, struct mf_err *err);
 /* Device memory: *p = n bytes (256-byte aligned), MF_ENOMEM when it does not fit. */
@@ -84,6 +88,23 @@ int mfk_sync(struct mfk_ctx *c, struct mf_err *err);
  * device milliseconds. */
 int mfk_timer_start(struct mfk_ctx *c, struct mf_err *err);
 int mfk_timer_ms(struct mfk_ctx *c, float *ms, struct mf_err *err);
+
+/* ---- CUDA graphs (kernels/graph.cu) ------------------------------------- */
+
+struct mfk_graph; /* opaque: an executable graph of recorded launches */
+
+/* From here until mfk_capture_end the context's launches and copies are
+ * recorded, not run. Nothing in between may synchronise or allocate (the
+ * capture then fails; mfk_capture_end reports it). */
+int mfk_capture_begin(struct mfk_ctx *c, struct mf_err *err);
+/* Ends the recording and makes it executable: *out, or NULL and MF_EIO /
+ * MF_ENOMEM when the capture failed. Always leaves capture mode. */
+int mfk_capture_end(struct mfk_ctx *c, struct mfk_graph **out, struct mf_err *err);
+/* Queues the recorded work once more, with the arguments it was recorded
+ * with (the memory they point at may hold new values). */
+int mfk_graph_launch(struct mfk_ctx *c, struct mfk_graph *g, struct mf_err *err);
+/* Releases g; no launch of it may still be queued. Accepts NULL. */
+void mfk_graph_free(struct mfk_graph *g);
 
 /* ---- transformer kernels (kernels/llama.cu) ----------------------------- */
 

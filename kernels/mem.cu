@@ -28,6 +28,7 @@ struct mfk_ctx {
     void *blas;              /* gemm.cu's cuBLAS state, made on first use */
     void *scratch;           /* device: mfk_scratch's buffer, grown on demand */
     size_t scratch_cap;
+    uint64_t scratch_gen;    /* moves of scratch (mfk_scratch_gen) */
 };
 
 extern "C" void mfk_blas_free(void *p); /* gemm.cu */
@@ -229,6 +230,11 @@ extern "C" int mfk_scratch_reserve(struct mfk_ctx *c, size_t n, struct mf_err *e
     return mfk_scratch(c, n, &p, err);
 }
 
+extern "C" uint64_t mfk_scratch_gen(const struct mfk_ctx *c)
+{
+    return c->scratch_gen;
+}
+
 /* Grows the buffer by waiting for the stream first: queued kernels may still
  * read the old one. Kernels queued after this call may use [0, n); the next
  * call may hand the same memory to someone else, which the stream's order
@@ -248,6 +254,7 @@ int mfk_scratch(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err)
         if (rc)
             return rc;
         c->scratch_cap = want;
+        c->scratch_gen++;
     }
     *p = c->scratch;
     return 0;

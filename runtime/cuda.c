@@ -8,14 +8,17 @@
  * step scratch for cfg.max_tokens tokens / cfg.max_seqs logits rows, so
  * kv_alloc sees the memory really left; the model's LoRA adapters are
  * uploaded too (cuda_lora_upload).
- * kv_alloc: the arena (backend.h layout, F16) from cuda_plan_kv_budget.
+ * kv_alloc: the arena (backend.h layout, F16 or 8-bit) from cuda_plan_kv_budget.
  * step: one host->device copy of the step's arrays (cuda_plan_step_fill),
  * then per layer: RMSNorm, q/k/v GEMV, RoPE + paged K/V store, attention,
  * o GEMV added to the residual, RMSNorm, gate/up GEMV, SwiGLU, down GEMV
  * added to the residual (each product a tensor-core GEMM instead when the
  * step has MFC_CUDA_GEMM_MIN tokens or more, and followed by the sequences'
  * LoRA adapters: matmul, cuda_lora.c); then the logits rows are gathered,
- * normed, projected and copied back. Every call is checked; the first failure
+ * normed, projected and copied back. A decode step without adapters is
+ * padded to a recorded shape (cuda_plan_graph_tokens) and replayed as a CUDA
+ * graph once that shape was seen (graph_step; MFC_CUDA_GRAPHS=0: never); one
+ * block past the budget's takes the padding tokens' K/V. Every call is checked; the first failure
  * ends the step with its error (the KV written so far is then undefined
  * for the step's new positions only, as on the CPU after a failure).
  *
@@ -27,6 +30,7 @@
 #include "runtime/cuda.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,6 +44,16 @@
 
 #define DEFAULT_MAX_TOKENS 2048
 #define DEFAULT_MAX_SEQS 256
+#define GRAPH_SLOTS 32 /* recorded decode steps kept, least recently used dropped */
+
+/* One recorded decode step (cuda_plan_graph_tokens): its shape, and the
+ * graph or the fact that recording it failed (then that shape runs eagerly). */
+struct cuda_graph_slot {
+    int32_t T, ctx, splits; /* padded tokens, attention context cap and splits; T 0: empty */
+    struct mfk_graph *g;   /* NULL with failed set */
+    int failed;
+    uint64_t used;         /* cb->gclock at the last use */
+};
 
 struct cuda_layer {
     struct mfk_weight w[MODEL_W_PER_LAYER]; /* device copies, by enum model_wid */
@@ -75,7 +89,15 @@ struct cuda_backend {
     size_t step_cap;             /* bytes of each */
     struct cuda_upload_stats st;
     int32_t sms;                 /* the device's multiprocessors (attention splits) */
-    int att_split;               /* MFC_CUDA_ATTENTION_SPLIT (cuda_plan_att_split_env) */
+    int att_split;               /* MFC_CUDA_ATTENTION_SPLIT (cuda_plan_switch) */
+    /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): the recorded shapes; they
+     * hold dstep's and the kernels' scratch address, so they are dropped when
+     * either moves (gstep, ggen) */
+    int graphs;
+    int32_t pad_blk;             /* the arena's block for padding tokens; -1: none */
+    struct cuda_graph_slot gslots[GRAPH_SLOTS];
+    uint64_t gclock, ggen;
+    const uint8_t *gstep;
 };
 
 static struct cuda_backend *cb_of(struct backend *b)
@@ -99,6 +121,8 @@ static void cuda_free(struct backend *b)
         struct mf_err err = {0};
         mfk_sync(cb->ctx, &err); /* nothing may still use the buffers */
     }
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        mfk_graph_free(cb->gslots[i].g);
     mfk_free(cb->wbuf);
     mfk_free(cb->kv);
     mfk_free(cb->x); /* the whole step scratch: x is its first slice */
@@ -269,6 +293,7 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     cb->base.ops = &cuda_backend_ops;
     cb->m = m;
     cb->cfg = *cfg;
+    cb->pad_blk = -1;
     if (cb->cfg.max_tokens <= 0)
         cb->cfg.max_tokens = DEFAULT_MAX_TOKENS;
     if (cb->cfg.max_seqs <= 0)
@@ -279,7 +304,10 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     if (!rc)
         rc = cuda_plan_weights(m, &cb->plan, err);
     if (!rc)
-        rc = cuda_plan_att_split_env(getenv("MFC_CUDA_ATTENTION_SPLIT"), &cb->att_split, err);
+        rc = cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", getenv("MFC_CUDA_ATTENTION_SPLIT"),
+                              &cb->att_split, err);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_GRAPHS", getenv("MFC_CUDA_GRAPHS"), &cb->graphs, err);
     if (!rc) {
         struct mfk_device_info di;
         rc = mfk_device_query(0, &di, err);
@@ -353,11 +381,15 @@ static int cuda_kv_alloc(struct backend *b, int32_t *n_blocks, struct mf_err *er
         return mf_err_set(err, MF_ENOMEM,
                           "a GPU KV budget of %" PRIu64 " bytes holds no block of %" PRIu64 " bytes",
                           budget, bb);
-    rc = mfk_malloc(cb->ctx, (size_t)n * bb, &cb->kv, err);
-    if (rc)
+    /* one block past the budget takes recorded steps' padding (graph_step);
+     * without room for it, steps run eagerly */
+    if (cb->graphs && n < INT32_MAX &&
+        mfk_malloc(cb->ctx, ((size_t)n + 1) * bb, &cb->kv, &(struct mf_err){0}) == 0)
+        cb->pad_blk = n;
+    else if ((rc = mfk_malloc(cb->ctx, (size_t)n * bb, &cb->kv, err)) != 0)
         return rc;
+    cb->st.kv_bytes = ((uint64_t)n + (cb->pad_blk >= 0)) * bb;
     cb->n_blocks = n;
-    cb->st.kv_bytes = (uint64_t)n * bb;
     *n_blocks = n;
     return 0;
 }
@@ -418,7 +450,7 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd, err);
     if (!rc)
         rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
-                           D32(tok_toff), D32(tables), cb->kv, p->single_ctx, splits, cb->att, qd,
+                           D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd,
                            err);
     if (!rc)
         rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
@@ -468,13 +500,109 @@ static int lora_rows(struct cuda_backend *cb, const struct batch *bt, int logits
     return 0;
 }
 
+/* The step's device work after the copy of its arrays: the embedding, the
+ * layers and the logits rows into cb->logits (recorded as a whole by
+ * graph_step). */
+static int run_body(struct cuda_backend *cb, const struct batch *bt,
+                    const struct cuda_step_plan *p, int32_t splits, struct mf_err *err)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    const int64_t E = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t xbw = qd > E ? qd : E;
+    int rc = mfk_embed(cb->ctx, &cb->tok_embd, (const int32_t *)(void *)(cb->dstep + p->tok_id),
+                       p->T, cb->x, E, err);
+    for (int32_t l = 0; !rc && l < hp->n_layer; l++)
+        rc = run_layer(cb, l, p, splits, err);
+    if (rc || p->n_out == 0)
+        return rc;
+    rc = mfk_gather(cb->ctx, cb->x, E, (const int32_t *)(void *)(cb->dstep + p->out_rows),
+                    p->n_out, cb->out_x, E, E, err);
+    if (!rc)
+        rc = mfk_rmsnorm(cb->ctx, cb->out_x, E, NULL, 0, cb->out_norm, cb->xb, xbw, p->n_out, E,
+                         hp->rms_eps, err);
+    if (!rc)
+        rc = lora_rows(cb, bt, 1, err); /* the output's rows: one per logits row */
+    if (!rc)
+        rc = matmul(cb, hp->n_layer * MODEL_W_PER_LAYER, &cb->output, cb->xb, xbw, p->n_out,
+                    cb->logits, hp->n_vocab, 0, err);
+    return rc;
+}
+
+/* The slot of a recorded step of p's shape, else the one to record it in
+ * (an empty one or the least recently used, its graph freed); *hit says
+ * which. Graphs of an older dstep or scratch are dropped first. */
+static struct cuda_graph_slot *graph_slot(struct cuda_backend *cb, const struct cuda_step_plan *p,
+                                          int32_t splits, int *hit)
+{
+    struct cuda_graph_slot *v = &cb->gslots[0];
+    uint64_t gen = mfk_scratch_gen(cb->ctx);
+    if (gen != cb->ggen || cb->gstep != cb->dstep) {
+        for (int i = 0; i < GRAPH_SLOTS; i++) {
+            mfk_graph_free(cb->gslots[i].g);
+            cb->gslots[i] = (struct cuda_graph_slot){0};
+        }
+        cb->ggen = gen;
+        cb->gstep = cb->dstep;
+    }
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        struct cuda_graph_slot *g = &cb->gslots[i];
+        if (g->T == p->T && g->ctx == p->att_cap && g->splits == splits) {
+            *hit = 1;
+            g->used = ++cb->gclock;
+            return g;
+        }
+        if (g->used < v->used)
+            v = g;
+    }
+    mfk_graph_free(v->g);
+    *v = (struct cuda_graph_slot){
+        .T = p->T, .ctx = p->att_cap, .splits = splits, .used = ++cb->gclock};
+    *hit = 0;
+    return v;
+}
+
+/* run_body through a CUDA graph: replayed when a step of this shape was
+ * recorded, else recorded now and launched. A recording that fails (a call
+ * the stream cannot record) marks the shape, which then runs eagerly. */
+static int graph_step(struct cuda_backend *cb, const struct batch *bt,
+                      const struct cuda_step_plan *p, int32_t splits, struct mf_err *err)
+{
+    int hit, rc;
+    struct cuda_graph_slot *g = graph_slot(cb, p, splits, &hit);
+    if (hit && g->g) {
+        cb->st.graph_replays++;
+        return mfk_graph_launch(cb->ctx, g->g, err);
+    }
+    if (!hit) {
+        struct mf_err why = {0};
+        rc = mfk_capture_begin(cb->ctx, &why);
+        if (!rc) {
+            struct mf_err ignored = {0};
+            int brc = run_body(cb, bt, p, splits, &why);
+            rc = mfk_capture_end(cb->ctx, &g->g, brc ? &ignored : &why);
+            if (brc) { /* what was recorded stops short: never replay it */
+                mfk_graph_free(g->g);
+                g->g = NULL;
+                rc = brc;
+            }
+        }
+        if (!rc) {
+            cb->st.graph_records++;
+            return mfk_graph_launch(cb->ctx, g->g, err);
+        }
+        g->failed = 1;
+        cb->st.graph_failures++;
+        snprintf(cb->st.graph_why, sizeof cb->st.graph_why, "%.159s", why.msg);
+    }
+    return run_body(cb, bt, p, splits, err);
+}
+
 static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *err)
 {
     struct cuda_backend *cb = cb_of(b);
     const struct model_hparams *hp = &cb->m->hp;
     struct cuda_step_plan p;
-    const int64_t E = hp->n_embd;
-    const int64_t xbw = (int64_t)hp->n_head * hp->head_dim > E ? (int64_t)hp->n_head * hp->head_dim : E;
+    int32_t tg = 0, splits;
     int rc;
 
     if (!cb->kv)
@@ -493,6 +621,16 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
                                   hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
         cuda_plan_step_size(cb->m, bt, mfk_attention_max_ctx(&ks), &p);
     }
+    /* a decode step without adapters: padded to a recorded shape */
+    if (cb->graphs && cb->pad_blk >= 0 && p.n_tiles == 0 && cb->lrun.n_rows == 0)
+        tg = cuda_plan_graph_tokens(p.T, cb->cfg.max_seqs < cb->cfg.max_tokens
+                                             ? cb->cfg.max_seqs
+                                             : cb->cfg.max_tokens);
+    if (tg)
+        cuda_plan_step_pad(cb->m, &p, tg, cb->pad_blk);
+    splits = cb->att_split
+                 ? cuda_plan_att_splits(p.n_single, hp->n_head_kv, cb->sms, p.single_ctx)
+                 : 1;
     rc = reserve_step(cb, p.bytes, err);
     if (rc)
         return rc;
@@ -500,34 +638,17 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     cuda_plan_step_fill(cb->m, bt, &p, cb->hstep);
     rc = mfk_copy_h2d(cb->ctx, cb->dstep, cb->hstep, p.bytes, err);
     if (!rc)
-        rc = mfk_embed(cb->ctx, &cb->tok_embd, (const int32_t *)(void *)(cb->dstep + p.tok_id),
-                       p.T, cb->x, E, err);
-    const int32_t splits =
-        cb->att_split ? cuda_plan_att_splits(p.n_single, hp->n_head_kv, cb->sms, p.single_ctx) : 1;
-    for (int32_t l = 0; !rc && l < hp->n_layer; l++)
-        rc = run_layer(cb, l, &p, splits, err);
-    if (!rc && p.n_out > 0) {
-        rc = mfk_gather(cb->ctx, cb->x, E, (const int32_t *)(void *)(cb->dstep + p.out_rows),
-                        p.n_out, cb->out_x, E, E, err);
-        if (!rc)
-            rc = mfk_rmsnorm(cb->ctx, cb->out_x, E, NULL, 0, cb->out_norm, cb->xb, xbw, p.n_out, E,
-                             hp->rms_eps, err);
-        if (!rc)
-            rc = lora_rows(cb, bt, 1, err); /* the output's rows: one per logits row */
-        if (!rc)
-            rc = matmul(cb, hp->n_layer * MODEL_W_PER_LAYER, &cb->output, cb->xb, xbw, p.n_out,
-                        cb->logits, hp->n_vocab, 0, err);
-        if (!rc && bt->logits)
-            rc = mfk_copy_d2h(cb->ctx, bt->logits, cb->logits,
-                              (size_t)p.n_out * (size_t)hp->n_vocab * sizeof(float), err);
-    }
+        rc = tg ? graph_step(cb, bt, &p, splits, err) : run_body(cb, bt, &p, splits, err);
+    if (!rc && p.out_real > 0 && bt->logits)
+        rc = mfk_copy_d2h(cb->ctx, bt->logits, cb->logits,
+                          (size_t)p.out_real * (size_t)hp->n_vocab * sizeof(float), err);
     if (!rc)
         rc = mfk_sync(cb->ctx, err);
     if (rc) {
         struct mf_err e2 = {0};
         mfk_sync(cb->ctx, &e2); /* drain what was queued before the failure */
     }
-    cb->last_out = rc ? 0 : p.n_out;
+    cb->last_out = rc ? 0 : p.out_real;
     return rc;
 }
 

@@ -34,6 +34,11 @@ struct cuda_upload_stats {
     uint64_t kv_bytes; /* KV arena after kv_alloc */
     int32_t gemm_min;  /* steps of this many tokens (2 for F32/F16/BF16 weights) use
                           tensor-core GEMM (cuBLAS); 0: never */
+    /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): shapes recorded, steps
+     * replayed, recordings that failed (those shapes run eagerly) and why
+     * the last one did */
+    uint64_t graph_records, graph_replays, graph_failures;
+    char graph_why[160];
 };
 void cuda_backend_stats(const struct backend *b, struct cuda_upload_stats *st);
 

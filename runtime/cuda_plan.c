@@ -121,17 +121,15 @@ int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t 
     return want < cap ? (int32_t)want : cap;
 }
 
-int cuda_plan_att_split_env(const char *v, int *on, struct mf_err *err)
+int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *err)
 {
     if (!v || !*v || strcmp(v, "1") == 0)
         *on = 1;
     else if (strcmp(v, "0") == 0)
         *on = 0;
     else
-        return mf_err_set(err, MF_EINVAL,
-                          "MFC_CUDA_ATTENTION_SPLIT=\"%.40s\": expected 0 (one block per KV "
-                          "head) or 1 (split long contexts of small batches)",
-                          v);
+        return mf_err_set(err, MF_EINVAL, "%s=\"%.40s\": expected 0 (off) or 1 (on, the default)",
+                          name, v);
     return 0;
 }
 
@@ -182,11 +180,28 @@ static int tiled(const struct batch_seq *sq, int32_t single_cap)
     return sq->n_tokens >= CUDA_PLAN_TILE_MIN || sq->n_past + sq->n_tokens > single_cap;
 }
 
+/* Offsets of p's arrays from its counts. The block tables go last: they
+ * are the only array whose size moves with the contexts, so two decode
+ * steps of the same token count share every other offset (a recorded
+ * step's kernels keep theirs). */
+static void layout(const struct model *m, struct cuda_step_plan *p)
+{
+    size_t off = 0, T = (size_t)p->T;
+    p->tok_id = take(&off, T * 4);
+    p->tok_pos = take(&off, T * 4);
+    p->tok_blk = take(&off, T * 4);
+    p->tok_toff = take(&off, T * 4);
+    p->out_rows = take(&off, (size_t)p->n_out * 4);
+    p->rope = take(&off, T * (size_t)m->hp.n_rot * sizeof(float));
+    p->tiles = take(&off, (size_t)p->n_tiles * 8);
+    p->single = take(&off, (size_t)p->n_single * 4);
+    p->tables = take(&off, (size_t)p->n_tables * 4);
+    p->bytes = off;
+}
+
 void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
                          struct cuda_step_plan *p)
 {
-    size_t off = 0, T;
-
     memset(p, 0, sizeof *p);
     for (int32_t i = 0; i < bt->n_seqs; i++) {
         const struct batch_seq *sq = &bt->seqs[i];
@@ -205,17 +220,33 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
         }
     }
     p->single_cap = single_cap;
-    T = (size_t)p->T;
-    p->tok_id = take(&off, T * 4);
-    p->tok_pos = take(&off, T * 4);
-    p->tok_blk = take(&off, T * 4);
-    p->tok_toff = take(&off, T * 4);
-    p->out_rows = take(&off, (size_t)p->n_out * 4);
-    p->tables = take(&off, (size_t)p->n_tables * 4);
-    p->rope = take(&off, T * (size_t)m->hp.n_rot * sizeof(float));
-    p->tiles = take(&off, (size_t)p->n_tiles * 8);
-    p->single = take(&off, (size_t)p->n_single * 4);
-    p->bytes = off;
+    p->att_cap = p->single_ctx;
+    p->n_real = p->T;
+    p->out_real = p->n_out;
+    p->pad_blk = -1;
+    layout(m, p);
+}
+
+int32_t cuda_plan_graph_tokens(int32_t T, int32_t cap)
+{
+    int32_t n = T <= 2 ? T : T <= 4 ? 4 : (T + 7) / 8 * 8;
+    if (cap > CUDA_PLAN_GRAPH_MAX)
+        cap = CUDA_PLAN_GRAPH_MAX;
+    return T < 1 || n > cap ? 0 : n;
+}
+
+void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t T,
+                        int32_t pad_blk)
+{
+    int32_t ctx = p->single_ctx > 0 ? p->single_ctx : 1;
+    ctx = (ctx + CUDA_PLAN_GRAPH_CTX - 1) / CUDA_PLAN_GRAPH_CTX * CUDA_PLAN_GRAPH_CTX;
+    p->att_cap = ctx < p->single_cap ? ctx : p->single_cap;
+    p->n_single += T - p->T;
+    p->T = T;
+    p->n_out = T;
+    p->n_tables++; /* the padding's table: pad_blk */
+    p->pad_blk = pad_blk;
+    layout(m, p);
 }
 
 static float rd_f32(const void *base, int64_t i)
@@ -280,4 +311,19 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
             out[n_out++] = t - 1;
         nt += nb;
     }
+    if (p->pad_blk < 0)
+        return;
+    /* padding (cuda_plan_step_pad): token 0 at position 0 of pad_blk, every
+     * extra logits row the step's last token */
+    tab[nt] = p->pad_blk;
+    for (; t < p->T; t++) {
+        id[t] = 0;
+        pos[t] = 0;
+        blk[t] = p->pad_blk;
+        toff[t] = nt;
+        rope_row(m, 0, rope + (size_t)t * (size_t)m->hp.n_rot);
+        single[n_single++] = t;
+    }
+    while (n_out < p->n_out)
+        out[n_out++] = p->T - 1;
 }

@@ -80,9 +80,10 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 #define CUDA_PLAN_SPLIT_BLOCKS 4
 int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t max_ctx);
 
-/* MFC_CUDA_ATTENTION_SPLIT as read by the caller: NULL, "" or "1": 1
- * (split), "0": 0; anything else MF_EINVAL naming it. */
-int cuda_plan_att_split_env(const char *v, int *on, struct mf_err *err);
+/* An on/off setting (MFC_CUDA_ATTENTION_SPLIT, MFC_CUDA_GRAPHS) as read by
+ * the caller: NULL, "" or "1": 1, "0": 0; anything else MF_EINVAL naming
+ * name and v. */
+int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *err);
 
 /* ---- one step ----------------------------------------------------------- */
 
@@ -104,15 +105,21 @@ struct cuda_step_plan {
     int32_t n_single;   /* tokens attended one at a time */
     int32_t single_ctx; /* largest position + 1 among those */
     int32_t single_cap; /* the cap the step was sized with */
+    int32_t att_cap;    /* the context cap the per-token attention is launched with:
+                           single_ctx, rounded up in a padded step */
+    int32_t n_real;     /* tokens of the batch (T less the padding) */
+    int32_t out_real;   /* logits rows of the batch (n_out less the padding's) */
+    int32_t pad_blk;    /* the padding's KV block; -1: not padded */
     size_t tok_id;      /* int32 (T): token ids */
     size_t tok_pos;     /* int32 (T): positions */
     size_t tok_blk;     /* int32 (T): physical block the token's K/V goes to */
     size_t tok_toff;    /* int32 (T): offset of its sequence's table in tables */
     size_t out_rows;    /* int32 (n_out): token row of each logits row */
-    size_t tables;      /* int32 (n_tables): the block tables, sequence after sequence */
     size_t rope;        /* float (T, n_rot): cos, sin of each rotated pair */
     size_t tiles;       /* int32 (n_tiles, 2): first token, tokens (1..CUDA_PLAN_TILE) */
     size_t single;      /* int32 (n_single): tokens attended one at a time */
+    size_t tables;      /* int32 (n_tables): the block tables, sequence after sequence
+                           (last, so the other offsets depend on the counts only) */
     size_t bytes;       /* total */
 };
 
@@ -128,5 +135,34 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
  * linear scaling), so both backends rotate by the same floats. */
 void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
                          const struct cuda_step_plan *p, void *buf);
+
+/* ---- decode steps as CUDA graphs ---------------------------------------- */
+
+/* A decode step (no tiles, no adapters) may be recorded as a CUDA graph and
+ * replayed by later steps of the same shape (runtime/cuda.c). The shape is
+ * what the kernels' arguments depend on: the token count, padded to 1, 2,
+ * 4 or a multiple of 8, the attention's context cap, rounded up to
+ * CUDA_PLAN_GRAPH_CTX, and its split count; everything else the kernels
+ * read from the step's arrays. So a batch that grows by one sequence, or a context by one token,
+ * mostly replays a graph already made. */
+#define CUDA_PLAN_GRAPH_MAX 256 /* tokens of a recorded step, at most */
+#define CUDA_PLAN_GRAPH_CTX 256 /* granularity of a recorded step's context cap */
+
+/* The padded token count of a recorded step of T tokens, or 0 when T is
+ * below 1 or the padding passes cap (the caller's limit) or
+ * CUDA_PLAN_GRAPH_MAX. */
+int32_t cuda_plan_graph_tokens(int32_t T, int32_t cap);
+
+/* Pads p (from cuda_plan_step_size, with no tiles) to T >= p->T tokens
+ * (cuda_plan_graph_tokens) and re-lays it out: the padding is token 0 at
+ * position 0 of block pad_blk (a block no sequence owns: its K/V land there
+ * and its attention reads only that), attended one at a time; n_out
+ * becomes T, the rows past the batch's own being copies nobody reads;
+ * att_cap is single_ctx rounded up (CUDA_PLAN_GRAPH_CTX, at most
+ * single_cap). The attention's split count stays the caller's choice from
+ * the real single_ctx, so a padded step computes what an unpadded one
+ * would (the kernel partitions each context by its own length). */
+void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t T,
+                        int32_t pad_blk);
 
 #endif

@@ -201,14 +201,16 @@ static void test_step(void **state)
     assert_int_equal(p.n_tiles, 1); /* the prompt; the decode and the 3-token chunk one by one */
     assert_int_equal(p.n_single, 4);
     assert_int_equal(p.single_ctx, 35);
-    size_t offs[] = {p.tok_id, p.tok_pos, p.tok_blk, p.tok_toff, p.out_rows, p.tables, p.rope,
-                     p.tiles, p.single};
+    size_t offs[] = {p.tok_id, p.tok_pos, p.tok_blk, p.tok_toff, p.out_rows, p.rope,
+                     p.tiles, p.single, p.tables};
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
         assert_int_equal(offs[i] % CUDA_PLAN_ALIGN, 0);
         if (i)
             assert_true(offs[i] > offs[i - 1]);
     }
-    assert_true(p.bytes >= p.rope + 9 * 8 * sizeof(float));
+    assert_true(p.bytes >= p.tables + 6 * sizeof(int32_t));
+    assert_int_equal(p.pad_blk, -1);
+    assert_int_equal(p.att_cap, p.single_ctx);
 
     uint8_t *buf = malloc(p.bytes);
     assert_non_null(buf);
@@ -333,14 +335,112 @@ static void test_att_splits(void **state)
         assert_true(sp >= 1 && sp <= 264);
         assert_true(sp == 1 || nblk / sp >= CUDA_PLAN_SPLIT_BLOCKS);
     }
-    assert_int_equal(cuda_plan_att_split_env(NULL, &on, &err), 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", NULL, &on, &err), 0);
     assert_int_equal(on, 1);
-    assert_int_equal(cuda_plan_att_split_env("0", &on, &err), 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", "0", &on, &err), 0);
     assert_int_equal(on, 0);
-    assert_int_equal(cuda_plan_att_split_env("1", &on, &err), 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_GRAPHS", "1", &on, &err), 0);
     assert_int_equal(on, 1);
-    assert_int_equal(cuda_plan_att_split_env("yes", &on, &err), MF_EINVAL);
-    assert_non_null(strstr(err.msg, "MFC_CUDA_ATTENTION_SPLIT"));
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_GRAPHS", "yes", &on, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "MFC_CUDA_GRAPHS"));
+    assert_non_null(strstr(err.msg, "yes"));
+}
+
+/* Decode steps as CUDA graphs: token counts padded to 1, 2, 4, 8k; two
+ * decode batches of one padded size share every offset but the tables'
+ * size, and the padding is token 0 at position 0 of the padding block. */
+static void test_graph_pad(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_step_plan p, q;
+    (void)state;
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+
+    static const int32_t want[][2] = {{1, 1}, {2, 2}, {3, 4}, {4, 4},    {5, 8},
+                                      {8, 8}, {9, 16}, {64, 64}, {250, 256}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        assert_int_equal(cuda_plan_graph_tokens(want[i][0], 1000), want[i][1]);
+    assert_int_equal(cuda_plan_graph_tokens(0, 1000), 0);
+    assert_int_equal(cuda_plan_graph_tokens(257, 1000), 0); /* past CUDA_PLAN_GRAPH_MAX */
+    assert_int_equal(cuda_plan_graph_tokens(61, 63), 0);    /* 64 passes the caller's cap */
+    assert_int_equal(cuda_plan_graph_tokens(61, 64), 64);
+
+    /* three decodes (contexts 18, 300 and 40), the middle one wanting no
+     * logits; then two decodes with other contexts and tables */
+    int32_t t[3] = {9, 8, 7}, b0[2] = {5, 6}, b1[19], b2[3] = {1, 2, 3};
+    for (int i = 0; i < 19; i++)
+        b1[i] = 10 + i;
+    struct batch_seq s[3] = {
+        {.tokens = t, .n_tokens = 1, .n_past = 17, .block_table = b0, .n_blocks = 2, .want_logits = 1},
+        {.tokens = t + 1, .n_tokens = 1, .n_past = 299, .block_table = b1, .n_blocks = 19,
+         .want_logits = 0},
+        {.tokens = t + 2, .n_tokens = 1, .n_past = 39, .block_table = b2, .n_blocks = 3,
+         .want_logits = 1},
+    };
+    struct batch bt = {.n_seqs = 3, .seqs = s};
+    cuda_plan_step_size(&m, &bt, 1000, &p);
+    assert_int_equal(p.n_tiles, 0);
+    cuda_plan_step_pad(&m, &p, cuda_plan_graph_tokens(p.T, 1000), 99);
+    assert_int_equal(p.T, 4);
+    assert_int_equal(p.n_real, 3);
+    assert_int_equal(p.n_out, 4);
+    assert_int_equal(p.out_real, 2);
+    assert_int_equal(p.n_single, 4);
+    assert_int_equal(p.n_tables, 2 + 19 + 3 + 1);
+    assert_int_equal(p.single_ctx, 300);
+    assert_int_equal(p.att_cap, 512); /* rounded up to CUDA_PLAN_GRAPH_CTX */
+
+    struct batch_seq s2[3] = {s[0], s[2], s[2]};
+    s2[0].n_past = 3;
+    s2[1].n_past = 45;
+    bt = (struct batch){.n_seqs = 2, .seqs = s2};
+    cuda_plan_step_size(&m, &bt, 1000, &q);
+    cuda_plan_step_pad(&m, &q, cuda_plan_graph_tokens(q.T, 1000), 99);
+    assert_int_equal(q.T, 2);
+    assert_int_equal(q.att_cap, 256);
+    bt.n_seqs = 3; /* 3 tokens again, shorter contexts: the same offsets */
+    cuda_plan_step_size(&m, &bt, 1000, &q);
+    cuda_plan_step_pad(&m, &q, cuda_plan_graph_tokens(q.T, 1000), 99);
+    assert_int_equal(q.T, 4);
+    assert_int_equal(q.att_cap, 256);
+    size_t po[] = {p.tok_id, p.tok_pos, p.tok_blk, p.tok_toff, p.out_rows, p.rope, p.single, p.tables};
+    size_t qo[] = {q.tok_id, q.tok_pos, q.tok_blk, q.tok_toff, q.out_rows, q.rope, q.single, q.tables};
+    assert_memory_equal(po, qo, sizeof po);
+    assert_int_equal(q.n_tables, 1 + 3 + 3 + 1);
+    assert_true(q.bytes <= p.bytes);
+    /* the cap is the kernel's when rounding passes it */
+    bt = (struct batch){.n_seqs = 3, .seqs = s};
+    cuda_plan_step_size(&m, &bt, 310, &q);
+    cuda_plan_step_pad(&m, &q, 4, 99);
+    assert_int_equal(q.att_cap, 310);
+
+    uint8_t *buf = malloc(p.bytes);
+    assert_non_null(buf);
+    memset(buf, 0xAB, p.bytes);
+    bt = (struct batch){.n_seqs = 3, .seqs = s};
+    cuda_plan_step_fill(&m, &bt, &p, buf);
+    const int32_t *id = (const int32_t *)(buf + p.tok_id), *pos = (const int32_t *)(buf + p.tok_pos);
+    const int32_t *blk = (const int32_t *)(buf + p.tok_blk), *toff = (const int32_t *)(buf + p.tok_toff);
+    const int32_t *out = (const int32_t *)(buf + p.out_rows), *tab = (const int32_t *)(buf + p.tables);
+    const int32_t *single = (const int32_t *)(buf + p.single);
+    const float *rope = (const float *)(buf + p.rope);
+    static const int32_t want_id[4] = {9, 8, 7, 0}, want_pos[4] = {17, 299, 39, 0};
+    static const int32_t want_blk[4] = {6, 28, 3, 99}, want_toff[4] = {0, 2, 21, 24};
+    static const int32_t want_out[4] = {0, 2, 3, 3}, want_single[4] = {0, 1, 2, 3};
+    assert_memory_equal(id, want_id, sizeof want_id);
+    assert_memory_equal(pos, want_pos, sizeof want_pos);
+    assert_memory_equal(blk, want_blk, sizeof want_blk);
+    assert_memory_equal(toff, want_toff, sizeof want_toff);
+    assert_memory_equal(out, want_out, sizeof want_out);
+    assert_memory_equal(single, want_single, sizeof want_single);
+    assert_int_equal(tab[24], 99);
+    assert_int_equal(tab[23], 3);
+    for (int i = 0; i < 4; i++) { /* position 0: cos 1, sin 0 */
+        assert_true(rope[3 * 8 + 2 * i] == 1.0f);
+        assert_true(rope[3 * 8 + 2 * i + 1] == 0.0f);
+    }
+    free(buf);
 }
 
 int main(void)
@@ -354,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_no_device),
         cmocka_unit_test(test_kv8_bytes),
         cmocka_unit_test(test_att_splits),
+        cmocka_unit_test(test_graph_pad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -578,12 +578,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 
 /* Activations quantized to 8 bits per 32 elements (d = max|x| / 127,
  * q = rint(x / d), as llama.cpp's Q8_1 blocks), once per product, into
- * xq[nt][ne0] (int8) and xd[nt][ne0 / 32]: grid (ne0 / 256, nt), a warp per
+ * xq[nt][ne0] (int8), xd[nt][ne0 / 32] and xs = xd * the block's sum of q
+ * (the Q4_K mins' term in mmq.cu): grid (ne0 / 256, nt), a warp per
  * 32-element block, a lane per element. The GEMV blocks then read these 4 KiB
  * per token of a 4096-wide input from L1/L2 instead of each block quantizing
  * the whole input again before its first weight load. */
 __global__ void k_quant_act(const float *__restrict__ x, int64_t ldx, int64_t ne0,
-                            int8_t *__restrict__ xq, float *__restrict__ xd)
+                            int8_t *__restrict__ xq, float *__restrict__ xd,
+                            float *__restrict__ xs)
 {
     const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     const int t = blockIdx.y, lane = threadIdx.x & 31;
@@ -595,9 +597,14 @@ __global__ void k_quant_act(const float *__restrict__ x, int64_t ldx, int64_t ne
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float d = __fdiv_rn(amax, 127.0f);
     const int q = amax > 0.0f ? (int)rintf(__fdiv_rn(v, d)) : 0;
+    int qs = q;
+    for (int o = 16; o > 0; o >>= 1)
+        qs += __shfl_xor_sync(0xffffffffu, qs, o);
     xq[(int64_t)t * ne0 + blk * 32 + lane] = (int8_t)q;
-    if (lane == 0)
+    if (lane == 0) {
         xd[(int64_t)t * (ne0 / 32) + blk] = d;
+        xs[(int64_t)t * (ne0 / 32) + blk] = d * (float)qs;
+    }
 }
 
 /* Q4_K weights against the 8-bit activations of k_quant_act: four nibbles
@@ -789,11 +796,14 @@ static void gemv_int_launch(cudaStream_t st, dim3 grid, const struct mfk_weight 
  * Q4_K and Q6_K weights use. */
 template <int TY>
 static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float *x, int64_t ldx,
-                        int nt, float *y, int64_t ldy, int add, const int8_t *xq, const float *xd)
+                        int nt, float *y, int64_t ldy, int add, const int8_t *xq, const float *xd,
+                        const float *xs)
 {
     dim3 grid((unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS));
     const uint8_t *d = (const uint8_t *)w->data;
-    if (TY == GGML_TYPE_Q4_K || TY == GGML_TYPE_Q6_K) {
+    if (TY == GGML_TYPE_Q4_K && nt >= MFK_MMQ_MIN) {
+        mfk_mmq_q4k(st, w, xq, xd, xs, nt, y, ldy, add);
+    } else if (TY == GGML_TYPE_Q4_K || TY == GGML_TYPE_Q6_K) {
         if (nt == 1)
             gemv_int_launch<TY, 1>(st, grid, w, xq, xd, nt, y, ldy, add);
         else if (nt == 2)
@@ -835,20 +845,21 @@ extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
     cudaStream_t st = mfk_stream(c);
     const int64_t ne0 = w[0]->ne0;
     int8_t *xq = nullptr;
-    float *xd = nullptr;
+    float *xd = nullptr, *xs = nullptr;
     if (q8) { /* the input quantized once for all the products */
         const size_t nq = (size_t)nt * (size_t)ne0, nd = (size_t)nt * (size_t)(ne0 / 32);
         void *buf = nullptr;
-        if ((rc = mfk_scratch(c, nq + nd * sizeof(float), &buf, err)))
+        if ((rc = mfk_scratch(c, nq + 2 * nd * sizeof(float), &buf, err)))
             return rc;
         xq = (int8_t *)buf;
         xd = (float *)(void *)(xq + nq); /* nq is a multiple of 256 */
+        xs = xd + nd;
         k_quant_act<<<dim3((unsigned)(ne0 / 256), (unsigned)nt), 256, 0, st>>>(x, ldx, ne0, xq,
-                                                                              xd);
+                                                                              xd, xs);
     }
     for (int i = 0; i < n; i++)
         MFK_TYPE_SWITCH(w[i]->type, TY,
-                        gemv_launch<TY>(st, w[i], x, ldx, nt, y[i], ldy[i], add, xq, xd));
+                        gemv_launch<TY>(st, w[i], x, ldx, nt, y[i], ldy[i], add, xq, xd, xs));
     return mfk_launched("gemv", err);
 }
 

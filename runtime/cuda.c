@@ -90,6 +90,8 @@ struct cuda_backend {
     struct cuda_upload_stats st;
     int32_t sms;                 /* the device's multiprocessors (attention splits) */
     int att_split;               /* MFC_CUDA_ATTENTION_SPLIT (cuda_plan_switch) */
+    int mmq;                     /* MFC_CUDA_MMQ: Q4_K products of up to CUDA_PLAN_MMQ_MAX
+                                    tokens on mmq.cu rather than cuBLAS */
     /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): the recorded shapes; they
      * hold dstep's and the kernels' scratch address, so they are dropped when
      * either moves (gstep, ggen) */
@@ -250,9 +252,7 @@ static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
     int64_t gld[3];
     int ng = 0, rc = 0;
     for (int i = 0; !rc && i < n; i++) {
-        int plain = w[i]->type == GGML_TYPE_F32 || w[i]->type == GGML_TYPE_F16 ||
-                    w[i]->type == GGML_TYPE_BF16;
-        int32_t from = plain && cb->gemm_min > 2 ? 2 : cb->gemm_min;
+        int32_t from = cuda_plan_gemm_from((enum ggml_type)w[i]->type, cb->gemm_min, cb->mmq);
         if (from > 0 && T >= from)
             rc = mfk_gemm(cb->ctx, w[i], x, ldx, T, y[i], ldy[i], add, cb->gscratch,
                           cb->gscratch_bytes, err);
@@ -308,6 +308,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
                               &cb->att_split, err);
     if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_GRAPHS", getenv("MFC_CUDA_GRAPHS"), &cb->graphs, err);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_MMQ", getenv("MFC_CUDA_MMQ"), &cb->mmq, err);
     if (!rc) {
         struct mfk_device_info di;
         rc = mfk_device_query(0, &di, err);
@@ -321,11 +323,11 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = alloc_scratch(cb, err);
     if (!rc) {
         /* the kernels' own scratch (8-bit activations of the Q4_K/Q6_K
-         * GEMV, split attention's partial sums), taken now so that
-         * kv_alloc's budget leaves it be */
+         * GEMV with a scale and a sum per 32, split attention's partial
+         * sums), taken now so that kv_alloc's budget leaves it be */
         int64_t wide = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
         rc = mfk_scratch_reserve(cb->ctx,
-                                 (size_t)cb->cfg.max_tokens * (size_t)wide * 9 / 8 + ((size_t)4 << 20),
+                                 (size_t)cb->cfg.max_tokens * (size_t)wide * 5 / 4 + ((size_t)4 << 20),
                                  err);
     }
     if (rc) {

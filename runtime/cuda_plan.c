@@ -121,6 +121,17 @@ int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t 
     return want < cap ? (int32_t)want : cap;
 }
 
+int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq)
+{
+    if (gemm_min <= 0)
+        return 0;
+    if (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16)
+        return gemm_min < 2 ? gemm_min : 2;
+    if (t == GGML_TYPE_Q4_K && mmq && gemm_min <= CUDA_PLAN_MMQ_MAX)
+        return CUDA_PLAN_MMQ_MAX + 1;
+    return gemm_min;
+}
+
 int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *err)
 {
     if (!v || !*v || strcmp(v, "1") == 0)

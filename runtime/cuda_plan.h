@@ -71,6 +71,18 @@ int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uin
 #define CUDA_DEFAULT_GEMM_MIN 5
 int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 
+/* Tokens from which a product with weights of type t goes to the
+ * tensor-core GEMM (cuBLAS), 0 for never, given gemm_min (above) and mmq
+ * (MFC_CUDA_MMQ): F32/F16/BF16 weights from 2 (read in place); Q4_K, with
+ * mmq, past CUDA_PLAN_MMQ_MAX, below which its integer tensor-core kernel
+ * (kernels/mmq.cu, from MFK_MMQ_MIN tokens) beats dequantizing the weights
+ * to bf16 every step (H200, Llama-3-8B Q4_K_M: 1,017 against 591 tokens/s
+ * at batch 8, 1,606 against 1,136 at 16; at 32 an earlier mmq.cu lost,
+ * 1,860 against 2,181, and the final one was not measured there); the
+ * other types from gemm_min. */
+#define CUDA_PLAN_MMQ_MAX 16
+int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
+
 /* Splits of each context for mfk_attention's T tokens on a device of sms
  * multiprocessors, max_ctx the longest context: 1 (none) when T x n_head_kv
  * blocks already fill the multiprocessors, or when a context has fewer than

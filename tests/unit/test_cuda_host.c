@@ -173,6 +173,15 @@ static void test_gemm_min(void **state)
         assert_non_null(strstr(err.msg, bad[i]));
         assert_int_equal(n, 7);
     }
+    /* where each weight type leaves the GEMV for cuBLAS */
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_BF16, 5, 1), 2);
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_F16, 1, 1), 1);
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_F32, 0, 1), 0);
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q4_K, 5, 1), CUDA_PLAN_MMQ_MAX + 1);
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q4_K, 5, 0), 5);
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q4_K, 100, 1), 100);
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q4_K, 0, 1), 0);
+    assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q6_K, 5, 1), 5);
 }
 
 static void test_step(void **state)

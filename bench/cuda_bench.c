@@ -746,8 +746,9 @@ int main(int argc, char **argv)
     printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
     printf("upload: %.2f GB in %.2f s = %.1f GB/s\n", st.bytes / 1e9, st.seconds,
            st.bytes / 1e9 / st.seconds);
-    printf("tensor-core GEMM from %d tokens per step (MFC_CUDA_GEMM_MIN; 0: GEMV only)\n",
-           st.gemm_min);
+    printf("tensor-core GEMM from %d tokens per step (MFC_CUDA_GEMM_MIN; 0: GEMV only); "
+           "Q4_K from %d (MFC_CUDA_MMQ, mmq.cu below)\n",
+           st.gemm_min, st.gemm_from_q4k);
     printf("prefill %d tokens: %.3f s = %.0f tokens/s\n", CTX, t_prefill, CTX / t_prefill);
     if (do_long) {
         double flops = 2.0 * (double)n_params(m) * PREFILL / t_long;

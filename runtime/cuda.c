@@ -358,6 +358,7 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         return rc;
     }
     cb->st.gemm_min = cb->gemm_min;
+    cb->st.gemm_from_q4k = cuda_plan_gemm_from(GGML_TYPE_Q4_K, cb->gemm_min, cb->mmq);
     *out = &cb->base;
     return 0;
 }

@@ -34,6 +34,8 @@ struct cuda_upload_stats {
     uint64_t kv_bytes; /* KV arena after kv_alloc */
     int32_t gemm_min;  /* steps of this many tokens (2 for F32/F16/BF16 weights) use
                           tensor-core GEMM (cuBLAS); 0: never */
+    int32_t gemm_from_q4k; /* the same for Q4_K weights (cuda_plan_gemm_from: past
+                              mmq.cu's range unless MFC_CUDA_MMQ=0) */
     /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): shapes recorded, steps
      * replayed, recordings that failed (those shapes run eagerly) and why
      * the last one did */

@@ -248,6 +248,11 @@ int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t 
 /* dst[j] = src[rows[j]] (n_cols floats each), j < n. */
 int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows, int32_t n,
                float *dst, int64_t ldd, int64_t n_cols, struct mf_err *err);
+/* dst[rows[j]] += scales[j] * src[j] (n_cols floats each), j < n; rows
+ * distinct (a LoRA group's rows, cuda_lora.c). */
+int mfk_scatter_add(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows,
+                    const float *scales, int32_t n, float *dst, int64_t ldd, int64_t n_cols,
+                    struct mf_err *err);
 
 /* out[r] = the index of the largest of x[r][0..n) (the first on ties;
  * NaN never wins), r < rows: greedy sampling on the device. */

@@ -1002,6 +1002,26 @@ extern "C" int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, cons
     return mfk_launched("gather", err);
 }
 
+__global__ void k_scatter_add(const float *src, int64_t lds, const int32_t *rows,
+                              const float *scales, float *dst, int64_t ldd, int64_t n)
+{
+    const float *s = src + (int64_t)blockIdx.x * lds;
+    float *d = dst + (int64_t)rows[blockIdx.x] * ldd;
+    const float k = scales[blockIdx.x];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        d[i] += k * s[i];
+}
+
+extern "C" int mfk_scatter_add(struct mfk_ctx *c, const float *src, int64_t lds,
+                               const int32_t *rows, const float *scales, int32_t n, float *dst,
+                               int64_t ldd, int64_t n_cols, struct mf_err *err)
+{
+    if (n <= 0)
+        return 0;
+    k_scatter_add<<<n, 256, 0, mfk_stream(c)>>>(src, lds, rows, scales, dst, ldd, n_cols);
+    return mfk_launched("scatter-add", err);
+}
+
 __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
 {
     if (v != v)

@@ -45,6 +45,7 @@
 #define DEFAULT_MAX_TOKENS 2048
 #define DEFAULT_MAX_SEQS 256
 #define GRAPH_SLOTS 32 /* recorded decode steps kept, least recently used dropped */
+#define LORA_CHUNK 256 /* rows of a LoRA group gathered for one shrink/expand */
 
 /* One recorded decode step (cuda_plan_graph_tokens): its shape, and the
  * graph or the fact that recording it failed (then that shape runs eagerly). */
@@ -83,7 +84,14 @@ struct cuda_backend {
     size_t gscratch_bytes;
     struct cuda_lora_set lora;   /* the model's adapters (cuda_lora.c) */
     float *lora_tmp;             /* device: max_tokens x rank_max (shrink results) */
+    float *lora_xg, *lora_yg;    /* device: LORA_CHUNK rows of in_max / out_max (groups) */
     struct cuda_lora_rows *lrows; /* owned: max_seqs entries, filled per step */
+    struct cuda_lora_group *lgroups; /* owned: n_loras entries, filled per step */
+    /* each group's rows and scales, the step's tokens' lists then its logits
+     * rows' (two regions, so the second fill leaves the first's queued copy be):
+     * pinned host and device copies of lora_cap entries each */
+    int32_t *lg_rows_h, *lg_rows_d;
+    size_t lora_cap[2];
     struct cuda_lora_run lrun;    /* this step's LoRA work; n_rows 0: none */
     uint8_t *hstep, *dstep;      /* pinned host / device step arrays */
     size_t step_cap;             /* bytes of each */
@@ -131,8 +139,12 @@ static void cuda_free(struct backend *b)
     mfk_free(cb->dstep);
     mfk_free(cb->gscratch);
     mfk_free(cb->lora_tmp);
+    mfk_free(cb->lora_xg);
+    mfk_free(cb->lg_rows_d);
+    mfk_host_free(cb->lg_rows_h);
     cuda_lora_free(&cb->lora);
     free(cb->lrows);
+    free(cb->lgroups);
     mfk_host_free(cb->hstep);
     mfk_ctx_free(cb->ctx);
     cuda_wplan_free(&cb->plan);
@@ -201,6 +213,33 @@ static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
     for (int i = 0; i < 11; i++)
         *dst[i] = (float *)(void *)(base + off[i]);
     return 0;
+}
+
+/* What LoRA steps need besides the pairs: the per-step row lists (host
+ * and device, for max_tokens and then max_seqs rows under BATCH_MAX_LORAS
+ * adapters each), the shrink results and the gathered rows of a group. */
+static int lora_alloc(struct cuda_backend *cb, struct mf_err *err)
+{
+    const size_t T = (size_t)cb->cfg.max_tokens, chunk = T < LORA_CHUNK ? T : LORA_CHUNK;
+    cb->lora_cap[0] = T * BATCH_MAX_LORAS;
+    cb->lora_cap[1] = (size_t)cb->cfg.max_seqs * BATCH_MAX_LORAS;
+    const size_t entries = cb->lora_cap[0] + cb->lora_cap[1], list = entries * 8;
+    cb->lrows = calloc((size_t)cb->cfg.max_seqs + 1, sizeof *cb->lrows);
+    cb->lgroups = calloc((size_t)cb->lora.n_loras, sizeof *cb->lgroups);
+    if (!cb->lrows || !cb->lgroups)
+        return mf_err_set(err, MF_ENOMEM, "out of memory for LoRA rows");
+    int rc = mfk_malloc(cb->ctx, T * (size_t)cb->lora.rank_max * sizeof(float),
+                        (void **)&cb->lora_tmp, err);
+    if (!rc)
+        rc = mfk_malloc(cb->ctx,
+                        chunk * (size_t)(cb->lora.in_max + cb->lora.out_max) * sizeof(float),
+                        (void **)&cb->lora_xg, err);
+    if (!rc)
+        rc = mfk_host_alloc(list, (void **)&cb->lg_rows_h, err);
+    if (!rc)
+        rc = mfk_malloc(cb->ctx, list, (void **)&cb->lg_rows_d, err);
+    cb->lora_yg = cb->lora_xg ? cb->lora_xg + chunk * (size_t)cb->lora.in_max : NULL;
+    return rc;
 }
 
 /* The GEMM path (mfk_gemm): cuBLAS present and MFC_CUDA_GEMM_MIN
@@ -344,13 +383,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         cb->layers[l].ffn_norm = dev_vec(cb, &m->layers[l].ffn_norm);
     }
     rc = cuda_lora_upload(&cb->lora, cb->ctx, m, err);
-    if (!rc && cb->lora.n_loras) {
-        cb->lrows = calloc((size_t)cb->cfg.max_seqs + 1, sizeof *cb->lrows);
-        rc = cb->lrows ? mfk_malloc(cb->ctx, (size_t)cb->cfg.max_tokens *
-                                                 (size_t)cb->lora.rank_max * sizeof(float),
-                                    (void **)&cb->lora_tmp, err)
-                       : mf_err_set(err, MF_ENOMEM, "out of memory for LoRA rows");
-    }
+    if (!rc && cb->lora.n_loras)
+        rc = lora_alloc(cb, err);
     if (!rc)
         rc = setup_gemm(cb, err);
     if (rc) {
@@ -476,13 +510,18 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
 
 /* cb->lrun for this step: each sequence with adapters and its rows, the
  * step's tokens (logits 0; tokens lie sequence after sequence, as
- * cuda_plan_step_fill writes them) or its logits row (logits 1). Refuses
- * adapters the backend did not upload, and any without cuBLAS. */
+ * cuda_plan_step_fill writes them) or its logits row (logits 1), grouped by
+ * adapter, the groups' row lists copied to the device. Refuses adapters the
+ * backend did not upload, and any without cuBLAS. */
 static int lora_rows(struct cuda_backend *cb, const struct batch *bt, int logits,
                      struct mf_err *err)
 {
     int64_t t = 0;
     cb->lrun = (struct cuda_lora_run){.ctx = cb->ctx, .rows = cb->lrows, .tmp = cb->lora_tmp,
+                                      .xg = cb->lora_xg, .yg = cb->lora_yg,
+                                      .chunk = cb->cfg.max_tokens < LORA_CHUNK
+                                                   ? cb->cfg.max_tokens
+                                                   : LORA_CHUNK,
                                       .scratch = cb->gscratch,
                                       .scratch_bytes = cb->gscratch_bytes};
     for (int32_t i = 0; i < bt->n_seqs; i++) {
@@ -500,7 +539,26 @@ static int lora_rows(struct cuda_backend *cb, const struct batch *bt, int logits
             cb->lrows[cb->lrun.n_rows++] = (struct cuda_lora_rows){t, n, &sq->lora};
         t += n;
     }
-    return 0;
+    if (!cb->lrun.n_rows)
+        return 0;
+    /* region `logits` of the lists: rows, then as many scales */
+    const size_t all = cb->lora_cap[0] + cb->lora_cap[1], at = logits ? cb->lora_cap[0] : 0;
+    int32_t *rows = cb->lg_rows_h + at;
+    float *scales = (float *)(void *)(cb->lg_rows_h + all) + at;
+    cb->lrun.groups = cb->lgroups;
+    cb->lrun.n_groups = cuda_plan_lora_groups(cb->lrows, cb->lrun.n_rows, cb->lora.n_loras,
+                                              cb->lgroups, rows, scales);
+    int32_t used = 0;
+    for (int32_t i = 0; i < cb->lrun.n_groups; i++)
+        used = cb->lgroups[i].first + cb->lgroups[i].n;
+    cb->lrun.h_rows = rows;
+    cb->lrun.h_scales = scales;
+    cb->lrun.d_rows = cb->lg_rows_d + at;
+    cb->lrun.d_scales = (const float *)(const void *)(cb->lg_rows_d + all) + at;
+    int rc = mfk_copy_h2d(cb->ctx, (void *)cb->lrun.d_rows, rows, (size_t)used * 4, err);
+    if (!rc)
+        rc = mfk_copy_h2d(cb->ctx, (void *)cb->lrun.d_scales, scales, (size_t)used * 4, err);
+    return rc;
 }
 
 /* The step's device work after the copy of its arrays: the embedding, the

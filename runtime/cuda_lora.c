@@ -8,8 +8,13 @@
  * y += scale * rel_scale * B tmp (expand), both through mfk_gemm_ex
  * (cuBLAS). Numerics follow the CPU backend (runtime/cpu_fwd.c): x meets A
  * rounded to A's format when A is F16/BF16, tmp meets B rounded to B's, sums
- * in fp32. One pair of calls per sequence and adapter: sequences are not
- * grouped by adapter yet (docs/cuda.md).
+ * in fp32. Sequences are grouped by adapter (cuda_plan_lora_groups): the
+ * rows of every sequence naming an adapter are gathered (mfk_gather), go
+ * through one shrink and one expand (into scratch, times rel_scale), and
+ * are added back with their sequence's scale (mfk_scatter_add); an adapter
+ * of one sequence works on its rows in place (expand adds scale x rel_scale
+ * directly), as before. So a step of 64 sequences sharing an adapter makes
+ * 4 calls per target, not 128.
  *
  * Only F32, F16 and BF16 pairs are taken (what mkmodel, mfc lora convert and
  * llama.cpp's converter write); others are refused at create, naming the
@@ -65,6 +70,8 @@ int cuda_lora_upload(struct cuda_lora_set *ls, struct mfk_ctx *c, const struct m
                                   ggml_type_name(p->a.type), ggml_type_name(p->b.type));
             total += tensor_bytes(&p->a) + tensor_bytes(&p->b);
             ls->rank_max = p->rank > ls->rank_max ? p->rank : ls->rank_max;
+            ls->in_max = p->a.ne0 > ls->in_max ? p->a.ne0 : ls->in_max;
+            ls->out_max = p->b.ne1 > ls->out_max ? p->b.ne1 : ls->out_max;
         }
     ls->pairs = calloc((size_t)m->n_loras * (size_t)nt, sizeof *ls->pairs);
     if (!ls->pairs)
@@ -115,20 +122,34 @@ int cuda_lora_apply(const struct cuda_lora_set *ls, const struct cuda_lora_run *
                     const float *x, int64_t ldx, float *y, int64_t ldy, struct mf_err *err)
 {
     int rc = 0;
-    for (int32_t i = 0; !rc && i < r->n_rows; i++) {
-        const struct batch_lora *lo = r->rows[i].lora;
-        for (int32_t j = 0; !rc && j < lo->n; j++) {
-            const struct cuda_lora_pair *p = cuda_lora_pair(ls, lo->ids[j], target);
-            if (!p)
-                continue;
-            const int64_t t0 = r->rows[i].first;
-            const int32_t n = r->rows[i].n;
-            rc = mfk_gemm_ex(r->ctx, &p->a, x + t0 * ldx, ldx, n, r->tmp, p->rank, 1.0f, 0,
+    for (int32_t i = 0; !rc && i < r->n_groups; i++) {
+        const struct cuda_lora_group *g = &r->groups[i];
+        const struct cuda_lora_pair *p = cuda_lora_pair(ls, g->lora, target);
+        if (!p)
+            continue;
+        if (g->seqs == 1) { /* consecutive rows, one scale: in place */
+            const int64_t t0 = r->h_rows[g->first];
+            rc = mfk_gemm_ex(r->ctx, &p->a, x + t0 * ldx, ldx, g->n, r->tmp, p->rank, 1.0f, 0,
                              r->scratch, r->scratch_bytes, err);
             if (!rc)
-                rc = mfk_gemm_ex(r->ctx, &p->b, r->tmp, p->rank, n, y + t0 * ldy, ldy,
-                                 lo->scales[j] * p->rel_scale, 1, r->scratch, r->scratch_bytes,
-                                 err);
+                rc = mfk_gemm_ex(r->ctx, &p->b, r->tmp, p->rank, g->n, y + t0 * ldy, ldy,
+                                 r->h_scales[g->first] * p->rel_scale, 1, r->scratch,
+                                 r->scratch_bytes, err);
+            continue;
+        }
+        const int64_t in = p->a.ne0, out = p->b.ne1;
+        for (int32_t c = 0; !rc && c < g->n; c += r->chunk) {
+            const int32_t m = g->n - c < r->chunk ? g->n - c : r->chunk;
+            rc = mfk_gather(r->ctx, x, ldx, r->d_rows + g->first + c, m, r->xg, in, in, err);
+            if (!rc)
+                rc = mfk_gemm_ex(r->ctx, &p->a, r->xg, in, m, r->tmp, p->rank, 1.0f, 0,
+                                 r->scratch, r->scratch_bytes, err);
+            if (!rc)
+                rc = mfk_gemm_ex(r->ctx, &p->b, r->tmp, p->rank, m, r->yg, out, p->rel_scale, 0,
+                                 r->scratch, r->scratch_bytes, err);
+            if (!rc)
+                rc = mfk_scatter_add(r->ctx, r->yg, out, r->d_rows + g->first + c,
+                                     r->d_scales + g->first + c, m, y, ldy, out, err);
         }
     }
     return rc;

@@ -11,6 +11,7 @@
 #include "common/err.h"
 #include "kernels/kernels.h"
 #include "runtime/batch.h"
+#include "runtime/cuda_plan.h"
 #include "runtime/model.h"
 
 struct cuda_lora_pair {
@@ -26,21 +27,22 @@ struct cuda_lora_set {
     struct cuda_lora_pair *pairs; /* owned: [n_loras][n_targets] */
     int32_t n_loras, n_targets;   /* the model's adapters at upload time */
     int32_t rank_max;
+    int64_t in_max, out_max;      /* widest A input and B output of any pair */
 };
 
-/* The rows of one step that an adapter list applies to. */
-struct cuda_lora_rows {
-    int64_t first;                 /* first row (token) of the sequence in the step's arrays */
-    int32_t n;                     /* its rows */
-    const struct batch_lora *lora; /* borrowed: its adapters (n > 0) */
-};
-
-/* What cuda_lora_apply needs from the step. */
+/* What cuda_lora_apply needs from the step: its rows grouped by adapter
+ * (cuda_plan_lora_groups), the lists on the host and on the device. */
 struct cuda_lora_run {
     struct mfk_ctx *ctx;
     const struct cuda_lora_rows *rows; /* sequences with adapters */
     int32_t n_rows;
-    float *tmp;                        /* device: rows x rank_max floats */
+    const struct cuda_lora_group *groups;
+    int32_t n_groups;
+    const int32_t *h_rows, *d_rows;    /* the groups' rows: host, device */
+    const float *h_scales, *d_scales;  /* and their scales */
+    float *tmp;                        /* device: chunk x rank_max floats */
+    float *xg, *yg;                    /* device: chunk x in_max, chunk x out_max */
+    int32_t chunk;                     /* rows a gathered product takes at most */
     void *scratch;                     /* mfk_gemm's */
     size_t scratch_bytes;
 };
@@ -53,8 +55,10 @@ void cuda_lora_free(struct cuda_lora_set *ls);
 /* The pair of adapter lora for model target, or NULL. */
 const struct cuda_lora_pair *cuda_lora_pair(const struct cuda_lora_set *ls, int32_t lora,
                                             int32_t target);
-/* y[rows] += scale * B (A x[rows]) for every row set and its adapters that
- * adapt target (model target index). */
+/* y[rows] += scale * B (A x[rows]) for every adapter of the step that
+ * adapts target (model target index): one shrink and one expand over all
+ * its rows (gathered, and added back with each row's scale, when they come
+ * from several sequences), chunk rows at a time. */
 int cuda_lora_apply(const struct cuda_lora_set *ls, const struct cuda_lora_run *r, int32_t target,
                     const float *x, int64_t ldx, float *y, int64_t ldy, struct mf_err *err);
 

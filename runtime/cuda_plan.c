@@ -238,6 +238,33 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
     layout(m, p);
 }
 
+int32_t cuda_plan_lora_groups(const struct cuda_lora_rows *seqs, int32_t n_seqs, int32_t n_loras,
+                              struct cuda_lora_group *g, int32_t *rows, float *scales)
+{
+    int32_t ng = 0, k = 0;
+    for (int32_t a = 0; a < n_loras; a++) {
+        int32_t start = k, named_by = 0;
+        for (int32_t i = 0; i < n_seqs; i++) {
+            const struct batch_lora *lo = seqs[i].lora;
+            float sc = 0.0f;
+            int named = 0;
+            for (int32_t j = 0; lo && j < lo->n; j++)
+                if (lo->ids[j] == a) /* named twice: applied twice, so the scales add */
+                    sc += lo->scales[j], named = 1;
+            if (!named)
+                continue;
+            for (int32_t r = 0; r < seqs[i].n; r++, k++) {
+                rows[k] = (int32_t)(seqs[i].first + r);
+                scales[k] = sc;
+            }
+            named_by++;
+        }
+        if (k > start)
+            g[ng++] = (struct cuda_lora_group){a, start, k - start, named_by};
+    }
+    return ng;
+}
+
 int32_t cuda_plan_graph_tokens(int32_t T, int32_t cap)
 {
     int32_t n = T <= 2 ? T : T <= 4 ? 4 : (T + 7) / 8 * 8;

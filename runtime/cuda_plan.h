@@ -148,6 +148,33 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
 void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
                          const struct cuda_step_plan *p, void *buf);
 
+/* ---- LoRA, grouped by adapter ------------------------------------------- */
+
+/* The rows of one step that an adapter list applies to. */
+struct cuda_lora_rows {
+    int64_t first;                 /* first row (token) of the sequence in the step's arrays */
+    int32_t n;                     /* its rows */
+    const struct batch_lora *lora; /* borrowed: its adapters (n > 0) */
+};
+
+/* The token rows of one step that one adapter applies to (cuda_lora.c). */
+struct cuda_lora_group {
+    int32_t lora;  /* adapter id */
+    int32_t first; /* its first entry in the rows / scales lists */
+    int32_t n;     /* entries: token rows */
+    int32_t seqs;  /* sequences they come from; 1: the rows are consecutive */
+};
+
+/* Groups a step's adapted rows by adapter, ids ascending: sequence i of
+ * seqs has seqs[i].n rows from seqs[i].first and the adapters
+ * seqs[i].lora. Each group's entries are its sequences' rows in step order,
+ * each row once, rows[e] the row and scales[e] that sequence's scale for
+ * the adapter (the sum, for an adapter a sequence names twice). g
+ * takes n_loras groups at most; rows and scales the sum of n x lora->n
+ * entries at most. Returns the number of groups. */
+int32_t cuda_plan_lora_groups(const struct cuda_lora_rows *seqs, int32_t n_seqs, int32_t n_loras,
+                              struct cuda_lora_group *g, int32_t *rows, float *scales);
+
 /* ---- decode steps as CUDA graphs ---------------------------------------- */
 
 /* A decode step (no tiles, no adapters) may be recorded as a CUDA graph and

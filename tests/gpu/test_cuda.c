@@ -647,6 +647,14 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         poison(dout, T * qd * 4);
         CK(mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 1, dout,
                          qd, &err));
+        if (!q8 && hd == 128) { /* a split count out of range is refused, not launched */
+            int r0 = mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv,
+                                   max_ctx, 0, dout, qd, &err);
+            int r1 = mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv,
+                                   max_ctx, 4097, dout, qd, &err);
+            report("attention: 0 and 4097 splits refused", r0 == MF_EINVAL && r1 == MF_EINVAL,
+                   "rc", (double)(r0 == MF_EINVAL ? r1 : r0), MF_EINVAL);
+        }
         d2h(qgot, dout, T * qd * 4);
         snprintf(name, sizeof name, "attention%s (%d/%d heads, hd %d, ctx %d)", q8 ? " 8-bit" : "",
                  n_head, n_head_kv, hd, max_ctx);
@@ -713,6 +721,30 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
     mfk_free(dpos), mfk_free(dblk), mfk_free(dtoff), mfk_free(dtab);
     free(kv), free(kv_got), free(q), free(k), free(v), free(rope), free(qgot), free(qref), free(kref);
     free(ref), free(sc), free(tables), free(perm);
+}
+
+/* mfk_gemv_n refuses weights of different widths and unaligned input. */
+static void test_gemv_refusals(void)
+{
+    uint64_t rb;
+    ggml_type_row_size(GGML_TYPE_Q4_K, 512, &rb);
+    uint8_t *dw = dalloc(rb * 8);
+    float *dx = dalloc(4 * 512 * 4 + 16), *dy = dalloc(4 * 8 * 4);
+    struct mfk_weight a = {.data = dw, .type = GGML_TYPE_Q4_K, .ne0 = 512, .ne1 = 8,
+                           .row_bytes = rb};
+    struct mfk_weight b = a;
+    b.ne0 = 256;
+    b.row_bytes = rb / 2;
+    const struct mfk_weight *w[2] = {&a, &b};
+    float *y[2] = {dy, dy};
+    const int64_t ld[2] = {8, 8};
+    int r0 = mfk_gemv_n(ctx, 2, w, dx, 512, 2, y, ld, 0, &err);
+    int r1 = mfk_gemv_n(ctx, 1, w, dx + 1, 512, 2, y, ld, 0, &err);
+    report("gemv: mixed widths, unaligned input refused", r0 == MF_EINVAL && r1 == MF_EINVAL,
+           "rc", (double)(r0 == MF_EINVAL ? r1 : r0), MF_EINVAL);
+    mfk_free(dw);
+    mfk_free(dx);
+    mfk_free(dy);
 }
 
 static void test_argmax(void)
@@ -1178,37 +1210,40 @@ static void test_lora(const char *path, const char *lpath, double bound)
     }
     const int64_t V = m->hp.n_vocab;
     struct side cpu, gpu;
-    if (open_sides(m, 16, base, &cpu, &gpu)) {
+    if (open_sides(m, 24, base, &cpu, &gpu)) {
         model_close(m);
         return;
     }
-    int32_t table[2][8], toks[48];
+    /* the adapter on sequences 0 (0.8) and 2 (0.5), one group of rows that
+     * are not consecutive; sequence 1 the same tokens without it */
+    int32_t table[3][8], toks[48];
     for (int b = 0; b < 8; b++)
-        table[0][b] = b, table[1][b] = 8 + b;
+        table[0][b] = b, table[1][b] = 8 + b, table[2][b] = 16 + b;
     for (int i = 0; i < 48; i++)
         toks[i] = (int32_t)(next_u64() % (uint64_t)V);
-    float *lc = malloc(2 * V * 4), *lg = malloc(2 * V * 4);
+    float *lc = malloc(3 * V * 4), *lg = malloc(3 * V * 4);
     double worst = 0, moved_cpu = 1e30, moved_gpu = 1e30;
     int npast = 0;
     for (int st = 0; st < 9; st++) {
         int nn = st == 0 ? 37 : 1;
-        struct batch_seq bs[2];
-        for (int s = 0; s < 2; s++)
+        struct batch_seq bs[3];
+        for (int s = 0; s < 3; s++)
             bs[s] = (struct batch_seq){.tokens = toks + npast, .n_tokens = nn, .n_past = npast,
                                        .block_table = table[s], .n_blocks = 8, .want_logits = 1};
-        bs[0].lora.n = 1;
-        bs[0].lora.ids[0] = id;
+        bs[0].lora.n = bs[2].lora.n = 1;
+        bs[0].lora.ids[0] = bs[2].lora.ids[0] = id;
         bs[0].lora.scales[0] = lora_scale(l, 0.8f);
-        struct batch bc = {.n_seqs = 2, .seqs = bs, .logits = lc};
-        struct batch bg = {.n_seqs = 2, .seqs = bs, .logits = lg};
-        memset(lg, 0xFF, 2 * V * 4);
+        bs[2].lora.scales[0] = lora_scale(l, 0.5f);
+        struct batch bc = {.n_seqs = 3, .seqs = bs, .logits = lc};
+        struct batch bg = {.n_seqs = 3, .seqs = bs, .logits = lg};
+        memset(lg, 0xFF, 3 * V * 4);
         CK(backend_step(cpu.be, &bc, &err));
         if (backend_step(gpu.be, &bg, &err)) {
             printf("FAIL lora %s: cuda step: %s\n", base, err.msg);
             failures++;
             break;
         }
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < 3; s++) {
             double e = logits_err(lg + s * V, lc + s * V, V);
             worst = e > worst ? e : worst;
         }
@@ -1217,7 +1252,7 @@ static void test_lora(const char *path, const char *lpath, double bound)
         moved_gpu = mg < moved_gpu ? mg : moved_gpu;
         npast += nn;
     }
-    snprintf(name, sizeof name, "lora %.120s logits vs CPU (with and without)", base);
+    snprintf(name, sizeof name, "lora %.120s logits vs CPU (0.8, none, 0.5)", base);
     report(name, worst < bound, "rel err", worst, bound);
     /* the adapter's effect dwarfs the GPU/CPU difference (measured: a least
      * change of 0.16-0.66 against differences of 4e-4-2e-2) */
@@ -1279,8 +1314,10 @@ int main(int argc, char **argv)
         if (!only_att) /* past the per-token kernel's shared memory (racecheck: too slow) */
             test_attention(32, 8, 128, 128, 12000, q8);
     }
-    if (!only_att)
+    if (!only_att) {
         test_argmax();
+        test_gemv_refusals();
+    }
     for (int i = 1; i < argc; i++) {
         char lpath[4096];
         size_t len = strlen(argv[i]);

@@ -355,6 +355,42 @@ static void test_att_splits(void **state)
     assert_non_null(strstr(err.msg, "yes"));
 }
 
+/* LoRA rows grouped by adapter: every sequence naming an adapter lands in
+ * its group in step order, with its own scale (summed when it names the
+ * adapter twice); groups in adapter order; a one-sequence group's rows
+ * consecutive. */
+static void test_lora_groups(void **state)
+{
+    struct batch_lora l0 = {.n = 1, .ids = {2}, .scales = {0.5f}};
+    struct batch_lora l1 = {.n = 2, .ids = {0, 2}, .scales = {1.0f, 0.25f}};
+    struct batch_lora l2 = {.n = 2, .ids = {2, 2}, .scales = {0.5f, 0.75f}};
+    struct cuda_lora_rows seqs[3] = {{0, 3, &l0}, {5, 1, &l1}, {9, 2, &l2}};
+    struct cuda_lora_group g[3];
+    int32_t rows[16];
+    float sc[16];
+    (void)state;
+    assert_int_equal(cuda_plan_lora_groups(seqs, 3, 3, g, rows, sc), 2);
+    /* adapter 0: sequence 1's row 5 */
+    assert_int_equal(g[0].lora, 0);
+    assert_int_equal(g[0].first, 0);
+    assert_int_equal(g[0].n, 1);
+    assert_int_equal(g[0].seqs, 1);
+    assert_int_equal(rows[0], 5);
+    assert_true(sc[0] == 1.0f);
+    /* adapter 2: rows 0-2 (0.5), 5 (0.25), 9-10 (0.5 + 0.75) */
+    assert_int_equal(g[1].lora, 2);
+    assert_int_equal(g[1].first, 1);
+    assert_int_equal(g[1].n, 6);
+    assert_int_equal(g[1].seqs, 3);
+    static const int32_t want[6] = {0, 1, 2, 5, 9, 10};
+    static const float wsc[6] = {0.5f, 0.5f, 0.5f, 0.25f, 1.25f, 1.25f};
+    assert_memory_equal(rows + 1, want, sizeof want);
+    assert_memory_equal(sc + 1, wsc, sizeof wsc);
+    /* adapters past n_loras are not grouped; no sequences, no groups */
+    assert_int_equal(cuda_plan_lora_groups(seqs, 3, 2, g, rows, sc), 1);
+    assert_int_equal(cuda_plan_lora_groups(seqs, 0, 3, g, rows, sc), 0);
+}
+
 /* Decode steps as CUDA graphs: token counts padded to 1, 2, 4, 8k; two
  * decode batches of one padded size share every offset but the tables'
  * size, and the padding is token 0 at position 0 of the padding block. */
@@ -464,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_kv8_bytes),
         cmocka_unit_test(test_att_splits),
         cmocka_unit_test(test_graph_pad),
+        cmocka_unit_test(test_lora_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

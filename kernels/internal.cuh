@@ -57,6 +57,23 @@ __device__ __forceinline__ size_t kv8_offset(const struct mfk_kv_shape &s, int32
                 (size_t)s.n_head_kv + (size_t)head) * KVB * ((size_t)s.head_dim + 4);
 }
 
+/* Sub-block j's 6-bit scale and min of a Q4_K super-block whose 16-byte
+ * head is h (d, dmin, then the 12 packed scale bytes in h.y, h.z, h.w):
+ * ggml's get_scale_min_k4. The GEMV (llama.cu) and mmq.cu decode the same. */
+__device__ __forceinline__ void q4k_scale_min(const uint4 &h, int j, int *sc, int *mn)
+{
+    const uint32_t s[3] = {h.y, h.z, h.w};
+#define SB(k) ((int)((s[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF))
+    if (j < 4) {
+        *sc = SB(j) & 63;
+        *mn = SB(j + 4) & 63;
+    } else {
+        *sc = (SB(j + 4) & 0xF) | ((SB(j - 4) >> 6) << 4);
+        *mn = (SB(j + 4) >> 4) | ((SB(j) >> 6) << 4);
+    }
+#undef SB
+}
+
 /* An 8-bit K/V element as attention sees it: q * scale rounded to fp16
  * (what an F16 arena would have held), so every kernel reads one value. */
 __device__ __forceinline__ float kv8_value(int8_t q, float scale)

@@ -640,22 +640,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             const uint8_t *b = row + (size_t)sb * 144;
             const uint4 hd = __ldg(reinterpret_cast<const uint4 *>(b));
             const uint4 q = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 32 * p2 + l0));
-            /* scale_min_k4 on the head's bytes 4..15 (hd.y, hd.z, hd.w) */
-            const uint32_t s[3] = {hd.y, hd.z, hd.w};
             int sc[2], mn[2];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int j = 2 * p2 + h;
-#define SBYTE(k) ((int)((s[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF))
-                if (j < 4) {
-                    sc[h] = SBYTE(j) & 63;
-                    mn[h] = SBYTE(j + 4) & 63;
-                } else {
-                    sc[h] = (SBYTE(j + 4) & 0xF) | ((SBYTE(j - 4) >> 6) << 4);
-                    mn[h] = (SBYTE(j + 4) >> 4) | ((SBYTE(j) >> 6) << 4);
-                }
-#undef SBYTE
-            }
+            for (int h = 0; h < 2; h++)
+                q4k_scale_min(hd, 2 * p2 + h, &sc[h], &mn[h]);
             const float d = h2f((uint16_t)(hd.x & 0xFFFF)), dm = h2f((uint16_t)(hd.x >> 16));
             const float dlo = d * (float)sc[0], mlo = dm * (float)mn[0];
             const float dhi = d * (float)sc[1], mhi = dm * (float)mn[1];

@@ -53,22 +53,6 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint
                    "r"(0), "r"(0));
 }
 
-/* Sub-block j's 6-bit scale and min from a super-block head's bytes 4..15
- * (get_scale_min_k4), held in three words. */
-__device__ __forceinline__ void q4k_scale_min(const uint4 &h, int j, int *sc, int *mn)
-{
-    const uint32_t s[3] = {h.y, h.z, h.w};
-#define SB(k) ((int)((s[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF))
-    if (j < 4) {
-        *sc = SB(j) & 63;
-        *mn = SB(j + 4) & 63;
-    } else {
-        *sc = (SB(j + 4) & 0xF) | ((SB(j - 4) >> 6) << 4);
-        *mn = (SB(j + 4) >> 4) | ((SB(j) >> 6) << 4);
-    }
-#undef SB
-}
-
 /* 16 bytes global -> shared without registers; src_bytes 0 fills zeros. */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
 {

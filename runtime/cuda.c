@@ -548,9 +548,9 @@ static int lora_rows(struct cuda_backend *cb, const struct batch *bt, int logits
     cb->lrun.groups = cb->lgroups;
     cb->lrun.n_groups = cuda_plan_lora_groups(cb->lrows, cb->lrun.n_rows, cb->lora.n_loras,
                                               cb->lgroups, rows, scales);
-    int32_t used = 0;
-    for (int32_t i = 0; i < cb->lrun.n_groups; i++)
-        used = cb->lgroups[i].first + cb->lgroups[i].n;
+    /* the groups' entries lie one after another */
+    const int32_t ng = cb->lrun.n_groups;
+    const int32_t used = ng ? cb->lgroups[ng - 1].first + cb->lgroups[ng - 1].n : 0;
     cb->lrun.h_rows = rows;
     cb->lrun.h_scales = scales;
     cb->lrun.d_rows = cb->lg_rows_d + at;

@@ -839,6 +839,25 @@ static struct model *open_or_report(const char *path, const char *what)
     return NULL;
 }
 
+/* 1 for F32/F16/BF16 weights (greedy tokens must match the CPU's). */
+static int model_exact(const struct model *m)
+{
+    enum ggml_type wt = m->layers[0].w[MODEL_W_Q].type;
+    return wt == GGML_TYPE_F32 || wt == GGML_TYPE_F16 || wt == GGML_TYPE_BF16;
+}
+
+/* The logits' bound against another computation of the same model.
+ * F32/F16: float rounding only (measured 2e-5 / 4e-4); BF16: an input that
+ * lands on the other side of a bf16 rounding step moves by 2^-8 (measured
+ * 1.9e-3); quantized: the CPU quantizes activations to 8 bits, the GPU
+ * does not (measured 1.1e-2 .. 1.6e-2). */
+static double model_bound(const struct model *m)
+{
+    return m->layers[0].w[MODEL_W_Q].type == GGML_TYPE_BF16 ? 5e-3
+           : model_exact(m)                                 ? 1e-3
+                                                            : 6e-2;
+}
+
 static void test_model(const char *path)
 {
     struct model *m;
@@ -846,13 +865,8 @@ static void test_model(const char *path)
     const char *base = base_name(path);
     if (!(m = open_or_report(path, "model")))
         return;
-    enum ggml_type wt = m->layers[0].w[MODEL_W_Q].type;
-    int exact = wt == GGML_TYPE_F32 || wt == GGML_TYPE_F16 || wt == GGML_TYPE_BF16;
-    /* F32/F16: float rounding only (measured 2e-5 / 4e-4); BF16: an input
-     * that lands on the other side of a bf16 rounding step moves by 2^-8
-     * (measured 1.9e-3); quantized: the CPU quantizes activations to 8 bits,
-     * the GPU does not (measured 1.1e-2 .. 1.6e-2). */
-    double bound = wt == GGML_TYPE_BF16 ? 5e-3 : exact ? 1e-3 : 6e-2;
+    const int exact = model_exact(m);
+    const double bound = model_bound(m);
     const int64_t V = m->hp.n_vocab;
     struct side cpu, gpu;
     if (open_sides(m, 24, base, &cpu, &gpu)) {
@@ -991,11 +1005,7 @@ static void test_graphs(const char *path)
     const char *base = base_name(path);
     if (!(m = open_or_report(path, "graphs")))
         return;
-    enum ggml_type wt = m->layers[0].w[MODEL_W_Q].type;
-    double bound = wt == GGML_TYPE_F32   ? 1e-4
-                   : wt == GGML_TYPE_F16 ? 1e-3
-                   : wt == GGML_TYPE_BF16 ? 5e-3
-                                          : 6e-2;
+    const double bound = model_bound(m);
     const int64_t V = m->hp.n_vocab;
     enum { NS = 3, NB = 18, PROMPT = 250, STEPS = 16 };
     struct backend *ge = open_gpu(m, NS * NB + 1, "1"), *ee = open_gpu(m, NS * NB + 1, "0");

@@ -46,7 +46,9 @@ struct batch {
     int32_t n_seqs;              /* sequences in this step */
     const struct batch_seq *seqs; /* borrowed: n_seqs entries */
     float *logits;               /* caller-owned: one row of n_vocab floats per
-                                    sequence with want_logits, in sequence order */
+                                    sequence with want_logits, in sequence order.
+                                    NULL: the logits stay on the device for
+                                    engine_model.sample (only when the model has one) */
     float *hidden;               /* caller-owned or NULL. Set: a hidden-state step
                                     (embeddings): one row of n_embd floats per new
                                     token of every sequence, in batch order, the

@@ -28,6 +28,13 @@
  *   any       --engine_release: cancel, then freed at finish-> freed
  * A slow consumer therefore never blocks the step thread: its request just
  * stops being scheduled. One slot of every queue is kept for the final event.
+ *
+ * Drawing: when the model can draw (engine_model.sample) and every logits
+ * row's params allow it (engine_sampler.draw_ok), the step runs with no
+ * logits buffer, each row's draw is planned on the host (history, PRNG) and
+ * the model draws them all where the logits are; rows it gives back, and
+ * every row of any other step, are drawn here (sample_all). Either way a
+ * row ends in row_end, so the bookkeeping is one path.
  */
 #include "runtime/engine.h"
 
@@ -66,6 +73,7 @@ struct engine_req {
     int32_t ignore_eos;               /* eos ids don't finish it */
     int32_t stop_now;                 /* step thread: on_token asked to stop */
     int32_t sample_failed;            /* step thread: sampler failed, reason in sum.err */
+    int32_t on_device;                /* step thread: this step's token came from model.sample */
     void *sampling;                   /* owned: sampler params */
     int (*on_token)(void *, int32_t); /* borrowed hook, may be NULL */
     void (*notify)(void *);           /* borrowed hook, may be NULL */
@@ -101,6 +109,8 @@ struct engine {
     struct engine_req **lg_req;     /* owned: max_num_seqs, request of each logits row */
     int32_t *sampled;               /* owned: max_num_seqs, token of each logits row */
     struct sampler_result *results; /* owned: max_num_seqs, the draw of each logits row */
+    struct sampler_draw *draws;     /* owned: max_num_seqs, the plan of each logits row */
+    int32_t *ids;                   /* owned: max_num_seqs, model.sample's token per row */
     float *logits;                  /* owned: rows of n_vocab floats */
     size_t logits_cap;              /* floats allocated */
     struct engine_metrics m;        /* counters and histograms (gauges filled on read) */
@@ -337,34 +347,110 @@ static void draw_greedy(const float *row, int32_t n_vocab, struct sampler_result
     res->n_top = 0;
 }
 
+/* Step thread: clears logits row j's per-step state. */
+static void row_begin(struct engine *e, int32_t j)
+{
+    struct engine_req *r = e->lg_req[j];
+    r->sample_failed = 0;
+    r->stop_now = 0;
+    r->on_device = 0;
+    e->results[j].token = -1;
+}
+
+/* Step thread, unlocked: draws row j from e->logits on the host, feeding
+ * the sampler the history it has not seen (none when the row was planned). */
+static int host_draw(struct engine *e, int32_t j)
+{
+    struct engine_req *r = e->lg_req[j];
+    struct sampler_result *res = &e->results[j];
+    float *row = e->logits + (size_t)j * (size_t)e->model.n_vocab;
+    int32_t n_hist;
+    const int32_t *hist = sched_req_tokens(r->sr, &n_hist);
+    int32_t n_new = n_hist - r->n_fed;
+
+    r->n_fed = n_hist;
+    if (!e->sampler.sample) {
+        draw_greedy(row, e->model.n_vocab, res);
+        return 0;
+    }
+    return e->sampler.sample(e->sampler.ctx, r->sampling, row, e->model.n_vocab, hist, n_hist,
+                             n_new, res, &r->sum.err);
+}
+
+/* Step thread, unlocked: after row j's draw (rc: its result), marks a
+ * failure or a token outside the vocabulary, then runs on_token. */
+static void row_end(struct engine *e, int32_t j, int rc)
+{
+    struct engine_req *r = e->lg_req[j];
+    struct sampler_result *res = &e->results[j];
+
+    if (rc || res->token < 0 || res->token >= e->model.n_vocab) {
+        r->sample_failed = 1;
+        if (!r->sum.err.code)
+            mf_err_set(&r->sum.err, MF_ERANGE, "sampler returned token %" PRId32, res->token);
+        res->token = 0;
+    }
+    e->sampled[j] = res->token;
+    if (!r->sample_failed && r->on_token)
+        r->stop_now = r->on_token(r->user, res->token) == 1;
+}
+
 /* Step thread, unlocked: draws one token per logits row and runs on_token. */
 static void sample_all(struct engine *e)
 {
     for (int32_t j = 0; j < e->step.n_logits; j++) {
+        row_begin(e, j);
+        row_end(e, j, host_draw(e, j));
+    }
+}
+
+/* Step thread, unlocked: 1 when the model can draw every logits row. */
+static int draws_on_device(const struct engine *e)
+{
+    if (!e->model.sample || !e->sampler.draw_ok || !e->sampler.plan || e->step.n_logits == 0)
+        return 0;
+    for (int32_t j = 0; j < e->step.n_logits; j++) {
+        if (!e->sampler.draw_ok(e->sampler.ctx, e->lg_req[j]->sampling))
+            return 0;
+    }
+    return 1;
+}
+
+/* Step thread, unlocked: plans every row, runs the step with the logits
+ * left on the device, draws there, and draws here the rows given back.
+ * On failure (step or draw) no row is finished: the caller fails the step. */
+static int step_on_device(struct engine *e, struct mf_err *err)
+{
+    int32_t n = e->step.n_logits;
+    int rc;
+
+    for (int32_t j = 0; j < n; j++) {
         struct engine_req *r = e->lg_req[j];
-        struct sampler_result *res = &e->results[j];
-        float *row = e->logits + (size_t)j * (size_t)e->model.n_vocab;
         int32_t n_hist;
         const int32_t *hist = sched_req_tokens(r->sr, &n_hist);
-
-        r->sample_failed = 0;
-        r->stop_now = 0;
-        res->token = -1;
-        if (!e->sampler.sample)
-            draw_greedy(row, e->model.n_vocab, res);
-        else if (e->sampler.sample(e->sampler.ctx, r->sampling, row, e->model.n_vocab, hist, n_hist,
-                                   n_hist - r->n_fed, res, &r->sum.err) ||
-                 res->token < 0 || res->token >= e->model.n_vocab) {
-            r->sample_failed = 1;
-            if (!r->sum.err.code)
-                mf_err_set(&r->sum.err, MF_ERANGE, "sampler returned token %" PRId32, res->token);
-            res->token = 0;
-        }
+        e->sampler.plan(e->sampler.ctx, r->sampling, hist, n_hist, n_hist - r->n_fed,
+                        &e->draws[j]);
         r->n_fed = n_hist;
-        e->sampled[j] = res->token;
-        if (!r->sample_failed && r->on_token)
-            r->stop_now = r->on_token(r->user, res->token) == 1;
     }
+    e->step.batch.logits = NULL;
+    rc = e->model.step(e->model.ctx, &e->step.batch, err);
+    e->step.batch.logits = e->logits;
+    if (!rc)
+        rc = e->model.sample(e->model.ctx, n, e->draws, e->ids, e->logits, err);
+    if (rc)
+        return rc;
+    for (int32_t j = 0; j < n; j++) {
+        struct sampler_result *res = &e->results[j];
+        row_begin(e, j);
+        if (e->ids[j] < 0) {
+            row_end(e, j, host_draw(e, j));
+            continue;
+        }
+        *res = (struct sampler_result){.token = e->ids[j], .logprob = NAN};
+        e->lg_req[j]->on_device = 1;
+        row_end(e, j, 0);
+    }
+    return 0;
 }
 
 static int is_eos(const struct engine *e, int32_t tok)
@@ -389,6 +475,10 @@ static void count_token(struct engine *e, struct engine_req *r, double t)
     r->t_last = t;
     r->n_out++;
     e->m.generation_tokens++;
+    if (r->on_device)
+        e->m.device_draws++;
+    else
+        e->m.host_draws++;
 }
 
 /* Locked, after a good model step: hands the tokens to the scheduler, then
@@ -473,9 +563,13 @@ static void run_step(struct engine *e)
     }
     e->in_step = 1;
     pthread_mutex_unlock(&e->mu);
-    rc = e->model.step(e->model.ctx, &e->step.batch, &err);
-    if (!rc)
-        sample_all(e);
+    if (draws_on_device(e)) {
+        rc = step_on_device(e, &err);
+    } else {
+        rc = e->model.step(e->model.ctx, &e->step.batch, &err);
+        if (!rc)
+            sample_all(e);
+    }
     pthread_mutex_lock(&e->mu);
     e->in_step = 0;
     e->m.steps++;
@@ -570,7 +664,9 @@ static int open_parts(struct engine *e, struct mf_err *err)
     e->lg_req = calloc(n, sizeof *e->lg_req);
     e->sampled = calloc(n, sizeof *e->sampled);
     e->results = calloc(n, sizeof *e->results);
-    if (!e->lg_req || !e->sampled || !e->results)
+    e->draws = calloc(n, sizeof *e->draws);
+    e->ids = calloc(n, sizeof *e->ids);
+    if (!e->lg_req || !e->sampled || !e->results || !e->draws || !e->ids)
         return mf_err_set(err, MF_ENOMEM, "engine for %zu sequences: out of memory", n);
     hist_init(&e->m.ttft, ttft_bounds, NBOUNDS(ttft_bounds));
     hist_init(&e->m.itl, itl_bounds, NBOUNDS(itl_bounds));
@@ -631,6 +727,8 @@ void engine_close(struct engine *e)
     free(e->lg_req);
     free(e->sampled);
     free(e->results);
+    free(e->draws);
+    free(e->ids);
     logits_free(e, e->logits);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->step_cv);
@@ -856,6 +954,13 @@ int engine_check(struct engine *e, struct mf_err *err)
 /* ---------------------------------------------------------------- adapters */
 
 /* runtime/sampler.h: the penalty history accepts what it has not seen. */
+static void std_accept(struct sampler *s, const int32_t *history, int32_t n_history,
+                       int32_t n_new)
+{
+    for (int32_t i = n_history - n_new; i < n_history; i++)
+        sampler_accept(s, history[i]);
+}
+
 static int std_sample(void *ctx, void *params, float *logits, int32_t n_vocab,
                       const int32_t *history, int32_t n_history, int32_t n_new,
                       struct sampler_result *res, struct mf_err *err)
@@ -863,9 +968,21 @@ static int std_sample(void *ctx, void *params, float *logits, int32_t n_vocab,
     struct sampler *s = params;
     if (!s)
         return mf_err_set(err, MF_EINVAL, "request has no sampler");
-    for (int32_t i = n_history - n_new; i < n_history; i++)
-        sampler_accept(s, history[i]);
+    std_accept(s, history, n_history, n_new);
     return sampler_sample(s, logits, res, err);
+}
+
+/* No sampler: the host path, which reports the error. */
+static int std_draw_ok(void *ctx, void *params)
+{
+    return params && sampler_draw_ok(params);
+}
+
+static void std_plan(void *ctx, void *params, const int32_t *history, int32_t n_history,
+                     int32_t n_new, struct sampler_draw *d)
+{
+    std_accept(params, history, n_history, n_new);
+    sampler_draw_plan(params, d);
 }
 
 static void std_free(void *ctx, void *params)
@@ -877,6 +994,8 @@ const struct engine_sampler engine_sampler_std = {
     .ctx = NULL,
     .sample = std_sample,
     .free_params = std_free,
+    .draw_ok = std_draw_ok,
+    .plan = std_plan,
 };
 
 int engine_text_init(struct engine_text *t, const struct tok *tok, unsigned flags,

@@ -49,6 +49,15 @@ struct engine_model {
     /* Optional: memory for b->logits (backend_host_alloc); NULL: malloc/free. */
     void *(*logits_alloc)(void *ctx, size_t bytes);
     void (*logits_free)(void *ctx, void *p);
+    /* Optional: draws where the logits are (the CUDA backend). When set and
+     * every logits row of a step can be drawn there (engine_sampler's
+     * draw_ok), the engine runs the step with b->logits NULL, so no logits
+     * leave the device, then calls this with one plan per logits row:
+     * ids[j] = the token, or -1 for a row given back to the host, whose
+     * logits it then copies to logits + j * n_vocab (engine-owned, as
+     * b->logits would have been). Step thread, unlocked. 0 or MF_E*. */
+    int (*sample)(void *ctx, int32_t n, const struct sampler_draw *d, int32_t *ids, float *logits,
+                  struct mf_err *err);
 };
 
 /* Token choice. With no sample function the engine is greedy (argmax,
@@ -60,11 +69,19 @@ struct engine_sampler {
      * the request's engine_request.sampling; history its prompt and output so
      * far, of which the last n_new were not in any earlier call (the prompt
      * first, then the previous token: what a penalty history must accept).
-     * Step thread, without the lock. 0 or MF_E*. */
+     * A row engine_model.sample gave back comes here right after its plan,
+     * with n_new 0. Step thread, without the lock. 0 or MF_E*. */
     int (*sample)(void *ctx, void *params, float *logits, int32_t n_vocab, const int32_t *history,
                   int32_t n_history, int32_t n_new, struct sampler_result *res, struct mf_err *err);
     /* Frees a request's params when the request is popped. May be NULL. */
     void (*free_params)(void *ctx, void *params);
+    /* Optional, both or neither: whether params can be drawn by
+     * engine_model.sample (1) or only here (0), and the plan of such a
+     * draw, which accepts history as sample would and spends the PRNG
+     * number the draw takes (runtime/sampler.h sampler_draw_plan). */
+    int (*draw_ok)(void *ctx, void *params);
+    void (*plan)(void *ctx, void *params, const int32_t *history, int32_t n_history, int32_t n_new,
+                 struct sampler_draw *d);
 };
 
 /* runtime/sampler.h as an engine sampler: engine_request.sampling is a
@@ -147,6 +164,9 @@ struct engine_metrics {
     uint64_t finished[5];       /* request_success_total by enum sched_finish */
     uint64_t preemptions;       /* num_preemptions_total */
     uint64_t steps;             /* model steps run */
+    uint64_t device_draws;      /* tokens drawn by engine_model.sample */
+    uint64_t host_draws;        /* tokens drawn by engine_sampler.sample or greedy
+                                   (with device_draws: generation_tokens) */
     struct engine_hist ttft;    /* time_to_first_token_seconds */
     struct engine_hist itl;     /* inter_token_latency_seconds */
     struct engine_hist e2e;     /* e2e_request_latency_seconds */

@@ -1,11 +1,19 @@
 /*
  * sampler.c: the token sampler (chain and order in sampler.h).
  *
- * Owns, per request: a copy of the parameters and logit biases, the PRNG
- * (xoshiro256**, seeded through splitmix64, so equal seeds give equal
- * streams on every machine), the penalty history (a ring of the last
- * repeat_last_n tokens) and a candidate array of n_vocab entries reused for
- * every token, so sampling allocates nothing.
+ * Owns, per request: a copy of the parameters, the logit biases folded to
+ * one sum per token, the PRNG (xoshiro256**, seeded through splitmix64, so
+ * equal seeds give equal streams on every machine), the penalty history (a
+ * ring of the last repeat_last_n tokens), the adjust list and a candidate
+ * array of n_vocab entries reused for every token, so sampling allocates
+ * nothing.
+ *
+ * Biases and penalties reach the logits through one sparse adjust list
+ * (build_adjust), applied by sampler_adjust_logit; sampler_draw_plan hands
+ * the same list to a device, so both sides do the same float operations.
+ * With temperature > 0 every draw spends exactly one PRNG number, even when
+ * one candidate survives, so a device draw and a host draw keep a seed's
+ * stream in step.
  *
  * Candidates are (id, logit) pairs. Filters shrink the array in place; a flag
  * says whether it is sorted by logit (descending, ties by id, so results do
@@ -16,9 +24,14 @@
  * Penalties follow llama.cpp's penalties sampler: a token seen c > 0 times in
  * the window has its logit divided by repeat_penalty when positive (multiplied
  * when not), then lowered by c * frequency_penalty + presence_penalty.
+ *
+ * Biases naming a token twice are summed (in the order given) before being
+ * added, so a device adds the same single number; adding them one by one
+ * could round differently.
  */
 #include "runtime/sampler.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,15 +42,18 @@ struct cand {
 };
 
 struct sampler {
-    struct sampler_params p;   /* copy; p.bias points at bias below */
-    struct sampler_bias *bias; /* owned copy of the logit biases */
+    struct sampler_params p;   /* copy; p.bias/p.n_bias: the folded bias below */
+    struct sampler_bias *bias; /* owned: one summed bias per token, ascending ids */
     int32_t n_vocab;
-    uint64_t rng[4];   /* xoshiro256** state */
-    int32_t *hist;     /* ring of the last repeat_last_n tokens (owned) */
-    int32_t n_hist;    /* tokens in the ring */
-    int32_t hist_pos;  /* next slot to write */
-    int32_t *scratch;  /* repeat_last_n ids, for counting (owned) */
-    struct cand *cand; /* n_vocab candidates (owned) */
+    uint64_t rng[4];               /* xoshiro256** state */
+    int32_t *hist;                 /* ring of the last repeat_last_n tokens (owned) */
+    int32_t n_hist;                /* tokens in the ring */
+    int32_t hist_pos;              /* next slot to write */
+    struct sampler_adjust *adjust; /* owned: adjust_cap entries, rebuilt per draw */
+    int32_t adjust_cap;            /* folded biases + penalty window (when active) */
+    double planned_u;              /* the number the last plan spent */
+    int planned;                   /* 1: planned_u not yet drawn by the host */
+    struct cand *cand;             /* n_vocab candidates (owned) */
     size_t n_cand;
     int sorted; /* cand[0..n_cand) sorted by logit, descending */
 };
@@ -122,6 +138,46 @@ static int check_params(int32_t n_vocab, const struct sampler_params *p, struct 
     return 0;
 }
 
+static int penalties_on(const struct sampler_params *p)
+{
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+           p->frequency_penalty != 0.0f;
+}
+
+static int cmp_bias(const void *a, const void *b)
+{
+    int32_t x = ((const struct sampler_bias *)a)->token;
+    int32_t y = ((const struct sampler_bias *)b)->token;
+    return (x > y) - (x < y);
+}
+
+/* Folds b[0..n) into s->bias, one entry per token in ascending order, each
+ * the sum of that token's biases in the order given. Uses s->cand as
+ * scratch. Returns the entries kept. */
+static size_t fold_biases(struct sampler *s, const struct sampler_bias *b, size_t n)
+{
+    size_t k = 0;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        s->cand[b[i].token].id = -1;
+    for (size_t i = 0; i < n; i++) {
+        struct cand *c = &s->cand[b[i].token];
+        if (c->id < 0)
+            *c = (struct cand){b[i].token, b[i].bias};
+        else
+            c->logit += b[i].bias;
+    }
+    memcpy(s->bias, b, n * sizeof *s->bias);
+    qsort(s->bias, n, sizeof *s->bias, cmp_bias);
+    for (size_t i = 0; i < n; i++) {
+        int32_t t = s->bias[i].token;
+        if (k == 0 || s->bias[k - 1].token != t)
+            s->bias[k++] = (struct sampler_bias){t, s->cand[t].logit};
+    }
+    return k;
+}
+
 int sampler_new(struct sampler **out, int32_t n_vocab, const struct sampler_params *p,
                 struct mf_err *err)
 {
@@ -131,20 +187,22 @@ int sampler_new(struct sampler **out, int32_t n_vocab, const struct sampler_para
         return rc;
     struct sampler *s = calloc(1, sizeof *s);
     size_t nh = p->repeat_last_n ? (size_t)p->repeat_last_n : 1;
+    /* the raw bias count bounds the folded one; <= 2^20 + n_bias entries */
+    size_t na = p->n_bias + (penalties_on(p) ? (size_t)p->repeat_last_n : 0) + 1;
     if (s) {
         s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
         s->hist = malloc(nh * sizeof *s->hist);
-        s->scratch = malloc(nh * sizeof *s->scratch);
         s->bias = p->n_bias ? malloc(p->n_bias * sizeof *s->bias) : NULL;
+        s->adjust = na <= INT32_MAX ? malloc(na * sizeof *s->adjust) : NULL;
     }
-    if (!s || !s->cand || !s->hist || !s->scratch || (p->n_bias && !s->bias)) {
+    if (!s || !s->cand || !s->hist || !s->adjust || (p->n_bias && !s->bias)) {
         sampler_free(s);
         return mf_err_set(err, MF_ENOMEM, "sampler: out of memory for %d tokens", n_vocab);
     }
     s->p = *p;
-    if (p->n_bias)
-        memcpy(s->bias, p->bias, p->n_bias * sizeof *s->bias);
+    s->p.n_bias = fold_biases(s, p->bias, p->n_bias);
     s->p.bias = s->bias;
+    s->adjust_cap = (int32_t)s->p.n_bias + (penalties_on(p) ? p->repeat_last_n : 0);
     s->n_vocab = n_vocab;
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
@@ -159,13 +217,14 @@ void sampler_free(struct sampler *s)
         return;
     free(s->cand);
     free(s->hist);
-    free(s->scratch);
+    free(s->adjust);
     free(s->bias);
     free(s);
 }
 
 void sampler_accept(struct sampler *s, int32_t token)
 {
+    s->planned = 0; /* a new token: the planned draw was the device's */
     if (token < 0 || token >= s->n_vocab || s->p.repeat_last_n == 0)
         return;
     s->hist[s->hist_pos] = token;
@@ -278,40 +337,78 @@ static void sort_top(struct sampler *s, size_t k)
 
 /* ---- the chain ------------------------------------------------------------------ */
 
-static int cmp_i32(const void *a, const void *b)
+static int cmp_adjust(const void *a, const void *b)
 {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    int32_t x = ((const struct sampler_adjust *)a)->token;
+    int32_t y = ((const struct sampler_adjust *)b)->token;
     return (x > y) - (x < y);
 }
 
-static void apply_penalties(struct sampler *s)
+/* Fills s->adjust: the folded biases merged with the penalty window's
+ * counts (when penalties are on), ascending ids. The window is sorted in the
+ * tail of the buffer and merged forward: the write index never passes the
+ * read index since adjust_cap >= n_bias + n_hist. Returns the entries. */
+static int32_t build_adjust(struct sampler *s)
+{
+    const struct sampler_bias *b = s->bias;
+    size_t nb = s->p.n_bias, ib = 0;
+    int32_t nh = penalties_on(&s->p) ? s->n_hist : 0, ih = 0, n = 0;
+    struct sampler_adjust *h = s->adjust + s->adjust_cap - nh;
+
+    for (int32_t i = 0; i < nh; i++)
+        h[i] = (struct sampler_adjust){s->hist[i], 1, 0.0f};
+    qsort(h, (size_t)nh, sizeof *h, cmp_adjust);
+    while (ib < nb || ih < nh) {
+        int32_t t = ib == nb || (ih < nh && h[ih].token < b[ib].token) ? h[ih].token : b[ib].token;
+        struct sampler_adjust a = {t, 0, 0.0f};
+        if (ib < nb && b[ib].token == t)
+            a.bias = b[ib++].bias;
+        while (ih < nh && h[ih].token == t) {
+            a.count++;
+            ih++;
+        }
+        s->adjust[n++] = a;
+    }
+    return n;
+}
+
+/* The draw's chain parameters and adjust list (u left 0). */
+static void fill_draw(struct sampler *s, struct sampler_draw *d)
 {
     const struct sampler_params *p = &s->p;
-    if (s->n_hist == 0 ||
-        (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
-        return;
-    memcpy(s->scratch, s->hist, (size_t)s->n_hist * sizeof *s->scratch);
-    qsort(s->scratch, (size_t)s->n_hist, sizeof *s->scratch, cmp_i32);
-    for (int32_t i = 0; i < s->n_hist;) {
-        int32_t id = s->scratch[i], c = 0;
-        while (i < s->n_hist && s->scratch[i] == id) {
-            c++;
-            i++;
-        }
-        float l = s->cand[id].logit; /* the array is still indexed by id here */
-        l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-        s->cand[id].logit = l - (float)c * p->frequency_penalty - p->presence_penalty;
+    *d = (struct sampler_draw){.temperature = p->temperature,
+                               .top_k = p->top_k,
+                               .top_p = p->top_p,
+                               .min_p = p->min_p,
+                               .repeat_penalty = p->repeat_penalty,
+                               .presence_penalty = p->presence_penalty,
+                               .frequency_penalty = p->frequency_penalty,
+                               .n_adjust = build_adjust(s),
+                               .adjust = s->adjust};
+}
+
+float sampler_adjust_logit(const struct sampler_draw *d, const struct sampler_adjust *a,
+                           float logit)
+{
+    float l = (isnan(logit) ? -INFINITY : logit) + a->bias;
+    if (a->count > 0) {
+        l = l > 0 ? l / d->repeat_penalty : l * d->repeat_penalty;
+        l = l - (float)a->count * d->frequency_penalty - d->presence_penalty;
     }
+    return l;
 }
 
 /* Candidates = all tokens, with biases and penalties applied. */
 static void load(struct sampler *s, const float *logits)
 {
+    struct sampler_draw d;
+    fill_draw(s, &d);
     for (int32_t i = 0; i < s->n_vocab; i++)
         s->cand[i] = (struct cand){i, isnan(logits[i]) ? -INFINITY : logits[i]};
-    for (size_t i = 0; i < s->p.n_bias; i++)
-        s->cand[s->bias[i].token].logit += s->bias[i].bias;
-    apply_penalties(s);
+    for (int32_t i = 0; i < d.n_adjust; i++) {
+        struct cand *c = &s->cand[d.adjust[i].token];
+        c->logit = sampler_adjust_logit(&d, &d.adjust[i], c->logit);
+    }
     s->n_cand = (size_t)s->n_vocab;
     s->sorted = 0;
 }
@@ -473,11 +570,25 @@ static int run_chain(struct sampler *s, const float *logits, struct mf_err *err)
     return 0;
 }
 
-/* Inverse-CDF draw over the candidates' softmax. */
-static int32_t draw(struct sampler *s)
+/* The uniform number a draw spends: the one the last plan took when its
+ * draw came back to the host (no token accepted since), else the next. */
+static double take_unit(struct sampler *s)
 {
+    if (s->planned) {
+        s->planned = 0;
+        return s->planned_u;
+    }
+    return next_unit(s->rng);
+}
+
+/* Inverse-CDF draw over the candidates' softmax at u in [0, 1). */
+static int32_t draw(const struct sampler *s, double u)
+{
+    if (s->n_cand == 1)
+        return s->cand[0].id;
     float m = max_logit(s);
-    double z = exp_sum(s, m), u = next_unit(s->rng) * z, cum = 0;
+    double z = exp_sum(s, m), cum = 0;
+    u *= z;
     for (size_t i = 0; i < s->n_cand; i++) {
         cum += expf(s->cand[i].logit - m);
         if (u < cum)
@@ -518,10 +629,12 @@ static void logprobs(struct sampler *s, const float *logits, struct sampler_resu
 int sampler_sample(struct sampler *s, const float *logits, struct sampler_result *res,
                    struct mf_err *err)
 {
+    /* spent first, failure included, as a device draw spends it */
+    double u = s->p.temperature > 0 ? take_unit(s) : 0;
     int rc = run_chain(s, logits, err);
     if (rc)
         return rc;
-    res->token = s->n_cand == 1 ? s->cand[0].id : draw(s);
+    res->token = s->p.temperature > 0 ? draw(s, u) : s->cand[0].id;
     res->logprob = NAN;
     res->n_top = 0;
     if (s->p.logprobs)
@@ -544,4 +657,24 @@ int sampler_survivors(struct sampler *s, const float *logits, int32_t *ids, floa
     }
     *n = s->n_cand;
     return 0;
+}
+
+/* ---- drawing elsewhere ------------------------------------------------------- */
+
+int sampler_draw_ok(const struct sampler *s)
+{
+    return s->p.typical_p >= 1.0f && !s->p.logprobs && s->p.top_k <= SAMPLER_DRAW_MAX_TOP_K &&
+           s->adjust_cap <= SAMPLER_DRAW_MAX_ADJUST;
+}
+
+void sampler_draw_plan(struct sampler *s, struct sampler_draw *d)
+{
+    assert(sampler_draw_ok(s));
+    fill_draw(s, d);
+    s->planned = 0;
+    if (s->p.temperature > 0) {
+        d->u = next_unit(s->rng);
+        s->planned_u = d->u;
+        s->planned = 1;
+    }
 }

@@ -85,8 +85,10 @@ struct sampler_result {
 };
 
 /* Samples from logits[0..n_vocab) (not modified). Does not record the token:
- * call sampler_accept. Fails with MF_EINVAL when no token survives (every
- * logit -inf or NaN); res is then untouched. */
+ * call sampler_accept. With temperature > 0 every call spends one PRNG
+ * number, however many candidates survive, failure included (right after
+ * sampler_draw_plan: the plan's number). Fails with MF_EINVAL when no token
+ * survives (every logit -inf or NaN); res is then untouched. */
 int sampler_sample(struct sampler *s, const float *logits, struct sampler_result *res,
                    struct mf_err *err);
 
@@ -96,5 +98,60 @@ int sampler_sample(struct sampler *s, const float *logits, struct sampler_result
  * entries. For tests and for explaining a sampler's choices. */
 int sampler_survivors(struct sampler *s, const float *logits, int32_t *ids, float *out_logits,
                       size_t *n, struct mf_err *err);
+
+/* ---- drawing elsewhere (the CUDA backend's mfk_sample) --------------------
+ *
+ * A draw another device runs over logits it holds: the request's chain with
+ * its biases and penalty history folded into one sparse list, and the
+ * uniform number the host draw would take next. The device must give the
+ * host's answer for equal logits: bias, then penalty (the same float
+ * operations as sampler.c), drop -inf and NaN, top_k, top_p, min_p,
+ * temperature, then the inverse-CDF draw in the host's candidate order
+ * (by logit, ties by lower id, once top_k or top_p has sorted them; id
+ * order otherwise). typical_p and logprobs are host-only. */
+
+#define SAMPLER_DRAW_MAX_ADJUST 1024 /* bias + penalty entries one draw may carry */
+#define SAMPLER_DRAW_MAX_TOP_K 1024  /* the largest top_k a device draw takes */
+
+/* A token whose logit the chain changes before filtering:
+ *   l = logit (NaN: -inf) + bias;
+ *   if count > 0: l = l > 0 ? l / repeat_penalty : l * repeat_penalty;
+ *                 l = l - (float)count * frequency_penalty - presence_penalty */
+struct sampler_adjust {
+    int32_t token; /* vocabulary id; unique within a draw, ascending */
+    int32_t count; /* occurrences in the penalty window; 0: bias only */
+    float bias;    /* sum of the request's biases for it, added once; 0: none */
+};
+
+struct sampler_draw {
+    double u;          /* uniform [0, 1) the draw spends; 0 when greedy */
+    float temperature; /* <= 0: greedy (argmax after the adjustments, lowest id) */
+    int32_t top_k;     /* <= 0: off; at most SAMPLER_DRAW_MAX_TOP_K */
+    float top_p;       /* 1: off */
+    float min_p;       /* 0: off */
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    int32_t n_adjust;                    /* entries in adjust */
+    const struct sampler_adjust *adjust; /* the sampler's: valid until its next call */
+};
+
+/* 1 when s's requests can be drawn elsewhere (no typical_p, no logprobs,
+ * top_k and the adjust list within the limits above); 0: host only. */
+int sampler_draw_ok(const struct sampler *s);
+
+/* Plans the next draw of s into *d (sampler_draw_ok(s) must hold): the
+ * adjust list from the biases and the current penalty window, and u, taken
+ * from the PRNG exactly as sampler_sample would take it (one number per
+ * call when temperature > 0, none when greedy), so a seed replays the same
+ * stream whichever side draws. A row the device gives back is drawn with
+ * sampler_sample before the next sampler_accept: that call spends the
+ * plan's u instead of a new one. Can't fail; d->adjust is s's until the
+ * next call on s. */
+void sampler_draw_plan(struct sampler *s, struct sampler_draw *d);
+
+/* One adjust entry applied to a raw logit, the formula above in the float
+ * operations the host does (sampler.c uses it itself): the device contract
+ * and the reference for a device's tests. */
+float sampler_adjust_logit(const struct sampler_draw *d, const struct sampler_adjust *a,
+                           float logit);
 
 #endif

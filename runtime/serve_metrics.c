@@ -62,6 +62,12 @@ int serve_metrics_text(struct serve *s, struct mf_buf *b, struct mf_err *err)
     gauge(b, "num_preemptions_total", "Preemptions by the scheduler.", model,
           (double)m.preemptions, "counter");
     mf_buf_printf(b, NULL,
+                  "# HELP mfc:tokens_sampled_total Generated tokens by where they were drawn.\n"
+                  "# TYPE mfc:tokens_sampled_total counter\n"
+                  "mfc:tokens_sampled_total{where=\"device\",model_name=\"%s\"} %" PRIu64 "\n"
+                  "mfc:tokens_sampled_total{where=\"host\",model_name=\"%s\"} %" PRIu64 "\n",
+                  model, m.device_draws, model, m.host_draws);
+    mf_buf_printf(b, NULL,
                   "# HELP mfc:request_success_total Finished requests by reason.\n"
                   "# TYPE mfc:request_success_total counter\n");
     for (int i = 1; i < 5; i++)

@@ -442,6 +442,11 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
         echo "$output" | grep -q "^mfc:$m{model_name=\"toy\"} "
     done
     echo "$output" | grep -q '^mfc:request_success_total{finished_reason="length",model_name="toy"} [1-9]'
+    # every generated token was drawn on the device or on the host
+    echo "$output" | awk '
+        index($0, "mfc:tokens_sampled_total{where=") == 1 { n++; drawn += $2 }
+        index($0, "mfc:generation_tokens_total{") == 1 { gen = $2 }
+        END { exit !(n == 2 && drawn == gen && gen >= 2) }'
     for h in time_to_first_token_seconds inter_token_latency_seconds e2e_request_latency_seconds \
         request_queue_time_seconds; do
         echo "$output" | grep -q "^# TYPE mfc:$h histogram"

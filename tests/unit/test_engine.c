@@ -916,6 +916,244 @@ static void test_kv_budget_from_config(void **state)
     assert_non_null(strstr(err.msg, "MFC_KV_CACHE_GB"));
 }
 
+/* ------------------------------------------------ drawing on the device */
+
+#define DEV_SEQS 8 /* max_num_seqs of the device rigs */
+
+/* A model that draws where its logits are, as the CUDA backend does: the
+ * step keeps the logits when b->logits is NULL, and sample draws them by
+ * the contract of sampler.h (here only without top_k, top_p and min_p),
+ * giving every third row back to the host. */
+struct dev_rig {
+    struct fake_model fm;               /* the model */
+    float dev_logits[DEV_SEQS * VOCAB]; /* the "device" copy of the step's logits */
+    float tmp[VOCAB];                   /* one adjusted row */
+    int null_logits, with_logits;       /* steps run without / with b->logits */
+    int n_sample;                       /* sample calls */
+    int fail_sample;                    /* the sample call (from 1) that fails, 0: none */
+    int64_t n_rows, given_back;         /* rows drawn, rows given back */
+};
+
+static int dev_step(void *ctx, struct batch *b, struct mf_err *err)
+{
+    struct dev_rig *d = ctx;
+    struct batch kept = *b;
+    if (b->logits) {
+        d->with_logits++;
+        return fake_model_step(&d->fm, b, NULL, err);
+    }
+    d->null_logits++;
+    kept.logits = d->dev_logits;
+    return fake_model_step(&d->fm, &kept, NULL, err);
+}
+
+/* The device's answer for row under plan p, computed from the contract:
+ * adjust, drop -inf and NaN, temperature, inverse CDF in id order. */
+static int32_t ref_draw(const struct sampler_draw *p, const float *row, float *l)
+{
+    int32_t best = -1;
+    float m;
+    double z = 0, cum = 0;
+    for (int32_t i = 0; i < VOCAB; i++)
+        l[i] = isnan(row[i]) ? -INFINITY : row[i];
+    for (int32_t k = 0; k < p->n_adjust; k++)
+        l[p->adjust[k].token] = sampler_adjust_logit(p, &p->adjust[k], row[p->adjust[k].token]);
+    for (int32_t i = 0; i < VOCAB; i++) {
+        if (l[i] > -INFINITY && p->temperature > 0)
+            l[i] /= p->temperature;
+        if (l[i] > -INFINITY && (best < 0 || l[i] > l[best]))
+            best = i;
+    }
+    if (best < 0 || p->temperature <= 0)
+        return best;
+    m = l[best];
+    for (int32_t i = 0; i < VOCAB; i++)
+        z += l[i] > -INFINITY ? expf(l[i] - m) : 0;
+    for (int32_t i = 0; i < VOCAB; i++) {
+        if (!(l[i] > -INFINITY))
+            continue;
+        cum += expf(l[i] - m);
+        best = i;
+        if (p->u * z < cum)
+            break;
+    }
+    return best;
+}
+
+static int dev_sample(void *ctx, int32_t n, const struct sampler_draw *p, int32_t *ids,
+                      float *logits, struct mf_err *err)
+{
+    struct dev_rig *d = ctx;
+    if (++d->n_sample == d->fail_sample)
+        return mf_err_set(err, MF_EIO, "fake device: injected sample failure");
+    for (int32_t j = 0; j < n; j++) {
+        const float *row = d->dev_logits + (size_t)j * VOCAB;
+        if (p[j].top_k > 0 || p[j].top_p < 1 || p[j].min_p > 0)
+            return mf_err_set(err, MF_EINVAL, "fake device: no top_k, top_p or min_p");
+        ids[j] = -1;
+        if (d->n_rows++ % 3 == 2) {
+            memcpy(logits + (size_t)j * VOCAB, row, VOCAB * sizeof *logits);
+            d->given_back++;
+        } else {
+            ids[j] = ref_draw(&p[j], row, d->tmp);
+        }
+    }
+    return 0;
+}
+
+/* An engine over d; with_sample 0: the model has no sample hook. */
+static struct engine *dev_open(struct dev_rig *d, int with_sample)
+{
+    struct engine_config c = config(256, DEV_SEQS, 256);
+    struct engine_model m = {.ctx = d,
+                             .n_vocab = VOCAB,
+                             .eos = eos_ids,
+                             .n_eos = 1,
+                             .n_loras = 2,
+                             .step = dev_step,
+                             .sample = with_sample ? dev_sample : NULL};
+    struct engine *e;
+    struct mf_err err;
+    memset(d, 0, sizeof *d);
+    assert_int_equal(fake_model_init(&d->fm, c.n_kv_blocks, 1024, VOCAB), 0);
+    if (engine_open(&c, &m, &engine_sampler_std, &e, &err))
+        fail_msg("engine_open: %s", err.msg);
+    return e;
+}
+
+static void dev_close(struct dev_rig *d, struct engine *e)
+{
+    assert_idle(e);
+    engine_close(e);
+    fake_model_fini(&d->fm);
+}
+
+/* Seeded params for job i: biases (one token twice, eos banned),
+ * penalties on all but the last, the first greedy. */
+static void dev_params(struct sampler_params *sp, struct sampler_bias *b, int i)
+{
+    sampler_params_default(sp);
+    sp->temperature = i == 0 ? 0.0f : 0.6f + 0.3f * (float)i;
+    sp->top_k = 0;
+    sp->top_p = 1.0f;
+    sp->repeat_penalty = 1.5f;
+    sp->presence_penalty = 0.3f;
+    sp->frequency_penalty = 0.1f;
+    sp->repeat_last_n = 16;
+    sp->seed = 100 + (uint64_t)i;
+    b[0] = (struct sampler_bias){(i * 13) % VOCAB, 2.0f};
+    b[1] = (struct sampler_bias){(i * 13) % VOCAB, 0.7f};
+    b[2] = (struct sampler_bias){EOS, -INFINITY};
+    sp->bias = b;
+    sp->n_bias = 3;
+    if (i == 5)
+        sp->repeat_penalty = 1.0f, sp->presence_penalty = sp->frequency_penalty = 0.0f;
+}
+
+/* Submits jobs[0..n) with their params (logprobs when asked), all at once,
+ * then reads each to the end. */
+static void run_sampled(struct engine *e, struct job *jobs, int n, int logprobs)
+{
+    uint64_t ids[8];
+    for (int i = 0; i < n; i++) {
+        struct sampler_params sp;
+        struct sampler_bias b[3];
+        struct sampler *smp;
+        struct mf_err err;
+        dev_params(&sp, b, i);
+        sp.logprobs = logprobs;
+        job_init(&jobs[i], 12 + i, 20 + i, 30, -1);
+        jobs[i].ignore_eos = 1;
+        assert_int_equal(sampler_new(&smp, VOCAB, &sp, &err), 0);
+        struct engine_request rq = {.prompt = jobs[i].prompt,
+                                    .n_prompt = jobs[i].n_prompt,
+                                    .max_tokens = jobs[i].max_tokens,
+                                    .ignore_eos = 1,
+                                    .sampling = smp};
+        assert_int_equal(engine_submit(e, &rq, &ids[i], &err), 0);
+    }
+    for (int i = 0; i < n; i++) {
+        consume(e, ids[i], &jobs[i], MAX_OUT);
+        assert_false(jobs[i].bad);
+    }
+}
+
+/* Draws on the device, some rows given back to the host, give exactly the
+ * tokens of the host path for the same seeds; the steps ran without a
+ * logits buffer and the counters say where each token was drawn. */
+static void test_device_sampling_matches_host(void **state)
+{
+    static struct job host[6], dev[6];
+    static struct dev_rig d;
+    struct engine_metrics mh, md;
+    struct engine *e = dev_open(&d, 0);
+
+    run_sampled(e, host, 6, 0);
+    engine_metrics(e, &mh);
+    assert_int_equal(d.null_logits, 0);
+    dev_close(&d, e);
+    e = dev_open(&d, 1);
+    run_sampled(e, dev, 6, 0);
+    engine_metrics(e, &md);
+    assert_int_equal(d.with_logits, 0);
+    assert_true(d.null_logits > 0 && d.n_sample == d.null_logits);
+    assert_true(d.given_back > 0 && d.given_back < d.n_rows);
+    dev_close(&d, e);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(dev[i].sum.finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(dev[i].n_out, host[i].n_out);
+        assert_memory_equal(dev[i].out, host[i].out, (size_t)host[i].n_out * sizeof(int32_t));
+    }
+    assert_int_equal(mh.device_draws, 0);
+    assert_int_equal(mh.host_draws, mh.generation_tokens);
+    assert_int_equal(md.device_draws, (uint64_t)(d.n_rows - d.given_back));
+    assert_int_equal(md.host_draws, (uint64_t)d.given_back);
+    assert_int_equal(md.device_draws + md.host_draws, md.generation_tokens);
+}
+
+/* Params the device can't draw (logprobs): the whole step is the host's,
+ * with b->logits set, and the events carry logprobs. */
+static void test_device_sampling_host_only_params(void **state)
+{
+    static struct job jobs[2];
+    static struct dev_rig d;
+    struct engine_metrics m;
+    struct engine *e = dev_open(&d, 1);
+
+    run_sampled(e, jobs, 2, 1);
+    engine_metrics(e, &m);
+    assert_int_equal(d.null_logits, 0);
+    assert_int_equal(d.n_sample, 0);
+    assert_true(d.with_logits > 0);
+    assert_int_equal(m.device_draws, 0);
+    assert_int_equal(m.host_draws, m.generation_tokens);
+    assert_int_equal(m.generation_tokens, 60);
+    dev_close(&d, e);
+}
+
+/* A failed device draw fails the step's requests like a failed step;
+ * later steps draw again. */
+static void test_device_sampling_failure(void **state)
+{
+    static struct job jobs[2];
+    static struct dev_rig d;
+    struct engine_metrics m;
+    struct engine *e = dev_open(&d, 1);
+
+    d.fail_sample = 2;
+    run_sampled(e, jobs, 1, 0);
+    assert_int_equal(jobs[0].sum.finish, SCHED_FINISH_ERROR);
+    assert_int_equal(jobs[0].n_out, 1);
+    assert_non_null(strstr(jobs[0].sum.err.msg, "injected sample failure"));
+    run_sampled(e, jobs, 2, 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(jobs[i].sum.finish, SCHED_FINISH_LENGTH);
+    engine_metrics(e, &m);
+    assert_int_equal(m.device_draws + m.host_draws, 61);
+    assert_true(m.device_draws > 0);
+    dev_close(&d, e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -936,6 +1174,9 @@ int main(void)
         cmocka_unit_test(test_std_sampler_greedy_logprobs),
         cmocka_unit_test(test_std_sampler_seeded_invariance),
         cmocka_unit_test(test_text_and_stop_strings),
+        cmocka_unit_test(test_device_sampling_matches_host),
+        cmocka_unit_test(test_device_sampling_host_only_params),
+        cmocka_unit_test(test_device_sampling_failure),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }

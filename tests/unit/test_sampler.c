@@ -341,6 +341,262 @@ static void test_bad_params(void **state)
     sampler_free(NULL);
 }
 
+/* ---- drawing elsewhere: the plan is the device's contract ------------------ */
+
+/* Random logits with a few NaN and -inf, like a model gone partly wrong. */
+static void odd_logits(float *l, int32_t n, uint32_t seed)
+{
+    fake_logits(l, n, seed);
+    for (int32_t i = (int32_t)(seed % 13); i < n; i += 97)
+        l[i] = i % 2 ? NAN : -INFINITY;
+}
+
+/* Asserts that survivors and draws of a and c agree on every bit. */
+static void assert_same_chain(struct sampler *a, const float *la, struct sampler *c,
+                              const float *lc, int32_t n)
+{
+    int32_t *ia = malloc((size_t)n * sizeof *ia), *ic = malloc((size_t)n * sizeof *ic);
+    float *oa = malloc((size_t)n * sizeof *oa), *oc = malloc((size_t)n * sizeof *oc);
+    size_t ka, kc;
+    struct mf_err err = {0};
+    assert_int_equal(sampler_survivors(a, la, ia, oa, &ka, &err), 0);
+    assert_int_equal(sampler_survivors(c, lc, ic, oc, &kc, &err), 0);
+    assert_int_equal(ka, kc);
+    assert_memory_equal(ia, ic, ka * sizeof *ia);
+    assert_memory_equal(oa, oc, ka * sizeof *oa);
+    free(ia);
+    free(ic);
+    free(oa);
+    free(oc);
+}
+
+/* The adjust list d must be, computed apart: one entry per token with a
+ * bias or (penalties on) a place in the window hist[0..n), ascending, with
+ * its biases summed in order and its count. */
+static void assert_adjust_list(const struct sampler_draw *d, const struct sampler_params *p,
+                               const int32_t *hist, int32_t n, int32_t n_vocab)
+{
+    int pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+              p->frequency_penalty != 0.0f;
+    int32_t k = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        int32_t count = 0, named = 0;
+        float bias = 0;
+        for (int32_t i = n - p->repeat_last_n > 0 ? n - p->repeat_last_n : 0; pen && i < n; i++)
+            count += hist[i] == t;
+        for (size_t i = 0; i < p->n_bias; i++)
+            if (p->bias[i].token == t) {
+                bias = named++ ? bias + p->bias[i].bias : p->bias[i].bias;
+            }
+        if (!count && !named)
+            continue;
+        assert_true(k < d->n_adjust);
+        assert_int_equal(d->adjust[k].token, t);
+        assert_int_equal(d->adjust[k].count, count);
+        assert_memory_equal(&d->adjust[k].bias, &bias, sizeof bias);
+        k++;
+    }
+    assert_int_equal(k, d->n_adjust);
+}
+
+/* One chain: sampler a with biases and penalties against the plan of an
+ * equal sampler b, its adjust list applied with sampler_adjust_logit and
+ * the rest run by sampler c without biases or penalties: equal survivors
+ * (bit for bit) and equal tokens over many steps. */
+static void check_adjust_equivalence(struct sampler_params p)
+{
+    enum { V = 1000, STEPS = 300 };
+    struct sampler_bias bias[40];
+    float *l = malloc(V * sizeof *l), *adj = malloc(V * sizeof *adj);
+    int32_t hist[50 + STEPS], n_hist = 0;
+    size_t nb = 0;
+    int listed_twice = 0;
+
+    for (int32_t i = 0; i < 16; i++) /* near-favourites, some twice */
+        bias[nb++] = (struct sampler_bias){(i * 61) % V, 0.1f + 0.7f * (float)i};
+    for (int32_t i = 0; i < 8; i++)
+        bias[nb++] = (struct sampler_bias){(i * 61) % V, 0.2f + 0.13f * (float)i};
+    for (int32_t i = 0; i < 6; i++) /* bans, one on a token also boosted */
+        bias[nb++] = (struct sampler_bias){(i * 122 + 61) % V, -INFINITY};
+    bias[nb++] = (struct sampler_bias){999, 12.5f};
+    bias[nb++] = (struct sampler_bias){999, -0.3f};
+    p.bias = bias;
+    p.n_bias = nb;
+    struct sampler_params q = p; /* c: the chain after the adjustments */
+    q.bias = NULL;
+    q.n_bias = 0;
+    q.repeat_penalty = 1.0f;
+    q.presence_penalty = q.frequency_penalty = 0.0f;
+    struct sampler *a = make(V, &p), *b = make(V, &p), *c = make(V, &q);
+    assert_true(sampler_draw_ok(b));
+    for (int32_t i = 0; i < 50; i++) { /* a prompt with repeats */
+        hist[n_hist++] = (i * 7) % 23;
+        sampler_accept(a, (i * 7) % 23);
+        sampler_accept(b, (i * 7) % 23);
+    }
+    for (uint32_t t = 0; t < STEPS; t++) {
+        struct sampler_draw d;
+        odd_logits(l, V, t);
+        sampler_draw_plan(b, &d);
+        assert_adjust_list(&d, &p, hist, n_hist, V);
+        assert_true(d.temperature == p.temperature && d.top_k == p.top_k &&
+                    d.top_p == p.top_p && d.min_p == p.min_p &&
+                    d.repeat_penalty == p.repeat_penalty &&
+                    d.presence_penalty == p.presence_penalty &&
+                    d.frequency_penalty == p.frequency_penalty);
+        memcpy(adj, l, V * sizeof *adj);
+        for (int32_t i = 0; i < d.n_adjust; i++) {
+            const struct sampler_adjust *e = &d.adjust[i];
+            listed_twice |= e->token == 0 && e->bias == 0.1f + 0.2f;
+            adj[e->token] = sampler_adjust_logit(&d, e, l[e->token]);
+        }
+        assert_same_chain(a, l, c, adj, V);
+        int32_t x = sample(a, l), y = sample(c, adj);
+        assert_int_equal(x, y);
+        hist[n_hist++] = x;
+        sampler_accept(a, x);
+        sampler_accept(b, x);
+    }
+    assert_true(listed_twice); /* token 0's 0.1 and 0.2 were summed */
+    sampler_free(a);
+    sampler_free(b);
+    sampler_free(c);
+    free(l);
+    free(adj);
+}
+
+static void test_plan_adjust_list_is_the_chain(void **state)
+{
+    struct sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.min_p = 0.02f;
+    p.repeat_penalty = 1.3f;
+    p.presence_penalty = 0.4f;
+    p.frequency_penalty = 0.2f;
+    p.repeat_last_n = 32;
+    p.seed = 5;
+    check_adjust_equivalence(p);
+    p.top_k = 0; /* no sort before top_p; then no filter at all */
+    check_adjust_equivalence(p);
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.temperature = 1.7f;
+    check_adjust_equivalence(p);
+    p.temperature = 0.0f; /* greedy sees the adjustments too */
+    check_adjust_equivalence(p);
+    p.temperature = 0.8f; /* penalties off: biases only, the window unlisted */
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = p.frequency_penalty = 0.0f;
+    check_adjust_equivalence(p);
+}
+
+/* A plan spends the number a sample would: samplers planning and samplers
+ * sampling stay in step, a row given back to the host draws with the plan's
+ * number, a host draw after a device draw takes a fresh one, one candidate
+ * left still costs a number, and greedy costs none. */
+static void test_plan_spends_prng_like_sample(void **state)
+{
+    enum { V = 300 };
+    float l[V];
+    struct sampler_params p = plain(1.0f);
+    p.seed = 99;
+    struct sampler *planner = make(V, &p), *host = make(V, &p), *twin = make(V, &p);
+    struct sampler_draw d, e;
+
+    for (uint32_t t = 0; t < 200; t++) {
+        fake_logits(l, V, t);
+        for (int32_t i = 0; i < V; i++)
+            l[i] *= 0.1f; /* flat: every draw depends on u */
+        int32_t x = sample(host, l);
+        sampler_draw_plan(twin, &e);
+        if (t % 3 == 2) { /* a host step after a device one: a fresh number */
+            assert_int_equal(sample(planner, l), x);
+        } else {
+            sampler_draw_plan(planner, &d);
+            assert_true(d.u >= 0 && d.u < 1);
+            assert_true(d.u == e.u);
+        }
+        if (t % 3 == 0) /* given back: the host draws with d.u */
+            assert_int_equal(sample(planner, l), x);
+        sampler_accept(planner, x);
+        sampler_accept(host, x);
+        sampler_accept(twin, x);
+    }
+    sampler_free(planner);
+    sampler_free(host);
+    sampler_free(twin);
+
+    p.top_k = 1; /* one survivor: the number is spent all the same */
+    struct sampler *one = make(V, &p), *ref = make(V, &p);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(sample(one, l), argmax(l, V));
+        sampler_draw_plan(ref, &e);
+    }
+    sampler_draw_plan(one, &d);
+    sampler_draw_plan(ref, &e);
+    assert_true(d.u == e.u);
+    sampler_free(one);
+    sampler_free(ref);
+
+    p = plain(0.0f);
+    struct sampler *g = make(V, &p);
+    sampler_draw_plan(g, &d);
+    assert_true(d.u == 0.0);
+    assert_int_equal(d.n_adjust, 0);
+    sampler_free(g);
+}
+
+static int draw_ok(const struct sampler_params *p)
+{
+    struct sampler *s = make(2000, p);
+    int ok = sampler_draw_ok(s);
+    sampler_free(s);
+    return ok;
+}
+
+static void test_draw_ok_limits(void **state)
+{
+    static struct sampler_bias many[SAMPLER_DRAW_MAX_ADJUST + 1];
+    struct sampler_params p;
+    sampler_params_default(&p);
+    assert_true(draw_ok(&p)); /* Ollama's defaults go to the device */
+    p.typical_p = 0.9f;
+    assert_false(draw_ok(&p));
+    sampler_params_default(&p);
+    p.logprobs = 1;
+    assert_false(draw_ok(&p));
+    sampler_params_default(&p);
+    p.top_k = SAMPLER_DRAW_MAX_TOP_K;
+    assert_true(draw_ok(&p));
+    p.top_k = SAMPLER_DRAW_MAX_TOP_K + 1;
+    assert_false(draw_ok(&p));
+
+    sampler_params_default(&p); /* penalties on: the window counts */
+    p.repeat_last_n = SAMPLER_DRAW_MAX_ADJUST;
+    assert_true(draw_ok(&p));
+    p.repeat_last_n = SAMPLER_DRAW_MAX_ADJUST + 1;
+    assert_false(draw_ok(&p));
+    p.repeat_penalty = 1.0f; /* all off: the window lists nothing */
+    assert_true(draw_ok(&p));
+    p.frequency_penalty = 0.1f;
+    assert_false(draw_ok(&p));
+
+    sampler_params_default(&p);
+    p.repeat_penalty = 1.0f;
+    for (int32_t i = 0; i <= SAMPLER_DRAW_MAX_ADJUST; i++)
+        many[i] = (struct sampler_bias){i, 1.0f};
+    p.bias = many;
+    p.n_bias = SAMPLER_DRAW_MAX_ADJUST + 1;
+    assert_false(draw_ok(&p));
+    many[SAMPLER_DRAW_MAX_ADJUST].token = 0; /* named twice: one entry */
+    assert_true(draw_ok(&p));
+    p.repeat_penalty = 1.1f;
+    p.repeat_last_n = 1;
+    assert_false(draw_ok(&p)); /* 1024 biases + a window of 1 */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +610,9 @@ int main(void)
         cmocka_unit_test(test_chi_square),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_plan_adjust_list_is_the_chain),
+        cmocka_unit_test(test_plan_spends_prng_like_sample),
+        cmocka_unit_test(test_draw_ok_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -259,6 +259,32 @@ int mfk_scatter_add(struct mfk_ctx *c, const float *src, int64_t lds, const int3
 int mfk_argmax(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t rows, int64_t n,
                int32_t *out, struct mf_err *err);
 
+/* One row's draw (runtime/sampler.h struct sampler_draw, whose contract
+ * this follows; the runtime copies it field by field). */
+struct mfk_draw {
+    double u;          /* uniform [0, 1) */
+    float temperature; /* <= 0: greedy */
+    int32_t top_k;     /* <= 0: off; at most MFK_SAMPLE_TOP_K */
+    float top_p, min_p;
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    int32_t adj_off, n_adj; /* this row's entries of the adjust array, n_adj <= 1024 */
+};
+struct mfk_adjust {
+    int32_t token, count;
+    float bias;
+};
+#define MFK_SAMPLE_TOP_K 1024  /* SAMPLER_DRAW_MAX_TOP_K */
+#define MFK_SAMPLE_ADJUST 1024 /* SAMPLER_DRAW_MAX_ADJUST: one thread an entry */
+#define MFK_SAMPLE_CAND 4096   /* candidates top_p without top_k sorts on the device */
+
+/* out[r] = the token drawn from x[r][0..n) under d[r] (device arrays,
+ * adjust entries in a), r < rows; -1 where the row goes back to the host:
+ * no token survives, or top_p without top_k needs more than
+ * MFK_SAMPLE_CAND candidates. x is left as it was. */
+int mfk_sample(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows, int64_t n,
+               const struct mfk_draw *d, const struct mfk_adjust *a, int32_t *out,
+               struct mf_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -110,7 +110,8 @@ static int check_seq(const struct model *m, int32_t n_blocks, int32_t i,
 }
 
 int backend_check_batch(const struct model *m, int32_t n_blocks, int32_t max_tokens,
-                        int32_t max_seqs, const struct batch *batch, struct mf_err *err)
+                        int32_t max_seqs, int keeps_logits, const struct batch *batch,
+                        struct mf_err *err)
 {
     int64_t total = 0;
     int rc;
@@ -123,7 +124,7 @@ int backend_check_batch(const struct model *m, int32_t n_blocks, int32_t max_tok
         if (rc)
             return rc;
         total += batch->seqs[i].n_tokens;
-        if (batch->seqs[i].want_logits && !batch->logits && !batch->hidden)
+        if (batch->seqs[i].want_logits && !batch->logits && !batch->hidden && !keeps_logits)
             return mf_err_set(err, MF_EINVAL,
                               "batch sequence %" PRId32 " wants logits but there is no buffer", i);
     }

@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "runtime/batch.h"
 #include "runtime/model.h"
+#include "runtime/sampler.h"
 
 /* Element type of the KV arena. */
 enum backend_kv_type {
@@ -72,6 +73,13 @@ struct backend_ops {
      * through the driver's staging buffer); NULL: malloc and free. */
     void *(*host_alloc)(struct backend *b, size_t bytes);
     void (*host_free)(struct backend *b, void *p);
+    /* Optional: draws from the logits rows of the last step where they are
+     * (a step run with batch.logits NULL leaves them there): ids[j] from
+     * d[j], j < n; -1 for a row given back, whose logits are then copied to
+     * logits + j * n_vocab (logits may be NULL only if no row is given
+     * back: MF_EINVAL otherwise). engine_model.sample's contract. */
+    int (*sample)(struct backend *b, int32_t n, const struct sampler_draw *d, int32_t *ids,
+                  float *logits, struct mf_err *err);
 };
 
 /* Shorthands for b->ops->... */
@@ -98,8 +106,11 @@ int32_t backend_kv_n_blocks(const struct model *m, enum backend_kv_type t, uint6
 /* Checks a batch against batch.h's contract for model m and an arena of
  * n_blocks blocks: counts, tokens < n_vocab, block tables covering every
  * position with ids in range, adapter ids attached to m, total tokens and
- * sequences within the limits. Returns 0 or MF_EINVAL naming the sequence. */
+ * sequences within the limits, a logits buffer when logits are wanted
+ * (unless keeps_logits: a backend with ops->sample, whose logits may stay
+ * where they are). Returns 0 or MF_EINVAL naming the sequence. */
 int backend_check_batch(const struct model *m, int32_t n_blocks, int32_t max_tokens,
-                        int32_t max_seqs, const struct batch *batch, struct mf_err *err);
+                        int32_t max_seqs, int keeps_logits, const struct batch *batch,
+                        struct mf_err *err);
 
 #endif

@@ -391,7 +391,8 @@ static int cpu_step(struct backend *b, const struct batch *bt, struct mf_err *er
 
     if (!cb->kv)
         return mf_err_set(err, MF_EINVAL, "step before the KV arena was allocated");
-    rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, bt, err);
+    rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, 0, bt,
+                             err);
     if (rc || bt->n_seqs == 0)
         return rc;
     count_step(cb, bt, &c);

@@ -93,6 +93,8 @@ struct cuda_backend {
     int32_t *lg_rows_h, *lg_rows_d;
     size_t lora_cap[2];
     struct cuda_lora_run lrun;    /* this step's LoRA work; n_rows 0: none */
+    uint8_t *hsample, *dsample;  /* pinned host / device draws and adjust lists
+                                    (max_seqs of each, allocated on first use) */
     uint8_t *hstep, *dstep;      /* pinned host / device step arrays */
     size_t step_cap;             /* bytes of each */
     struct cuda_upload_stats st;
@@ -146,6 +148,8 @@ static void cuda_free(struct backend *b)
     free(cb->lrows);
     free(cb->lgroups);
     mfk_host_free(cb->hstep);
+    mfk_free(cb->dsample);
+    mfk_host_free(cb->hsample);
     mfk_ctx_free(cb->ctx);
     cuda_wplan_free(&cb->plan);
     free(cb->layers);
@@ -349,6 +353,9 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = cuda_plan_switch("MFC_CUDA_GRAPHS", getenv("MFC_CUDA_GRAPHS"), &cb->graphs, err);
     if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_MMQ", getenv("MFC_CUDA_MMQ"), &cb->mmq, err);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_SAMPLING", getenv("MFC_CUDA_SAMPLING"),
+                              &cb->st.sampling, err);
     if (!rc) {
         struct mfk_device_info di;
         rc = mfk_device_query(0, &di, err);
@@ -668,7 +675,8 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
 
     if (!cb->kv)
         return mf_err_set(err, MF_EINVAL, "step before the KV arena was allocated");
-    rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, bt, err);
+    rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, 1, bt,
+                             err);
     if (rc || bt->n_seqs == 0)
         return rc;
     if (bt->hidden)
@@ -732,6 +740,81 @@ int cuda_backend_argmax(struct backend *b, int32_t n, int32_t *ids, struct mf_er
     return rc ? rc : mfk_sync(cb->ctx, err);
 }
 
+/* Bytes of the draw area: max_seqs draws, then as many full adjust lists. */
+static size_t sample_bytes(const struct cuda_backend *cb, size_t *adj_off)
+{
+    size_t n = (size_t)cb->cfg.max_seqs;
+    *adj_off = n * sizeof(struct mfk_draw);
+    return *adj_off + n * MFK_SAMPLE_ADJUST * sizeof(struct mfk_adjust);
+}
+
+/* ops->sample: the draws packed into pinned memory, one copy up, mfk_sample,
+ * the ids down; the rows it gives back copied down for the host sampler. */
+static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *d, int32_t *ids,
+                       float *logits, struct mf_err *err)
+{
+    struct cuda_backend *cb = cb_of(b);
+    const int32_t nv = cb->m->hp.n_vocab;
+    size_t adj_off, na = 0;
+    const size_t cap = sample_bytes(cb, &adj_off);
+    int rc = 0;
+
+    if (n < 0 || n > cb->last_out)
+        return mf_err_set(err, MF_EINVAL, "sampling %d rows; the last step produced %d", n,
+                          cb->last_out);
+    if (!cb->hsample && (rc = mfk_host_alloc(cap, (void **)&cb->hsample, err)))
+        return rc;
+    if (!cb->dsample && (rc = mfk_malloc(cb->ctx, cap, (void **)&cb->dsample, err)))
+        return rc;
+    struct mfk_draw *hd = (struct mfk_draw *)(void *)cb->hsample;
+    struct mfk_adjust *ha = (struct mfk_adjust *)(void *)(cb->hsample + adj_off);
+    for (int32_t j = 0; j < n; j++) {
+        const struct sampler_draw *dj = &d[j];
+        if (dj->n_adjust < 0 || dj->n_adjust > MFK_SAMPLE_ADJUST || dj->top_k > MFK_SAMPLE_TOP_K)
+            return mf_err_set(err, MF_EINVAL,
+                              "device draw %d: %d adjustments, top_k %d (limits %d, %d)", j,
+                              dj->n_adjust, dj->top_k, MFK_SAMPLE_ADJUST, MFK_SAMPLE_TOP_K);
+        hd[j] = (struct mfk_draw){.u = dj->u,
+                                  .temperature = dj->temperature,
+                                  .top_k = dj->top_k,
+                                  .top_p = dj->top_p,
+                                  .min_p = dj->min_p,
+                                  .repeat_penalty = dj->repeat_penalty,
+                                  .presence_penalty = dj->presence_penalty,
+                                  .frequency_penalty = dj->frequency_penalty,
+                                  .adj_off = (int32_t)na,
+                                  .n_adj = dj->n_adjust};
+        for (int32_t i = 0; i < dj->n_adjust; i++) {
+            const struct sampler_adjust *a = &dj->adjust[i];
+            if (a->token < 0 || a->token >= nv || (i && a->token <= dj->adjust[i - 1].token))
+                return mf_err_set(err, MF_EINVAL,
+                                  "device draw %d: adjust tokens must be ascending ids "
+                                  "below %d",
+                                  j, nv);
+            ha[na++] = (struct mfk_adjust){a->token, a->count, a->bias};
+        }
+    }
+    /* one copy: the draws and the adjust lists' used part (na <= n x the cap) */
+    rc = mfk_copy_h2d(cb->ctx, cb->dsample, cb->hsample, adj_off + na * sizeof *ha, err);
+    if (!rc)
+        rc = mfk_sample(cb->ctx, cb->logits, nv, n, nv, (const struct mfk_draw *)(void *)cb->dsample,
+                        (const struct mfk_adjust *)(void *)(cb->dsample + adj_off), cb->ids, err);
+    if (!rc)
+        rc = mfk_copy_d2h(cb->ctx, ids, cb->ids, (size_t)n * sizeof *ids, err);
+    if (!rc)
+        rc = mfk_sync(cb->ctx, err);
+    for (int32_t j = 0; !rc && j < n; j++) {
+        if (ids[j] >= 0)
+            continue;
+        if (!logits)
+            return mf_err_set(err, MF_EINVAL, "device draw %d given back, but no logits buffer",
+                              j);
+        rc = mfk_copy_d2h(cb->ctx, logits + (size_t)j * (size_t)nv,
+                          cb->logits + (size_t)j * (size_t)nv, (size_t)nv * sizeof *logits, err);
+    }
+    return rc ? rc : mfk_sync(cb->ctx, err);
+}
+
 /* Page-locked, so the logits copy runs at the bus's speed (a 64-sequence
  * step of Llama 3 moves 33 MB). NULL when pinning fails. */
 static void *cuda_host_alloc(struct backend *b, size_t bytes)
@@ -758,6 +841,7 @@ const struct backend_ops cuda_backend_ops = {
     .free = cuda_free,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .sample = cuda_sample,
 };
 
 #else /* !MFC_HAVE_CUDA_RUNTIME: a build that cannot link CUDA */

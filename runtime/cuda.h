@@ -41,6 +41,7 @@ struct cuda_upload_stats {
      * the last one did */
     uint64_t graph_records, graph_replays, graph_failures;
     char graph_why[160];
+    int sampling; /* tokens drawn on the device (ops->sample; MFC_CUDA_SAMPLING) */
 };
 void cuda_backend_stats(const struct backend *b, struct cuda_upload_stats *st);
 

@@ -18,11 +18,14 @@ TESTS += tests/unit/test_cuda_host
 
 ## GPU tests and the decode benchmark: tests/gpu/run builds and runs them on a
 ## GPU host (never part of make check); here they are only linked, when possible.
-EXTRA_DIST += tests/gpu/run tests/gpu/models tests/gpu/test_cuda.c tests/gpu/ncu_summary.py \
+EXTRA_DIST += tests/gpu/run tests/gpu/models tests/gpu/test_cuda.c tests/gpu/test_sample.c \
+	tests/gpu/ncu_summary.py \
 	tests/gpu/profile tests/gpu/hf_offline.py \
 	bench/cuda_bench.c
 if HAVE_CUDA_RUNTIME
-noinst_PROGRAMS += tests/gpu/test_cuda bench/cuda_bench
+noinst_PROGRAMS += tests/gpu/test_cuda tests/gpu/test_sample bench/cuda_bench
+tests_gpu_test_sample_SOURCES = tests/gpu/test_sample.c
+tests_gpu_test_sample_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
 tests_gpu_test_cuda_SOURCES = tests/gpu/test_cuda.c
 tests_gpu_test_cuda_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
 bench_cuda_bench_SOURCES = bench/cuda_bench.c

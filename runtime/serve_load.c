@@ -89,6 +89,13 @@ static void logits_free_fn(void *ctx, void *p)
     backend_host_free(ctx, p);
 }
 
+static int sample_fn(void *ctx, int32_t n, const struct sampler_draw *d, int32_t *ids,
+                     float *logits, struct mf_err *err)
+{
+    struct backend *b = ctx;
+    return b->ops->sample(b, n, d, ids, logits, err);
+}
+
 /* GGUF scalars (and array lengths as null, as Ollama shows them) for /api/show. */
 static json_t *model_info(const struct gguf_file *gf)
 {
@@ -257,6 +264,12 @@ static int open_engine(struct serve *s, struct mf_err *err)
     if (ops == &cuda_backend_ops) {
         struct cuda_upload_stats st;
         cuda_backend_stats(s->be, &st);
+        if (st.sampling)
+            em.sample = sample_fn;
+        mf_log_info(&s->log, "CUDA: tokens drawn %s (MFC_CUDA_SAMPLING)",
+                    st.sampling ? "on the device (the host for typical_p, logprobs, top_k over "
+                                  "1024 or over 1024 bias and penalty entries)"
+                                : "on the host");
         if (st.gemm_min)
             mf_log_info(&s->log, "CUDA: tensor-core GEMM (cuBLAS) for steps of %d tokens or more "
                         "(2 for F16/BF16/F32 weights; MFC_CUDA_GEMM_MIN)", st.gemm_min);

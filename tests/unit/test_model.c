@@ -860,6 +860,12 @@ static void test_step_refuses_bad_batches(void **state)
     bs.lora.n = 1;
     assert_int_equal(backend_step(g.be, &b, &err), MF_EINVAL);
     assert_non_null(strstr(err.msg, "adapter id 0 is not attached"));
+    bs.lora.n = 0;
+    bs.want_logits = 1; /* the CPU keeps no logits to draw from (no ops->sample) */
+    b.logits = NULL;
+    assert_null(cpu_backend_ops.sample);
+    assert_int_equal(backend_step(g.be, &b, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "wants logits but there is no buffer"));
     rig_close(&g);
 }
 

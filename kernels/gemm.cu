@@ -204,12 +204,10 @@ static int status(cublasStatus_t s, struct mf_err *err)
     return mf_err_set(err, MF_EIO, "cuBLAS GEMM failed (status %d)", (int)s);
 }
 
-extern "C" int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
-                           int64_t ldx, int32_t nt, float *y, int64_t ldy, float alpha, int add,
-                           void *scratch, size_t scratch_bytes, struct mf_err *err)
+/* 0 when w can go through cuBLAS with nt tokens and this scratch. */
+static int gemm_check(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt, void *scratch,
+                      size_t scratch_bytes, struct mf_err *err)
 {
-    if (nt <= 0)
-        return 0;
     if (!mfk_gemm_available(c, err))
         return err->code;
     /* cuBLAS takes any width; the dequantizer wants whole blocks */
@@ -219,17 +217,33 @@ extern "C" int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const 
     if (scratch_bytes < mfk_gemm_scratch(w, nt) || ((uintptr_t)scratch & (SCRATCH_ALIGN - 1)))
         return mf_err_set(err, MF_EINVAL, "CUDA gemm: %zu bytes of scratch, %zu needed",
                           scratch_bytes, mfk_gemm_scratch(w, nt));
-    const int f32 = w->type == GGML_TYPE_F32, fp16 = w->type == GGML_TYPE_F16;
-    if (direct(w->type) && w->row_bytes != (uint64_t)w->ne0 * (f32 ? 4 : 2))
+    if (direct(w->type) &&
+        w->row_bytes != (uint64_t)w->ne0 * (w->type == GGML_TYPE_F32 ? 4 : 2))
         return mf_err_set(err, MF_EINVAL, "CUDA gemm: weight rows are not packed");
+    return 0;
+}
+
+/* What x is rounded to for w: 0 none (F32), 1 fp16 (F16), 2 bf16. */
+static int rounding(const struct mfk_weight *w)
+{
+    return w->type == GGML_TYPE_F32 ? 0 : w->type == GGML_TYPE_F16 ? 1 : 2;
+}
+
+/* y (+)= alpha W x with x already in the form rounding(w) asks for (in the
+ * scratch's first part unless F32), dequantized chunks after it. */
+static int gemm_products(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
+                         int64_t ldx, int32_t nt, float *y, int64_t ldy, float alpha, int add,
+                         void *scratch, struct mf_err *err)
+{
     struct mfk_blas *b = blas_of(c);
-    const cudaDataType dt = f32 ? CUDA_R_32F : fp16 ? CUDA_R_16F : CUDA_R_16BF;
+    const int kind = rounding(w);
+    const cudaDataType dt = kind == 0 ? CUDA_R_32F : kind == 1 ? CUDA_R_16F : CUDA_R_16BF;
     uint8_t *xs = (uint8_t *)scratch, *ws = xs + up((size_t)nt * (size_t)w->ne0 * 2);
     const float beta = add ? 1.0f : 0.0f;
     const int64_t step = direct(w->type) ? w->ne1 : chunk_rows(w);
-    const void *bx = f32 ? (const void *)x : (const void *)xs;
-    const int ldb = f32 ? (int)ldx : (int)w->ne0;
-    int rc = f32 ? 0 : mfk_round_half(c, x, ldx, nt, w->ne0, xs, !fp16, err);
+    const void *bx = kind == 0 ? (const void *)x : (const void *)xs;
+    const int ldb = kind == 0 ? (int)ldx : (int)w->ne0;
+    int rc = 0;
     for (int64_t r0 = 0; rc == 0 && r0 < w->ne1; r0 += step) {
         const int32_t rows = (int32_t)(w->ne1 - r0 < step ? w->ne1 - r0 : step);
         const void *a = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
@@ -243,6 +257,41 @@ extern "C" int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const 
                                 dt, (int)w->ne0, bx, dt, ldb, &beta, y + r0, CUDA_R_32F, (int)ldy,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                         err);
+    }
+    return rc;
+}
+
+extern "C" int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
+                           int64_t ldx, int32_t nt, float *y, int64_t ldy, float alpha, int add,
+                           void *scratch, size_t scratch_bytes, struct mf_err *err)
+{
+    if (nt <= 0)
+        return 0;
+    int rc = gemm_check(c, w, nt, scratch, scratch_bytes, err);
+    if (!rc && rounding(w))
+        rc = mfk_round_half(c, x, ldx, nt, w->ne0, scratch, rounding(w) == 2, err);
+    return rc ? rc : gemm_products(c, w, x, ldx, nt, y, ldy, alpha, add, scratch, err);
+}
+
+extern "C" int mfk_gemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w,
+                          const float *x, int64_t ldx, int32_t nt, float *const *y,
+                          const int64_t *ldy, int add, void *scratch, size_t scratch_bytes,
+                          struct mf_err *err)
+{
+    int rc = 0;
+    if (nt <= 0)
+        return 0;
+    for (int i = 0; !rc && i < n; i++) {
+        rc = gemm_check(c, w[i], nt, scratch, scratch_bytes, err);
+        if (!rc && w[i]->ne0 != w[0]->ne0)
+            rc = mf_err_set(err, MF_EINVAL, "CUDA gemm: weights of one input differ in width");
+    }
+    for (int i = 0; !rc && i < n; i++) {
+        /* the scratch's rounded x serves every following weight of its kind */
+        if (rounding(w[i]) && (i == 0 || rounding(w[i]) != rounding(w[i - 1])))
+            rc = mfk_round_half(c, x, ldx, nt, w[i]->ne0, scratch, rounding(w[i]) == 2, err);
+        if (!rc)
+            rc = gemm_products(c, w[i], x, ldx, nt, y[i], ldy[i], 1.0f, add, scratch, err);
     }
     return rc;
 }

@@ -186,6 +186,12 @@ size_t mfk_gemm_scratch(const struct mfk_weight *w, int32_t nt);
 int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, void *scratch, size_t scratch_bytes,
              struct mf_err *err);
+/* mfk_gemm for n weights of one input (q, k and v; gate and up): x rounded
+ * once for consecutive weights that round it alike (bf16, or fp16 for F16).
+ * scratch: the largest mfk_gemm_scratch of them. */
+int mfk_gemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, const float *x,
+               int64_t ldx, int32_t nt, float *const *y, const int64_t *ldy, int add,
+               void *scratch, size_t scratch_bytes, struct mf_err *err);
 /* The same with y = alpha * W x (+ y when add): LoRA's expand, whose B has
  * rank columns (F32/F16/BF16 weights may have any width here). */
 int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,

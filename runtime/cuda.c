@@ -290,18 +290,20 @@ static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
                     const struct mfk_weight *const *w, const float *x, int64_t ldx, int32_t T,
                     float *const *y, const int64_t *ldy, int add, struct mf_err *err)
 {
-    const struct mfk_weight *gw[3];
-    float *gy[3];
-    int64_t gld[3];
-    int ng = 0, rc = 0;
-    for (int i = 0; !rc && i < n; i++) {
+    const struct mfk_weight *gw[3], *tw[3];
+    float *gy[3], *ty[3];
+    int64_t gld[3], tld[3];
+    int ng = 0, nt = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
         int32_t from = cuda_plan_gemm_from((enum ggml_type)w[i]->type, cb->gemm_min, cb->mmq);
         if (from > 0 && T >= from)
-            rc = mfk_gemm(cb->ctx, w[i], x, ldx, T, y[i], ldy[i], add, cb->gscratch,
-                          cb->gscratch_bytes, err);
+            tw[nt] = w[i], ty[nt] = y[i], tld[nt++] = ldy[i];
         else
             gw[ng] = w[i], gy[ng] = y[i], gld[ng++] = ldy[i];
     }
+    if (nt)
+        rc = mfk_gemm_n(cb->ctx, nt, tw, x, ldx, T, ty, tld, add, cb->gscratch,
+                        cb->gscratch_bytes, err);
     if (!rc && ng)
         rc = mfk_gemv_n(cb->ctx, ng, gw, x, ldx, T, gy, gld, add, err);
     for (int i = 0; !rc && cb->lrun.n_rows && i < n; i++)

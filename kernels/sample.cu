@@ -87,30 +87,18 @@ __device__ __forceinline__ float block_max(float v, struct sample_smem *s)
     return v;
 }
 
-__device__ __forceinline__ int block_sum(int v, struct sample_smem *s)
+/* The block's sum of v, warp sums in red[] (ired or dred), added in warp
+ * order so every thread, and every run, gets the same value. */
+template <typename T> __device__ __forceinline__ T block_sum(T v, T *red)
 {
     for (int o = 16; o > 0; o >>= 1)
         v += __shfl_xor_sync(FULL, v, o);
     if ((threadIdx.x & 31) == 0)
-        s->ired[threadIdx.x >> 5] = v;
+        red[threadIdx.x >> 5] = v;
     __syncthreads();
     v = 0;
     for (int w = 0; w < SW; w++)
-        v += s->ired[w];
-    __syncthreads();
-    return v;
-}
-
-__device__ __forceinline__ double block_sum_d(double v, struct sample_smem *s)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL, v, o);
-    if ((threadIdx.x & 31) == 0)
-        s->dred[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = 0;
-    for (int w = 0; w < SW; w++)
-        v += s->dred[w];
+        v += red[w];
     __syncthreads();
     return v;
 }
@@ -445,7 +433,7 @@ __device__ __forceinline__ int32_t draw_sorted(const float *x, int64_t n, const 
         int c = 0;
         for (int i = threadIdx.x; i < nc; i += ST)
             c += lg[i] >= lo;
-        nc = block_sum(c, s);
+        nc = block_sum(c, s->ired);
     }
     const float mt = __fdiv_rn(lg[0], d.temperature);
     for (int i = threadIdx.x; i < nc; i += ST)
@@ -483,7 +471,7 @@ __device__ __forceinline__ int32_t draw_row(const float *x, int64_t n, const str
             m = fmaxf(m, x[i]);
         }
     m = block_max(m, s);
-    nv = block_sum(nv, s);
+    nv = block_sum(nv, s->ired);
     if (nv == 0)
         return -1; /* the host reports it */
     const int k = d.top_k > 0 && d.top_k < nv ? d.top_k : 0;
@@ -498,7 +486,7 @@ __device__ __forceinline__ int32_t draw_row(const float *x, int64_t n, const str
         for (int64_t i = threadIdx.x; i < n; i += ST)
             if (x[i] > -INFINITY)
                 zall += (double)expf(__fsub_rn(x[i], m));
-        zall = block_sum_d(zall, s);
+        zall = block_sum(zall, s->dred);
     }
     return draw_sorted(x, n, d, k, nv, m, zall, s);
 }

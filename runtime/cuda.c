@@ -770,32 +770,8 @@ static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *
         return rc;
     struct mfk_draw *hd = (struct mfk_draw *)(void *)cb->hsample;
     struct mfk_adjust *ha = (struct mfk_adjust *)(void *)(cb->hsample + adj_off);
-    for (int32_t j = 0; j < n; j++) {
-        const struct sampler_draw *dj = &d[j];
-        if (dj->n_adjust < 0 || dj->n_adjust > MFK_SAMPLE_ADJUST || dj->top_k > MFK_SAMPLE_TOP_K)
-            return mf_err_set(err, MF_EINVAL,
-                              "device draw %d: %d adjustments, top_k %d (limits %d, %d)", j,
-                              dj->n_adjust, dj->top_k, MFK_SAMPLE_ADJUST, MFK_SAMPLE_TOP_K);
-        hd[j] = (struct mfk_draw){.u = dj->u,
-                                  .temperature = dj->temperature,
-                                  .top_k = dj->top_k,
-                                  .top_p = dj->top_p,
-                                  .min_p = dj->min_p,
-                                  .repeat_penalty = dj->repeat_penalty,
-                                  .presence_penalty = dj->presence_penalty,
-                                  .frequency_penalty = dj->frequency_penalty,
-                                  .adj_off = (int32_t)na,
-                                  .n_adj = dj->n_adjust};
-        for (int32_t i = 0; i < dj->n_adjust; i++) {
-            const struct sampler_adjust *a = &dj->adjust[i];
-            if (a->token < 0 || a->token >= nv || (i && a->token <= dj->adjust[i - 1].token))
-                return mf_err_set(err, MF_EINVAL,
-                                  "device draw %d: adjust tokens must be ascending ids "
-                                  "below %d",
-                                  j, nv);
-            ha[na++] = (struct mfk_adjust){a->token, a->count, a->bias};
-        }
-    }
+    if ((rc = cuda_plan_draws(d, n, nv, hd, ha, &na, err)))
+        return rc;
     /* one copy: the draws and the adjust lists' used part (na <= n x the cap) */
     rc = mfk_copy_h2d(cb->ctx, cb->dsample, cb->hsample, adj_off + na * sizeof *ha, err);
     if (!rc)

@@ -365,3 +365,36 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
     while (n_out < p->n_out)
         out[n_out++] = p->T - 1;
 }
+
+int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
+                    struct mfk_draw *hd, struct mfk_adjust *ha, size_t *na, struct mf_err *err)
+{
+    *na = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const struct sampler_draw *dj = &d[j];
+        if (dj->n_adjust < 0 || dj->n_adjust > MFK_SAMPLE_ADJUST || dj->top_k > MFK_SAMPLE_TOP_K)
+            return mf_err_set(err, MF_EINVAL,
+                              "device draw %d: %d adjustments, top_k %d (limits %d, %d)", j,
+                              dj->n_adjust, dj->top_k, MFK_SAMPLE_ADJUST, MFK_SAMPLE_TOP_K);
+        hd[j] = (struct mfk_draw){.u = dj->u,
+                                  .temperature = dj->temperature,
+                                  .top_k = dj->top_k,
+                                  .top_p = dj->top_p,
+                                  .min_p = dj->min_p,
+                                  .repeat_penalty = dj->repeat_penalty,
+                                  .presence_penalty = dj->presence_penalty,
+                                  .frequency_penalty = dj->frequency_penalty,
+                                  .adj_off = (int32_t)*na,
+                                  .n_adj = dj->n_adjust};
+        for (int32_t i = 0; i < dj->n_adjust; i++) {
+            const struct sampler_adjust *a = &dj->adjust[i];
+            if (a->token < 0 || a->token >= n_vocab || (i && a->token <= dj->adjust[i - 1].token))
+                return mf_err_set(err, MF_EINVAL,
+                                  "device draw %d: adjust token %d is not an ascending id below "
+                                  "%d",
+                                  j, a->token, n_vocab);
+            ha[(*na)++] = (struct mfk_adjust){a->token, a->count, a->bias};
+        }
+    }
+    return 0;
+}

@@ -20,8 +20,10 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "kernels/kernels.h"
 #include "runtime/batch.h"
 #include "runtime/model.h"
+#include "runtime/sampler.h"
 
 #define CUDA_PLAN_ALIGN 256 /* device offsets of weights and step arrays */
 #define CUDA_DEFAULT_UTILIZATION 0.9
@@ -203,5 +205,17 @@ int32_t cuda_plan_graph_tokens(int32_t T, int32_t cap);
  * would (the kernel partitions each context by its own length). */
 void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t T,
                         int32_t pad_blk);
+
+/* ---- draws on the device ------------------------------------------------- */
+
+/* Packs n plans (runtime/sampler.h) into the kernel's arrays (mfk_sample):
+ * hd[j] for d[j], its adjust entries appended to ha (room for n x
+ * MFK_SAMPLE_ADJUST), *na = entries used. MF_EINVAL naming the draw for a
+ * plan the kernel cannot take: more than MFK_SAMPLE_ADJUST adjustments (or
+ * fewer than 0), top_k over MFK_SAMPLE_TOP_K, adjust tokens not ascending
+ * ids below n_vocab (the kernel gives each entry its own thread, so a
+ * token twice would race). */
+int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
+                    struct mfk_draw *hd, struct mfk_adjust *ha, size_t *na, struct mf_err *err);
 
 #endif

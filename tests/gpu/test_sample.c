@@ -26,6 +26,7 @@
 #include "kernels/kernels.h"
 #include "runtime/backend.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda_plan.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
 
@@ -105,26 +106,14 @@ struct pcase {
     int n_bias;
 };
 
-/* Packs plans into the kernel's arrays; returns the adjust entries used. */
-static int pack(const struct sampler_draw *d, int n, struct mfk_draw *md, struct mfk_adjust *ma)
+/* Packs plans into the kernel's arrays (the backend's own packing);
+ * returns the adjust entries used. */
+static int pack(const struct sampler_draw *d, int n, int32_t n_vocab, struct mfk_draw *md,
+                struct mfk_adjust *ma)
 {
-    int na = 0;
-    for (int j = 0; j < n; j++) {
-        md[j] = (struct mfk_draw){d[j].u,
-                                  d[j].temperature,
-                                  d[j].top_k,
-                                  d[j].top_p,
-                                  d[j].min_p,
-                                  d[j].repeat_penalty,
-                                  d[j].presence_penalty,
-                                  d[j].frequency_penalty,
-                                  na,
-                                  d[j].n_adjust};
-        for (int i = 0; i < d[j].n_adjust; i++)
-            ma[na++] = (struct mfk_adjust){d[j].adjust[i].token, d[j].adjust[i].count,
-                                           d[j].adjust[i].bias};
-    }
-    return na;
+    size_t na;
+    CK(cuda_plan_draws(d, n, n_vocab, md, ma, &na, &err));
+    return (int)na;
 }
 
 /* rounds of ROWS rows of one shape and parameter set; counts into *draws,
@@ -168,7 +157,7 @@ static void run_case(const struct pcase *pc, int64_t n, enum shape sh, int round
             fill(x + (size_t)j * (size_t)n, n, sh);
             sampler_draw_plan(ds[j], &d[j]);
         }
-        int na = pack(d, ROWS, md, ma);
+        int na = pack(d, ROWS, (int32_t)n, md, ma);
         CK(mfk_copy_h2d(ctx, dx, x, (size_t)ROWS * (size_t)n * sizeof *x, &err));
         CK(mfk_copy_h2d(ctx, dd, md, sizeof md, &err));
         CK(mfk_copy_h2d(ctx, da, ma, (size_t)(na ? na : 1) * sizeof *ma, &err));
@@ -251,7 +240,7 @@ static void time_draw(float *dx, struct mfk_draw *dd, struct mfk_adjust *da, int
     for (int r = 0; r < reps; r++) {
         for (int j = 0; j < ROWS; j++)
             sampler_draw_plan(s[j], &d[j]);
-        int na = pack(d, ROWS, md, ma);
+        int na = pack(d, ROWS, (int32_t)n, md, ma);
         CK(mfk_copy_h2d(ctx, dd, md, sizeof md, &err));
         CK(mfk_copy_h2d(ctx, da, ma, (size_t)(na ? na : 1) * sizeof *ma, &err));
         CK(mfk_sample(ctx, dx, n, ROWS, n, dd, da, dids, &err));

@@ -488,6 +488,65 @@ static void test_graph_pad(void **state)
     free(buf);
 }
 
+/* Plans packed for mfk_sample: fields and offsets, and every plan the
+ * kernel cannot take refused with the draw named. */
+static void test_draws(void **state)
+{
+    struct sampler_adjust a0[2] = {{3, 2, 0.5f}, {9, 0, -INFINITY}}, a1[1] = {{0, 1, 0.0f}};
+    struct sampler_draw d[3] = {
+        {.u = 0.25, .temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .repeat_penalty = 1.1f,
+         .n_adjust = 2, .adjust = a0},
+        {.temperature = 0.0f, .top_p = 1.0f, .repeat_penalty = 1.0f},
+        {.u = 0.5, .temperature = 1.0f, .top_p = 1.0f, .min_p = 0.05f, .frequency_penalty = 0.3f,
+         .n_adjust = 1, .adjust = a1},
+    };
+    struct mfk_draw hd[3];
+    struct mfk_adjust ha[3 * MFK_SAMPLE_ADJUST];
+    struct mf_err err = {0};
+    size_t na = 99;
+    (void)state;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), 0);
+    assert_int_equal(na, 3);
+    assert_true(hd[0].u == 0.25 && hd[0].temperature == 0.8f && hd[0].top_k == 40);
+    assert_true(hd[0].top_p == 0.9f && hd[0].repeat_penalty == 1.1f);
+    assert_int_equal(hd[0].adj_off, 0);
+    assert_int_equal(hd[0].n_adj, 2);
+    assert_int_equal(hd[1].n_adj, 0);
+    assert_int_equal(hd[2].adj_off, 2);
+    assert_true(hd[2].min_p == 0.05f && hd[2].frequency_penalty == 0.3f);
+    assert_int_equal(ha[1].token, 9);
+    assert_true(isinf(ha[1].bias) && ha[1].bias < 0);
+    assert_int_equal(ha[2].token, 0);
+    assert_int_equal(ha[2].count, 1);
+    /* a token past the vocabulary, twice, or out of order: refused */
+    a0[1].token = 10;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "device draw 0: adjust token 10"));
+    a0[1].token = 3;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), MF_EINVAL);
+    a0[1].token = 2;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), MF_EINVAL);
+    a0[1].token = 9;
+    a1[0].token = -1;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "device draw 2"));
+    a1[0].token = 0;
+    /* past the kernel's limits */
+    d[1].top_k = MFK_SAMPLE_TOP_K + 1;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "device draw 1"));
+    d[1].top_k = MFK_SAMPLE_TOP_K;
+    d[2].n_adjust = MFK_SAMPLE_ADJUST + 1;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), MF_EINVAL);
+    d[2].n_adjust = -1;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), MF_EINVAL);
+    d[2].n_adjust = 1;
+    assert_int_equal(cuda_plan_draws(d, 3, 10, hd, ha, &na, &err), 0);
+    /* the limits agree with the sampler's contract */
+    assert_int_equal(MFK_SAMPLE_TOP_K, SAMPLER_DRAW_MAX_TOP_K);
+    assert_int_equal(MFK_SAMPLE_ADJUST, SAMPLER_DRAW_MAX_ADJUST);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_att_splits),
         cmocka_unit_test(test_graph_pad),
         cmocka_unit_test(test_lora_groups),
+        cmocka_unit_test(test_draws),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

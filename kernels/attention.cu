@@ -43,10 +43,23 @@
  * One token at a time (decode)
  * ---------------------------------------------------------------------- */
 
-__device__ __forceinline__ float block_max(float v, float *red)
+__device__ __forceinline__ float warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float block_max(float v, float *red)
+{
+    v = warp_max(v);
     __syncthreads();
     if ((threadIdx.x & 31) == 0)
         red[threadIdx.x >> 5] = v;
@@ -59,8 +72,7 @@ __device__ __forceinline__ float block_max(float v, float *red)
 
 __device__ __forceinline__ double block_sum(double v, double *red)
 {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = warp_sum(v);
     __syncthreads();
     if ((threadIdx.x & 31) == 0)
         red[threadIdx.x >> 5] = v;
@@ -103,6 +115,12 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
     __shared__ float redf[NW];
     __shared__ double redd[NW];
     constexpr int EM = (HD > 0 ? HD : ATT_MAX_DIM) / 32; /* value columns per lane, at most */
+    /* A split context's block has a KV block or two per warp and a few warps
+     * per multiprocessor: with HD fixed, each warp issues all the loads of a
+     * KV block's keys (values) at once instead of in latency-bound rounds
+     * (the 16-warp whole-context kernel keeps to two blocks' registers). */
+    constexpr bool DEEP = HD > 0 && PH != 0;
+    constexpr int SCORE_UNROLL = DEEP ? HD / 2 : 16, PV_UNROLL = DEEP ? KVB : 4;
     const int t = list ? list[blockIdx.x] : (int)blockIdx.x, g = blockIdx.y;
     const int hd = HD > 0 ? HD : s.head_dim;
     const int ratio = s.n_head / s.n_head_kv,
@@ -138,7 +156,7 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++)
                     acc[r] = 0.0f;
-#pragma unroll 16
+#pragma unroll SCORE_UNROLL
                 for (int d = half; d < hd; d += 2) {
                     const float kd = Q8 ? kv8_value(k8[(size_t)d * KVB + slot], ksc)
                                         : __half2float(kt[(size_t)d * KVB]);
@@ -157,45 +175,70 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
         }
     }
     __syncthreads();
-    for (int r = 0; r < ratio; r++) {
-        float *sr = sc + (size_t)r * ctx;
-        float m = -INFINITY;
-        double sum = 0.0;
-        if (PH == 2) { /* the context's max and sum from every split's */
-            const float *sm = mx + st0 + (size_t)r * S;
-            const double *sl = ls + st0 + (size_t)r * S;
-            for (int i = 0; i < S; i++)
-                m = fmaxf(m, sm[i]);
-            for (int i = 0; i < S; i++)
-                if (sl[i] > 0.0)
-                    sum += sl[i] * exp((double)sm[i] - (double)m);
-        } else {
+    if (PH == 0) {
+        for (int r = 0; r < ratio; r++) {
+            float *sr = sc + (size_t)r * ctx;
+            float m = -INFINITY;
+            double sum = 0.0;
             for (int j = threadIdx.x; j < jn; j += blockDim.x)
                 m = fmaxf(m, sr[j]);
             m = block_max(m, redf);
-        }
-        if (PH != 2) {
             for (int j = threadIdx.x; j < jn; j += blockDim.x) {
                 const float e = expf(sr[j] - m);
-                if (PH == 0)
-                    sr[j] = e;
+                sr[j] = e;
                 sum += (double)e;
             }
             sum = block_sum(sum, redd);
+            const float inv = (float)(1.0 / sum);
+            for (int j = threadIdx.x; j < jn; j += blockDim.x)
+                sr[j] = __half2float(__float2half_rn(__fmul_rn(sr[j], inv)));
+            __syncthreads();
         }
-        if (PH == 1) {
-            if (threadIdx.x == 0)
-                mx[st0 + (size_t)r * S + split] = m, ls[st0 + (size_t)r * S + split] = sum;
-            continue;
+    } else {
+        /* A split's statistics, a warp per query head and no block barrier
+         * per head. PH 2 combines every split's pair (lanes over the
+         * splits, every thread of the block once rather than each thread
+         * all of them) and keeps each head's max and 1 / sum where the
+         * spent queries were. */
+        float *st = qs;
+        for (int r = warp; r < ratio; r += NW) {
+            float m = -INFINITY;
+            double sum = 0.0;
+            if (PH == 1) {
+                const float *sr = sc + (size_t)r * ctx;
+                for (int j = lane; j < jn; j += 32)
+                    m = fmaxf(m, sr[j]);
+                m = warp_max(m);
+                for (int j = lane; j < jn; j += 32)
+                    sum += (double)expf(sr[j] - m);
+                sum = warp_sum(sum);
+                if (lane == 0)
+                    mx[st0 + (size_t)r * S + split] = m, ls[st0 + (size_t)r * S + split] = sum;
+            } else {
+                const float *sm = mx + st0 + (size_t)r * S;
+                const double *sl = ls + st0 + (size_t)r * S;
+                for (int i = lane; i < S; i += 32)
+                    m = fmaxf(m, sm[i]);
+                m = warp_max(m);
+                for (int i = lane; i < S; i += 32)
+                    if (sl[i] > 0.0)
+                        sum += sl[i] * exp((double)sm[i] - (double)m);
+                sum = warp_sum(sum);
+                if (lane == 0)
+                    st[2 * r] = m, st[2 * r + 1] = (float)(1.0 / sum);
+            }
         }
-        const float inv = (float)(1.0 / sum);
-        for (int j = threadIdx.x; j < jn; j += blockDim.x)
-            sr[j] = __half2float(
-                __float2half_rn(__fmul_rn(PH == 2 ? expf(sr[j] - m) : sr[j], inv)));
+        if (PH == 1)
+            return;
+        __syncthreads();
+        for (int e = threadIdx.x; e < ratio * jn; e += blockDim.x) {
+            const int r = e / jn;
+            float *p = sc + (size_t)r * ctx + e % jn;
+            *p = __half2float(
+                __float2half_rn(__fmul_rn(expf(*p - st[2 * r]), st[2 * r + 1])));
+        }
         __syncthreads();
     }
-    if (PH == 1)
-        return;
     const int E = hd / 32;
     for (int r0 = 0; r0 < ratio; r0 += ATT_MAX_RATIO) {
         float acc[ATT_MAX_RATIO][EM];
@@ -212,19 +255,22 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
             const float *vsc =
                 (const float *)((const int8_t *)kv + (Q8 ? vo + (size_t)KVB * hd : 0));
             const int n = npos - b * KVB < KVB ? npos - b * KVB : KVB;
-#pragma unroll 4
-            for (int sl = 0; sl < n; sl++) {
-                const int j = b * KVB + sl - j0;
+            /* All KVB slots, so that (DEEP) every load is issued before the
+             * first product: slots past n read row n - 1 (written; unwritten
+             * rows may hold NaN, and 0 x NaN is NaN) with weight 0. */
+#pragma unroll PV_UNROLL
+            for (int sl = 0; sl < KVB; sl++) {
+                const int j = b * KVB + sl - j0, row = sl < n ? sl : n - 1;
                 float v[EM];
 #pragma unroll
                 for (int e = 0; e < EM; e++)
                     v[e] = e >= E ? 0.0f
-                           : Q8   ? kv8_value(v8[(size_t)sl * hd + 32 * e], vsc[sl])
-                                  : __half2float(vt[(size_t)sl * hd + 32 * e]);
+                           : Q8   ? kv8_value(v8[(size_t)row * hd + 32 * e], vsc[row])
+                                  : __half2float(vt[(size_t)row * hd + 32 * e]);
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++) {
                     if (r0 + r < ratio) {
-                        const float p = sc[(size_t)(r0 + r) * ctx + j];
+                        const float p = sl < n ? sc[(size_t)(r0 + r) * ctx + j] : 0.0f;
 #pragma unroll
                         for (int e = 0; e < EM; e++)
                             acc[r][e] += p * v[e];

@@ -19,9 +19,9 @@
  *
  * Every element is produced by deq8, which decodes the 8 consecutive
  * elements i..i+7 (i a multiple of 8) of a row; a warp covers 256 elements
- * per step, one K-quant super-block. A GEMV warp owns one output row and
- * serves up to GEMV_NB tokens with each decoded weight, so a decode step
- * reads each weight byte from memory once.
+ * per step, one K-quant super-block. A GEMV warp owns one output row (two
+ * for large Q4_K products) and serves up to GEMV_NB tokens with each
+ * decoded weight, so a decode step reads each weight byte from memory once.
  */
 #include "kernels/kernels.h"
 #include "kernels/internal.cuh"
@@ -40,6 +40,10 @@ extern "C" {
 #define GEMV_NB 8             /* tokens served by one pass over a weight row */
 #define GEMV_WARPS 8          /* rows (warps) per GEMV thread block */
 #define GEMV_SMEM_FLOATS 8192 /* staged activations per GEMV block (32 KiB) */
+/* Q4_K products of this many rows and more take two rows a warp: half the
+ * input reads from L1, which bounded the one-row kernel (ncu: L1 78% busy,
+ * DRAM 41%); smaller ones keep a warp per row, or too few blocks run. */
+#define GEMV_Q4K_PAIRS 8192
 
 /* ------------------------------------------------------------------------
  * Block decoding (8 elements at a time)
@@ -629,80 +633,113 @@ __global__ void k_quant_act(const float *__restrict__ x, int64_t ldx, int64_t ne
     }
 }
 
+/* The scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K super-block
+ * (h: d, dmin and the 12 packed 6-bit scales), a byte each in the low two
+ * bytes of *sc and *mn: q4k_scale_min's bits without its branch. The shift
+ * (16 for odd p) and hi (p >= 2) are fixed per lane in the GEMV, so they
+ * leave its loop. */
+__device__ __forceinline__ void q4k_pair(const uint4 &h, int sh, bool hi, uint32_t *sc,
+                                         uint32_t *mn)
+{
+    const uint32_t u0 = h.y >> sh, u1 = h.z >> sh, u2 = h.w >> sh;
+    *sc = hi ? (u2 & 0x0F0Fu) | ((u0 & 0xC0C0u) >> 2) : u0 & 0x3F3Fu;
+    *mn = hi ? ((u2 >> 4) & 0x0F0Fu) | ((u1 & 0xC0C0u) >> 2) : u1 & 0x3F3Fu;
+}
+
 /* Q4_K weights against the 8-bit activations of k_quant_act: four nibbles
- * of a word meet four activation bytes in one dp4a, and the sub-block's min
- * term uses the same bytes' sum, so a lane spends a few integer
- * instructions per 8 weights instead of decoding them to floats. A lane
- * takes 16 bytes of a super-block's qs (16 elements of sub-block 2p in the
- * low nibbles, 16 of 2p + 1 in the high ones) and the block's 16-byte head
- * (d, dmin, the 12 packed scales) in one load each; 8 lanes cover a
- * super-block, a warp 4 of them a step, and nothing waits on shared memory
- * or a barrier, so every warp has its loads in flight at once. */
-template <int NB>
+ * of a word meet four activation bytes in one dp4a, and the sub-blocks'
+ * mins take xs (xd x the input block's sum), so a lane spends a few
+ * integer instructions per 8 weights instead of decoding them to floats.
+ * A lane takes a 32-byte group p of a super-block's qs (sub-block 2p in the
+ * low nibbles, 2p + 1 in the high ones) and the block's 16-byte head; 4
+ * lanes cover a super-block, a warp 8 of them a step. The instruction count
+ * per byte, not the loads, bounded the previous shape (8 lanes a block, a
+ * branch on p in every scale decode, the mins' sums by dp4a): 255 warp
+ * instructions per 512 bytes, the schedulers 66% busy at 33% of DRAM
+ * (ncu, H200). */
+template <int NB, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_q4k(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
-               const int8_t *__restrict__ xq, const float *__restrict__ xd, int nt, float *y,
-               int64_t ldy, int add)
+               const int8_t *__restrict__ xq, const float *__restrict__ xd,
+               const float *__restrict__ xs, int nt, float *y, int64_t ldy, int add)
 {
-    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
     const int lane = threadIdx.x & 31;
-    if (r >= ne1)
+    if (r0 >= ne1)
         return;
-    const uint8_t *row = w + (uint64_t)r * rb;
-    const int nsb = (int)(ne0 >> 8), p2 = (lane & 7) >> 1, l0 = (lane & 1) * 16;
-    const int64_t nd = ne0 / 32;
+    const uint8_t *row[R]; /* rows past ne1 read the last one and store nothing */
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        row[i] = w + (uint64_t)(r0 + i < ne1 ? r0 + i : ne1 - 1) * rb;
+    const int nsb = (int)(ne0 >> 8), nd = (int)(ne0 >> 5), p = lane & 3, sh = 16 * (p & 1);
+    const bool hi = p >= 2;
+    constexpr int UNROLL = NB * R == 1 ? 4 : NB * R == 2 ? 2 : 1; /* loads in flight, registers */
     for (int t0 = 0; t0 < nt; t0 += NB) {
         const int nc = nt - t0 < NB ? nt - t0 : NB;
-        float acc[NB];
+        float acc[R][NB];
 #pragma unroll
-        for (int cc = 0; cc < NB; cc++)
-            acc[cc] = 0.0f;
-#pragma unroll 4
-        for (int sb = lane >> 3; sb < nsb; sb += 4) {
-            const uint8_t *b = row + (size_t)sb * 144;
-            const uint4 hd = __ldg(reinterpret_cast<const uint4 *>(b));
-            const uint4 q = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 32 * p2 + l0));
-            int sc[2], mn[2];
+        for (int i = 0; i < R; i++)
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                q4k_scale_min(hd, 2 * p2 + h, &sc[h], &mn[h]);
-            const float d = h2f((uint16_t)(hd.x & 0xFFFF)), dm = h2f((uint16_t)(hd.x >> 16));
-            const float dlo = d * (float)sc[0], mlo = dm * (float)mn[0];
-            const float dhi = d * (float)sc[1], mhi = dm * (float)mn[1];
-            const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-            const int elo = sb * 256 + 64 * p2 + l0, ehi = elo + 32;
+            for (int cc = 0; cc < NB; cc++)
+                acc[i][cc] = 0.0f;
+#pragma unroll UNROLL
+        for (int sb = lane >> 2; sb < nsb; sb += 8) {
+            uint32_t qw[R][8];
+            float dlo[R], dhi[R], mlo[R], mhi[R];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const uint8_t *b = row[i] + 144 * sb;
+                const uint4 hd = __ldg(reinterpret_cast<const uint4 *>(b));
+                const uint4 q0 = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 32 * p));
+                const uint4 q1 = __ldg(reinterpret_cast<const uint4 *>(b + 32 + 32 * p));
+                uint32_t sc, mn;
+                q4k_pair(hd, sh, hi, &sc, &mn);
+                const float d = h2f((uint16_t)(hd.x & 0xFFFF)), dm = h2f((uint16_t)(hd.x >> 16));
+                dlo[i] = d * (float)(sc & 0xFF), dhi[i] = d * (float)(sc >> 8);
+                mlo[i] = dm * (float)(mn & 0xFF), mhi[i] = dm * (float)(mn >> 8);
+                qw[i][0] = q0.x, qw[i][1] = q0.y, qw[i][2] = q0.z, qw[i][3] = q0.w;
+                qw[i][4] = q1.x, qw[i][5] = q1.y, qw[i][6] = q1.z, qw[i][7] = q1.w;
+            }
+            const int e = 256 * sb + 64 * p, blk = 8 * sb + 2 * p;
 #pragma unroll
             for (int cc = 0; cc < NB; cc++) {
                 if (cc < nc) {
-                    const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0;
-                    const int4 xl4 = __ldg(reinterpret_cast<const int4 *>(xt + elo));
-                    const int4 xh4 = __ldg(reinterpret_cast<const int4 *>(xt + ehi));
-                    const int xl[4] = {xl4.x, xl4.y, xl4.z, xl4.w};
-                    const int xh[4] = {xh4.x, xh4.y, xh4.z, xh4.w};
-                    int slo = 0, shi = 0, xlo = 0, xhi = 0;
+                    const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0 + e;
+                    const int4 xa = __ldg(reinterpret_cast<const int4 *>(xt));
+                    const int4 xb = __ldg(reinterpret_cast<const int4 *>(xt + 16));
+                    const int4 xc = __ldg(reinterpret_cast<const int4 *>(xt + 32));
+                    const int4 xe = __ldg(reinterpret_cast<const int4 *>(xt + 48));
+                    const int xl[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+                    const int xh[8] = {xc.x, xc.y, xc.z, xc.w, xe.x, xe.y, xe.z, xe.w};
+                    const int64_t o = (int64_t)(t0 + cc) * nd + blk; /* even: 8-byte aligned */
+                    const float2 xdp = __ldg(reinterpret_cast<const float2 *>(xd + o));
+                    const float2 xsp = __ldg(reinterpret_cast<const float2 *>(xs + o));
 #pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        slo = __dp4a((int)(qw[k] & 0x0F0F0F0Fu), xl[k], slo);
-                        shi = __dp4a((int)((qw[k] >> 4) & 0x0F0F0F0Fu), xh[k], shi);
-                        xlo = __dp4a(0x01010101, xl[k], xlo);
-                        xhi = __dp4a(0x01010101, xh[k], xhi);
+                    for (int i = 0; i < R; i++) {
+                        int slo = 0, shi = 0;
+#pragma unroll
+                        for (int k = 0; k < 8; k++) {
+                            slo = __dp4a((int)(qw[i][k] & 0x0F0F0F0Fu), xl[k], slo);
+                            shi = __dp4a((int)((qw[i][k] >> 4) & 0x0F0F0F0Fu), xh[k], shi);
+                        }
+                        acc[i][cc] += xdp.x * dlo[i] * (float)slo + xdp.y * dhi[i] * (float)shi -
+                                      (mlo[i] * xsp.x + mhi[i] * xsp.y);
                     }
-                    const float *dt = xd + (int64_t)(t0 + cc) * nd;
-                    acc[cc] += __ldg(dt + elo / 32) * (dlo * (float)slo - mlo * (float)xlo) +
-                               __ldg(dt + ehi / 32) * (dhi * (float)shi - mhi * (float)xhi);
                 }
             }
         }
 #pragma unroll
-        for (int cc = 0; cc < NB; cc++) {
-            float sum = acc[cc];
-            for (int o = 16; o > 0; o >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (lane == 0 && cc < nc) {
-                float *out = y + (int64_t)(t0 + cc) * ldy + r;
-                *out = add ? *out + sum : sum;
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int cc = 0; cc < NB; cc++) {
+                float sum = acc[i][cc];
+                for (int o = 16; o > 0; o >>= 1)
+                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                if (lane == 0 && cc < nc && r0 + i < ne1) {
+                    float *out = y + (int64_t)(t0 + cc) * ldy + r0 + i;
+                    *out = add ? *out + sum : sum;
+                }
             }
-        }
     }
 }
 
@@ -791,12 +828,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * the integer kernel, NB tokens per pass over the weights. */
 template <int TY, int NB>
 static void gemv_int_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w,
-                            const int8_t *xq, const float *xd, int nt, float *y, int64_t ldy,
-                            int add)
+                            const int8_t *xq, const float *xd, const float *xs, int nt, float *y,
+                            int64_t ldy, int add)
 {
-    if (TY == GGML_TYPE_Q4_K)
-        k_gemv_q4k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes,
-                                                         w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
+    if (TY == GGML_TYPE_Q4_K && w->ne1 >= GEMV_Q4K_PAIRS) /* x read once for two rows */
+        k_gemv_q4k<NB, 2><<<dim3((grid.x + 1) / 2), GEMV_WARPS * 32, 0, st>>>(
+            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add);
+    else if (TY == GGML_TYPE_Q4_K)
+        k_gemv_q4k<NB, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(
+            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add);
     else
         k_gemv_q6k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes,
                                                          w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
@@ -815,13 +855,13 @@ static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float
         mfk_mmq_q4k(st, w, xq, xd, xs, nt, y, ldy, add);
     } else if (TY == GGML_TYPE_Q4_K || TY == GGML_TYPE_Q6_K) {
         if (nt == 1)
-            gemv_int_launch<TY, 1>(st, grid, w, xq, xd, nt, y, ldy, add);
+            gemv_int_launch<TY, 1>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
         else if (nt == 2)
-            gemv_int_launch<TY, 2>(st, grid, w, xq, xd, nt, y, ldy, add);
+            gemv_int_launch<TY, 2>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
         else if (nt <= 4)
-            gemv_int_launch<TY, 4>(st, grid, w, xq, xd, nt, y, ldy, add);
+            gemv_int_launch<TY, 4>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
         else
-            gemv_int_launch<TY, GEMV_NB>(st, grid, w, xq, xd, nt, y, ldy, add);
+            gemv_int_launch<TY, GEMV_NB>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
     } else if (nt == 1) {
         k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
                                                         y, ldy, add);

@@ -40,9 +40,10 @@ extern "C" {
 #define GEMV_NB 8             /* tokens served by one pass over a weight row */
 #define GEMV_WARPS 8          /* rows (warps) per GEMV thread block */
 #define GEMV_SMEM_FLOATS 8192 /* staged activations per GEMV block (32 KiB) */
-/* Q4_K products of this many rows and more take two rows a warp: half the
- * input reads from L1, which bounded the one-row kernel (ncu: L1 78% busy,
- * DRAM 41%); smaller ones keep a warp per row, or too few blocks run. */
+/* Q4_K and Q6_K products of this many rows and more take two rows a warp:
+ * half the input reads from L1, which bounded the one-row kernel (ncu: L1
+ * 78% busy, DRAM 41%); smaller ones keep a warp per row, or too few blocks
+ * run (4096 rows in pairs: 268 against 281 tokens/s, H200 Q4_K_M batch 1). */
 #define GEMV_Q4K_PAIRS 8192
 
 /* ------------------------------------------------------------------------
@@ -743,52 +744,78 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* 16 bytes at a 2-byte aligned address as four words: five aligned 4-byte
+ * loads and funnel shifts, not eight 2-byte loads (Q6_K super-blocks are
+ * 210 bytes). Reads up to 2 bytes before p and 4 past the 16 bytes; the
+ * callers' ranges leave room inside the weight. */
+__device__ __forceinline__ void ld16x4(const uint8_t *p, uint32_t v[4])
+{
+    const uint32_t *a = reinterpret_cast<const uint32_t *>((uintptr_t)p & ~(uintptr_t)3);
+    const unsigned sh = ((unsigned)(uintptr_t)p & 2u) * 8u;
+    uint32_t w[5];
+#pragma unroll
+    for (int k = 0; k < 5; k++)
+        w[k] = __ldg(a + k);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        v[k] = __funnelshift_r(w[k], w[k + 1], sh);
+}
+
 /* Q6_K weights against the same 8-bit activations: a lane takes 16
  * consecutive l of one half c and quarter pair (kp, kp + 2) of a super-block,
  * which share their ql bytes (low / high nibbles) and qh bytes (bits 2kp and
  * 2kp + 4); q - 32 is formed per byte (__vsub4) and meets four activation
  * bytes in one dp4a; each 16 elements have one int8 scale. 8 lanes cover a
- * super-block, a warp 4 of them a step. Super-blocks are 210 bytes, so the
- * weights are read 2 bytes at a time. */
-template <int NB>
+ * super-block, a warp 4 of them a step, R rows at once (the input read once
+ * for them). */
+template <int NB, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_q6k(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
                const int8_t *__restrict__ xq, const float *__restrict__ xd, int nt, float *y,
                int64_t ldy, int add)
 {
-    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
     const int lane = threadIdx.x & 31;
-    if (r >= ne1)
+    if (r0 >= ne1)
         return;
-    const uint8_t *row = w + (uint64_t)r * rb;
+    const uint8_t *row[R]; /* rows past ne1 read the last one and store nothing */
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        row[i] = w + (uint64_t)(r0 + i < ne1 ? r0 + i : ne1 - 1) * rb;
     const int nsb = (int)(ne0 >> 8);
     const int64_t nd = ne0 / 32;
     const int j = lane & 7, c = j >> 2, kp = (j >> 1) & 1, l0 = (j & 1) * 16;
+    constexpr int UNROLL = NB * R == 1 ? 4 : 1; /* loads in flight, registers */
     for (int t0 = 0; t0 < nt; t0 += NB) {
         const int nc = nt - t0 < NB ? nt - t0 : NB;
-        float acc[NB];
+        float acc[R][NB];
 #pragma unroll
-        for (int cc = 0; cc < NB; cc++)
-            acc[cc] = 0.0f;
-#pragma unroll 4
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int cc = 0; cc < NB; cc++)
+                acc[i][cc] = 0.0f;
+#pragma unroll UNROLL
         for (int sb = lane >> 3; sb < nsb; sb += 4) {
-            const uint8_t *b = row + (size_t)sb * 210;
-            const uint8_t *ql = b + 64 * c + 32 * kp + l0, *qh = b + 128 + 32 * c + l0;
-            const float d = h2f(ld16(b + 208));
-            const float dlo = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * kp];
-            const float dhi = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * (kp + 2)];
-            int qlo[4], qhi[4];
+            int qlo[R][4], qhi[R][4];
+            float dlo[R], dhi[R];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const uint32_t lw =
-                    (uint32_t)ld16(ql + 4 * k) | ((uint32_t)ld16(ql + 4 * k + 2) << 16);
-                const uint32_t hw =
-                    (uint32_t)ld16(qh + 4 * k) | ((uint32_t)ld16(qh + 4 * k + 2) << 16);
-                const uint32_t lo = (lw & 0x0F0F0F0Fu) | (((hw >> (2 * kp)) & 0x03030303u) << 4);
-                const uint32_t hi =
-                    ((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * kp + 4)) & 0x03030303u) << 4);
-                qlo[k] = (int)__vsub4(lo, 0x20202020u);
-                qhi[k] = (int)__vsub4(hi, 0x20202020u);
+            for (int i = 0; i < R; i++) {
+                const uint8_t *b = row[i] + (size_t)sb * 210;
+                const float d = h2f(ld16(b + 208));
+                dlo[i] = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * kp];
+                dhi[i] = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * (kp + 2)];
+                uint32_t lw[4], hw[4];
+                ld16x4(b + 64 * c + 32 * kp + l0, lw);
+                ld16x4(b + 128 + 32 * c + l0, hw);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const uint32_t lo =
+                        (lw[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * kp)) & 0x03030303u) << 4);
+                    const uint32_t hi = ((lw[k] >> 4) & 0x0F0F0F0Fu) |
+                                        (((hw[k] >> (2 * kp + 4)) & 0x03030303u) << 4);
+                    qlo[i][k] = (int)__vsub4(lo, 0x20202020u);
+                    qhi[i][k] = (int)__vsub4(hi, 0x20202020u);
+                }
             }
             const int elo = sb * 256 + 128 * c + 32 * kp + l0, ehi = elo + 64;
 #pragma unroll
@@ -799,28 +826,33 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                     const int4 xh4 = __ldg(reinterpret_cast<const int4 *>(xt + ehi));
                     const int xl[4] = {xl4.x, xl4.y, xl4.z, xl4.w};
                     const int xh[4] = {xh4.x, xh4.y, xh4.z, xh4.w};
-                    int slo = 0, shi = 0;
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        slo = __dp4a(qlo[k], xl[k], slo);
-                        shi = __dp4a(qhi[k], xh[k], shi);
-                    }
                     const float *dt = xd + (int64_t)(t0 + cc) * nd;
-                    acc[cc] += __ldg(dt + elo / 32) * dlo * (float)slo +
-                               __ldg(dt + ehi / 32) * dhi * (float)shi;
+                    const float xdl = __ldg(dt + elo / 32), xdh = __ldg(dt + ehi / 32);
+#pragma unroll
+                    for (int i = 0; i < R; i++) {
+                        int slo = 0, shi = 0;
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            slo = __dp4a(qlo[i][k], xl[k], slo);
+                            shi = __dp4a(qhi[i][k], xh[k], shi);
+                        }
+                        acc[i][cc] += xdl * dlo[i] * (float)slo + xdh * dhi[i] * (float)shi;
+                    }
                 }
             }
         }
 #pragma unroll
-        for (int cc = 0; cc < NB; cc++) {
-            float sum = acc[cc];
-            for (int o = 16; o > 0; o >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (lane == 0 && cc < nc) {
-                float *out = y + (int64_t)(t0 + cc) * ldy + r;
-                *out = add ? *out + sum : sum;
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int cc = 0; cc < NB; cc++) {
+                float sum = acc[i][cc];
+                for (int o = 16; o > 0; o >>= 1)
+                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                if (lane == 0 && cc < nc && r0 + i < ne1) {
+                    float *out = y + (int64_t)(t0 + cc) * ldy + r0 + i;
+                    *out = add ? *out + sum : sum;
+                }
             }
-        }
     }
 }
 
@@ -837,9 +869,12 @@ static void gemv_int_launch(cudaStream_t st, dim3 grid, const struct mfk_weight 
     else if (TY == GGML_TYPE_Q4_K)
         k_gemv_q4k<NB, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(
             (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add);
+    else if (w->ne1 >= GEMV_Q4K_PAIRS)
+        k_gemv_q6k<NB, 2><<<dim3((grid.x + 1) / 2), GEMV_WARPS * 32, 0, st>>>(
+            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
     else
-        k_gemv_q6k<NB><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes,
-                                                         w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
+        k_gemv_q6k<NB, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(
+            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
 }
 
 /* One product; xq/xd: the input already quantized (k_quant_act), which

@@ -142,12 +142,23 @@ int mfk_round_half(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t nt, i
 int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const int32_t *ids, int32_t n,
               float *x, int64_t ldx, struct mf_err *err);
 
+/* An input's 8-bit form, as mfk_gemv_n makes it for Q4_K and Q6_K weights
+ * (8 bits per 32 elements, d = max|x| / 127, q = rint(x / d)): q[t][n]
+ * (16-byte aligned), d[t][n / 32] and s[t][n / 32] = d x the block's sum of
+ * q. The kernel that makes an input can write it too (mfk_rmsnorm,
+ * mfk_swiglu: the same bytes), so the products skip a launch. */
+struct mfk_q8 {
+    int8_t *q;
+    float *d, *s;
+};
+
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * g for t < rows (sum of squares
  * in double, as the CPU backend). With res non-NULL, first x[t] += res[t]
- * (written back: the fused residual add). */
+ * (written back: the fused residual add). q8 non-NULL: y's 8-bit form too
+ * (n a multiple of 256). */
 int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int64_t ldr,
                 const float *g, float *y, int64_t ldy, int32_t rows, int64_t n, float eps,
-                struct mf_err *err);
+                const struct mfk_q8 *q8, struct mf_err *err);
 
 /* y[t][r] (+)= dot(w row r, x[t]) for r < w->ne1, t < nt: the weight
  * bytes are read from memory once per 8 tokens (once per step in decode);
@@ -167,10 +178,10 @@ int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int6
 
 /* mfk_gemv for n weights of the same input width (q, k and v; gate and
  * up): y[i] (+)= w[i] x, with the input quantized once for every Q4_K and
- * Q6_K weight among them. */
+ * Q6_K weight among them, or, xq8 non-NULL, x's 8-bit form already there. */
 int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, const float *x,
                int64_t ldx, int32_t nt, float *const *y, const int64_t *ldy, int add,
-               struct mf_err *err);
+               const struct mfk_q8 *xq8, struct mf_err *err);
 
 /* ---- tensor-core products (kernels/gemm.cu, cuBLAS loaded on first use) -- */
 
@@ -247,9 +258,10 @@ int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
 /* Largest context mfk_attention takes for this shape. */
 int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);
 
-/* g[i] = g[i] / (1 + e^-g[i]) * u[i] over rows x n (rows ld apart). */
+/* g[i] = g[i] / (1 + e^-g[i]) * u[i] over rows x n (rows ld apart); q8
+ * non-NULL: the result's 8-bit form too (n a multiple of 256). */
 int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t rows, int64_t n,
-               struct mf_err *err);
+               const struct mfk_q8 *q8, struct mf_err *err);
 
 /* dst[j] = src[rows[j]] (n_cols floats each), j < n. */
 int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows, int32_t n,

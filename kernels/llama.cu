@@ -423,6 +423,61 @@ extern "C" int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const in
 }
 
 /* ------------------------------------------------------------------------
+ * 8-bit inputs (struct mfk_q8) written by the kernel that makes the input
+ * ---------------------------------------------------------------------- */
+
+/* Elements 4i..4i+3 of a row into its 8-bit form, by the 8 lanes that hold
+ * a 32-element block (i & 7: the lane's place in it), with k_quant_act's
+ * arithmetic, so the GEMV sees the same bytes either way. Every lane of
+ * the warp calls it. */
+__device__ __forceinline__ void q8_store4(float4 v, int64_t i, int8_t *q, float *d, float *s)
+{
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int o = 1; o < 8; o <<= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dd = __fdiv_rn(amax, 127.0f);
+    int a = 0, b = 0, c = 0, e = 0;
+    if (amax > 0.0f) {
+        a = (int)rintf(__fdiv_rn(v.x, dd)), b = (int)rintf(__fdiv_rn(v.y, dd));
+        c = (int)rintf(__fdiv_rn(v.z, dd)), e = (int)rintf(__fdiv_rn(v.w, dd));
+    }
+    int qs = a + b + c + e;
+    for (int o = 1; o < 8; o <<= 1)
+        qs += __shfl_xor_sync(0xffffffffu, qs, o);
+    *reinterpret_cast<char4 *>(q + 4 * i) =
+        make_char4((signed char)a, (signed char)b, (signed char)c, (signed char)e);
+    if ((i & 7) == 0)
+        d[i >> 3] = dd, s[i >> 3] = dd * (float)qs;
+}
+
+/* The same for element i of a row, a lane per element of the block. */
+__device__ __forceinline__ void q8_store1(float v, int64_t i, int8_t *q, float *d, float *s)
+{
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dd = __fdiv_rn(amax, 127.0f);
+    const int a = amax > 0.0f ? (int)rintf(__fdiv_rn(v, dd)) : 0;
+    int qs = a;
+    for (int o = 16; o > 0; o >>= 1)
+        qs += __shfl_xor_sync(0xffffffffu, qs, o);
+    q[i] = (int8_t)a;
+    if ((i & 31) == 0)
+        d[i >> 5] = dd, s[i >> 5] = dd * (float)qs;
+}
+
+static int q8_check(const struct mfk_q8 *q8, int64_t n, const char *what, struct mf_err *err)
+{
+    if (q8 && (n % 256 || !q8->q || !q8->d || !q8->s || ((uintptr_t)q8->q & 15) ||
+               ((uintptr_t)q8->d & 7) || ((uintptr_t)q8->s & 7)))
+        return mf_err_set(err, MF_EINVAL,
+                          "CUDA %s: an 8-bit copy needs rows of a multiple of 256 and aligned "
+                          "buffers (got %lld elements)",
+                          what, (long long)n);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
  * RMSNorm
  * ---------------------------------------------------------------------- */
 
@@ -435,8 +490,11 @@ extern "C" int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const in
  * reread from memory for the part past that. */
 __global__ void __launch_bounds__(NORM_THREADS)
     k_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *g, float *y,
-              int64_t ldy, int64_t n, float eps)
+              int64_t ldy, int64_t n, float eps, struct mfk_q8 q8)
 {
+    const int64_t nb = (int64_t)blockIdx.x * (n / 32); /* this row's first 32-element block */
+    int8_t *qq = q8.q ? q8.q + nb * 32 : nullptr;
+    float *qd = q8.q ? q8.d + nb : nullptr, *qs = q8.q ? q8.s + nb : nullptr;
     __shared__ double part[NORM_THREADS / 32];
     float4 *xr = reinterpret_cast<float4 *>(x + (int64_t)blockIdx.x * ldx);
     const float4 *rr =
@@ -490,31 +548,40 @@ __global__ void __launch_bounds__(NORM_THREADS)
 #pragma unroll
     for (int k = 0; k < NORM_VEC; k++) {
         const int64_t i = threadIdx.x + (int64_t)k * NORM_THREADS;
-        if (i < n4) {
+        if (i < n4) { /* warp-uniform when there is an 8-bit copy (n % 256 == 0) */
             const float4 v = keep[k], w = g4[i];
-            yr[i] = make_float4(
+            const float4 o = make_float4(
                 __fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
                 __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
+            yr[i] = o;
+            if (qq)
+                q8_store4(o, i, qq, qd, qs);
         }
     }
     for (int64_t i = threadIdx.x + (int64_t)NORM_VEC * NORM_THREADS; i < n4; i += NORM_THREADS) {
         const float4 v = xr[i], w = g4[i];
-        yr[i] = make_float4(
+        const float4 o = make_float4(
             __fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
             __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
+        yr[i] = o;
+        if (qq)
+            q8_store4(o, i, qq, qd, qs);
     }
 }
 
 extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int64_t ldr,
                            const float *g, float *y, int64_t ldy, int32_t rows, int64_t n,
-                           float eps, struct mf_err *err)
+                           float eps, const struct mfk_q8 *q8, struct mf_err *err)
 {
     if (rows <= 0)
         return 0;
+    if (int rc = q8_check(q8, n, "rmsnorm", err))
+        return rc;
     if ((n & 3) || (ldx & 3) || (ldy & 3) || (res && (ldr & 3)) || ((uintptr_t)x & 15) ||
         ((uintptr_t)y & 15) || ((uintptr_t)g & 15) || ((uintptr_t)res & 15))
         return mf_err_set(err, MF_EINVAL, "CUDA rmsnorm: rows must be 16-byte aligned float4s");
-    k_rmsnorm<<<rows, NORM_THREADS, 0, mfk_stream(c)>>>(x, ldx, res, ldr, g, y, ldy, n, eps);
+    k_rmsnorm<<<rows, NORM_THREADS, 0, mfk_stream(c)>>>(x, ldx, res, ldr, g, y, ldy, n, eps,
+                                                        q8 ? *q8 : mfk_q8{});
     return mfk_launched("rmsnorm", err);
 }
 
@@ -914,7 +981,8 @@ static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float
 
 extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w,
                           const float *x, int64_t ldx, int32_t nt, float *const *y,
-                          const int64_t *ldy, int add, struct mf_err *err)
+                          const int64_t *ldy, int add, const struct mfk_q8 *xq8,
+                          struct mf_err *err)
 {
     int rc = 0, q8 = 0;
     for (int i = 0; !rc && i < n; i++) {
@@ -931,7 +999,11 @@ extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
     const int64_t ne0 = w[0]->ne0;
     int8_t *xq = nullptr;
     float *xd = nullptr, *xs = nullptr;
-    if (q8) { /* the input quantized once for all the products */
+    if (q8 && xq8) { /* the kernel that made x wrote its 8-bit copy too */
+        if ((rc = q8_check(xq8, ne0, "gemv", err)))
+            return rc;
+        xq = xq8->q, xd = xq8->d, xs = xq8->s;
+    } else if (q8) { /* the input quantized once for all the products */
         const size_t nq = (size_t)nt * (size_t)ne0, nd = (size_t)nt * (size_t)(ne0 / 32);
         void *buf = nullptr;
         if ((rc = mfk_scratch(c, nq + 2 * nd * sizeof(float), &buf, err)))
@@ -951,7 +1023,7 @@ extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
 extern "C" int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
                         int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err)
 {
-    return mfk_gemv_n(c, 1, &w, x, ldx, nt, &y, &ldy, add, err);
+    return mfk_gemv_n(c, 1, &w, x, ldx, nt, &y, &ldy, add, NULL, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -1047,25 +1119,34 @@ extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, i
  * SwiGLU, gather, argmax
  * ---------------------------------------------------------------------- */
 
-__global__ void k_swiglu(float *g, const float *u, int64_t ld, int64_t n)
+__global__ void k_swiglu(float *g, const float *u, int64_t ld, int64_t n, struct mfk_q8 q8)
 {
     float *gr = g + (int64_t)blockIdx.y * ld;
     const float *ur = u + (int64_t)blockIdx.y * ld;
+    const int64_t nb = (int64_t)blockIdx.y * (n / 32); /* this row's first 32-element block */
+    int8_t *qq = q8.q ? q8.q + nb * 32 : nullptr;
+    float *qd = q8.q ? q8.d + nb : nullptr, *qs = q8.q ? q8.s + nb : nullptr;
+    /* the loop is warp-uniform when there is an 8-bit copy (n % 256 == 0) */
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float x = gr[i];
-        gr[i] = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), ur[i]);
+        const float o = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), ur[i]);
+        gr[i] = o;
+        if (qq)
+            q8_store1(o, i, qq, qd, qs);
     }
 }
 
 extern "C" int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t rows,
-                          int64_t n, struct mf_err *err)
+                          int64_t n, const struct mfk_q8 *q8, struct mf_err *err)
 {
     if (rows <= 0)
         return 0;
+    if (int rc = q8_check(q8, n, "swiglu", err))
+        return rc;
     unsigned bx = (unsigned)((n + 255) / 256);
     dim3 grid(bx > 64 ? 64 : bx, (unsigned)rows);
-    k_swiglu<<<grid, 256, 0, mfk_stream(c)>>>(g, u, ld, n);
+    k_swiglu<<<grid, 256, 0, mfk_stream(c)>>>(g, u, ld, n, q8 ? *q8 : mfk_q8{});
     return mfk_launched("swiglu", err);
 }
 

@@ -82,6 +82,7 @@ struct cuda_backend {
     int32_t gemm_min;
     void *gscratch;              /* device: mfk_gemm's scratch */
     size_t gscratch_bytes;
+    struct mfk_q8 q8;            /* device: the 8-bit input of small steps' K-quant products */
     struct cuda_lora_set lora;   /* the model's adapters (cuda_lora.c) */
     float *lora_tmp;             /* device: max_tokens x rank_max (shrink results) */
     float *lora_xg, *lora_yg;    /* device: LORA_CHUNK rows of in_max / out_max (groups) */
@@ -211,12 +212,39 @@ static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
         off[i] = total;
         total += (n[i] * 4 + CUDA_PLAN_ALIGN - 1) / CUDA_PLAN_ALIGN * CUDA_PLAN_ALIGN;
     }
+    /* cb->q8: up to CUDA_PLAN_MMQ_MAX rows of the widest product input */
+    size_t wide = (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd);
+    size_t q8n = (T < CUDA_PLAN_MMQ_MAX ? T : CUDA_PLAN_MMQ_MAX) * wide;
+    size_t q8off = total, q8bytes = q8n + 2 * (q8n / 32) * sizeof(float);
+    total += (q8bytes + CUDA_PLAN_ALIGN - 1) / CUDA_PLAN_ALIGN * CUDA_PLAN_ALIGN;
     rc = mfk_malloc(cb->ctx, total, (void **)&base, err);
     if (rc)
         return rc;
     for (int i = 0; i < 11; i++)
         *dst[i] = (float *)(void *)(base + off[i]);
+    cb->q8.q = (int8_t *)(base + q8off);
+    cb->q8.d = (float *)(void *)(base + q8off + (q8n + 15) / 16 * 16);
+    cb->q8.s = cb->q8.d + q8n / 32;
     return 0;
+}
+
+/* &cb->q8 when the kernel making the input of these products should write
+ * its 8-bit form too: a step of at most CUDA_PLAN_MMQ_MAX tokens, a row
+ * width that takes it, and one of the weights a Q4_K or Q6_K product that
+ * stays off the tensor-core GEMM (the one that reads the 8-bit form);
+ * else NULL, and the products quantize for themselves if they must. */
+static const struct mfk_q8 *q8_for(const struct cuda_backend *cb, int n,
+                                   const struct mfk_weight *const *w, int32_t T)
+{
+    if (T > CUDA_PLAN_MMQ_MAX || T > cb->cfg.max_tokens || w[0]->ne0 % 256)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        enum ggml_type t = (enum ggml_type)w[i]->type;
+        int32_t from = cuda_plan_gemm_from(t, cb->gemm_min, cb->mmq);
+        if ((t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) && !(from > 0 && T >= from))
+            return &cb->q8;
+    }
+    return NULL;
 }
 
 /* What LoRA steps need besides the pairs: the per-step row lists (host
@@ -288,7 +316,8 @@ static int setup_gemm(struct cuda_backend *cb, struct mf_err *err)
  * step's adapters of each model target (cb->lrun, cuda_lora.c). */
 static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
                     const struct mfk_weight *const *w, const float *x, int64_t ldx, int32_t T,
-                    float *const *y, const int64_t *ldy, int add, struct mf_err *err)
+                    float *const *y, const int64_t *ldy, int add, const struct mfk_q8 *xq8,
+                    struct mf_err *err)
 {
     const struct mfk_weight *gw[3], *tw[3];
     float *gy[3], *ty[3];
@@ -305,7 +334,7 @@ static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
         rc = mfk_gemm_n(cb->ctx, nt, tw, x, ldx, T, ty, tld, add, cb->gscratch,
                         cb->gscratch_bytes, err);
     if (!rc && ng)
-        rc = mfk_gemv_n(cb->ctx, ng, gw, x, ldx, T, gy, gld, add, err);
+        rc = mfk_gemv_n(cb->ctx, ng, gw, x, ldx, T, gy, gld, add, xq8, err);
     for (int i = 0; !rc && cb->lrun.n_rows && i < n; i++)
         rc = cuda_lora_apply(&cb->lora, &cb->lrun, target[i], x, ldx, y[i], ldy[i], err);
     return rc;
@@ -313,9 +342,9 @@ static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
 
 static int matmul(struct cuda_backend *cb, int32_t target, const struct mfk_weight *w,
                   const float *x, int64_t ldx, int32_t T, float *y, int64_t ldy, int add,
-                  struct mf_err *err)
+                  const struct mfk_q8 *xq8, struct mf_err *err)
 {
-    return matmul_n(cb, 1, &target, &w, x, ldx, T, &y, &ldy, add, err);
+    return matmul_n(cb, 1, &target, &w, x, ldx, T, &y, &ldy, add, xq8, err);
 }
 
 static int cuda_create(const struct model *m, const struct backend_config *cfg,
@@ -479,13 +508,16 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     int rc;
 
 #define D32(field) (d32 + p->field / 4)
-    rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->attn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
-    if (!rc) {
+    {
         const int32_t tg[3] = {tb + MODEL_W_Q, tb + MODEL_W_K, tb + MODEL_W_V};
         const struct mfk_weight *w[3] = {&L->w[MODEL_W_Q], &L->w[MODEL_W_K], &L->w[MODEL_W_V]};
         float *y[3] = {cb->q, cb->k, cb->v};
         const int64_t ld[3] = {qd, kvd, kvd};
-        rc = matmul_n(cb, 3, tg, w, cb->xb, xbw, T, y, ld, 0, err);
+        const struct mfk_q8 *q8 = q8_for(cb, 3, w, T);
+        rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->attn_norm, cb->xb, xbw, T, E, hp->rms_eps, q8,
+                         err);
+        if (!rc)
+            rc = matmul_n(cb, 3, tg, w, cb->xb, xbw, T, y, ld, 0, q8, err);
     }
     if (!rc)
         rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
@@ -499,20 +531,26 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
                            D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd,
                            err);
     if (!rc)
-        rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, err);
-    if (!rc)
-        rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->ffn_norm, cb->xb, xbw, T, E, hp->rms_eps, err);
+        rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, NULL,
+                    err);
     if (!rc) {
         const int32_t tg[2] = {tb + MODEL_W_GATE, tb + MODEL_W_UP};
         const struct mfk_weight *w[2] = {&L->w[MODEL_W_GATE], &L->w[MODEL_W_UP]};
         float *y[2] = {cb->hg, cb->hu};
         const int64_t ld[2] = {F, F};
-        rc = matmul_n(cb, 2, tg, w, cb->xb, xbw, T, y, ld, 0, err);
+        const struct mfk_q8 *q8 = q8_for(cb, 2, w, T);
+        rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->ffn_norm, cb->xb, xbw, T, E, hp->rms_eps, q8,
+                         err);
+        if (!rc)
+            rc = matmul_n(cb, 2, tg, w, cb->xb, xbw, T, y, ld, 0, q8, err);
     }
-    if (!rc)
-        rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, err);
-    if (!rc)
-        rc = matmul(cb, tb + MODEL_W_DOWN, &L->w[MODEL_W_DOWN], cb->hg, F, T, cb->x, E, 1, err);
+    if (!rc) {
+        const struct mfk_weight *w = &L->w[MODEL_W_DOWN];
+        const struct mfk_q8 *q8 = q8_for(cb, 1, &w, T);
+        rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, q8, err);
+        if (!rc)
+            rc = matmul(cb, tb + MODEL_W_DOWN, w, cb->hg, F, T, cb->x, E, 1, q8, err);
+    }
 #undef D32
     return rc;
 }
@@ -587,14 +625,16 @@ static int run_body(struct cuda_backend *cb, const struct batch *bt,
         return rc;
     rc = mfk_gather(cb->ctx, cb->x, E, (const int32_t *)(void *)(cb->dstep + p->out_rows),
                     p->n_out, cb->out_x, E, E, err);
+    const struct mfk_weight *ow = &cb->output;
+    const struct mfk_q8 *q8 = q8_for(cb, 1, &ow, p->n_out);
     if (!rc)
         rc = mfk_rmsnorm(cb->ctx, cb->out_x, E, NULL, 0, cb->out_norm, cb->xb, xbw, p->n_out, E,
-                         hp->rms_eps, err);
+                         hp->rms_eps, q8, err);
     if (!rc)
         rc = lora_rows(cb, bt, 1, err); /* the output's rows: one per logits row */
     if (!rc)
-        rc = matmul(cb, hp->n_layer * MODEL_W_PER_LAYER, &cb->output, cb->xb, xbw, p->n_out,
-                    cb->logits, hp->n_vocab, 0, err);
+        rc = matmul(cb, hp->n_layer * MODEL_W_PER_LAYER, ow, cb->xb, xbw, p->n_out, cb->logits,
+                    hp->n_vocab, 0, q8, err);
     return rc;
 }
 

@@ -346,7 +346,7 @@ static void test_norm_swiglu(int64_t n)
         h2d(dr, r, rows * ld * 4);
         h2d(dg, g, n * 4);
         poison(dy, rows * ld * 4);
-        CK(mfk_rmsnorm(ctx, dx, ld, res ? dr : NULL, ld, dg, dy, ld, rows, n, 1e-5f, &err));
+        CK(mfk_rmsnorm(ctx, dx, ld, res ? dr : NULL, ld, dg, dy, ld, rows, n, 1e-5f, NULL, &err));
         d2h(y, dy, rows * ld * 4);
         d2h(xo, dx, rows * ld * 4);
         for (int k = 0; k < rows; k++) {
@@ -368,7 +368,7 @@ static void test_norm_swiglu(int64_t n)
         }
     h2d(dx, x, rows * ld * 4);
     h2d(dr, r, rows * ld * 4);
-    CK(mfk_swiglu(ctx, dx, dr, ld, rows, n, &err));
+    CK(mfk_swiglu(ctx, dx, dr, ld, rows, n, NULL, &err));
     d2h(y, dx, rows * ld * 4);
     for (int k = 0; k < rows; k++)
         memcpy(yc + k * n, y + k * ld, n * 4);
@@ -723,6 +723,83 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
     free(ref), free(sc), free(tables), free(perm);
 }
 
+/* The 8-bit copy mfk_rmsnorm and mfk_swiglu write for the K-quant
+ * products (struct mfk_q8) against the host's k_quant_act arithmetic on
+ * the float rows they wrote: the same bytes, scales and sums, or the GEMV
+ * would see a different input than when it quantizes for itself. n 20480
+ * goes past the rows rmsnorm keeps in registers. Rows n % 256 != 0 are
+ * refused. */
+static int q8_matches(const float *y, int64_t ld, int rows, int64_t n, const int8_t *q,
+                      const float *d, const float *sm)
+{
+    for (int k = 0; k < rows; k++)
+        for (int64_t o = 0; o < n; o += 32) {
+            const float *v = y + k * ld + o;
+            float amax = 0;
+            int qs = 0;
+            for (int e = 0; e < 32; e++)
+                amax = fmaxf(amax, fabsf(v[e]));
+            const float dd = amax / 127.0f;
+            for (int e = 0; e < 32; e++) {
+                int qe = amax > 0 ? (int)rintf(v[e] / dd) : 0;
+                qs += qe;
+                if (q[k * n + o + e] != qe)
+                    return 0;
+            }
+            const int64_t b = (k * n + o) / 32;
+            if (memcmp(&d[b], &dd, 4) != 0 || sm[b] != dd * (float)qs)
+                return 0;
+        }
+    return 1;
+}
+
+static void test_q8_copy(int64_t n)
+{
+    const int rows = 3;
+    const int64_t ld = n + 4, nb = rows * n / 32;
+    float *x = malloc(rows * ld * 4), *u = malloc(rows * ld * 4), *g = malloc(n * 4);
+    float *y = malloc(rows * ld * 4), *d = malloc(nb * 4), *sm = malloc(nb * 4);
+    int8_t *q = malloc(rows * n);
+    for (int64_t i = 0; i < rows * ld; i++)
+        x[i] = frand() * 3, u[i] = frand();
+    x[5] = 0, x[ld + 40] = 200; /* an outlier: its block's other values round to few levels */
+    for (int64_t i = 64; i < 96; i++)
+        x[i] = 0; /* an all-zero block: d 0, every q 0 */
+    for (int64_t i = 0; i < n; i++)
+        g[i] = 1 + frand() * 0.1f;
+    float *dx = dalloc(rows * ld * 4), *du = dalloc(rows * ld * 4), *dg = dalloc(n * 4);
+    float *dy = dalloc(rows * ld * 4);
+    uint8_t *buf = dalloc(rows * n + 2 * nb * 4);
+    struct mfk_q8 q8 = {(int8_t *)buf, (float *)(void *)(buf + rows * n),
+                        (float *)(void *)(buf + rows * n) + nb};
+    char name[64];
+    h2d(dx, x, rows * ld * 4);
+    h2d(du, u, rows * ld * 4);
+    h2d(dg, g, n * 4);
+    for (int which = 0; which < 2; which++) {
+        poison(buf, rows * n + 2 * nb * 4);
+        if (which == 0) {
+            poison(dy, rows * ld * 4);
+            CK(mfk_rmsnorm(ctx, dx, ld, NULL, 0, dg, dy, ld, rows, n, 1e-5f, &q8, &err));
+        } else {
+            CK(mfk_swiglu(ctx, dx, du, ld, rows, n, &q8, &err));
+        }
+        d2h(y, which ? dx : dy, rows * ld * 4);
+        d2h(q, q8.q, rows * n);
+        d2h(d, q8.d, nb * 4);
+        d2h(sm, q8.s, nb * 4);
+        snprintf(name, sizeof name, "%s 8-bit copy = k_quant_act's (n %lld)",
+                 which ? "swiglu" : "rmsnorm", (long long)n);
+        report(name, q8_matches(y, ld, rows, n, q, d, sm), "equal", 1, 1);
+    }
+    int r0 = mfk_rmsnorm(ctx, dx, ld, NULL, 0, dg, dy, ld, rows, n - 32, 1e-5f, &q8, &err);
+    int r1 = mfk_swiglu(ctx, dx, du, ld, rows, n - 32, &q8, &err);
+    report("8-bit copy of rows n % 256 != 0 refused", r0 == MF_EINVAL && r1 == MF_EINVAL, "rc",
+           (double)(r0 == MF_EINVAL ? r1 : r0), MF_EINVAL);
+    mfk_free(dx), mfk_free(du), mfk_free(dg), mfk_free(dy), mfk_free(buf);
+    free(x), free(u), free(g), free(y), free(d), free(sm), free(q);
+}
+
 /* mfk_gemv_n refuses weights of different widths and unaligned input. */
 static void test_gemv_refusals(void)
 {
@@ -738,8 +815,8 @@ static void test_gemv_refusals(void)
     const struct mfk_weight *w[2] = {&a, &b};
     float *y[2] = {dy, dy};
     const int64_t ld[2] = {8, 8};
-    int r0 = mfk_gemv_n(ctx, 2, w, dx, 512, 2, y, ld, 0, &err);
-    int r1 = mfk_gemv_n(ctx, 1, w, dx + 1, 512, 2, y, ld, 0, &err);
+    int r0 = mfk_gemv_n(ctx, 2, w, dx, 512, 2, y, ld, 0, NULL, &err);
+    int r1 = mfk_gemv_n(ctx, 1, w, dx + 1, 512, 2, y, ld, 0, NULL, &err);
     report("gemv: mixed widths, unaligned input refused", r0 == MF_EINVAL && r1 == MF_EINVAL,
            "rc", (double)(r0 == MF_EINVAL ? r1 : r0), MF_EINVAL);
     mfk_free(dw);
@@ -1314,6 +1391,8 @@ int main(int argc, char **argv)
     if (!only_att) {
         test_norm_swiglu(1000);
         test_norm_swiglu(20000);
+        test_q8_copy(4096);
+        test_q8_copy(20480);
     }
     for (int q8 = 0; q8 < 2; q8++) { /* the F16 arena, then the 8-bit one */
         test_attention(8, 2, 64, 64, 0, q8);

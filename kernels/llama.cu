@@ -701,6 +701,26 @@ __global__ void k_quant_act(const float *__restrict__ x, int64_t ldx, int64_t ne
     }
 }
 
+/* Up to three weights of one type and input (q, k, v; gate, up) in one
+ * launch, each a few microseconds of launch and tail less: blocks b0[i] ..
+ * b0[i + 1] - 1 take weight i (b0[n..3] = the grid). */
+struct gemv_many {
+    const uint8_t *w[3];
+    float *y[3];
+    int64_t ne1[3], ldy[3];
+    uint64_t rb[3];
+    unsigned b0[4];
+};
+
+/* This block's weight and first row (R rows a warp). */
+template <int R>
+__device__ __forceinline__ int many_pick(const gemv_many &m, int64_t *r0)
+{
+    const int k = blockIdx.x >= m.b0[1] ? (blockIdx.x >= m.b0[2] ? 2 : 1) : 0;
+    *r0 = ((int64_t)(blockIdx.x - m.b0[k]) * GEMV_WARPS + (threadIdx.x >> 5)) * R;
+    return k;
+}
+
 /* The scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K super-block
  * (h: d, dmin and the 12 packed 6-bit scales), a byte each in the low two
  * bytes of *sc and *mn: q4k_scale_min's bits without its branch. The shift
@@ -727,12 +747,15 @@ __device__ __forceinline__ void q4k_pair(const uint4 &h, int sh, bool hi, uint32
  * (ncu, H200). */
 template <int NB, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv_q4k(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
-               const int8_t *__restrict__ xq, const float *__restrict__ xd,
-               const float *__restrict__ xs, int nt, float *y, int64_t ldy, int add)
+    k_gemv_q4k(const gemv_many m, int64_t ne0, const int8_t *__restrict__ xq,
+               const float *__restrict__ xd, const float *__restrict__ xs, int nt, int add)
 {
-    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
-    const int lane = threadIdx.x & 31;
+    int64_t r0;
+    const int wk = many_pick<R>(m, &r0), lane = threadIdx.x & 31;
+    const uint8_t *w = m.w[wk];
+    const uint64_t rb = m.rb[wk];
+    const int64_t ne1 = m.ne1[wk], ldy = m.ldy[wk];
+    float *y = m.y[wk];
     if (r0 >= ne1)
         return;
     const uint8_t *row[R]; /* rows past ne1 read the last one and store nothing */
@@ -837,12 +860,15 @@ __device__ __forceinline__ void ld16x4(const uint8_t *p, uint32_t v[4])
  * for them). */
 template <int NB, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv_q6k(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
-               const int8_t *__restrict__ xq, const float *__restrict__ xd, int nt, float *y,
-               int64_t ldy, int add)
+    k_gemv_q6k(const gemv_many m, int64_t ne0, const int8_t *__restrict__ xq,
+               const float *__restrict__ xd, int nt, int add)
 {
-    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
-    const int lane = threadIdx.x & 31;
+    int64_t r0;
+    const int wk = many_pick<R>(m, &r0), lane = threadIdx.x & 31;
+    const uint8_t *w = m.w[wk];
+    const uint64_t rb = m.rb[wk];
+    const int64_t ne1 = m.ne1[wk], ldy = m.ldy[wk];
+    float *y = m.y[wk];
     if (r0 >= ne1)
         return;
     const uint8_t *row[R]; /* rows past ne1 read the last one and store nothing */
@@ -923,25 +949,68 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
-/* The Q4_K / Q6_K products: k_quant_act into the context's scratch, then
- * the integer kernel, NB tokens per pass over the weights. */
-template <int TY, int NB>
-static void gemv_int_launch(cudaStream_t st, dim3 grid, const struct mfk_weight *w,
-                            const int8_t *xq, const float *xd, const float *xs, int nt, float *y,
-                            int64_t ldy, int add)
+/* The Q4_K / Q6_K GEMV over m's weights (grid: all their blocks), NB
+ * tokens per pass over the weights, R rows a warp. */
+template <int TY, int NB, int R>
+static void gemv_int_launch(cudaStream_t st, const gemv_many &m, int64_t ne0, const int8_t *xq,
+                            const float *xd, const float *xs, int nt, int add)
 {
-    if (TY == GGML_TYPE_Q4_K && w->ne1 >= GEMV_Q4K_PAIRS) /* x read once for two rows */
-        k_gemv_q4k<NB, 2><<<dim3((grid.x + 1) / 2), GEMV_WARPS * 32, 0, st>>>(
-            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add);
-    else if (TY == GGML_TYPE_Q4_K)
-        k_gemv_q4k<NB, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(
-            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add);
-    else if (w->ne1 >= GEMV_Q4K_PAIRS)
-        k_gemv_q6k<NB, 2><<<dim3((grid.x + 1) / 2), GEMV_WARPS * 32, 0, st>>>(
-            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
+    if (TY == GGML_TYPE_Q4_K)
+        k_gemv_q4k<NB, R><<<m.b0[3], GEMV_WARPS * 32, 0, st>>>(m, ne0, xq, xd, xs, nt, add);
     else
-        k_gemv_q6k<NB, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(
-            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, nt, y, ldy, add);
+        k_gemv_q6k<NB, R><<<m.b0[3], GEMV_WARPS * 32, 0, st>>>(m, ne0, xq, xd, nt, add);
+}
+
+template <int TY, int R>
+static void gemv_int_nb(cudaStream_t st, const gemv_many &m, int64_t ne0, const int8_t *xq,
+                        const float *xd, const float *xs, int nt, int add)
+{
+    if (nt == 1)
+        gemv_int_launch<TY, 1, R>(st, m, ne0, xq, xd, xs, nt, add);
+    else if (nt == 2)
+        gemv_int_launch<TY, 2, R>(st, m, ne0, xq, xd, xs, nt, add);
+    else if (nt <= 4)
+        gemv_int_launch<TY, 4, R>(st, m, ne0, xq, xd, xs, nt, add);
+    else
+        gemv_int_launch<TY, GEMV_NB, R>(st, m, ne0, xq, xd, xs, nt, add);
+}
+
+/* 1 when a product of nt tokens over w takes the integer GEMV
+ * (k_gemv_q4k, k_gemv_q6k), which gemv_many batches. */
+static int int_gemv(const struct mfk_weight *w, int nt)
+{
+    return (w->type == GGML_TYPE_Q4_K && nt < MFK_MMQ_MIN) || w->type == GGML_TYPE_Q6_K;
+}
+
+/* Launches the integer GEMV for w[0] and those after it of the same type
+ * and rows-a-warp (at most three); returns how many it took. */
+static int gemv_int_group(cudaStream_t st, int n, const struct mfk_weight *const *w,
+                          float *const *y, const int64_t *ldy, const int8_t *xq, const float *xd,
+                          const float *xs, int nt, int add)
+{
+    const int pair = w[0]->ne1 >= GEMV_Q4K_PAIRS; /* x read once for two rows */
+    gemv_many m = {};
+    unsigned nb = 0;
+    int k = 0;
+    for (; k < n && k < 3 && w[k]->type == w[0]->type && (w[k]->ne1 >= GEMV_Q4K_PAIRS) == pair;
+         k++) {
+        m.w[k] = (const uint8_t *)w[k]->data, m.rb[k] = w[k]->row_bytes;
+        m.ne1[k] = w[k]->ne1, m.y[k] = y[k], m.ldy[k] = ldy[k], m.b0[k] = nb;
+        const int64_t rows = (int64_t)GEMV_WARPS * (pair ? 2 : 1);
+        nb += (unsigned)((w[k]->ne1 + rows - 1) / rows);
+    }
+    for (int i = k; i < 4; i++)
+        m.b0[i] = nb;
+    const int64_t ne0 = w[0]->ne0;
+    if (w[0]->type == GGML_TYPE_Q4_K && pair)
+        gemv_int_nb<GGML_TYPE_Q4_K, 2>(st, m, ne0, xq, xd, xs, nt, add);
+    else if (w[0]->type == GGML_TYPE_Q4_K)
+        gemv_int_nb<GGML_TYPE_Q4_K, 1>(st, m, ne0, xq, xd, xs, nt, add);
+    else if (pair)
+        gemv_int_nb<GGML_TYPE_Q6_K, 2>(st, m, ne0, xq, xd, xs, nt, add);
+    else
+        gemv_int_nb<GGML_TYPE_Q6_K, 1>(st, m, ne0, xq, xd, xs, nt, add);
+    return k;
 }
 
 /* One product; xq/xd: the input already quantized (k_quant_act), which
@@ -956,14 +1025,7 @@ static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float
     if (TY == GGML_TYPE_Q4_K && nt >= MFK_MMQ_MIN) {
         mfk_mmq_q4k(st, w, xq, xd, xs, nt, y, ldy, add);
     } else if (TY == GGML_TYPE_Q4_K || TY == GGML_TYPE_Q6_K) {
-        if (nt == 1)
-            gemv_int_launch<TY, 1>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
-        else if (nt == 2)
-            gemv_int_launch<TY, 2>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
-        else if (nt <= 4)
-            gemv_int_launch<TY, 4>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
-        else
-            gemv_int_launch<TY, GEMV_NB>(st, grid, w, xq, xd, xs, nt, y, ldy, add);
+        gemv_int_group(st, 1, &w, &y, &ldy, xq, xd, xs, nt, add);
     } else if (nt == 1) {
         k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
                                                         y, ldy, add);
@@ -1014,9 +1076,15 @@ extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
         k_quant_act<<<dim3((unsigned)(ne0 / 256), (unsigned)nt), 256, 0, st>>>(x, ldx, ne0, xq,
                                                                               xd, xs);
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n;) {
+        if (int_gemv(w[i], nt)) {
+            i += gemv_int_group(st, n - i, w + i, y + i, ldy + i, xq, xd, xs, nt, add);
+            continue;
+        }
         MFK_TYPE_SWITCH(w[i]->type, TY,
                         gemv_launch<TY>(st, w[i], x, ldx, nt, y[i], ldy[i], add, xq, xd, xs));
+        i++;
+    }
     return mfk_launched("gemv", err);
 }
 

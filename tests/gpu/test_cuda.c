@@ -800,6 +800,80 @@ static void test_q8_copy(int64_t n)
     free(x), free(u), free(g), free(y), free(d), free(sm), free(q);
 }
 
+/* mfk_gemv_n launches the Q4_K / Q6_K products of one input together
+ * (weights of one type and rows-a-warp share a launch; 8192 rows and more
+ * take two rows a warp, with a last odd row). Each output must equal, bit
+ * for bit, the same weight's product computed 4096 rows at a time on its
+ * own (one row a warp, one weight a launch). */
+static void test_gemv_groups(void)
+{
+    const int64_t ne0 = 512;
+    static const struct {
+        enum ggml_type t;
+        int64_t rows;
+    } ws[] = {{GGML_TYPE_Q4_K, 8200}, {GGML_TYPE_Q4_K, 8193}, {GGML_TYPE_Q4_K, 300},
+              {GGML_TYPE_Q6_K, 8201}, {GGML_TYPE_Q6_K, 77}};
+    enum { NW = 5 };
+    struct mfk_weight w[NW];
+    void *dw[NW];
+    float *dy[NW], *dr[NW];
+    int64_t ld[NW];
+    float *src = malloc((size_t)ne0 * 4);
+    for (int i = 0; i < NW; i++) {
+        uint64_t rb;
+        ggml_type_row_size(ws[i].t, (uint64_t)ne0, &rb);
+        uint8_t *q = malloc(rb * (size_t)ws[i].rows);
+        for (int64_t r = 0; r < ws[i].rows; r++) {
+            for (int64_t e = 0; e < ne0; e++)
+                src[e] = frand() * 0.05f;
+            CK(quant_quantize_row(ws[i].t, src, q + r * rb, ne0, &err));
+        }
+        dw[i] = dalloc(rb * (size_t)ws[i].rows);
+        w[i] = (struct mfk_weight){
+            .data = dw[i], .type = (int)ws[i].t, .ne0 = ne0, .ne1 = ws[i].rows, .row_bytes = rb};
+        h2d(dw[i], q, rb * (size_t)ws[i].rows);
+        free(q);
+        ld[i] = ws[i].rows + 5;
+        dy[i] = dalloc((size_t)(3 * ld[i]) * 4), dr[i] = dalloc((size_t)(3 * ld[i]) * 4);
+    }
+    float *x = malloc(3 * ne0 * 4), *dx = dalloc(3 * ne0 * 4);
+    for (int64_t i = 0; i < 3 * ne0; i++)
+        x[i] = frand();
+    h2d(dx, x, 3 * ne0 * 4);
+    for (int nt = 1; nt <= 3; nt += 2) {
+        const struct mfk_weight *g1[3] = {&w[0], &w[1], &w[2]}, *g2[2] = {&w[3], &w[4]};
+        for (int i = 0; i < NW; i++) {
+            poison(dy[i], (size_t)(3 * ld[i]) * 4);
+            poison(dr[i], (size_t)(3 * ld[i]) * 4);
+        }
+        CK(mfk_gemv_n(ctx, 3, g1, dx, ne0, nt, dy, ld, 0, NULL, &err));
+        CK(mfk_gemv_n(ctx, 2, g2, dx, ne0, nt, dy + 3, ld + 3, 0, NULL, &err));
+        int64_t bad = 0;
+        for (int i = 0; i < NW; i++) {
+            for (int64_t r = 0; r < ws[i].rows; r += 4096) {
+                struct mfk_weight part = w[i];
+                part.data = (const uint8_t *)dw[i] + r * w[i].row_bytes;
+                part.ne1 = ws[i].rows - r < 4096 ? ws[i].rows - r : 4096;
+                CK(mfk_gemv(ctx, &part, dx, ne0, nt, dr[i] + r, ld[i], 0, &err));
+            }
+            float *a = malloc((size_t)(nt * ld[i]) * 4), *b = malloc((size_t)(nt * ld[i]) * 4);
+            d2h(a, dy[i], (size_t)(nt * ld[i]) * 4);
+            d2h(b, dr[i], (size_t)(nt * ld[i]) * 4);
+            for (int c = 0; c < nt; c++)
+                for (int64_t r = 0; r < ws[i].rows; r++)
+                    bad += memcmp(&a[c * ld[i] + r], &b[c * ld[i] + r], 4) != 0;
+            free(a), free(b);
+        }
+        char name[80];
+        snprintf(name, sizeof name, "gemv_n: grouped launches = one weight at a time (nt %d)", nt);
+        report(name, bad == 0, "outputs differ", (double)bad, 0);
+    }
+    for (int i = 0; i < NW; i++)
+        mfk_free(dw[i]), mfk_free(dy[i]), mfk_free(dr[i]);
+    mfk_free(dx);
+    free(x), free(src);
+}
+
 /* mfk_gemv_n refuses weights of different widths and unaligned input. */
 static void test_gemv_refusals(void)
 {
@@ -1406,6 +1480,7 @@ int main(int argc, char **argv)
     if (!only_att) {
         test_argmax();
         test_gemv_refusals();
+        test_gemv_groups();
     }
     for (int i = 1; i < argc; i++) {
         char lpath[4096];

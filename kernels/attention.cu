@@ -94,7 +94,8 @@ __device__ __forceinline__ double block_sum(double v, double *red)
  * PH 1 and 2 split the context FlashDecoding-style when T x n_head_kv
  * blocks would leave most multiprocessors idle (decode at small batch):
  * PH 1 writes each split's score max and sum of expf(s - max) (double) to
- * mx / ls; PH 2 recomputes its scores, combines every split's pair into the
+ * mx / ls; PH 2 recomputes its scores (or, stash, reads those PH 1 left in
+ * its po slots: a split of at most head_dim positions), combines every split's pair into the
  * context's max m and sum (the CPU's sum up to the rounding of the rescale),
  * forms the CPU's weights fp16(expf(s - m) / sum) and writes its part of
  * P.V to po, which k_att_combine adds up in split order.
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
                 const void *kv, int32_t ctx, float *out, int64_t ldo, float *mx, double *ls,
-                float *po)
+                float *po, int stash)
 {
     extern __shared__ float smem[];
     __shared__ float redf[NW];
@@ -137,13 +138,18 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
     /* split statistics of (list index, query head), S apart */
     const size_t st0 = ((size_t)blockIdx.x * s.n_head + (size_t)g * ratio) * S;
 
-    for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
-        const int r = e / hd, d = e % hd;
-        qs[e] =
-            __half2float(__float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
-    }
-    __syncthreads();
-    {
+    if (PH == 2 && stash) { /* phase 1 left this split's scores in its po slots */
+        for (int e = threadIdx.x; e < ratio * jn; e += blockDim.x) {
+            const int r = e / jn;
+            sc[(size_t)r * ctx + e % jn] = po[(st0 + (size_t)r * S + split) * hd + e % jn];
+        }
+    } else {
+        for (int e = threadIdx.x; e < ratio * hd; e += blockDim.x) {
+            const int r = e / hd, d = e % hd;
+            qs[e] = __half2float(
+                __float2half_rn(q[(int64_t)t * ldq + (int64_t)(g * ratio + r) * hd + d]));
+        }
+        __syncthreads();
         const int slot = lane & 15, half = lane >> 4;
         for (int b = b0 + warp; b < b1; b += NW) {
             const __half *kt =
@@ -214,6 +220,9 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
                 sum = warp_sum(sum);
                 if (lane == 0)
                     mx[st0 + (size_t)r * S + split] = m, ls[st0 + (size_t)r * S + split] = sum;
+                if (stash) /* phase 2 reads them instead of recomputing QK */
+                    for (int j = lane; j < jn; j += 32)
+                        po[(st0 + (size_t)r * S + split) * hd + j] = sr[j];
             } else {
                 const float *sm = mx + st0 + (size_t)r * S;
                 const double *sl = ls + st0 + (size_t)r * S;
@@ -373,7 +382,7 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
             return rc;
         fn<<<dim3((unsigned)T, (unsigned)s->n_head_kv), ATT_THREADS, smem, st>>>(
             *s, layer, list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr,
-            nullptr);
+            nullptr, 0);
         return mfk_launched("attention", err);
     }
     const int32_t nblk = (max_ctx + KVB - 1) / KVB, ctx = (nblk + S - 1) / S * KVB;
@@ -391,10 +400,13 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
         (rc = raise_smem((const void *)f2, smem, err)))
         return rc;
     const dim3 grid((unsigned)T, (unsigned)s->n_head_kv, (unsigned)S);
+    /* a split's scores fit its po slots (head_dim floats a head) when it
+     * has at most head_dim positions: phase 1 leaves them there */
+    const int stash = ctx <= s->head_dim;
     f1<<<grid, ATT_SPLIT_WARPS * 32, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables, kv,
-                                                 ctx, out, ldo, mx, ls, po);
+                                                 ctx, out, ldo, mx, ls, po, stash);
     f2<<<grid, ATT_SPLIT_WARPS * 32, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables, kv,
-                                                 ctx, out, ldo, mx, ls, po);
+                                                 ctx, out, ldo, mx, ls, po, stash);
     k_att_combine<<<dim3((unsigned)T, (unsigned)s->n_head), (unsigned)s->head_dim, 0, st>>>(
         list, po, S, s->head_dim, out, ldo);
     return mfk_launched("attention (split)", err);

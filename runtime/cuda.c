@@ -228,23 +228,18 @@ static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
     return 0;
 }
 
-/* &cb->q8 when the kernel making the input of these products should write
- * its 8-bit form too: a step of at most CUDA_PLAN_MMQ_MAX tokens, a row
- * width that takes it, and one of the weights a Q4_K or Q6_K product that
- * stays off the tensor-core GEMM (the one that reads the 8-bit form);
- * else NULL, and the products quantize for themselves if they must. */
+/* &cb->q8 when the kernel making the input of these n (<= 3) products
+ * should write its 8-bit form too (cuda_plan_q8_input), else NULL. */
 static const struct mfk_q8 *q8_for(const struct cuda_backend *cb, int n,
                                    const struct mfk_weight *const *w, int32_t T)
 {
-    if (T > CUDA_PLAN_MMQ_MAX || T > cb->cfg.max_tokens || w[0]->ne0 % 256)
-        return NULL;
-    for (int i = 0; i < n; i++) {
-        enum ggml_type t = (enum ggml_type)w[i]->type;
-        int32_t from = cuda_plan_gemm_from(t, cb->gemm_min, cb->mmq);
-        if ((t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) && !(from > 0 && T >= from))
-            return &cb->q8;
-    }
-    return NULL;
+    enum ggml_type types[3];
+    for (int i = 0; i < n && i < 3; i++)
+        types[i] = (enum ggml_type)w[i]->type;
+    return cuda_plan_q8_input(n < 3 ? n : 3, types, w[0]->ne0, T, cb->cfg.max_tokens,
+                              cb->gemm_min, cb->mmq)
+               ? &cb->q8
+               : NULL;
 }
 
 /* What LoRA steps need besides the pairs: the per-step row lists (host

@@ -132,6 +132,19 @@ int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq)
     return gemm_min;
 }
 
+int cuda_plan_q8_input(int n, const enum ggml_type *types, int64_t ne0, int32_t T,
+                       int32_t max_tokens, int32_t gemm_min, int mmq)
+{
+    if (T <= 0 || T > CUDA_PLAN_MMQ_MAX || T > max_tokens || ne0 <= 0 || ne0 % 256)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        int32_t from = cuda_plan_gemm_from(types[i], gemm_min, mmq);
+        if ((types[i] == GGML_TYPE_Q4_K || types[i] == GGML_TYPE_Q6_K) && !(from > 0 && T >= from))
+            return 1;
+    }
+    return 0;
+}
+
 int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *err)
 {
     if (!v || !*v || strcmp(v, "1") == 0)

@@ -85,6 +85,16 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 #define CUDA_PLAN_MMQ_MAX 16
 int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
 
+/* 1 when the kernel making the input of n products (weight types types[],
+ * rows ne0 wide) over T tokens should also write its 8-bit form (struct
+ * mfk_q8, a buffer of min(max_tokens, CUDA_PLAN_MMQ_MAX) rows): T at most
+ * that, ne0 a multiple of 256, and one of the weights a Q4_K or Q6_K
+ * product that stays off the tensor-core GEMM (cuda_plan_gemm_from), the
+ * GEMV or mmq.cu, which read that form. 0: they quantize for themselves if
+ * they must. */
+int cuda_plan_q8_input(int n, const enum ggml_type *types, int64_t ne0, int32_t T,
+                       int32_t max_tokens, int32_t gemm_min, int mmq);
+
 /* Splits of each context for mfk_attention's T tokens on a device of sms
  * multiprocessors, max_ctx the longest context: 1 (none) when T x n_head_kv
  * blocks already fill the multiprocessors, or when a context has fewer than

@@ -182,6 +182,22 @@ static void test_gemm_min(void **state)
     assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q4_K, 100, 1), 100);
     assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q4_K, 0, 1), 0);
     assert_int_equal(cuda_plan_gemm_from(GGML_TYPE_Q6_K, 5, 1), 5);
+
+    /* whether RMSNorm / SwiGLU write the products' 8-bit input */
+    const enum ggml_type qkv[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    const enum ggml_type q6[1] = {GGML_TYPE_Q6_K}, f16[2] = {GGML_TYPE_F16, GGML_TYPE_BF16};
+    assert_true(cuda_plan_q8_input(3, qkv, 4096, 1, 512, 5, 1));   /* decode */
+    assert_true(cuda_plan_q8_input(3, qkv, 4096, 16, 512, 5, 1));  /* mmq.cu reads it */
+    assert_false(cuda_plan_q8_input(3, qkv, 4096, 17, 512, 5, 1)); /* past mmq: cuBLAS */
+    assert_false(cuda_plan_q8_input(3, qkv, 4096, 8, 512, 5, 0));  /* no mmq: all cuBLAS */
+    assert_true(cuda_plan_q8_input(3, qkv, 4096, 4, 512, 5, 0));   /* below the GEMM */
+    assert_true(cuda_plan_q8_input(1, q6, 14336, 4, 512, 5, 1));
+    assert_false(cuda_plan_q8_input(1, q6, 14336, 5, 512, 5, 1));
+    assert_true(cuda_plan_q8_input(1, q6, 14336, 16, 512, 0, 1)); /* GEMM never */
+    assert_false(cuda_plan_q8_input(2, f16, 4096, 1, 512, 5, 1)); /* no K-quant */
+    assert_false(cuda_plan_q8_input(3, qkv, 4096 + 32, 1, 512, 5, 1)); /* width */
+    assert_false(cuda_plan_q8_input(3, qkv, 4096, 4, 2, 5, 1));        /* past the buffer */
+    assert_false(cuda_plan_q8_input(3, qkv, 4096, 0, 512, 5, 1));
 }
 
 static void test_step(void **state)

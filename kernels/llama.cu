@@ -427,9 +427,9 @@ extern "C" int mfk_embed(struct mfk_ctx *c, const struct mfk_weight *w, const in
  * ---------------------------------------------------------------------- */
 
 /* Elements 4i..4i+3 of a row into its 8-bit form, by the 8 lanes that hold
- * a 32-element block (i & 7: the lane's place in it), with k_quant_act's
- * arithmetic, so the GEMV sees the same bytes either way. Every lane of
- * the warp calls it. */
+ * a 32-element block (i & 7: the lane's place in it), with q8_store1's
+ * arithmetic (k_quant_act's), so the GEMV sees the same bytes either way.
+ * Every lane of the warp calls it. */
 __device__ __forceinline__ void q8_store4(float4 v, int64_t i, int8_t *q, float *d, float *s)
 {
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -450,7 +450,9 @@ __device__ __forceinline__ void q8_store4(float4 v, int64_t i, int8_t *q, float 
         d[i >> 3] = dd, s[i >> 3] = dd * (float)qs;
 }
 
-/* The same for element i of a row, a lane per element of the block. */
+/* Element i of a row into its 8-bit form, a lane per element of a 32-element
+ * block (k_quant_act, SwiGLU): d = max|x| / 127, q = rint(x / d), s = d x
+ * the block's sum of q. */
 __device__ __forceinline__ void q8_store1(float v, int64_t i, int8_t *q, float *d, float *s)
 {
     float amax = fabsf(v);
@@ -685,20 +687,9 @@ __global__ void k_quant_act(const float *__restrict__ x, int64_t ldx, int64_t ne
     const int t = blockIdx.y, lane = threadIdx.x & 31;
     if (blk * 32 >= ne0)
         return;
-    const float v = x[(int64_t)t * ldx + blk * 32 + lane];
-    float amax = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = __fdiv_rn(amax, 127.0f);
-    const int q = amax > 0.0f ? (int)rintf(__fdiv_rn(v, d)) : 0;
-    int qs = q;
-    for (int o = 16; o > 0; o >>= 1)
-        qs += __shfl_xor_sync(0xffffffffu, qs, o);
-    xq[(int64_t)t * ne0 + blk * 32 + lane] = (int8_t)q;
-    if (lane == 0) {
-        xd[(int64_t)t * (ne0 / 32) + blk] = d;
-        xs[(int64_t)t * (ne0 / 32) + blk] = d * (float)qs;
-    }
+    const int64_t e = blk * 32 + lane;
+    q8_store1(x[(int64_t)t * ldx + e], e, xq + (int64_t)t * ne0, xd + (int64_t)t * (ne0 / 32),
+              xs + (int64_t)t * (ne0 / 32));
 }
 
 /* Up to three weights of one type and input (q, k, v; gate, up) in one
@@ -711,6 +702,38 @@ struct gemv_many {
     uint64_t rb[3];
     unsigned b0[4];
 };
+
+/* The R rows of a warp from r0; rows past ne1 read the last one (their
+ * sums are dropped by gemv_store). */
+template <int R>
+__device__ __forceinline__ void gemv_rows(const uint8_t *w, uint64_t rb, int64_t r0, int64_t ne1,
+                                          const uint8_t *(&row)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        row[i] = w + (uint64_t)(r0 + i < ne1 ? r0 + i : ne1 - 1) * rb;
+}
+
+/* The warp's sums of rows r0.. for tokens t0..t0 + nc - 1, reduced over
+ * its lanes and stored (add: added) by lane 0; rows past ne1 dropped. */
+template <int R, int NB>
+__device__ __forceinline__ void gemv_store(const float (&acc)[R][NB], int lane, int t0, int nc,
+                                           int64_t r0, int64_t ne1, float *y, int64_t ldy,
+                                           int add)
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++) {
+            float sum = acc[i][cc];
+            for (int o = 16; o > 0; o >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0 && cc < nc && r0 + i < ne1) {
+                float *out = y + (int64_t)(t0 + cc) * ldy + r0 + i;
+                *out = add ? *out + sum : sum;
+            }
+        }
+}
 
 /* This block's weight and first row (R rows a warp). */
 template <int R>
@@ -758,10 +781,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     float *y = m.y[wk];
     if (r0 >= ne1)
         return;
-    const uint8_t *row[R]; /* rows past ne1 read the last one and store nothing */
-#pragma unroll
-    for (int i = 0; i < R; i++)
-        row[i] = w + (uint64_t)(r0 + i < ne1 ? r0 + i : ne1 - 1) * rb;
+    const uint8_t *row[R];
+    gemv_rows<R>(w, rb, r0, ne1, row);
     const int nsb = (int)(ne0 >> 8), nd = (int)(ne0 >> 5), p = lane & 3, sh = 16 * (p & 1);
     const bool hi = p >= 2;
     constexpr int UNROLL = NB * R == 1 ? 4 : NB * R == 2 ? 2 : 1; /* loads in flight, registers */
@@ -819,18 +840,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 }
             }
         }
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-            for (int cc = 0; cc < NB; cc++) {
-                float sum = acc[i][cc];
-                for (int o = 16; o > 0; o >>= 1)
-                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                if (lane == 0 && cc < nc && r0 + i < ne1) {
-                    float *out = y + (int64_t)(t0 + cc) * ldy + r0 + i;
-                    *out = add ? *out + sum : sum;
-                }
-            }
+        gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
     }
 }
 
@@ -871,10 +881,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     float *y = m.y[wk];
     if (r0 >= ne1)
         return;
-    const uint8_t *row[R]; /* rows past ne1 read the last one and store nothing */
-#pragma unroll
-    for (int i = 0; i < R; i++)
-        row[i] = w + (uint64_t)(r0 + i < ne1 ? r0 + i : ne1 - 1) * rb;
+    const uint8_t *row[R];
+    gemv_rows<R>(w, rb, r0, ne1, row);
     const int nsb = (int)(ne0 >> 8);
     const int64_t nd = ne0 / 32;
     const int j = lane & 7, c = j >> 2, kp = (j >> 1) & 1, l0 = (j & 1) * 16;
@@ -934,18 +942,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 }
             }
         }
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-            for (int cc = 0; cc < NB; cc++) {
-                float sum = acc[i][cc];
-                for (int o = 16; o > 0; o >>= 1)
-                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                if (lane == 0 && cc < nc && r0 + i < ne1) {
-                    float *out = y + (int64_t)(t0 + cc) * ldy + r0 + i;
-                    *out = add ? *out + sum : sum;
-                }
-            }
+        gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
     }
 }
 

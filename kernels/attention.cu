@@ -1,22 +1,14 @@
 /*
- * attention.cu: paged attention over the KV arena, two ways.
+ * attention.cu: paged attention over the KV arena for decode tokens (one
+ * new token of a sequence; runs of new tokens take attention_tiles.cu).
  *
- * Decode tokens (one new token of a sequence) go one thread block per
- * (token, KV head) through k_attention: all query heads of the KV head
- * share each K/V read, and the softmax follows the CPU's F16 path exactly
- * (q and the weights rounded to fp16, the sum in double). When that grid
- * would leave most multiprocessors idle (batch 1 has 8 blocks for 132 SMs),
- * each context is split over several blocks instead (the caller's splits,
- * runtime/cuda_plan.c's cuda_plan_att_splits).
- *
- * Runs of a sequence's new tokens (prefill, chunked prefill) go through
- * k_attention_tiles: 16 tokens x one query head per warp on the tensor
- * cores (wmma, fp16 inputs, fp32 accumulation), so each K/V block is read
- * once per tile instead of once per token, and nothing is kept per context
- * position, so no context is too long. It walks the context three times
- * (max, sum, P.V) rather than keeping an online softmax: an online softmax
- * rounds the weights to fp16 before normalising, the CPU after, and that
- * difference alone moved a greedy token of a BF16 model (test_cuda).
+ * One thread block per (token, KV head) through k_attention: all query
+ * heads of the KV head share each K/V read, and the softmax follows the
+ * CPU's F16 path exactly (q and the weights rounded to fp16, the sum in
+ * double). When that grid would leave most multiprocessors idle (batch 1
+ * has 8 blocks for 132 SMs), each context is split over several blocks
+ * instead (the caller's splits, runtime/cuda_plan.c's
+ * cuda_plan_att_splits).
  *
  * runtime/cuda_plan.c decides which tokens take which path.
  */
@@ -28,16 +20,12 @@
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #define ATT_WARPS 16 /* warps per attention block */
 #define ATT_SPLIT_WARPS 4 /* warps per block of a split context (k_attention PH 1, 2) */
 #define ATT_THREADS (ATT_WARPS * 32)
 #define ATT_MAX_DIM 256 /* head_dim the attention kernel takes, at most (a multiple of 32) */
 #define ATT_MAX_RATIO 8 /* query heads per KV head handled in one pass of P.V */
-#define FA_ROWS 16      /* tokens per tile (CUDA_PLAN_TILE) */
-#define FA_MAX_WARPS 8  /* query heads (warps) per tile block */
-#define FA_SMEM_MAX ((size_t)200 << 10)
 
 /* ------------------------------------------------------------------------
  * One token at a time (decode)
@@ -327,19 +315,6 @@ __global__ void k_att_combine(const int32_t *list, const float *po, int S, int h
 
 /* Lets kernel fn take smem bytes of dynamic shared memory (past the 48 KiB
  * default). */
-static int raise_smem(const void *fn, size_t smem, struct mf_err *err)
-{
-    if (smem <= 48 * 1024)
-        return 0;
-    cudaError_t e =
-        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess)
-        return 0;
-    cudaGetLastError();
-    return mf_err_set(err, MF_EIO, "CUDA attention: cannot raise shared memory to %zu: %s", smem,
-                      cudaGetErrorString(e));
-}
-
 static size_t att_smem(const struct mfk_kv_shape *s, int32_t ctx, int nw)
 {
     const size_t ratio = (size_t)(s->n_head / s->n_head_kv);
@@ -378,7 +353,7 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
         const int32_t ctx = (max_ctx + 3) / 4 * 4;
         const size_t smem = att_smem(s, ctx, ATT_WARPS);
         const auto fn = k_attention<HD, Q8, ATT_WARPS, 0>;
-        if ((rc = raise_smem((const void *)fn, smem, err)))
+        if ((rc = mfk_raise_smem((const void *)fn, smem, "attention", err)))
             return rc;
         fn<<<dim3((unsigned)T, (unsigned)s->n_head_kv), ATT_THREADS, smem, st>>>(
             *s, layer, list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr,
@@ -396,8 +371,8 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
     float *mx = (float *)(void *)(ls + n), *po = mx + n;
     const auto f1 = k_attention<HD, Q8, ATT_SPLIT_WARPS, 1>;
     const auto f2 = k_attention<HD, Q8, ATT_SPLIT_WARPS, 2>;
-    if ((rc = raise_smem((const void *)f1, smem, err)) ||
-        (rc = raise_smem((const void *)f2, smem, err)))
+    if ((rc = mfk_raise_smem((const void *)f1, smem, "attention", err)) ||
+        (rc = mfk_raise_smem((const void *)f2, smem, "attention", err)))
         return rc;
     const dim3 grid((unsigned)T, (unsigned)s->n_head_kv, (unsigned)S);
     /* a split's scores fit its po slots (head_dim floats a head) when it
@@ -443,281 +418,4 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
         return s->q8 ? ATT_RUN(64, true) : ATT_RUN(64, false);
     return s->q8 ? ATT_RUN(0, true) : ATT_RUN(0, false);
 #undef ATT_RUN
-}
-
-/* ------------------------------------------------------------------------
- * Tiles of up to 16 tokens on the tensor cores (prefill)
- * ---------------------------------------------------------------------- */
-
-/* Shared bytes per warp. Generic (HD 0): qh[16][hd], vz[16][hd] (half) and
- * o[16][hd] (float), plus kh[hd][16] (half) for an 8-bit arena. With HD
- * fixed, the queries and O live in registers (fragments), and one [16][HD]
- * float area stages in turn the queries, the last value block zeroed (or,
- * 8-bit, each block's keys and values as fp16: kh then vz) and the output.
- * Both: sf[16][FA_SF] (float), ph[16][FA_PH] (half), rows padded by 16
- * bytes so that the 8 lanes of a 16-byte access phase (rows r .. r + 7)
- * fall on different banks (unpadded, a lane pair per row: 8-way
- * conflicts). Every part a multiple of 32 bytes, as wmma's pointers must
- * be. */
-#define FA_SF (KVB + 4)
-#define FA_PH (KVB + 8)
-__host__ __device__ static size_t fa_warp_bytes(int32_t hd, bool fixed, bool q8)
-{
-    return (size_t)hd * (fixed ? 64 : q8 ? 160 : 128) + FA_ROWS * (FA_SF * 4 + FA_PH * 2);
-}
-
-/* grid (n_tiles, n_head_kv); warp w takes query heads w, w + warps, ... of
- * KV head g for the tile's n tokens t0..t0+n-1 (one sequence, consecutive
- * positions). Lanes 2r and 2r+1 own row r's scores, 8 slots each; slots
- * past the row's position are masked. Three passes over the context, each
- * recomputing S = Q K_b^T on the tensor cores, give the CPU's softmax
- * exactly: the row max, then the sum of expf(s - max) in double, then
- * P = fp16(expf(s - max) * (1 / sum)) and O += P V_b (fp32). Value rows
- * past the tile's last position are zeroed first: nothing wrote them, and
- * 0 x NaN is NaN. HD > 0 (64, 128): a block's key and value fragments are
- * all loaded before the products, so each pass waits on memory once per
- * block rather than once per 16 dimensions; HD 0 takes any multiple of 16.
- * (Scoring 4 blocks at once, for more products in flight, measured no
- * faster on an H200 once the bank conflicts were gone: 21.95k against
- * 21.89k tokens/s of 2048-token BF16 prefill.)
- * Q8: each block's keys and values are first written to shared memory as
- * fp16 (kv8_value), invalid value rows as 0. */
-/* At most 168 registers (179 uncapped for 128-wide heads, no spills at
- * 168): three 4-warp blocks a multiprocessor instead of two. H200, BF16
- * prefill of 2048 tokens: 21.7k -> 22.9k tokens/s; a 128 cap spilled and
- * ran at 19.6k. */
-#define FA_MAX_REGS 168
-template <int HD, bool Q8>
-__global__ void __maxnreg__(FA_MAX_REGS)
-    k_attention_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
-                      int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                      const void *kv, float *out, int64_t ldo)
-{
-    using namespace nvcuda;
-    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> frag_a;
-    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> frag_b;
-    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-    constexpr int NF = HD > 0 ? HD / 16 : 1;
-    extern __shared__ __align__(128) unsigned char fsm[];
-    const int hd = HD > 0 ? HD : s.head_dim, g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
-    const int t0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const int32_t *bt = tables + toff[t0];
-    const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
-    const float kq_scale = 1.0f / sqrtf((float)hd);
-    unsigned char *ws = fsm + (size_t)warp * fa_warp_bytes(hd, HD > 0, Q8);
-    __half *qh = (__half *)ws;
-    __half *vz = HD > 0 ? qh + (Q8 ? FA_ROWS * hd : 0) : qh + FA_ROWS * hd;
-    float *o = HD > 0 ? (float *)ws : (float *)(qh + 2 * FA_ROWS * hd);
-    __half *kh = HD > 0 ? qh : (__half *)(o + FA_ROWS * hd);
-    float *sf = (float *)(ws + (size_t)hd * (HD > 0 ? 64 : Q8 ? 160 : 128));
-    __half *ph = (__half *)(sf + FA_ROWS * FA_SF);
-    const int r = lane & 15, c0 = (lane >> 4) * 8; /* lanes r and r + 16 share row r */
-    const int lim = r < n ? pos[t0 + r] : -1; /* the last position row r sees */
-    frag_a qa[NF];
-    frag_c oacc[NF];
-    /* row r's 8 scores of block b (slots c0 ..), scaled; masked: -inf */
-    auto row8 = [&](int b, float v[8]) {
-        const float4 *p = reinterpret_cast<const float4 *>(sf + r * FA_SF + c0);
-        const float4 lo = p[0], hi = p[1];
-        const float raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-            v[c] = b * KVB + c0 + c <= lim ? __fmul_rn(raw[c], kq_scale) : -INFINITY;
-    };
-    /* P's row r, slots c0 .. c0 + 7, in one 16-byte store */
-    auto put8 = [&](const float v[8], float m, float inv) {
-        __align__(16) __half h[8];
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-            h[c] = __float2half_rn(v[c] == -INFINITY ? 0.0f : __fmul_rn(expf(v[c] - m), inv));
-        *reinterpret_cast<uint4 *>(ph + r * FA_PH + c0) = *reinterpret_cast<const uint4 *>(h);
-    };
-
-    for (int h = warp; h < ratio; h += nw) {
-        const int64_t head = (int64_t)g * ratio + h;
-        for (int e = lane; e < FA_ROWS * hd; e += 32) {
-            const int rr = e / hd, d = e - rr * hd;
-            qh[e] = __float2half_rn(rr < n ? q[(int64_t)(t0 + rr) * ldq + head * hd + d] : 0.0f);
-            if (HD == 0)
-                o[e] = 0.0f;
-        }
-        __syncwarp();
-        if constexpr (HD > 0) {
-#pragma unroll
-            for (int k = 0; k < NF; k++)
-                wmma::load_matrix_sync(qa[k], qh + 16 * k, HD);
-            __syncwarp();
-        }
-        /* sf = Q times block b's keys ([hd][16]) */
-        auto scores = [&](int b) {
-            const __half *kt = (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 0, g));
-            if constexpr (Q8) {
-                const int8_t *k8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 0, g);
-                const float *ksc = (const float *)(k8 + (size_t)KVB * hd);
-                for (int e = lane; e < KVB * hd; e += 32)
-                    kh[e] = __float2half_rn((float)k8[e] * ksc[e & (KVB - 1)]);
-                __syncwarp();
-                kt = kh;
-            }
-            frag_c acc;
-            wmma::fill_fragment(acc, 0.0f);
-            if constexpr (HD > 0) {
-                frag_b kb[NF];
-#pragma unroll
-                for (int k = 0; k < NF; k++)
-                    wmma::load_matrix_sync(kb[k], kt + (size_t)k * 16 * KVB, KVB);
-#pragma unroll
-                for (int k = 0; k < NF; k++)
-                    wmma::mma_sync(acc, qa[k], kb[k], acc);
-            } else {
-                for (int kk = 0; kk < hd; kk += 16) {
-                    frag_b kb;
-                    wmma::load_matrix_sync(qa[0], qh + kk, hd);
-                    wmma::load_matrix_sync(kb, kt + (size_t)kk * KVB, KVB);
-                    wmma::mma_sync(acc, qa[0], kb, acc);
-                }
-            }
-            wmma::store_matrix_sync(sf, acc, FA_SF, wmma::mem_row_major);
-            __syncwarp();
-        };
-        float m = -INFINITY;
-        for (int b = 0; b < nblk; b++) {
-            float v[8];
-            scores(b);
-            row8(b, v);
-#pragma unroll
-            for (int c = 0; c < 8; c++)
-                m = fmaxf(m, v[c]);
-            __syncwarp();
-        }
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-        double sum = 0.0;
-        for (int b = 0; b < nblk; b++) {
-            float v[8];
-            scores(b);
-            row8(b, v);
-#pragma unroll
-            for (int c = 0; c < 8; c++)
-                if (v[c] != -INFINITY)
-                    sum += (double)expf(v[c] - m);
-            __syncwarp();
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-        const float inv = r < n ? (float)(1.0 / sum) : 0.0f;
-        if constexpr (HD > 0) {
-#pragma unroll
-            for (int k = 0; k < NF; k++)
-                wmma::fill_fragment(oacc[k], 0.0f);
-        }
-        for (int b = 0; b < nblk; b++) {
-            const __half *vt = (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 1, g));
-            if constexpr (Q8) {
-                const int8_t *v8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 1, g);
-                const float *vsc = (const float *)(v8 + (size_t)KVB * hd);
-                const int valid = b == nblk - 1 ? tail : KVB - 1;
-                for (int e = lane; e < KVB * hd; e += 32)
-                    vz[e] = e / hd <= valid ? __float2half_rn((float)v8[e] * vsc[e / hd])
-                                            : __float2half_rn(0.0f);
-                __syncwarp();
-                vt = vz;
-            } else if (b == nblk - 1 && tail < KVB - 1) {
-                for (int e = lane; e < KVB * hd; e += 32)
-                    vz[e] = e / hd <= tail ? vt[e] : __float2half_rn(0.0f);
-                __syncwarp();
-                vt = vz;
-            }
-            frag_b vb[NF];
-            if constexpr (HD > 0) {
-#pragma unroll
-                for (int k = 0; k < NF; k++)
-                    wmma::load_matrix_sync(vb[k], vt + 16 * k, HD);
-            }
-            scores(b);
-            {
-                float v[8];
-                row8(b, v);
-                put8(v, m, inv);
-            }
-            __syncwarp();
-            frag_a pa;
-            wmma::load_matrix_sync(pa, ph, FA_PH);
-            if constexpr (HD > 0) {
-#pragma unroll
-                for (int k = 0; k < NF; k++)
-                    wmma::mma_sync(oacc[k], pa, vb[k], oacc[k]);
-            } else {
-                for (int nn = 0; nn < hd; nn += 16) {
-                    wmma::load_matrix_sync(oacc[0], o + nn, hd, wmma::mem_row_major);
-                    wmma::load_matrix_sync(vb[0], vt + nn, hd);
-                    wmma::mma_sync(oacc[0], pa, vb[0], oacc[0]);
-                    wmma::store_matrix_sync(o + nn, oacc[0], hd, wmma::mem_row_major);
-                }
-            }
-            __syncwarp();
-        }
-        if constexpr (HD > 0) {
-#pragma unroll
-            for (int k = 0; k < NF; k++)
-                wmma::store_matrix_sync(o + 16 * k, oacc[k], HD, wmma::mem_row_major);
-            __syncwarp();
-        }
-        for (int e = lane; e < n * hd; e += 32) {
-            const int rr = e / hd, d = e - rr * hd;
-            out[(int64_t)(t0 + rr) * ldo + head * hd + d] = o[e];
-        }
-        __syncwarp();
-    }
-}
-
-template <int HD, bool Q8>
-static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
-                        int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
-                        const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const void *kv, float *out, int64_t ldo, struct mf_err *err)
-{
-    const int ratio = s->n_head / s->n_head_kv;
-    const size_t per = fa_warp_bytes(s->head_dim, HD > 0, Q8);
-    int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
-    while (nw > 1 && (size_t)nw * per > FA_SMEM_MAX)
-        nw--;
-    const size_t smem = (size_t)nw * per;
-    int rc = raise_smem((const void *)k_attention_tiles<HD, Q8>, smem, err);
-    if (rc)
-        return rc;
-    dim3 grid((unsigned)n_tiles, (unsigned)s->n_head_kv);
-    k_attention_tiles<HD, Q8><<<grid, nw * 32, smem, mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos,
-                                                                      toff, tables, kv, out, ldo);
-    return mfk_launched("attention (tiles)", err);
-}
-
-extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
-                                   int32_t n_tiles, const int32_t *tiles, const float *q,
-                                   int64_t ldq, const int32_t *pos, const int32_t *toff,
-                                   const int32_t *tables, const void *kv, float *out, int64_t ldo,
-                                   struct mf_err *err)
-{
-    if (n_tiles <= 0)
-        return 0;
-    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim <= 0 || s->head_dim % 16 ||
-        s->head_dim > ATT_MAX_DIM)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "CUDA attention: %d heads over %d KV heads of %d dimensions (tiles take "
-                          "a multiple of 16 up to %d)",
-                          s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
-#define TILES_LAUNCH(HD, Q8)                                                                       \
-    return tiles_launch<HD, Q8>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out,   \
-                                ldo, err)
-    if (s->head_dim == 128 && s->q8)
-        TILES_LAUNCH(128, true);
-    if (s->head_dim == 128)
-        TILES_LAUNCH(128, false);
-    if (s->head_dim == 64 && s->q8)
-        TILES_LAUNCH(64, true);
-    if (s->head_dim == 64)
-        TILES_LAUNCH(64, false);
-    if (s->q8)
-        TILES_LAUNCH(0, true);
-    TILES_LAUNCH(0, false);
-#undef TILES_LAUNCH
 }

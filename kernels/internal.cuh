@@ -37,6 +37,31 @@ static inline int mfk_launched(const char *what, struct mf_err *err)
                       cudaGetErrorString(e));
 }
 
+/* Raises fn's dynamic shared memory limit to smem bytes where it is over
+ * the default 48 KiB; MF_EIO naming `what` when the device refuses. */
+static inline int mfk_raise_smem(const void *fn, size_t smem, const char *what,
+                                 struct mf_err *err)
+{
+    if (smem <= 48 * 1024)
+        return 0;
+    cudaError_t e =
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    return mf_err_set(err, MF_EIO, "CUDA %s: cannot raise shared memory to %zu bytes: %s", what,
+                      smem, cudaGetErrorString(e));
+}
+
+/* 16 bytes global -> shared without registers (cp.async, to be committed
+ * and waited for by the caller); src_bytes 0 fills zeros. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(src_bytes));
+}
+
 /* Element offset of layer `layer`'s keys (kv 0: [head_dim][KVB]) or values
  * (kv 1: [KVB][head_dim]) of KV head `head` in block blk. */
 __device__ __forceinline__ size_t kv_index(const struct mfk_kv_shape &s, int32_t blk,

@@ -53,14 +53,6 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint
                    "r"(0), "r"(0));
 }
 
-/* 16 bytes global -> shared without registers; src_bytes 0 fills zeros. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(src_bytes));
-}
-
 #define TILE_BYTES (16 * Q4K_BYTES) /* one super-block of a warp's 16 rows */
 
 /* Super-block sb of rows row0.. row0 + 15 (those past ne1 zero) into dst,

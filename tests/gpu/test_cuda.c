@@ -1473,6 +1473,7 @@ int main(int argc, char **argv)
         test_attention(32, 8, 128, 128, 0, q8);
         test_attention(6, 6, 64, 32, 0, q8);
         test_attention(16, 1, 256, 64, 0, q8); /* MQA, the widest head the kernel takes */
+        test_attention(16, 1, 128, 128, 0, q8); /* 16 query heads a KV head: tile warps go twice */
         test_attention(8, 8, 80, 80, 0, q8);   /* phi-2's heads: tiles only */
         if (!only_att) /* past the per-token kernel's shared memory (racecheck: too slow) */
             test_attention(32, 8, 128, 128, 12000, q8);

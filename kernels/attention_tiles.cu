@@ -1,0 +1,529 @@
+/*
+ * attention_tiles.cu: paged attention for runs of a sequence's new tokens
+ * (prefill, chunked prefill) on the tensor cores, a tile of up to 16
+ * consecutive tokens against one KV head per thread block, each warp one
+ * of the query heads that share it. Each K/V block is read once per tile
+ * instead of once per token, and nothing is kept per context position, so
+ * no context is too long.
+ *
+ * Both kernels walk the context three times (the row max, the sum of
+ * expf(s - max) in double, then P = fp16(expf(s - max) / sum) and O += P V
+ * in fp32) rather than keeping an online softmax: that rounds the weights
+ * to fp16 before normalising, the CPU after, and that difference alone
+ * moved a greedy token of a BF16 model (test_cuda). What they give is the
+ * CPU backend's F16 path up to the order of the fp32 sums.
+ *
+ * k_flash (head_dim 64 and 128, the models that matter) stages a few KV
+ * blocks at a time in shared memory with cp.async, double-buffered, for all
+ * warps of the block; keeps the queries, the scores and O in registers
+ * (mma.sync m16n8k16, the scores' accumulator layout reused as the P
+ * operand); and reads keys and values with ldmatrix from XOR-swizzled rows,
+ * free of bank conflicts. k_tiles takes any head_dim that is a multiple of
+ * 16 (wmma through per-warp shared memory, each warp loading its own K/V).
+ */
+#include "kernels/kernels.h"
+#include "kernels/internal.cuh"
+
+#include <cfloat>
+#include <cstdint>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#define FA_ROWS 16      /* tokens per tile (CUDA_PLAN_TILE) */
+#define FA_MAX_WARPS 8  /* query heads (warps) per tile block */
+#define FA_MAX_DIM 256  /* head_dim the tiles take, at most */
+#define FA_SMEM_MAX ((size_t)200 << 10)
+
+/* ------------------------------------------------------------------------
+ * k_flash: head_dim 64 or 128
+ * ---------------------------------------------------------------------- */
+
+#define FL_SB 4 /* KV blocks (of KVB positions) a stage brings in */
+
+/* A stage: FL_SB blocks of keys, [hd][KVB] fp16 (rows of 32 bytes whose
+ * two 16-byte halves swap on rows 4-7 of every 8), then FL_SB blocks of
+ * values, [KVB][hd] fp16 (16-byte chunk c of row j at c ^ (j & 7)). The
+ * swizzles put the 8 rows an ldmatrix phase reads on 8 distinct bank
+ * groups. */
+template <int HD> struct fl {
+    static constexpr int KB = HD * KVB * 2; /* bytes of one block's keys */
+    static constexpr int STAGE = 2 * FL_SB * KB;
+    static __device__ __forceinline__ int koff(int d, int h) { return d * 32 + ((h ^ ((d >> 2) & 1)) << 4); }
+    static __device__ __forceinline__ int voff(int j, int c) { return j * HD * 2 + ((c ^ (j & 7)) << 4); }
+};
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8x8 fp16 matrices from shared memory, transposed: lane l gives the
+ * address of row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void ldsm_t4(uint32_t (&r)[4], const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ uint32_t h2_bits(float lo, float hi)
+{
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* 8 int8 values times their scales (sc[0..7], or sc[0] for all), as the
+ * 8 fp16 an F16 arena would hold (kv8_value). */
+__device__ __forceinline__ uint4 kv8_chunk(uint2 b, const float *sc, int step)
+{
+    const uint32_t w[2] = {b.x, b.y};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int e = 2 * i;
+        const float lo = (float)(int8_t)(w[e >> 2] >> (8 * (e & 3))) * sc[e * step];
+        const float hi = (float)(int8_t)(w[e >> 2] >> (8 * ((e + 1) & 3))) * sc[(e + 1) * step];
+        o[i] = h2_bits(lo, hi);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* Blocks b0 .. of the tile's context (at most FL_SB, fewer at the end)
+ * into buf by the block's threads, as one cp.async group: keys, and values
+ * when `values` (rows past the last block's `tail` slot zero, since nothing
+ * wrote them and 0 x NaN is NaN). The 8-bit arena is widened to fp16 on
+ * the way (plain loads and stores, visible after the caller's barrier). */
+template <int HD, bool Q8>
+__device__ __forceinline__ void fl_stage(const struct mfk_kv_shape &s, int32_t layer, int g,
+                                         const int32_t *bt, int b0, int nblk, int tail,
+                                         bool values, unsigned char *buf, const void *kv)
+{
+    typedef fl<HD> L;
+    constexpr int CH = HD * KVB * 2 / 16; /* 16-byte chunks of a block's keys (or values) */
+    const int nb = nblk - b0 < FL_SB ? nblk - b0 : FL_SB;
+    for (int i = threadIdx.x; i < nb * CH; i += blockDim.x) {
+        const int bb = i / CH, c = i % CH, d = c >> 1, h = c & 1;
+        unsigned char *dst = buf + bb * L::KB + L::koff(d, h);
+        if constexpr (Q8) {
+            const int8_t *k8 = (const int8_t *)kv + kv8_offset(s, bt[b0 + bb], layer, 0, g);
+            const float *sc = (const float *)(k8 + KVB * HD) + 8 * h;
+            *reinterpret_cast<uint4 *>(dst) =
+                kv8_chunk(*reinterpret_cast<const uint2 *>(k8 + d * KVB + 8 * h), sc, 1);
+        } else {
+            cp_async16(dst, (const __half *)kv + kv_index(s, bt[b0 + bb], layer, 0, g) + d * KVB +
+                                8 * h,
+                       16);
+        }
+    }
+    for (int i = threadIdx.x; values && i < nb * CH; i += blockDim.x) {
+        const int bb = i / CH, c = i % CH, j = c / (HD / 8), cc = c % (HD / 8);
+        unsigned char *dst = buf + FL_SB * L::KB + bb * L::KB + L::voff(j, cc);
+        const bool live = b0 + bb < nblk - 1 || j <= tail;
+        if constexpr (Q8) {
+            const int8_t *v8 = (const int8_t *)kv + kv8_offset(s, bt[b0 + bb], layer, 1, g);
+            const float *sc = (const float *)(v8 + KVB * HD) + j;
+            *reinterpret_cast<uint4 *>(dst) =
+                live ? kv8_chunk(*reinterpret_cast<const uint2 *>(v8 + j * HD + 8 * cc), sc, 0)
+                     : make_uint4(0, 0, 0, 0);
+        } else {
+            const __half *src =
+                (const __half *)kv + kv_index(s, bt[b0 + bb], layer, 1, g) + j * HD + 8 * cc;
+            cp_async16(dst, src, live ? 16 : 0);
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* grid (n_tiles, n_head_kv), NW warps: warp w takes query head w (then
+ * w + NW, ... when the KV head has more) of KV head g for the tile's n
+ * tokens, rows 0..15 of the m16 tiles (rows past n masked out and not
+ * written). A lane holds rows lane / 4 and lane / 4 + 8, slots
+ * 2 (lane % 4) + {0, 1, 8, 9} of each KV block's scores. Tiles are taken
+ * in reverse: the longest contexts (a prompt's last tiles) start first. */
+template <int HD, bool Q8>
+__global__ void __launch_bounds__(FA_MAX_WARPS * 32)
+    k_flash(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
+            int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
+            const void *kv, float *out, int64_t ldo)
+{
+    typedef fl<HD> L;
+    constexpr int NK = HD / 16; /* k-steps of Q K^T, and 16-wide column pairs of P V */
+    extern __shared__ __align__(128) unsigned char fsm[];
+    const int tile = gridDim.x - 1 - blockIdx.x, g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
+    const int t0 = tiles[2 * tile], n = tiles[2 * tile + 1];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int32_t *bt = tables + toff[t0];
+    const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
+    const int nst = (nblk + FL_SB - 1) / FL_SB;
+    const float kq_scale = 1.0f / sqrtf((float)HD);
+    const int gr = lane >> 2, tq = lane & 3;
+    const int lim0 = gr < n ? pos[t0 + gr] : -1, lim1 = gr + 8 < n ? pos[t0 + gr + 8] : -1;
+    /* this lane's ldmatrix row: matrix lane / 8 is rows +0 or +8, half or chunk +0 or +1 */
+    const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lh = lane >> 4;
+
+    for (int h0 = 0; h0 < ratio; h0 += nw) {
+        const int h = h0 + warp;
+        const bool live = h < ratio;
+        const int64_t head = (int64_t)g * ratio + (live ? h : 0);
+        uint32_t qa[NK][4];
+        {
+            auto qv = [&](int r, int d) {
+                return r < n ? q[(int64_t)(t0 + r) * ldq + head * HD + d] : 0.0f;
+            };
+#pragma unroll
+            for (int k = 0; k < NK; k++) {
+                const int d = 16 * k + 2 * tq;
+                qa[k][0] = h2_bits(qv(gr, d), qv(gr, d + 1));
+                qa[k][1] = h2_bits(qv(gr + 8, d), qv(gr + 8, d + 1));
+                qa[k][2] = h2_bits(qv(gr, d + 8), qv(gr, d + 9));
+                qa[k][3] = h2_bits(qv(gr + 8, d + 8), qv(gr + 8, d + 9));
+            }
+        }
+        /* the 16 x 16 scores of the block at kb (block index b), scaled, masked to -inf */
+        auto scores = [&](const unsigned char *kb, int b, float (&sv)[8]) {
+            float a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int k = 0; k < NK; k++) {
+                uint32_t kf[4];
+                ldsm_t4(kf, kb + L::koff(16 * k + lr, lh));
+                mma_f16(a0, qa[k], kf[0], kf[1]);
+                mma_f16(a1, qa[k], kf[2], kf[3]);
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float raw = i < 4 ? a0[i] : a1[i - 4];
+                const int slot = b * KVB + (i >> 2) * 8 + 2 * tq + (i & 1);
+                sv[i] = slot <= ((i & 2) ? lim1 : lim0) ? __fmul_rn(raw, kq_scale) : -INFINITY;
+            }
+        };
+        float m0 = -INFINITY, m1 = -INFINITY, inv0 = 0.0f, inv1 = 0.0f;
+        double l0 = 0.0, l1 = 0.0;
+        float o[2 * NK][4];
+#pragma unroll
+        for (int j = 0; j < 2 * NK; j++)
+            o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        for (int pass = 0; pass < 3; pass++) {
+            fl_stage<HD, Q8>(s, layer, g, bt, 0, nblk, tail, pass == 2, fsm, kv);
+            for (int st = 0; st < nst; st++) {
+                unsigned char *buf = fsm + (st & 1) * L::STAGE;
+                if (st + 1 < nst) {
+                    fl_stage<HD, Q8>(s, layer, g, bt, (st + 1) * FL_SB, nblk, tail, pass == 2,
+                                     fsm + ((st + 1) & 1) * L::STAGE, kv);
+                    asm volatile("cp.async.wait_group 1;\n" ::);
+                } else {
+                    asm volatile("cp.async.wait_group 0;\n" ::);
+                }
+                __syncthreads();
+                const int nb = nblk - st * FL_SB < FL_SB ? nblk - st * FL_SB : FL_SB;
+                for (int bb = 0; live && bb < nb; bb++) {
+                    const int b = st * FL_SB + bb;
+                    float sv[8];
+                    scores(buf + bb * L::KB, b, sv);
+                    if (pass == 0) {
+#pragma unroll
+                        for (int i = 0; i < 8; i++) {
+                            if (i & 2)
+                                m1 = fmaxf(m1, sv[i]);
+                            else
+                                m0 = fmaxf(m0, sv[i]);
+                        }
+                    } else if (pass == 1) {
+#pragma unroll
+                        for (int i = 0; i < 8; i++) {
+                            if (sv[i] == -INFINITY)
+                                continue;
+                            if (i & 2)
+                                l1 += (double)expf(sv[i] - m1);
+                            else
+                                l0 += (double)expf(sv[i] - m0);
+                        }
+                    } else {
+                        float w[8];
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                            w[i] = sv[i] == -INFINITY
+                                       ? 0.0f
+                                       : __fmul_rn(expf(sv[i] - ((i & 2) ? m1 : m0)),
+                                                   (i & 2) ? inv1 : inv0);
+                        const uint32_t pa[4] = {h2_bits(w[0], w[1]), h2_bits(w[2], w[3]),
+                                                h2_bits(w[4], w[5]), h2_bits(w[6], w[7])};
+                        const unsigned char *vb = buf + FL_SB * L::KB + bb * L::KB;
+#pragma unroll
+                        for (int k = 0; k < NK; k++) {
+                            uint32_t vf[4];
+                            ldsm_t4(vf, vb + L::voff(lr, 2 * k + lh));
+                            mma_f16(o[2 * k], pa, vf[0], vf[1]);
+                            mma_f16(o[2 * k + 1], pa, vf[2], vf[3]);
+                        }
+                    }
+                }
+                __syncthreads(); /* the buffer is refilled two stages on */
+            }
+            if (pass == 0) {
+                for (int x = 1; x < 4; x <<= 1) {
+                    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, x));
+                    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, x));
+                }
+            } else if (pass == 1) {
+                for (int x = 1; x < 4; x <<= 1) {
+                    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+                    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+                }
+                inv0 = gr < n ? (float)(1.0 / l0) : 0.0f;
+                inv1 = gr + 8 < n ? (float)(1.0 / l1) : 0.0f;
+            }
+        }
+        if (!live)
+            continue;
+#pragma unroll
+        for (int j = 0; j < 2 * NK; j++) {
+            const int64_t d = head * HD + 8 * j + 2 * tq;
+            if (gr < n)
+                *reinterpret_cast<float2 *>(out + (int64_t)(t0 + gr) * ldo + d) =
+                    make_float2(o[j][0], o[j][1]);
+            if (gr + 8 < n)
+                *reinterpret_cast<float2 *>(out + (int64_t)(t0 + gr + 8) * ldo + d) =
+                    make_float2(o[j][2], o[j][3]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * k_tiles: any head_dim that is a multiple of 16
+ * ---------------------------------------------------------------------- */
+
+/* Shared bytes per warp: qh[16][hd], vz[16][hd] (half) and o[16][hd]
+ * (float), plus kh[hd][16] (half) for an 8-bit arena; then sf[16][FA_SF]
+ * (float) and ph[16][FA_PH] (half), rows padded by 16 bytes so that the 8
+ * lanes of a 16-byte access phase (rows r .. r + 7) fall on different
+ * banks. Every part a multiple of 32 bytes, as wmma's pointers must be. */
+#define FA_SF (KVB + 4)
+#define FA_PH (KVB + 8)
+__host__ __device__ static size_t fa_warp_bytes(int32_t hd, bool q8)
+{
+    return (size_t)hd * (q8 ? 160 : 128) + FA_ROWS * (FA_SF * 4 + FA_PH * 2);
+}
+
+/* grid (n_tiles, n_head_kv); warp w takes query heads w, w + warps, ... of
+ * KV head g for the tile's n tokens. Lanes 2r and 2r+1 own row r's scores,
+ * 8 slots each; slots past the row's position are masked. Each pass
+ * recomputes S = Q K_b^T with wmma. Value rows past the tile's last
+ * position are zeroed first. Q8: each block's keys and values are first
+ * written to shared memory as fp16 (kv8_value), invalid value rows as 0. */
+template <bool Q8>
+__global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
+                        int64_t ldq, const int32_t *pos, const int32_t *toff,
+                        const int32_t *tables, const void *kv, float *out, int64_t ldo)
+{
+    using namespace nvcuda;
+    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> frag_a;
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> frag_b;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+    extern __shared__ __align__(128) unsigned char fsm[];
+    const int hd = s.head_dim, g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
+    const int t0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int32_t *bt = tables + toff[t0];
+    const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
+    const float kq_scale = 1.0f / sqrtf((float)hd);
+    unsigned char *ws = fsm + (size_t)warp * fa_warp_bytes(hd, Q8);
+    __half *qh = (__half *)ws;
+    __half *vz = qh + FA_ROWS * hd;
+    float *o = (float *)(qh + 2 * FA_ROWS * hd);
+    __half *kh = (__half *)(o + FA_ROWS * hd);
+    float *sf = (float *)(ws + (size_t)hd * (Q8 ? 160 : 128));
+    __half *ph = (__half *)(sf + FA_ROWS * FA_SF);
+    const int r = lane & 15, c0 = (lane >> 4) * 8; /* lanes r and r + 16 share row r */
+    const int lim = r < n ? pos[t0 + r] : -1; /* the last position row r sees */
+    /* row r's 8 scores of block b (slots c0 ..), scaled; masked: -inf */
+    auto row8 = [&](int b, float v[8]) {
+        const float4 *p = reinterpret_cast<const float4 *>(sf + r * FA_SF + c0);
+        const float4 lo = p[0], hi = p[1];
+        const float raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+            v[c] = b * KVB + c0 + c <= lim ? __fmul_rn(raw[c], kq_scale) : -INFINITY;
+    };
+
+    for (int h = warp; h < ratio; h += nw) {
+        const int64_t head = (int64_t)g * ratio + h;
+        for (int e = lane; e < FA_ROWS * hd; e += 32) {
+            const int rr = e / hd, d = e - rr * hd;
+            qh[e] = __float2half_rn(rr < n ? q[(int64_t)(t0 + rr) * ldq + head * hd + d] : 0.0f);
+            o[e] = 0.0f;
+        }
+        __syncwarp();
+        /* sf = Q times block b's keys ([hd][16]) */
+        auto scores = [&](int b) {
+            const __half *kt = (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 0, g));
+            if constexpr (Q8) {
+                const int8_t *k8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 0, g);
+                const float *ksc = (const float *)(k8 + (size_t)KVB * hd);
+                for (int e = lane; e < KVB * hd; e += 32)
+                    kh[e] = __float2half_rn((float)k8[e] * ksc[e & (KVB - 1)]);
+                __syncwarp();
+                kt = kh;
+            }
+            frag_c acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int kk = 0; kk < hd; kk += 16) {
+                frag_a qa;
+                frag_b kb;
+                wmma::load_matrix_sync(qa, qh + kk, hd);
+                wmma::load_matrix_sync(kb, kt + (size_t)kk * KVB, KVB);
+                wmma::mma_sync(acc, qa, kb, acc);
+            }
+            wmma::store_matrix_sync(sf, acc, FA_SF, wmma::mem_row_major);
+            __syncwarp();
+        };
+        float m = -INFINITY;
+        for (int b = 0; b < nblk; b++) {
+            float v[8];
+            scores(b);
+            row8(b, v);
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                m = fmaxf(m, v[c]);
+            __syncwarp();
+        }
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+        double sum = 0.0;
+        for (int b = 0; b < nblk; b++) {
+            float v[8];
+            scores(b);
+            row8(b, v);
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                if (v[c] != -INFINITY)
+                    sum += (double)expf(v[c] - m);
+            __syncwarp();
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+        const float inv = r < n ? (float)(1.0 / sum) : 0.0f;
+        for (int b = 0; b < nblk; b++) {
+            const __half *vt = (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 1, g));
+            if constexpr (Q8) {
+                const int8_t *v8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 1, g);
+                const float *vsc = (const float *)(v8 + (size_t)KVB * hd);
+                const int valid = b == nblk - 1 ? tail : KVB - 1;
+                for (int e = lane; e < KVB * hd; e += 32)
+                    vz[e] = e / hd <= valid ? __float2half_rn((float)v8[e] * vsc[e / hd])
+                                            : __float2half_rn(0.0f);
+                __syncwarp();
+                vt = vz;
+            } else if (b == nblk - 1 && tail < KVB - 1) {
+                for (int e = lane; e < KVB * hd; e += 32)
+                    vz[e] = e / hd <= tail ? vt[e] : __float2half_rn(0.0f);
+                __syncwarp();
+                vt = vz;
+            }
+            scores(b);
+            {
+                float v[8];
+                row8(b, v);
+                __align__(16) __half hw[8];
+#pragma unroll
+                for (int c = 0; c < 8; c++)
+                    hw[c] = __float2half_rn(v[c] == -INFINITY ? 0.0f
+                                                              : __fmul_rn(expf(v[c] - m), inv));
+                *reinterpret_cast<uint4 *>(ph + r * FA_PH + c0) =
+                    *reinterpret_cast<const uint4 *>(hw);
+            }
+            __syncwarp();
+            frag_a pa;
+            wmma::load_matrix_sync(pa, ph, FA_PH);
+            for (int nn = 0; nn < hd; nn += 16) {
+                frag_c oc;
+                frag_b vb;
+                wmma::load_matrix_sync(oc, o + nn, hd, wmma::mem_row_major);
+                wmma::load_matrix_sync(vb, vt + nn, hd);
+                wmma::mma_sync(oc, pa, vb, oc);
+                wmma::store_matrix_sync(o + nn, oc, hd, wmma::mem_row_major);
+            }
+            __syncwarp();
+        }
+        for (int e = lane; e < n * hd; e += 32) {
+            const int rr = e / hd, d = e - rr * hd;
+            out[(int64_t)(t0 + rr) * ldo + head * hd + d] = o[e];
+        }
+        __syncwarp();
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Launch
+ * ---------------------------------------------------------------------- */
+
+template <int HD, bool Q8>
+static int flash_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                        int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
+                        const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                        const void *kv, float *out, int64_t ldo, struct mf_err *err)
+{
+    const int ratio = s->n_head / s->n_head_kv;
+    const int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
+    const size_t smem = 2 * (size_t)fl<HD>::STAGE;
+    int rc = mfk_raise_smem((const void *)k_flash<HD, Q8>, smem, "attention (tiles)", err);
+    if (rc)
+        return rc;
+    k_flash<HD, Q8><<<dim3((unsigned)n_tiles, (unsigned)s->n_head_kv), nw * 32, smem,
+                      mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos, toff, tables, kv, out, ldo);
+    return mfk_launched("attention (tiles)", err);
+}
+
+template <bool Q8>
+static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                        int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
+                        const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                        const void *kv, float *out, int64_t ldo, struct mf_err *err)
+{
+    const int ratio = s->n_head / s->n_head_kv;
+    const size_t per = fa_warp_bytes(s->head_dim, Q8);
+    int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
+    while (nw > 1 && (size_t)nw * per > FA_SMEM_MAX)
+        nw--;
+    const size_t smem = (size_t)nw * per;
+    int rc = mfk_raise_smem((const void *)k_tiles<Q8>, smem, "attention (tiles)", err);
+    if (rc)
+        return rc;
+    k_tiles<Q8><<<dim3((unsigned)n_tiles, (unsigned)s->n_head_kv), nw * 32, smem,
+                  mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos, toff, tables, kv, out, ldo);
+    return mfk_launched("attention (tiles)", err);
+}
+
+extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
+                                   int32_t n_tiles, const int32_t *tiles, const float *q,
+                                   int64_t ldq, const int32_t *pos, const int32_t *toff,
+                                   const int32_t *tables, const void *kv, float *out, int64_t ldo,
+                                   struct mf_err *err)
+{
+    if (n_tiles <= 0)
+        return 0;
+    if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim <= 0 || s->head_dim % 16 ||
+        s->head_dim > FA_MAX_DIM)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "CUDA attention: %d heads over %d KV heads of %d dimensions (tiles take "
+                          "a multiple of 16 up to %d)",
+                          s->n_head, s->n_head_kv, s->head_dim, FA_MAX_DIM);
+#define LAUNCH(F, ...)                                                                             \
+    return F<__VA_ARGS__>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out, ldo, err)
+    if (s->head_dim == 128 && s->q8)
+        LAUNCH(flash_launch, 128, true);
+    if (s->head_dim == 128)
+        LAUNCH(flash_launch, 128, false);
+    if (s->head_dim == 64 && s->q8)
+        LAUNCH(flash_launch, 64, true);
+    if (s->head_dim == 64)
+        LAUNCH(flash_launch, 64, false);
+    if (s->q8)
+        LAUNCH(tiles_launch, true);
+    LAUNCH(tiles_launch, false);
+#undef LAUNCH
+}

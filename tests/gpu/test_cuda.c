@@ -374,6 +374,18 @@ static void test_norm_swiglu(int64_t n)
         memcpy(yc + k * n, y + k * ld, n * 4);
     report(n > 1000 ? "swiglu (n 20000)" : "swiglu (n 1000)", rel_err(yc, ref, rows * n) < 1e-6,
            "rel err", rel_err(yc, ref, rows * n), 1e-6);
+    /* rows of n - 1 (not float4s: the element-a-thread kernel); the last column untouched */
+    h2d(dx, x, rows * ld * 4);
+    CK(mfk_swiglu(ctx, dx, dr, ld, rows, n - 1, NULL, &err));
+    d2h(y, dx, rows * ld * 4);
+    int kept = 1;
+    for (int k = 0; k < rows; k++) {
+        memcpy(yc + k * n, y + k * ld, n * 4);
+        kept &= memcmp(&y[k * ld + n - 1], &x[k * ld + n - 1], 4) == 0;
+        yc[k * n + n - 1] = (float)ref[k * n + n - 1];
+    }
+    report(n > 1000 ? "swiglu (n 19999, scalar)" : "swiglu (n 999, scalar)",
+           kept && rel_err(yc, ref, rows * n) < 1e-6, "rel err", rel_err(yc, ref, rows * n), 1e-6);
     mfk_free(dx), mfk_free(dr), mfk_free(dg), mfk_free(dy);
     free(x), free(r), free(g), free(y), free(xo), free(ref), free(refx), free(yc), free(xc);
 }

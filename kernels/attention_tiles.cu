@@ -256,29 +256,46 @@ __global__ void __maxnreg__(FL_MAX_REGS)
                     float sv[FL_SB][8];
                     scores(buf, st * FL_SB, nb, sv);
                     if constexpr (pass == 0) {
-                        /* this lane's running max and sum of its slots of each row;
-                         * a new max rescales the sum (in double, rarely) */
+                        /* this lane's running max and sum of its slots of each row: the
+                         * stage's 4 x FL_SB values of a row reduced as trees (serial
+                         * chains of fmaxf and of double adds were the kernel's longest
+                         * stalls), a new max rescaling the sum in double (rarely) */
 #pragma unroll
                         for (int r = 0; r < 2; r++) {
                             float &m = r ? m1 : m0;
                             double &l = r ? l1 : l0;
-                            float mb = m;
+                            float t[4 * FL_SB];
 #pragma unroll
                             for (int bb = 0; bb < FL_SB; bb++)
 #pragma unroll
-                                for (int i = 0; i < 8; i++)
-                                    if (((i >> 1) & 1) == r)
-                                        mb = fmaxf(mb, sv[bb][i]);
+                                for (int i = 0; i < 4; i++)
+                                    t[4 * bb + i] = sv[bb][(i >> 1) * 4 + 2 * r + (i & 1)];
+                            float mb = t[0];
+#pragma unroll
+                            for (int w = 1; w < 4 * FL_SB; w <<= 1)
+#pragma unroll
+                                for (int i = 0; i + w < 4 * FL_SB; i += 2 * w)
+                                    t[i] = fmaxf(t[i], t[i + w]);
+                            mb = t[0];
                             if (mb > m) {
                                 l = m == -INFINITY ? 0.0 : l * exp((double)m - (double)mb);
                                 m = mb;
                             }
+                            if (m == -INFINITY)
+                                continue; /* nothing seen yet (masked rows, slots) */
 #pragma unroll
                             for (int bb = 0; bb < FL_SB; bb++)
 #pragma unroll
-                                for (int i = 0; i < 8; i++)
-                                    if (((i >> 1) & 1) == r && sv[bb][i] != -INFINITY)
-                                        l += (double)expf(sv[bb][i] - m);
+                                for (int i = 0; i < 4; i++) {
+                                    const float v = sv[bb][(i >> 1) * 4 + 2 * r + (i & 1)];
+                                    t[4 * bb + i] = v == -INFINITY ? 0.0f : expf(v - m);
+                                }
+#pragma unroll
+                            for (int w = 1; w < 4 * FL_SB; w <<= 1)
+#pragma unroll
+                                for (int i = 0; i + w < 4 * FL_SB; i += 2 * w)
+                                    t[i] += t[i + w];
+                            l += (double)t[0];
                         }
                     }
 #pragma unroll

@@ -296,6 +296,23 @@ extern "C" int mfk_gemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
     return rc;
 }
 
+extern "C" int mfk_gemm_rounding(const struct mfk_weight *w)
+{
+    return rounding(w);
+}
+
+extern "C" int mfk_gemm_rounded(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt,
+                                float *y, int64_t ldy, int add, void *scratch,
+                                size_t scratch_bytes, struct mf_err *err)
+{
+    if (nt <= 0)
+        return 0;
+    int rc = gemm_check(c, w, nt, scratch, scratch_bytes, err);
+    if (!rc && !rounding(w))
+        rc = mf_err_set(err, MF_EINVAL, "CUDA gemm: F32 weights take a float input");
+    return rc ? rc : gemm_products(c, w, NULL, 0, nt, y, ldy, 1.0f, add, scratch, err);
+}
+
 extern "C" int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x,
                         int64_t ldx, int32_t nt, float *y, int64_t ldy, int add, void *scratch,
                         size_t scratch_bytes, struct mf_err *err)

@@ -197,6 +197,14 @@ size_t mfk_gemm_scratch(const struct mfk_weight *w, int32_t nt);
 int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, void *scratch, size_t scratch_bytes,
              struct mf_err *err);
+/* What mfk_gemm rounds its input to for w: 0 nothing (F32), 1 fp16 (F16),
+ * 2 bf16 (every other type). */
+int mfk_gemm_rounding(const struct mfk_weight *w);
+/* mfk_gemm with its input already rounded (mfk_gemm_rounding) in the
+ * scratch's first nt x ne0 halves, dense: mfk_swiglu_half's output. */
+int mfk_gemm_rounded(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt, float *y,
+                     int64_t ldy, int add, void *scratch, size_t scratch_bytes,
+                     struct mf_err *err);
 /* mfk_gemm for n weights of one input (q, k and v; gate and up): x rounded
  * once for consecutive weights that round it alike (bf16, or fp16 for F16).
  * scratch: the largest mfk_gemm_scratch of them. */
@@ -262,6 +270,12 @@ int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);
  * non-NULL: the result's 8-bit form too (n a multiple of 256). */
 int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t rows, int64_t n,
                const struct mfk_q8 *q8, struct mf_err *err);
+
+/* out[i][j] = g[i][j] / (1 + e^-g[i][j]) * u[i][j] rounded to bf16 (bf16)
+ * or fp16, rows x n dense (g not written): mfk_swiglu and mfk_round_half
+ * in one pass, for mfk_gemm_rounded. */
+int mfk_swiglu_half(struct mfk_ctx *c, const float *g, const float *u, int64_t ld, int32_t rows,
+                    int64_t n, void *out, int bf16, struct mf_err *err);
 
 /* dst[j] = src[rows[j]] (n_cols floats each), j < n. */
 int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows, int32_t n,

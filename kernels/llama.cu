@@ -1245,6 +1245,55 @@ extern "C" int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t l
     return mfk_launched("swiglu", err);
 }
 
+/* silu(g) * u rounded to H, rows x n dense in out (the GEMM's rounded
+ * input; g is not written): mfk_swiglu then mfk_round_half in one pass.
+ * V 4: float4s (n, ld multiples of 4, rows 16-byte aligned). */
+template <typename H, int V>
+__global__ void k_swiglu_half(const float *g, const float *u, int64_t ld, int64_t nv,
+                              int64_t total, H *out)
+{
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = e / nv, i = e - row * nv;
+        H *o = out + row * nv * V + i * V;
+        if constexpr (V == 4) {
+            const float4 x = reinterpret_cast<const float4 *>(g + row * ld)[i];
+            const float4 v = reinterpret_cast<const float4 *>(u + row * ld)[i];
+            __align__(8) H h[4] = {to_half<H>(silu_mul(x.x, v.x)), to_half<H>(silu_mul(x.y, v.y)),
+                                   to_half<H>(silu_mul(x.z, v.z)), to_half<H>(silu_mul(x.w, v.w))};
+            *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(h);
+        } else {
+            *o = to_half<H>(silu_mul(g[row * ld + i], u[row * ld + i]));
+        }
+    }
+}
+
+template <typename H>
+static void swiglu_half_launch(cudaStream_t st, const float *g, const float *u, int64_t ld,
+                               int32_t rows, int64_t n, H *out)
+{
+    const bool v4 = n % 4 == 0 && ld % 4 == 0 && ((uintptr_t)g & 15) == 0 &&
+                    ((uintptr_t)u & 15) == 0 && ((uintptr_t)out & 7) == 0;
+    const int64_t total = (int64_t)rows * (v4 ? n / 4 : n), blocks = (total + 255) / 256;
+    const unsigned grid = (unsigned)(blocks < 132 * 16 ? blocks : 132 * 16);
+    if (v4)
+        k_swiglu_half<H, 4><<<grid, 256, 0, st>>>(g, u, ld, n / 4, total, out);
+    else
+        k_swiglu_half<H, 1><<<grid, 256, 0, st>>>(g, u, ld, n, total, out);
+}
+
+extern "C" int mfk_swiglu_half(struct mfk_ctx *c, const float *g, const float *u, int64_t ld,
+                               int32_t rows, int64_t n, void *out, int bf16, struct mf_err *err)
+{
+    if (rows <= 0 || n <= 0)
+        return 0;
+    if (bf16)
+        swiglu_half_launch(mfk_stream(c), g, u, ld, rows, n, (__nv_bfloat16 *)out);
+    else
+        swiglu_half_launch(mfk_stream(c), g, u, ld, rows, n, (__half *)out);
+    return mfk_launched("swiglu (rounded)", err);
+}
+
 __global__ void k_gather(const float *src, int64_t lds, const int32_t *rows, float *dst,
                          int64_t ldd, int64_t n)
 {

@@ -191,6 +191,32 @@ static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float 
             snprintf(name, sizeof name, "gemm %s nt=%d%s", ggml_type_name(t), nt, add ? " add" : "");
             report(name, e < bound, "rel err", e, bound);
         }
+        /* SwiGLU's rounded output straight into the product (mfk_swiglu_half,
+         * mfk_gemm_rounded) = mfk_swiglu then mfk_gemm, bit for bit */
+        if (t != GGML_TYPE_F32) {
+            float *du = dalloc((size_t)(nt * ldx) * 4), *dg = dalloc((size_t)(nt * ldx) * 4);
+            float *y2 = malloc((size_t)(nt * ldy) * 4), *u = malloc((size_t)(nt * ldx) * 4);
+            for (int64_t i = 0; i < nt * ldx; i++)
+                u[i] = frand() * 2;
+            h2d(du, u, (size_t)(nt * ldx) * 4);
+            h2d(dg, x, (size_t)(nt * ldx) * 4);
+            h2d(dy, y0, (size_t)(nt * ldy) * 4);
+            CK(mfk_swiglu(ctx, dg, du, ldx, nt, ne0, NULL, &err));
+            CK(mfk_gemm(ctx, w, dg, ldx, nt, dy, ldy, 1, scratch, sb, &err));
+            d2h(y, dy, (size_t)(nt * ldy) * 4);
+            h2d(dy, y0, (size_t)(nt * ldy) * 4);
+            CK(mfk_swiglu_half(ctx, dx, du, ldx, nt, ne0, scratch, mfk_gemm_rounding(w) == 2,
+                               &err));
+            CK(mfk_gemm_rounded(ctx, w, nt, dy, ldy, 1, scratch, sb, &err));
+            d2h(y2, dy, (size_t)(nt * ldy) * 4);
+            int same = 1;
+            for (int c = 0; c < nt; c++)
+                same &= memcmp(y + c * ldy, y2 + c * ldy, (size_t)ne1 * 4) == 0;
+            snprintf(name, sizeof name, "gemm %s nt=%d: swiglu's rounded input = swiglu + gemm",
+                     ggml_type_name(t), nt);
+            report(name, same, "equal", same, 1);
+            mfk_free(du), mfk_free(dg), free(y2), free(u);
+        }
         /* too little scratch is refused, not overrun (F32 needs none) */
         if (sb > 0) {
             int rc = mfk_gemm(ctx, w, dx, ldx, nt, dy, ldy, 0, scratch, sb - 256, &why);

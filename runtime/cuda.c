@@ -542,10 +542,10 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc) {
         const struct mfk_weight *w = &L->w[MODEL_W_DOWN];
         const struct mfk_q8 *q8 = q8_for(cb, 1, &w, T);
-        const int32_t from = cuda_plan_gemm_from((enum ggml_type)w->type, cb->gemm_min, cb->mmq);
-        if (from > 0 && T >= from && mfk_gemm_rounding(w) && !cb->lrun.n_rows) {
-            /* the product's rounded input straight from SwiGLU (no adapter
-             * needs the float one): one pass over the activations fewer */
+        if (cuda_plan_swiglu_rounded((enum ggml_type)w->type, T, cb->gemm_min, cb->mmq,
+                                     cb->lrun.n_rows > 0)) {
+            /* the product's rounded input straight from SwiGLU: one pass
+             * over the activations fewer */
             const int bf16 = mfk_gemm_rounding(w) == 2;
             rc = mfk_swiglu_half(c, cb->hg, cb->hu, F, T, F, cb->gscratch, bf16, err);
             if (!rc)

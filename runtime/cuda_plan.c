@@ -145,6 +145,13 @@ int cuda_plan_q8_input(int n, const enum ggml_type *types, int64_t ne0, int32_t 
     return 0;
 }
 
+int cuda_plan_swiglu_rounded(enum ggml_type t, int32_t T, int32_t gemm_min, int mmq,
+                             int adapters)
+{
+    const int32_t from = cuda_plan_gemm_from(t, gemm_min, mmq);
+    return from > 0 && T >= from && t != GGML_TYPE_F32 && !adapters;
+}
+
 int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *err)
 {
     if (!v || !*v || strcmp(v, "1") == 0)

@@ -95,6 +95,13 @@ int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
 int cuda_plan_q8_input(int n, const enum ggml_type *types, int64_t ne0, int32_t T,
                        int32_t max_tokens, int32_t gemm_min, int mmq);
 
+/* 1 when SwiGLU should write the down product's input already rounded for
+ * the tensor-core GEMM (mfk_swiglu_half, mfk_gemm_rounded): the down weight
+ * (type t) takes the GEMM at T tokens (cuda_plan_gemm_from), rounds its
+ * input (not F32), and no adapter of the step needs the float input. */
+int cuda_plan_swiglu_rounded(enum ggml_type t, int32_t T, int32_t gemm_min, int mmq,
+                             int adapters);
+
 /* Splits of each context for mfk_attention's T tokens on a device of sms
  * multiprocessors, max_ctx the longest context: 1 (none) when T x n_head_kv
  * blocks already fill the multiprocessors, or when a context has fewer than

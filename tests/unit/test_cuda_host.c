@@ -198,6 +198,18 @@ static void test_gemm_min(void **state)
     assert_false(cuda_plan_q8_input(3, qkv, 4096 + 32, 1, 512, 5, 1)); /* width */
     assert_false(cuda_plan_q8_input(3, qkv, 4096, 4, 2, 5, 1));        /* past the buffer */
     assert_false(cuda_plan_q8_input(3, qkv, 4096, 0, 512, 5, 1));
+
+    /* whether SwiGLU rounds the down product's input for the GEMM itself */
+    assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_BF16, 2048, 5, 1, 0));  /* prefill */
+    assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_BF16, 2, 5, 1, 0));     /* BF16 batch */
+    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_BF16, 1, 5, 1, 0));    /* decode: GEMV */
+    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_BF16, 2048, 5, 1, 1)); /* an adapter */
+    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_F32, 2048, 5, 1, 0));  /* float input */
+    assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_Q6_K, 5, 5, 1, 0));
+    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q6_K, 4, 5, 1, 0));
+    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, 16, 5, 1, 0));   /* mmq.cu */
+    assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, 17, 5, 1, 0));
+    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, 2048, 0, 1, 0)); /* no GEMM */
 }
 
 static void test_step(void **state)

@@ -159,7 +159,10 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
  * in reverse: the longest contexts (a prompt's last tiles) start first. */
 /* At most 168 registers (170 free): three 4-warp blocks a multiprocessor
  * rather than two. H200, BF16 prefill of 2048 tokens, stages of 2 blocks:
- * 27.8k -> 28.7k tokens/s; stages of 4 (207 registers free) 27.7k / 28.5k. */
+ * 27.8k -> 28.7k tokens/s; stages of 4 (207 registers free) 27.7k / 28.5k.
+ * Later, same session: stages of one block at 128 registers (four blocks,
+ * no spills) measured 30.8k against 29.9k (Q4_K_M 29.3k against 29.1k),
+ * but ran out of device time before test_cuda could check it: a lead. */
 #define FL_MAX_REGS 168
 template <int HD, bool Q8>
 __global__ void __maxnreg__(FL_MAX_REGS)

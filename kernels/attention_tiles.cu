@@ -6,12 +6,15 @@
  * instead of once per token, and nothing is kept per context position, so
  * no context is too long.
  *
- * Both kernels walk the context three times (the row max, the sum of
- * expf(s - max) in double, then P = fp16(expf(s - max) / sum) and O += P V
- * in fp32) rather than keeping an online softmax: that rounds the weights
- * to fp16 before normalising, the CPU after, and that difference alone
- * moved a greedy token of a BF16 model (test_cuda). What they give is the
- * CPU backend's F16 path up to the order of the fp32 sums.
+ * The weights are the CPU's: P = fp16(expf(s - max) / sum), normalised
+ * before the fp16 rounding (an online softmax that rounds them first, the
+ * usual flash-attention form, moved a greedy token of a BF16 model in
+ * test_cuda), then O += P V in fp32, the sum of exponentials in double.
+ * k_flash walks the context twice: each lane's running max and sum (the
+ * sum rescaled in double when the max grows), then P V. k_tiles walks it
+ * three times (max, sum, P V). What they give is the CPU backend's F16
+ * path up to the order of the fp32 sums and, for k_flash, the rounding of
+ * the rescales.
  *
  * k_flash (head_dim 64 and 128, the models that matter) stages a few KV
  * blocks at a time in shared memory with cp.async, double-buffered, for all

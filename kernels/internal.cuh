@@ -26,6 +26,9 @@ int mfk_scratch(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err);
 #define MMQ_NT (MFK_MMQ_TOKENS / 8) /* token tiles of 8 a block takes, at most */
 void mfk_mmq_q4k(cudaStream_t st, const struct mfk_weight *w, const int8_t *xq, const float *xd,
                  const float *xs, int nt, float *y, int64_t ldy, int add);
+/* Raises the shared memory of mfk_mmq_q4k's tile kernel (more than
+ * MFK_MMQ_TOKENS tokens) past the default; MF_EIO when the device refuses. */
+int mfk_mmq_ready(struct mf_err *err);
 
 /* 0 when the last launch was accepted, else MF_EIO naming `what`. */
 static inline int mfk_launched(const char *what, struct mf_err *err)

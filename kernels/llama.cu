@@ -1054,6 +1054,8 @@ extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
         return rc;
     if (((uintptr_t)x & 15) || (ldx & 3))
         return mf_err_set(err, MF_EINVAL, "CUDA gemv: activations must be 16-byte aligned rows");
+    if (q8 && nt > MFK_MMQ_TOKENS && (rc = mfk_mmq_ready(err)))
+        return rc;
     cudaStream_t st = mfk_stream(c);
     const int64_t ne0 = w[0]->ne0;
     int8_t *xq = nullptr;

@@ -82,7 +82,7 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
  * at batch 8, 1,606 against 1,136 at 16; at 32 an earlier mmq.cu lost,
  * 1,860 against 2,181, and the final one was not measured there); the
  * other types from gemm_min. */
-#define CUDA_PLAN_MMQ_MAX 16
+#define CUDA_PLAN_MMQ_MAX 32
 int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
 
 /* 1 when the kernel making the input of n products (weight types types[],

@@ -276,7 +276,7 @@ static void test_type(enum ggml_type t)
     report(name, bad == 0, "rows differ", (double)bad, 0);
 
     /* gemv */
-    static const int nts[] = {1, 3, 8, 11, 40, 70}; /* Q4_K from 5: mmq.cu */
+    static const int nts[] = {1, 3, 8, 11, 16, 17, 70, 130}; /* Q4_K from 5: mmq.cu, tiles past 16 */
     for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
         const int nt = nts[k];
         const int64_t ldx = ne0 + 4, ldy = ne1 + 3;

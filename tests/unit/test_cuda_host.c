@@ -187,8 +187,8 @@ static void test_gemm_min(void **state)
     const enum ggml_type qkv[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
     const enum ggml_type q6[1] = {GGML_TYPE_Q6_K}, f16[2] = {GGML_TYPE_F16, GGML_TYPE_BF16};
     assert_true(cuda_plan_q8_input(3, qkv, 4096, 1, 512, 5, 1));   /* decode */
-    assert_true(cuda_plan_q8_input(3, qkv, 4096, 16, 512, 5, 1));  /* mmq.cu reads it */
-    assert_false(cuda_plan_q8_input(3, qkv, 4096, 17, 512, 5, 1)); /* past mmq: cuBLAS */
+    assert_true(cuda_plan_q8_input(3, qkv, 4096, CUDA_PLAN_MMQ_MAX, 512, 5, 1)); /* mmq.cu */
+    assert_false(cuda_plan_q8_input(3, qkv, 4096, CUDA_PLAN_MMQ_MAX + 1, 512, 5, 1)); /* cuBLAS */
     assert_false(cuda_plan_q8_input(3, qkv, 4096, 8, 512, 5, 0));  /* no mmq: all cuBLAS */
     assert_true(cuda_plan_q8_input(3, qkv, 4096, 4, 512, 5, 0));   /* below the GEMM */
     assert_true(cuda_plan_q8_input(1, q6, 14336, 4, 512, 5, 1));
@@ -207,8 +207,8 @@ static void test_gemm_min(void **state)
     assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_F32, 2048, 5, 1, 0));  /* float input */
     assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_Q6_K, 5, 5, 1, 0));
     assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q6_K, 4, 5, 1, 0));
-    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, 16, 5, 1, 0));   /* mmq.cu */
-    assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, 17, 5, 1, 0));
+    assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, CUDA_PLAN_MMQ_MAX, 5, 1, 0)); /* mmq.cu */
+    assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, CUDA_PLAN_MMQ_MAX + 1, 5, 1, 0));
     assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, 2048, 0, 1, 0)); /* no GEMM */
 }
 

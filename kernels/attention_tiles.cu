@@ -44,7 +44,7 @@
  * k_flash: head_dim 64 or 128
  * ---------------------------------------------------------------------- */
 
-#define FL_SB 2 /* KV blocks (of KVB positions) a stage brings in */
+#define FL_SB 1 /* KV blocks (of KVB positions) a stage brings in */
 
 /* A stage: FL_SB blocks of keys, [hd][KVB] fp16 (rows of 32 bytes whose
  * two 16-byte halves swap on rows 4-7 of every 8), then FL_SB blocks of
@@ -160,13 +160,13 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
  * written). A lane holds rows lane / 4 and lane / 4 + 8, slots
  * 2 (lane % 4) + {0, 1, 8, 9} of each KV block's scores. Tiles are taken
  * in reverse: the longest contexts (a prompt's last tiles) start first. */
-/* At most 168 registers (170 free): three 4-warp blocks a multiprocessor
- * rather than two. H200, BF16 prefill of 2048 tokens, stages of 2 blocks:
- * 27.8k -> 28.7k tokens/s; stages of 4 (207 registers free) 27.7k / 28.5k.
- * Later, same session: stages of one block at 128 registers (four blocks,
- * no spills) measured 30.8k against 29.9k (Q4_K_M 29.3k against 29.1k),
- * but ran out of device time before test_cuda could check it: a lead. */
-#define FL_MAX_REGS 168
+/* At most 128 registers, no spills, with stages of one KV block: four
+ * 4-warp blocks a multiprocessor. H200, 2048-token prefill, two runs each,
+ * same session (bench/results/cuda-mmq-tiles-h200-2026-11-30): BF16 31.2k /
+ * 31.3k against 30.6k / 30.8k tokens/s for stages of two at 168 registers
+ * (three blocks), Q4_K_M 29.7k / 29.7k against 29.2k / 29.2k. Before: 168
+ * against no cap, 27.8k -> 28.7k; stages of 4 lost (27.7k). */
+#define FL_MAX_REGS 128
 template <int HD, bool Q8>
 __global__ void __maxnreg__(FL_MAX_REGS)
     k_flash(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,

@@ -20,9 +20,10 @@ cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
  * next call (one user at a time, in stream order). */
 int mfk_scratch(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err);
 
-/* Q4_K weights times nt tokens (MFK_MMQ_TOKENS per pass over the weights,
- * more by several) of input quantized by k_quant_act (xq, its scales xd
- * and scaled sums xs) on the integer tensor cores (mmq.cu); launches only. */
+/* Q4_K weights times nt tokens (up to MFK_MMQ_TOKENS a pass over the
+ * weights, in tiles past that) of input quantized by k_quant_act (xq, its
+ * scales xd and scaled sums xs) on the integer tensor cores (mmq.cu);
+ * launches only. */
 #define MMQ_NT (MFK_MMQ_TOKENS / 8) /* token tiles of 8 a block takes, at most */
 void mfk_mmq_q4k(cudaStream_t st, const struct mfk_weight *w, const int8_t *xq, const float *xd,
                  const float *xs, int nt, float *y, int64_t ldy, int add);

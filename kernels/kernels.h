@@ -164,14 +164,15 @@ int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int6
  * bytes are read from memory once per 8 tokens (once per step in decode);
  * Q4_K weights with MFK_MMQ_MIN tokens or more go to the integer tensor
  * cores instead (kernels/mmq.cu), reading the weights once per
- * MFK_MMQ_TOKENS.
+ * MFK_MMQ_TOKENS; past that, in tiles of 64 rows x 32 tokens staged in
+ * shared memory.
  * x is rounded to fp16/bf16 first for F16/BF16 weights, as the CPU does;
  * for Q4_K and Q6_K it is quantized to 8 bits per 32 elements (d = max|x| / 127,
  * q = rint(x / d)) and dotted in integers; other quantized weights meet the
  * float x. x rows 16-byte aligned (ldx a multiple of 4). add: y += W x. */
 int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err);
-#define MFK_MMQ_TOKENS 16 /* tokens a Q4_K product takes per pass over its weights */
+#define MFK_MMQ_TOKENS 16 /* tokens of the untiled Q4_K kernel, at most */
 #define MFK_MMQ_MIN 5     /* below, the GEMV: at 4 tokens it beat an earlier mmq.cu
                              (523 against 489 tokens/s, H200); the final one was not
                              measured there */

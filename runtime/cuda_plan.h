@@ -76,12 +76,12 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 /* Tokens from which a product with weights of type t goes to the
  * tensor-core GEMM (cuBLAS), 0 for never, given gemm_min (above) and mmq
  * (MFC_CUDA_MMQ): F32/F16/BF16 weights from 2 (read in place); Q4_K, with
- * mmq, past CUDA_PLAN_MMQ_MAX, below which its integer tensor-core kernel
- * (kernels/mmq.cu, from MFK_MMQ_MIN tokens) beats dequantizing the weights
- * to bf16 every step (H200, Llama-3-8B Q4_K_M: 1,017 against 591 tokens/s
- * at batch 8, 1,606 against 1,136 at 16; at 32 an earlier mmq.cu lost,
- * 1,860 against 2,181, and the final one was not measured there); the
- * other types from gemm_min. */
+ * mmq, past CUDA_PLAN_MMQ_MAX, below which its integer tensor-core kernels
+ * (kernels/mmq.cu, from MFK_MMQ_MIN tokens; tiles past MFK_MMQ_TOKENS) beat
+ * dequantizing the weights to bf16 every step (H200, Llama-3-8B Q4_K_M:
+ * 1,017 against 591 tokens/s at batch 8, 1,606 against 1,136 at 16, 2,755
+ * against 2,230 at 32; at 64 the tiles ran 3,756-3,849 against 3,880, and
+ * at 128 4,591 against 6,017); the other types from gemm_min. */
 #define CUDA_PLAN_MMQ_MAX 32
 int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
 

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/ggml_type.h"
 #include "common/quant.h"
@@ -1495,11 +1496,22 @@ int main(int argc, char **argv)
     const int only_att = argc > 1 && strcmp(argv[1], "--attention") == 0;
     if (only_att)
         argc--, argv++;
+    /* --type NAME: that weight type's kernels only (sanitizing one kernel,
+     * e.g. mmq.cu's tiles under racecheck: --type q4_K) */
+    const char *only_type = NULL;
+    if (argc > 2 && strcmp(argv[1], "--type") == 0)
+        only_type = argv[2], argc -= 2, argv += 2;
     static const enum ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
                                            GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
                                            GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     for (size_t i = 0; !only_att && i < sizeof types / sizeof types[0]; i++)
-        test_type(types[i]);
+        if (!only_type || strcasecmp(only_type, ggml_type_name(types[i])) == 0)
+            test_type(types[i]);
+    if (only_type) {
+        mfk_ctx_free(ctx);
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 0;
+    }
     if (!only_att) {
         test_norm_swiglu(1000);
         test_norm_swiglu(20000);

@@ -149,13 +149,13 @@ static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float 
     }
     const int64_t ne0 = w->ne0, ne1 = w->ne1;
     const int direct = t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
-    static const int nts[] = {37, 300};
-    for (size_t k = 0; k < 2; k++) {
+    static const int nts[] = {37, 128, 300}; /* Q4_K: gemm_q4k.cu up to MFK_GEMM_Q4K_MAX */
+    for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
         const int nt = nts[k];
         const int64_t ldx = ne0 + 4, ldy = ne1 + 3;
         float *x = malloc((size_t)(nt * ldx) * 4), *y0 = malloc((size_t)(nt * ldy) * 4);
         float *y = malloc((size_t)(nt * ldy) * 4), *yc = malloc((size_t)(nt * ne1) * 4);
-        double *ref = malloc((size_t)(nt * ne1) * 8);
+        double *ref = malloc((size_t)(nt * ne1) * 8), *ref16 = malloc((size_t)(nt * ne1) * 8);
         for (int64_t i = 0; i < nt * ldx; i++)
             x[i] = frand();
         for (int64_t i = 0; i < nt * ldy; i++)
@@ -170,15 +170,20 @@ static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float 
         for (int add = 0; add < 2; add++) {
             for (int c = 0; c < nt; c++)
                 for (int64_t r = 0; r < ne1; r++) {
-                    double s = add ? (double)y0[c * ldy + r] : 0.0;
-                    for (int64_t i = 0; i < ne0; i++)
-                        s += (double)deq[r * ne0 + i] *
-                             (t == GGML_TYPE_F32 ? (double)x[c * ldx + i]
-                                                 : (double)round_act(t == GGML_TYPE_F16
-                                                                         ? GGML_TYPE_F16
-                                                                         : GGML_TYPE_BF16,
-                                                                     x[c * ldx + i]));
+                    double s = add ? (double)y0[c * ldy + r] : 0.0, s16 = s;
+                    for (int64_t i = 0; i < ne0; i++) {
+                        const double xi =
+                            t == GGML_TYPE_F32
+                                ? (double)x[c * ldx + i]
+                                : (double)round_act(t == GGML_TYPE_F16 ? GGML_TYPE_F16
+                                                                       : GGML_TYPE_BF16,
+                                                    x[c * ldx + i]);
+                        s += (double)deq[r * ne0 + i] * xi;
+                        if (!direct)
+                            s16 += (double)round_act(GGML_TYPE_BF16, deq[r * ne0 + i]) * xi;
+                    }
                     ref[c * ne1 + r] = s;
+                    ref16[c * ne1 + r] = s16;
                 }
             if (add)
                 h2d(dy, y0, (size_t)(nt * ldy) * 4);
@@ -191,6 +196,13 @@ static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float 
             double e = rel_err(yc, ref, (size_t)(nt * ne1));
             snprintf(name, sizeof name, "gemm %s nt=%d%s", ggml_type_name(t), nt, add ? " add" : "");
             report(name, e < bound, "rel err", e, bound);
+            if (!direct) { /* the weights as the kernels use them: bf16 of the exact values,
+                              so only fp32 summation remains */
+                e = rel_err(yc, ref16, (size_t)(nt * ne1));
+                snprintf(name, sizeof name, "gemm %s nt=%d%s vs bf16 weights", ggml_type_name(t),
+                         nt, add ? " add" : "");
+                report(name, e < 1e-5, "rel err", e, 1e-5);
+            }
         }
         /* SwiGLU's rounded output straight into the product (mfk_swiglu_half,
          * mfk_gemm_rounded) = mfk_swiglu then mfk_gemm, bit for bit */
@@ -226,7 +238,7 @@ static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float 
             report(name, rc == MF_EINVAL, "rc", rc, 0);
         }
         mfk_free(dx), mfk_free(dy), mfk_free(scratch);
-        free(x), free(y0), free(y), free(yc), free(ref);
+        free(x), free(y0), free(y), free(yc), free(ref), free(ref16);
     }
 }
 

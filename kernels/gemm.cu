@@ -244,8 +244,6 @@ static int gemm_products(struct mfk_ctx *c, const struct mfk_weight *w, const fl
     const void *bx = kind == 0 ? (const void *)x : (const void *)xs;
     const int ldb = kind == 0 ? (int)ldx : (int)w->ne0;
     int rc = 0;
-    if (w->type == GGML_TYPE_Q4_K && nt <= MFK_GEMM_Q4K_MAX)
-        return mfk_gemm_q4k(mfk_stream(c), w, xs, nt, y, ldy, alpha, add, err);
     for (int64_t r0 = 0; rc == 0 && r0 < w->ne1; r0 += step) {
         const int32_t rows = (int32_t)(w->ne1 - r0 < step ? w->ne1 - r0 : step);
         const void *a = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;

@@ -31,13 +31,6 @@ void mfk_mmq_q4k(cudaStream_t st, const struct mfk_weight *w, const int8_t *xq, 
  * MFK_MMQ_TOKENS tokens) past the default; MF_EIO when the device refuses. */
 int mfk_mmq_ready(struct mf_err *err);
 
-/* y (+)= alpha W x for Q4_K weights and x already rounded to bf16 ([nt][ne0],
- * mfk_gemm's scratch), dequantized in registers onto the bf16 tensor cores
- * (gemm_q4k.cu): for up to MFK_GEMM_Q4K_MAX tokens, where that beats
- * dequantizing the whole weight for cuBLAS. */
-int mfk_gemm_q4k(cudaStream_t st, const struct mfk_weight *w, const void *x, int32_t nt,
-                 float *y, int64_t ldy, float alpha, int add, struct mf_err *err);
-
 /* 0 when the last launch was accepted, else MF_EIO naming `what`. */
 static inline int mfk_launched(const char *what, struct mf_err *err)
 {

@@ -198,8 +198,6 @@ size_t mfk_gemm_scratch(const struct mfk_weight *w, int32_t nt);
 int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, void *scratch, size_t scratch_bytes,
              struct mf_err *err);
-#define MFK_GEMM_Q4K_MAX 128 /* mfk_gemm's Q4_K products of up to this many tokens skip the
-                                 dequantization: kernels/gemm_q4k.cu */
 /* What mfk_gemm rounds its input to for w: 0 nothing (F32), 1 fp16 (F16),
  * 2 bf16 (every other type). */
 int mfk_gemm_rounding(const struct mfk_weight *w);

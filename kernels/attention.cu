@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
                 const void *kv, int32_t ctx, float *out, int64_t ldo, float *mx, double *ls,
                 float *po, int stash)
 {
+    pdl_start();
     extern __shared__ float smem[];
     __shared__ float redf[NW];
     __shared__ double redd[NW];
@@ -303,6 +304,7 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
 __global__ void k_att_combine(const int32_t *list, const float *po, int S, int hd, float *out,
                               int64_t ldo)
 {
+    pdl_start();
     const int t = list ? list[blockIdx.x] : (int)blockIdx.x, h = blockIdx.y;
     const float *p = po + ((size_t)blockIdx.x * gridDim.y + h) * S * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -347,7 +349,7 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
                    const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
                    int S, float *out, int64_t ldo, struct mf_err *err)
 {
-    cudaStream_t st = mfk_stream(c);
+    const mfk_q lq = mfk_queue(c);
     int rc;
     if (S == 1) {
         const int32_t ctx = (max_ctx + 3) / 4 * 4;
@@ -355,9 +357,8 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
         const auto fn = k_attention<HD, Q8, ATT_WARPS, 0>;
         if ((rc = mfk_raise_smem((const void *)fn, smem, "attention", err)))
             return rc;
-        fn<<<dim3((unsigned)T, (unsigned)s->n_head_kv), ATT_THREADS, smem, st>>>(
-            *s, layer, list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr,
-            nullptr, 0);
+        mfk_go(lq, dim3((unsigned)T, (unsigned)s->n_head_kv), ATT_THREADS, smem, fn, *s, layer,
+               list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr, nullptr, 0);
         return mfk_launched("attention", err);
     }
     const int32_t nblk = (max_ctx + KVB - 1) / KVB, ctx = (nblk + S - 1) / S * KVB;
@@ -378,12 +379,12 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
     /* a split's scores fit its po slots (head_dim floats a head) when it
      * has at most head_dim positions: phase 1 leaves them there */
     const int stash = ctx <= s->head_dim;
-    f1<<<grid, ATT_SPLIT_WARPS * 32, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables, kv,
-                                                 ctx, out, ldo, mx, ls, po, stash);
-    f2<<<grid, ATT_SPLIT_WARPS * 32, smem, st>>>(*s, layer, list, q, ldq, pos, toff, tables, kv,
-                                                 ctx, out, ldo, mx, ls, po, stash);
-    k_att_combine<<<dim3((unsigned)T, (unsigned)s->n_head), (unsigned)s->head_dim, 0, st>>>(
-        list, po, S, s->head_dim, out, ldo);
+    mfk_go(lq, grid, ATT_SPLIT_WARPS * 32, smem, f1, *s, layer, list, q, ldq, pos, toff, tables, kv,
+           ctx, out, ldo, mx, ls, po, stash);
+    mfk_go(lq, grid, ATT_SPLIT_WARPS * 32, smem, f2, *s, layer, list, q, ldq, pos, toff, tables, kv,
+           ctx, out, ldo, mx, ls, po, stash);
+    mfk_go(lq, dim3((unsigned)T, (unsigned)s->n_head), (unsigned)s->head_dim, 0, k_att_combine,
+           list, po, S, s->head_dim, out, ldo);
     return mfk_launched("attention (split)", err);
 }
 

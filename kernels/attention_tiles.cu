@@ -173,6 +173,7 @@ __global__ void __maxnreg__(FL_MAX_REGS)
             int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
             const void *kv, float *out, int64_t ldo)
 {
+    pdl_start();
     typedef fl<HD> L;
     constexpr int NK = HD / 16; /* k-steps of Q K^T, and 16-wide column pairs of P V */
     extern __shared__ __align__(128) unsigned char fsm[];
@@ -387,6 +388,7 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
                         int64_t ldq, const int32_t *pos, const int32_t *toff,
                         const int32_t *tables, const void *kv, float *out, int64_t ldo)
 {
+    pdl_start();
     using namespace nvcuda;
     typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> frag_a;
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> frag_b;
@@ -538,8 +540,8 @@ static int flash_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
     int rc = mfk_raise_smem((const void *)k_flash<HD, Q8>, smem, "attention (tiles)", err);
     if (rc)
         return rc;
-    k_flash<HD, Q8><<<dim3((unsigned)n_tiles, (unsigned)s->n_head_kv), nw * 32, smem,
-                      mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos, toff, tables, kv, out, ldo);
+    mfk_go(mfk_queue(c), dim3((unsigned)n_tiles, (unsigned)s->n_head_kv), nw * 32, smem,
+           k_flash<HD, Q8>, *s, layer, tiles, q, ldq, pos, toff, tables, kv, out, ldo);
     return mfk_launched("attention (tiles)", err);
 }
 
@@ -558,8 +560,8 @@ static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
     int rc = mfk_raise_smem((const void *)k_tiles<Q8>, smem, "attention (tiles)", err);
     if (rc)
         return rc;
-    k_tiles<Q8><<<dim3((unsigned)n_tiles, (unsigned)s->n_head_kv), nw * 32, smem,
-                  mfk_stream(c)>>>(*s, layer, tiles, q, ldq, pos, toff, tables, kv, out, ldo);
+    mfk_go(mfk_queue(c), dim3((unsigned)n_tiles, (unsigned)s->n_head_kv), nw * 32, smem,
+           k_tiles<Q8>, *s, layer, tiles, q, ldq, pos, toff, tables, kv, out, ldo);
     return mfk_launched("attention (tiles)", err);
 }
 

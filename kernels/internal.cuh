@@ -16,6 +16,58 @@
 #define KVB 16 /* KV_BLOCK_TOKENS (runtime/batch.h) */
 
 cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
+
+/* Where a launch goes: the context's stream, and whether kernels may be
+ * launched programmatically dependent (PDL, sm_90: mfk_ctx_pdl). */
+struct mfk_q {
+    cudaStream_t st;
+    int pdl;
+};
+struct mfk_q mfk_queue(struct mfk_ctx *c); /* mem.cu */
+
+/* Launches fn<<<grid, block, smem>>>(args) on q. With q.pdl the kernel may
+ * start while its predecessor on the stream is still running (its blocks
+ * wait in pdl_wait), which hides the launch gap between the ~400 small
+ * kernels of a decode step. Errors surface in mfk_launched. */
+template <typename... P, typename... A>
+static inline void mfk_go(const mfk_q &q, dim3 grid, dim3 block, size_t smem, void (*fn)(P...),
+                          A... args)
+{
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = q.st;
+    cfg.attrs = &at, cfg.numAttrs = q.pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, fn, args...);
+}
+
+/* Every kernel calls pdl_wait() before its first access to memory that
+ * another kernel writes or reads (the wait returns once the predecessor
+ * has finished and its writes are visible; chained, that orders the whole
+ * stream as before). Only reads of weights, which no kernel writes, may
+ * come before it. pdl_launch() then lets the successor's blocks be
+ * scheduled. Both do nothing in a plain launch. */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/* The start of every kernel that reads nothing before it waits. */
+__device__ __forceinline__ void pdl_start()
+{
+    pdl_wait();
+    pdl_launch();
+}
 /* *p = n bytes of device scratch owned by c, valid for work queued until the
  * next call (one user at a time, in stream order). */
 int mfk_scratch(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err);
@@ -25,11 +77,13 @@ int mfk_scratch(struct mfk_ctx *c, size_t n, void **p, struct mf_err *err);
  * scales xd and scaled sums xs) on the integer tensor cores (mmq.cu);
  * launches only. */
 #define MMQ_NT (MFK_MMQ_TOKENS / 8) /* token tiles of 8 a block takes, at most */
-void mfk_mmq_q4k(cudaStream_t st, const struct mfk_weight *w, const int8_t *xq, const float *xd,
+void mfk_mmq_q4k(const mfk_q &q, const struct mfk_weight *w, const int8_t *xq, const float *xd,
                  const float *xs, int nt, float *y, int64_t ldy, int add);
 /* Raises the shared memory of mfk_mmq_q4k's tile kernel (more than
- * MFK_MMQ_TOKENS tokens) past the default; MF_EIO when the device refuses. */
-int mfk_mmq_ready(struct mf_err *err);
+ * MFK_MMQ_TOKENS tokens) past the default, once a context; MF_EIO when the
+ * device refuses. */
+int mfk_mmq_ready(struct mfk_ctx *c, struct mf_err *err);
+int *mfk_ctx_mmq_smem(struct mfk_ctx *c); /* mem.cu: 1 once raised */
 
 /* 0 when the last launch was accepted, else MF_EIO naming `what`. */
 static inline int mfk_launched(const char *what, struct mf_err *err)

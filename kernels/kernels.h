@@ -49,6 +49,12 @@ struct mfk_ctx; /* opaque: a device, one stream, two pinned staging buffers */
 int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err);
 /* Waits for queued work and releases the stream and staging. Accepts NULL. */
 void mfk_ctx_free(struct mfk_ctx *c);
+/* on 1: kernels are launched programmatically dependent where the device
+ * has it (sm_90 and later), so a kernel's blocks are scheduled while its
+ * predecessor finishes; 0 (the default): plain stream order. The order of
+ * memory accesses is the same either way. MF_EIO when the device cannot be
+ * asked. */
+int mfk_ctx_pdl(struct mfk_ctx *c, int on, struct mf_err *err);
 
 /* Sizes the context's own device scratch (the kernels' temporaries) to at
  * least n bytes now, so it is not first taken in the middle of a step. */

@@ -283,6 +283,7 @@ template <int TY>
 __global__ void k_rows(const uint8_t *w, uint64_t rb, int64_t ne0, const int32_t *ids, int64_t r0,
                        float *out, int64_t ldo)
 {
+    pdl_start();
     const int64_t r = ids ? ids[blockIdx.x] : r0 + blockIdx.x;
     const uint8_t *row = w + (uint64_t)r * rb;
     float *o = out + (int64_t)blockIdx.x * ldo;
@@ -303,8 +304,8 @@ static int rows_launch(struct mfk_ctx *c, const struct mfk_weight *w, const int3
     if (rc || n <= 0)
         return rc;
     MFK_TYPE_SWITCH(w->type, TY,
-                    k_rows<TY><<<n, 128, 0, mfk_stream(c)>>>((const uint8_t *)w->data, w->row_bytes,
-                                                             w->ne0, ids, r0, out, ldo));
+                    mfk_go(mfk_queue(c), n, 128, 0, k_rows<TY>, (const uint8_t *)w->data,
+                           w->row_bytes, w->ne0, ids, r0, out, ldo));
     return mfk_launched(what, err);
 }
 
@@ -331,6 +332,7 @@ template <> __device__ __forceinline__ __half to_half<__half>(float v)
 template <int TY, typename H>
 __global__ void k_rows_half(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t r0, H *out)
 {
+    pdl_start();
     const uint8_t *row = w + (uint64_t)(r0 + blockIdx.x) * rb;
     H *o = out + (int64_t)blockIdx.x * ne0;
     for (int64_t i = (int64_t)threadIdx.x * 8; i < ne0; i += (int64_t)blockDim.x * 8) {
@@ -358,12 +360,12 @@ extern "C" int mfk_dequant_half(struct mfk_ctx *c, const struct mfk_weight *w, i
     const uint8_t *d = (const uint8_t *)w->data;
     if (bf16) {
         MFK_TYPE_SWITCH(w->type, TY,
-                        k_rows_half<TY, __nv_bfloat16><<<n_rows, 128, 0, mfk_stream(c)>>>(
-                            d, w->row_bytes, w->ne0, r0, (__nv_bfloat16 *)out));
+                        mfk_go(mfk_queue(c), n_rows, 128, 0, k_rows_half<TY, __nv_bfloat16>, d,
+                               w->row_bytes, w->ne0, r0, (__nv_bfloat16 *)out));
     } else {
         MFK_TYPE_SWITCH(w->type, TY,
-                        k_rows_half<TY, __half><<<n_rows, 128, 0, mfk_stream(c)>>>(
-                            d, w->row_bytes, w->ne0, r0, (__half *)out));
+                        mfk_go(mfk_queue(c), n_rows, 128, 0, k_rows_half<TY, __half>, d,
+                               w->row_bytes, w->ne0, r0, (__half *)out));
     }
     return mfk_launched("dequantize", err);
 }
@@ -376,6 +378,7 @@ extern "C" int mfk_dequant_half(struct mfk_ctx *c, const struct mfk_weight *w, i
 template <typename H, int V>
 __global__ void k_round(const float *x, int64_t ldx, int64_t ne0, H *out)
 {
+    pdl_start();
     const int64_t t = blockIdx.y, e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     const float *xr = x + t * ldx;
     H *o = out + t * ne0;
@@ -390,16 +393,16 @@ __global__ void k_round(const float *x, int64_t ldx, int64_t ne0, H *out)
 }
 
 template <typename H>
-static void round_launch(cudaStream_t st, const float *x, int64_t ldx, int32_t nt, int64_t ne0,
+static void round_launch(const mfk_q &q, const float *x, int64_t ldx, int32_t nt, int64_t ne0,
                          H *out)
 {
     const bool v4 = ((uintptr_t)x & 15) == 0 && ldx % 4 == 0 && ne0 % 4 == 0;
     const int64_t per = 256 * (v4 ? 4 : 1);
     const dim3 grid((unsigned)((ne0 + per - 1) / per), (unsigned)nt);
     if (v4)
-        k_round<H, 4><<<grid, 256, 0, st>>>(x, ldx, ne0, out);
+        mfk_go(q, grid, 256, 0, k_round<H, 4>, x, ldx, ne0, out);
     else
-        k_round<H, 1><<<grid, 256, 0, st>>>(x, ldx, ne0, out);
+        mfk_go(q, grid, 256, 0, k_round<H, 1>, x, ldx, ne0, out);
 }
 
 extern "C" int mfk_round_half(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t nt,
@@ -410,9 +413,9 @@ extern "C" int mfk_round_half(struct mfk_ctx *c, const float *x, int64_t ldx, in
     if (nt > 65535)
         return mf_err_set(err, MF_EINVAL, "CUDA round: %d rows (at most 65535)", nt);
     if (bf16)
-        round_launch(mfk_stream(c), x, ldx, nt, ne0, (__nv_bfloat16 *)out);
+        round_launch(mfk_queue(c), x, ldx, nt, ne0, (__nv_bfloat16 *)out);
     else
-        round_launch(mfk_stream(c), x, ldx, nt, ne0, (__half *)out);
+        round_launch(mfk_queue(c), x, ldx, nt, ne0, (__half *)out);
     return mfk_launched("round", err);
 }
 
@@ -494,6 +497,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     k_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *g, float *y,
               int64_t ldy, int64_t n, float eps, struct mfk_q8 q8)
 {
+    pdl_start();
     const int64_t nb = (int64_t)blockIdx.x * (n / 32); /* this row's first 32-element block */
     int8_t *qq = q8.q ? q8.q + nb * 32 : nullptr;
     float *qd = q8.q ? q8.d + nb : nullptr, *qs = q8.q ? q8.s + nb : nullptr;
@@ -582,8 +586,8 @@ extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float
     if ((n & 3) || (ldx & 3) || (ldy & 3) || (res && (ldr & 3)) || ((uintptr_t)x & 15) ||
         ((uintptr_t)y & 15) || ((uintptr_t)g & 15) || ((uintptr_t)res & 15))
         return mf_err_set(err, MF_EINVAL, "CUDA rmsnorm: rows must be 16-byte aligned float4s");
-    k_rmsnorm<<<rows, NORM_THREADS, 0, mfk_stream(c)>>>(x, ldx, res, ldr, g, y, ldy, n, eps,
-                                                        q8 ? *q8 : mfk_q8{});
+    mfk_go(mfk_queue(c), rows, NORM_THREADS, 0, k_rmsnorm, x, ldx, res, ldr, g, y, ldy, n, eps,
+           q8 ? *q8 : mfk_q8{});
     return mfk_launched("rmsnorm", err);
 }
 
@@ -616,6 +620,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int lane = threadIdx.x & 31;
     const bool live = r < ne1; /* no early return: every thread takes part in the staging */
     const uint8_t *row = w + (uint64_t)(live ? r : 0) * rb;
+    pdl_start();
     for (int t0 = 0; t0 < nt; t0 += NB) {
         const int nc = nt - t0 < NB ? nt - t0 : NB;
         float acc[NB];
@@ -683,6 +688,7 @@ __global__ void k_quant_act(const float *__restrict__ x, int64_t ldx, int64_t ne
                             int8_t *__restrict__ xq, float *__restrict__ xd,
                             float *__restrict__ xs)
 {
+    pdl_start();
     const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     const int t = blockIdx.y, lane = threadIdx.x & 31;
     if (blk * 32 >= ne0)
@@ -783,6 +789,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         return;
     const uint8_t *row[R];
     gemv_rows<R>(w, rb, r0, ne1, row);
+    pdl_start();
     const int nsb = (int)(ne0 >> 8), nd = (int)(ne0 >> 5), p = lane & 3, sh = 16 * (p & 1);
     const bool hi = p >= 2;
     constexpr int UNROLL = NB * R == 1 ? 4 : NB * R == 2 ? 2 : 1; /* loads in flight, registers */
@@ -883,6 +890,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         return;
     const uint8_t *row[R];
     gemv_rows<R>(w, rb, r0, ne1, row);
+    pdl_start();
     const int nsb = (int)(ne0 >> 8);
     const int64_t nd = ne0 / 32;
     const int j = lane & 7, c = j >> 2, kp = (j >> 1) & 1, l0 = (j & 1) * 16;
@@ -949,27 +957,27 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 /* The Q4_K / Q6_K GEMV over m's weights (grid: all their blocks), NB
  * tokens per pass over the weights, R rows a warp. */
 template <int TY, int NB, int R>
-static void gemv_int_launch(cudaStream_t st, const gemv_many &m, int64_t ne0, const int8_t *xq,
+static void gemv_int_launch(const mfk_q &q, const gemv_many &m, int64_t ne0, const int8_t *xq,
                             const float *xd, const float *xs, int nt, int add)
 {
     if (TY == GGML_TYPE_Q4_K)
-        k_gemv_q4k<NB, R><<<m.b0[3], GEMV_WARPS * 32, 0, st>>>(m, ne0, xq, xd, xs, nt, add);
+        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R>, m, ne0, xq, xd, xs, nt, add);
     else
-        k_gemv_q6k<NB, R><<<m.b0[3], GEMV_WARPS * 32, 0, st>>>(m, ne0, xq, xd, nt, add);
+        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q6k<NB, R>, m, ne0, xq, xd, nt, add);
 }
 
 template <int TY, int R>
-static void gemv_int_nb(cudaStream_t st, const gemv_many &m, int64_t ne0, const int8_t *xq,
+static void gemv_int_nb(const mfk_q &q, const gemv_many &m, int64_t ne0, const int8_t *xq,
                         const float *xd, const float *xs, int nt, int add)
 {
     if (nt == 1)
-        gemv_int_launch<TY, 1, R>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_launch<TY, 1, R>(q, m, ne0, xq, xd, xs, nt, add);
     else if (nt == 2)
-        gemv_int_launch<TY, 2, R>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_launch<TY, 2, R>(q, m, ne0, xq, xd, xs, nt, add);
     else if (nt <= 4)
-        gemv_int_launch<TY, 4, R>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_launch<TY, 4, R>(q, m, ne0, xq, xd, xs, nt, add);
     else
-        gemv_int_launch<TY, GEMV_NB, R>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_launch<TY, GEMV_NB, R>(q, m, ne0, xq, xd, xs, nt, add);
 }
 
 /* 1 when a product of nt tokens over w takes the integer GEMV
@@ -981,9 +989,9 @@ static int int_gemv(const struct mfk_weight *w, int nt)
 
 /* Launches the integer GEMV for w[0] and those after it of the same type
  * and rows-a-warp (at most three); returns how many it took. */
-static int gemv_int_group(cudaStream_t st, int n, const struct mfk_weight *const *w,
-                          float *const *y, const int64_t *ldy, const int8_t *xq, const float *xd,
-                          const float *xs, int nt, int add)
+static int gemv_int_group(const mfk_q &q, int n, const struct mfk_weight *const *w, float *const *y,
+                          const int64_t *ldy, const int8_t *xq, const float *xd, const float *xs,
+                          int nt, int add)
 {
     const int pair = w[0]->ne1 >= GEMV_Q4K_PAIRS; /* x read once for two rows */
     gemv_many m = {};
@@ -1000,41 +1008,41 @@ static int gemv_int_group(cudaStream_t st, int n, const struct mfk_weight *const
         m.b0[i] = nb;
     const int64_t ne0 = w[0]->ne0;
     if (w[0]->type == GGML_TYPE_Q4_K && pair)
-        gemv_int_nb<GGML_TYPE_Q4_K, 2>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_nb<GGML_TYPE_Q4_K, 2>(q, m, ne0, xq, xd, xs, nt, add);
     else if (w[0]->type == GGML_TYPE_Q4_K)
-        gemv_int_nb<GGML_TYPE_Q4_K, 1>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_nb<GGML_TYPE_Q4_K, 1>(q, m, ne0, xq, xd, xs, nt, add);
     else if (pair)
-        gemv_int_nb<GGML_TYPE_Q6_K, 2>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_nb<GGML_TYPE_Q6_K, 2>(q, m, ne0, xq, xd, xs, nt, add);
     else
-        gemv_int_nb<GGML_TYPE_Q6_K, 1>(st, m, ne0, xq, xd, xs, nt, add);
+        gemv_int_nb<GGML_TYPE_Q6_K, 1>(q, m, ne0, xq, xd, xs, nt, add);
     return k;
 }
 
 /* One product; xq/xd: the input already quantized (k_quant_act), which
  * Q4_K and Q6_K weights use. */
 template <int TY>
-static void gemv_launch(cudaStream_t st, const struct mfk_weight *w, const float *x, int64_t ldx,
+static void gemv_launch(const mfk_q &q, const struct mfk_weight *w, const float *x, int64_t ldx,
                         int nt, float *y, int64_t ldy, int add, const int8_t *xq, const float *xd,
                         const float *xs)
 {
     dim3 grid((unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS));
     const uint8_t *d = (const uint8_t *)w->data;
     if (TY == GGML_TYPE_Q4_K && nt >= MFK_MMQ_MIN) {
-        mfk_mmq_q4k(st, w, xq, xd, xs, nt, y, ldy, add);
+        mfk_mmq_q4k(q, w, xq, xd, xs, nt, y, ldy, add);
     } else if (TY == GGML_TYPE_Q4_K || TY == GGML_TYPE_Q6_K) {
-        gemv_int_group(st, 1, &w, &y, &ldy, xq, xd, xs, nt, add);
+        gemv_int_group(q, 1, &w, &y, &ldy, xq, xd, xs, nt, add);
     } else if (nt == 1) {
-        k_gemv<TY, 1><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
-                                                        y, ldy, add);
+        mfk_go(q, grid, GEMV_WARPS * 32, 0, k_gemv<TY, 1>, d, w->row_bytes, w->ne0, w->ne1, x, ldx,
+               nt, y, ldy, add);
     } else if (nt == 2) {
-        k_gemv<TY, 2><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
-                                                        y, ldy, add);
+        mfk_go(q, grid, GEMV_WARPS * 32, 0, k_gemv<TY, 2>, d, w->row_bytes, w->ne0, w->ne1, x, ldx,
+               nt, y, ldy, add);
     } else if (nt <= 4) {
-        k_gemv<TY, 4><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x, ldx, nt,
-                                                        y, ldy, add);
+        mfk_go(q, grid, GEMV_WARPS * 32, 0, k_gemv<TY, 4>, d, w->row_bytes, w->ne0, w->ne1, x, ldx,
+               nt, y, ldy, add);
     } else {
-        k_gemv<TY, GEMV_NB><<<grid, GEMV_WARPS * 32, 0, st>>>(d, w->row_bytes, w->ne0, w->ne1, x,
-                                                              ldx, nt, y, ldy, add);
+        mfk_go(q, grid, GEMV_WARPS * 32, 0, k_gemv<TY, GEMV_NB>, d, w->row_bytes, w->ne0, w->ne1, x,
+               ldx, nt, y, ldy, add);
     }
 }
 
@@ -1054,9 +1062,9 @@ extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
         return rc;
     if (((uintptr_t)x & 15) || (ldx & 3))
         return mf_err_set(err, MF_EINVAL, "CUDA gemv: activations must be 16-byte aligned rows");
-    if (q8 && nt > MFK_MMQ_TOKENS && (rc = mfk_mmq_ready(err)))
+    if (q8 && nt > MFK_MMQ_TOKENS && (rc = mfk_mmq_ready(c, err)))
         return rc;
-    cudaStream_t st = mfk_stream(c);
+    const mfk_q q = mfk_queue(c);
     const int64_t ne0 = w[0]->ne0;
     int8_t *xq = nullptr;
     float *xd = nullptr, *xs = nullptr;
@@ -1072,16 +1080,16 @@ extern "C" int mfk_gemv_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
         xq = (int8_t *)buf;
         xd = (float *)(void *)(xq + nq); /* nq is a multiple of 256 */
         xs = xd + nd;
-        k_quant_act<<<dim3((unsigned)(ne0 / 256), (unsigned)nt), 256, 0, st>>>(x, ldx, ne0, xq,
-                                                                              xd, xs);
+        mfk_go(q, dim3((unsigned)(ne0 / 256), (unsigned)nt), 256, 0, k_quant_act, x, ldx, ne0, xq,
+               xd, xs);
     }
     for (int i = 0; i < n;) {
         if (int_gemv(w[i], nt)) {
-            i += gemv_int_group(st, n - i, w + i, y + i, ldy + i, xq, xd, xs, nt, add);
+            i += gemv_int_group(q, n - i, w + i, y + i, ldy + i, xq, xd, xs, nt, add);
             continue;
         }
         MFK_TYPE_SWITCH(w[i]->type, TY,
-                        gemv_launch<TY>(st, w[i], x, ldx, nt, y[i], ldy[i], add, xq, xd, xs));
+                        gemv_launch<TY>(q, w[i], x, ldx, nt, y[i], ldy[i], add, xq, xd, xs));
         i++;
     }
     return mfk_launched("gemv", err);
@@ -1101,6 +1109,7 @@ __global__ void k_rope_store(struct mfk_kv_shape s, int32_t layer, float *q, int
                              const float *v, int64_t ldkv, const float *rope, const int32_t *pos,
                              const int32_t *blk, __half *kv)
 {
+    pdl_start();
     const int t = blockIdx.x, hd = s.head_dim, half_hd = hd / 2;
     const float *cs = rope + (int64_t)t * s.n_rot;
     const int slot = pos[t] % KVB;
@@ -1142,6 +1151,7 @@ __global__ void k_rope_store(struct mfk_kv_shape s, int32_t layer, float *q, int
 __global__ void k_store_q8(struct mfk_kv_shape s, int32_t layer, const float *k, const float *v,
                            int64_t ldkv, const int32_t *pos, const int32_t *blk, uint8_t *kv)
 {
+    pdl_start();
     const int t = blockIdx.x, head = blockIdx.y, is_v = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd = s.head_dim;
     const float *x = (is_v ? v : k) + (int64_t)t * ldkv + (int64_t)head * hd;
@@ -1171,12 +1181,12 @@ extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, i
     if (s->head_dim % 2 || s->n_rot % 2 || s->n_rot > s->head_dim)
         return mf_err_set(err, MF_EINVAL, "CUDA rope: head_dim %d / n_rot %d not supported",
                           s->head_dim, s->n_rot);
-    k_rope_store<<<T, 1024, 0, mfk_stream(c)>>>(*s, layer, q, ldq, k, v, ldkv, rope, pos, blk,
-                                                s->q8 ? nullptr : reinterpret_cast<__half *>(kv));
+    mfk_go(mfk_queue(c), T, 1024, 0, k_rope_store, *s, layer, q, ldq, k, v, ldkv, rope, pos, blk,
+           s->q8 ? nullptr : reinterpret_cast<__half *>(kv));
     int rc = mfk_launched("rope_store", err);
     if (!rc && s->q8) {
-        k_store_q8<<<dim3((unsigned)T, (unsigned)s->n_head_kv), 64, 0, mfk_stream(c)>>>(
-            *s, layer, k, v, ldkv, pos, blk, static_cast<uint8_t *>(kv));
+        mfk_go(mfk_queue(c), dim3((unsigned)T, (unsigned)s->n_head_kv), 64, 0, k_store_q8, *s,
+               layer, k, v, ldkv, pos, blk, static_cast<uint8_t *>(kv));
         rc = mfk_launched("store (8-bit)", err);
     }
     return rc;
@@ -1200,6 +1210,7 @@ __device__ __forceinline__ float silu_mul(float x, float u)
 __global__ void k_swiglu(float *g, const float *u, int64_t ld, int64_t n4, int64_t total,
                          struct mfk_q8 q8)
 {
+    pdl_start();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = e / n4, i = e - row * n4;
@@ -1218,6 +1229,7 @@ __global__ void k_swiglu(float *g, const float *u, int64_t ld, int64_t n4, int64
 /* The same a thread per element, for rows that are not float4s. */
 __global__ void k_swiglu1(float *g, const float *u, int64_t ld, int64_t n)
 {
+    pdl_start();
     float *gr = g + (int64_t)blockIdx.y * ld;
     const float *ur = u + (int64_t)blockIdx.y * ld;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -1236,14 +1248,14 @@ extern "C" int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t l
         if (q8)
             return mf_err_set(err, MF_EINVAL, "CUDA swiglu: an 8-bit copy needs aligned rows");
         unsigned bx = (unsigned)((n + 255) / 256);
-        k_swiglu1<<<dim3(bx > 64 ? 64 : bx, (unsigned)rows), 256, 0, mfk_stream(c)>>>(g, u, ld,
-                                                                                      n);
+        mfk_go(mfk_queue(c), dim3(bx > 64 ? 64 : bx, (unsigned)rows), 256, 0, k_swiglu1, g, u, ld,
+               n);
         return mfk_launched("swiglu", err);
     }
     const int64_t total = (int64_t)rows * (n / 4);
     const int64_t blocks = (total + 255) / 256;
-    k_swiglu<<<(unsigned)(blocks < 132 * 16 ? blocks : 132 * 16), 256, 0, mfk_stream(c)>>>(
-        g, u, ld, n / 4, total, q8 ? *q8 : mfk_q8{});
+    mfk_go(mfk_queue(c), (unsigned)(blocks < 132 * 16 ? blocks : 132 * 16), 256, 0, k_swiglu, g, u,
+           ld, n / 4, total, q8 ? *q8 : mfk_q8{});
     return mfk_launched("swiglu", err);
 }
 
@@ -1254,6 +1266,7 @@ template <typename H, int V>
 __global__ void k_swiglu_half(const float *g, const float *u, int64_t ld, int64_t nv,
                               int64_t total, H *out)
 {
+    pdl_start();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = e / nv, i = e - row * nv;
@@ -1271,7 +1284,7 @@ __global__ void k_swiglu_half(const float *g, const float *u, int64_t ld, int64_
 }
 
 template <typename H>
-static void swiglu_half_launch(cudaStream_t st, const float *g, const float *u, int64_t ld,
+static void swiglu_half_launch(const mfk_q &q, const float *g, const float *u, int64_t ld,
                                int32_t rows, int64_t n, H *out)
 {
     const bool v4 = n % 4 == 0 && ld % 4 == 0 && ((uintptr_t)g & 15) == 0 &&
@@ -1279,9 +1292,9 @@ static void swiglu_half_launch(cudaStream_t st, const float *g, const float *u, 
     const int64_t total = (int64_t)rows * (v4 ? n / 4 : n), blocks = (total + 255) / 256;
     const unsigned grid = (unsigned)(blocks < 132 * 16 ? blocks : 132 * 16);
     if (v4)
-        k_swiglu_half<H, 4><<<grid, 256, 0, st>>>(g, u, ld, n / 4, total, out);
+        mfk_go(q, grid, 256, 0, k_swiglu_half<H, 4>, g, u, ld, n / 4, total, out);
     else
-        k_swiglu_half<H, 1><<<grid, 256, 0, st>>>(g, u, ld, n, total, out);
+        mfk_go(q, grid, 256, 0, k_swiglu_half<H, 1>, g, u, ld, n, total, out);
 }
 
 extern "C" int mfk_swiglu_half(struct mfk_ctx *c, const float *g, const float *u, int64_t ld,
@@ -1290,15 +1303,16 @@ extern "C" int mfk_swiglu_half(struct mfk_ctx *c, const float *g, const float *u
     if (rows <= 0 || n <= 0)
         return 0;
     if (bf16)
-        swiglu_half_launch(mfk_stream(c), g, u, ld, rows, n, (__nv_bfloat16 *)out);
+        swiglu_half_launch(mfk_queue(c), g, u, ld, rows, n, (__nv_bfloat16 *)out);
     else
-        swiglu_half_launch(mfk_stream(c), g, u, ld, rows, n, (__half *)out);
+        swiglu_half_launch(mfk_queue(c), g, u, ld, rows, n, (__half *)out);
     return mfk_launched("swiglu (rounded)", err);
 }
 
 __global__ void k_gather(const float *src, int64_t lds, const int32_t *rows, float *dst,
                          int64_t ldd, int64_t n)
 {
+    pdl_start();
     const float *s = src + (int64_t)rows[blockIdx.x] * lds;
     float *d = dst + (int64_t)blockIdx.x * ldd;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
@@ -1310,13 +1324,14 @@ extern "C" int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, cons
 {
     if (n <= 0)
         return 0;
-    k_gather<<<n, 256, 0, mfk_stream(c)>>>(src, lds, rows, dst, ldd, n_cols);
+    mfk_go(mfk_queue(c), n, 256, 0, k_gather, src, lds, rows, dst, ldd, n_cols);
     return mfk_launched("gather", err);
 }
 
 __global__ void k_scatter_add(const float *src, int64_t lds, const int32_t *rows,
                               const float *scales, float *dst, int64_t ldd, int64_t n)
 {
+    pdl_start();
     const float *s = src + (int64_t)blockIdx.x * lds;
     float *d = dst + (int64_t)rows[blockIdx.x] * ldd;
     const float k = scales[blockIdx.x];
@@ -1330,7 +1345,7 @@ extern "C" int mfk_scatter_add(struct mfk_ctx *c, const float *src, int64_t lds,
 {
     if (n <= 0)
         return 0;
-    k_scatter_add<<<n, 256, 0, mfk_stream(c)>>>(src, lds, rows, scales, dst, ldd, n_cols);
+    mfk_go(mfk_queue(c), n, 256, 0, k_scatter_add, src, lds, rows, scales, dst, ldd, n_cols);
     return mfk_launched("scatter-add", err);
 }
 
@@ -1345,6 +1360,7 @@ __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
 
 __global__ void k_argmax(const float *x, int64_t ldx, int64_t n, int32_t *out)
 {
+    pdl_start();
     __shared__ float sv[256];
     __shared__ int64_t si[256];
     const float *r = x + (int64_t)blockIdx.x * ldx;
@@ -1373,6 +1389,6 @@ extern "C" int mfk_argmax(struct mfk_ctx *c, const float *x, int64_t ldx, int32_
 {
     if (rows <= 0)
         return 0;
-    k_argmax<<<rows, 256, 0, mfk_stream(c)>>>(x, ldx, n, out);
+    mfk_go(mfk_queue(c), rows, 256, 0, k_argmax, x, ldx, n, out);
     return mfk_launched("argmax", err);
 }

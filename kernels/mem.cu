@@ -29,6 +29,8 @@ struct mfk_ctx {
     void *scratch;           /* device: mfk_scratch's buffer, grown on demand */
     size_t scratch_cap;
     uint64_t scratch_gen;    /* moves of scratch (mfk_scratch_gen) */
+    int pdl;                 /* launches programmatically dependent (mfk_ctx_pdl) */
+    int mmq_smem;            /* mmq.cu's tile kernel may take its shared memory */
 };
 
 extern "C" void mfk_blas_free(void *p); /* gemm.cu */
@@ -222,6 +224,25 @@ extern "C" int mfk_timer_ms(struct mfk_ctx *c, float *ms, struct mf_err *err)
 cudaStream_t mfk_stream(struct mfk_ctx *c)
 {
     return c->stream;
+}
+
+struct mfk_q mfk_queue(struct mfk_ctx *c)
+{
+    return mfk_q{c->stream, c->pdl};
+}
+
+int *mfk_ctx_mmq_smem(struct mfk_ctx *c)
+{
+    return &c->mmq_smem;
+}
+
+extern "C" int mfk_ctx_pdl(struct mfk_ctx *c, int on, struct mf_err *err)
+{
+    int major = 0;
+    int rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device),
+                "cudaDeviceGetAttribute", err);
+    c->pdl = !rc && on && major >= 9;
+    return rc;
 }
 
 extern "C" int mfk_scratch_reserve(struct mfk_ctx *c, size_t n, struct mf_err *err)

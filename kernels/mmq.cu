@@ -71,6 +71,44 @@ __device__ __forceinline__ void q4k_stage(uint8_t *dst, const uint8_t *w, uint64
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
+/* A warp's mma sums acc[n][0..3] (rows g, g + 8 of its 16; tokens 8n + 2qd
+ * and the next) into part, where group o's go at o * stride, for group 0
+ * to add (mmq_store). */
+template <int NN>
+__device__ __forceinline__ void mmq_put(const float (&acc)[NN][4], float *part, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            part[(n * 4 + k) * 32 + lane] = acc[n][k];
+}
+
+/* Group 0's sums plus the other groups' (mmq_put's, added in group order,
+ * so every launch rounds alike) stored to y[t][r], rows from r0 and tokens
+ * from t0 that are in range only. */
+template <int NN>
+__device__ __forceinline__ void mmq_store(const float (&acc)[NN][4], const float *part, int groups,
+                                          int stride, int lane, int64_t r0, int t0, int64_t ne1,
+                                          int nt, float *y, int64_t ldy, int add)
+{
+    const int g = lane >> 2, qd = lane & 3;
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float v = acc[n][k];
+            for (int o = 0; o < groups - 1; o++)
+                v += part[o * stride + (n * 4 + k) * 32 + lane];
+            const int64_t r = r0 + g + 8 * (k >> 1);
+            const int t = t0 + 8 * n + 2 * qd + (k & 1);
+            if (r < ne1 && t < nt) {
+                float *out = y + (int64_t)t * ldy + r;
+                *out = add ? *out + v : v;
+            }
+        }
+}
+
 /* grid (rows / 16, tokens / (8 NT)), MMQ_KSPLIT warps on the same 16 rows,
  * each taking every MMQ_KSPLIT-th super-block, their sums added in shared
  * memory in warp order at the end; y[t][r] (+)= row r of w . token t's
@@ -95,8 +133,9 @@ __global__ void __launch_bounds__(MMQ_KSPLIT * 32, 4)
             acc[n][i] = 0.0f;
 
     int buf = 0;
-    if (warp < nsb)
+    if (warp < nsb) /* weights only: before the wait for the input */
         q4k_stage(tiles[warp][0], w, rb, rbase, ne1, warp, lane);
+    pdl_start();
     for (int sb = warp; sb < nsb; sb += MMQ_KSPLIT, buf ^= 1) {
         if (sb + MMQ_KSPLIT < nsb) { /* the next one streams in while this one is used */
             q4k_stage(tiles[warp][buf ^ 1], w, rb, rbase, ne1, sb + MMQ_KSPLIT, lane);
@@ -175,28 +214,11 @@ __global__ void __launch_bounds__(MMQ_KSPLIT * 32, 4)
     }
     /* the warps' sums, added in warp order (the same for every launch) */
     if (warp > 0)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                part[warp - 1][n * 4 + i][lane] = acc[n][i];
+        mmq_put<NT>(acc, &part[warp - 1][0][0], lane);
     __syncthreads();
-    if (warp > 0)
-        return;
-#pragma unroll
-    for (int n = 0; n < NT; n++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float v = acc[n][i];
-            for (int k = 0; k < MMQ_KSPLIT - 1; k++)
-                v += part[k][n * 4 + i][lane];
-            const int64_t r = rbase + g + 8 * (i >> 1);
-            const int t = tok0 + n * 8 + 2 * qd + (i & 1);
-            if (r < ne1 && t < nt) {
-                float *out = y + (int64_t)t * ldy + r;
-                *out = add ? *out + v : v;
-            }
-        }
+    if (warp == 0)
+        mmq_store<NT>(acc, &part[0][0][0], MMQ_KSPLIT, NT * 4 * 32, lane, rbase, tok0, ne1, nt, y,
+                      ldy, add);
 }
 
 /* ------------------------------------------------------------------------
@@ -332,6 +354,7 @@ __global__ void __launch_bounds__(KG * TM / 16 * 32, 1)
 
     int buf = 0;
     float4 snext[C::SL];
+    pdl_start();
     if (kg < nsb) {
         tile_stage<C>(stage[0], w, rb, row0, ne1, xq, ne0, tok0, nt, kg, ik);
         scale_load<C>(snext, xd, xs, ne0, tok0, nt, kg, ik);
@@ -400,30 +423,13 @@ __global__ void __launch_bounds__(KG * TM / 16 * 32, 1)
     /* the other K-groups' sums into shared memory (the stages are done
      * with), added to K-group 0's in K-group order */
     __syncthreads();
-    float *part = reinterpret_cast<float *>(smem);
+    float *part = reinterpret_cast<float *>(smem) + rw * NA * 32;
+    constexpr int STRIDE = TM / 16 * NA * 32; /* a K-group's sums */
     if (kg > 0)
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                part[(((kg - 1) * (TM / 16) + rw) * NA + n * 4 + k) * 32 + lane] = acc[n][k];
+        mmq_put<NN>(acc, part + (kg - 1) * STRIDE, lane);
     __syncthreads();
-    if (kg > 0)
-        return;
-#pragma unroll
-    for (int n = 0; n < NN; n++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float v = acc[n][k];
-            for (int o = 0; o < KG - 1; o++)
-                v += part[((o * (TM / 16) + rw) * NA + n * 4 + k) * 32 + lane];
-            const int64_t r = row0 + 16 * rw + g + 8 * (k >> 1);
-            const int t = tok0 + 8 * n + 2 * qd + (k & 1);
-            if (r < ne1 && t < nt) {
-                float *out = y + (int64_t)t * ldy + r;
-                *out = add ? *out + v : v;
-            }
-        }
+    if (kg == 0)
+        mmq_store<NN>(acc, part, KG, STRIDE, lane, row0 + 16 * rw, tok0, ne1, nt, y, ldy, add);
 }
 
 /* The tile shape: 64 rows x 32 tokens in four K-groups (16 warps). Per
@@ -435,34 +441,38 @@ __global__ void __launch_bounds__(KG * TM / 16 * 32, 1)
 #define MMQ_TILE 64, 32, 4
 
 template <int TM, int TN, int KG>
-static void tile_launch(cudaStream_t st, const struct mfk_weight *w, const int8_t *xq,
+static void tile_launch(const mfk_q &q, const struct mfk_weight *w, const int8_t *xq,
                         const float *xd, const float *xs, int nt, float *y, int64_t ldy, int add)
 {
-    k_mmq_q4k_tile<TM, TN, KG>
-        <<<dim3((unsigned)((nt + TN - 1) / TN), (unsigned)((w->ne1 + TM - 1) / TM)),
-           KG * TM / 16 * 32, tile_cfg<TM, TN, KG>::SMEM, st>>>(
-            (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add);
+    mfk_go(q, dim3((unsigned)((nt + TN - 1) / TN), (unsigned)((w->ne1 + TM - 1) / TM)),
+           KG * TM / 16 * 32, tile_cfg<TM, TN, KG>::SMEM, k_mmq_q4k_tile<TM, TN, KG>,
+           (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add);
 }
 
-void mfk_mmq_q4k(cudaStream_t st, const struct mfk_weight *w, const int8_t *xq, const float *xd,
+void mfk_mmq_q4k(const mfk_q &q, const struct mfk_weight *w, const int8_t *xq, const float *xd,
                  const float *xs, int nt, float *y, int64_t ldy, int add)
 {
     const unsigned gx = (unsigned)((w->ne1 + 15) / 16);
     const uint8_t *d = (const uint8_t *)w->data;
 #define MMQ_LAUNCH(NT)                                                                             \
-    k_mmq_q4k<NT><<<dim3(gx, (unsigned)((nt + 8 * (NT)-1) / (8 * (NT)))), MMQ_KSPLIT * 32, 0,     \
-                    st>>>(d, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add)
+    mfk_go(q, dim3(gx, (unsigned)((nt + 8 * (NT)-1) / (8 * (NT)))), MMQ_KSPLIT * 32, 0,            \
+           k_mmq_q4k<NT>, d, w->row_bytes, w->ne0, w->ne1, xq, xd, xs, nt, y, ldy, add)
     if (nt <= 8)
         MMQ_LAUNCH(1);
     else if (nt <= MFK_MMQ_TOKENS)
         MMQ_LAUNCH(MMQ_NT);
     else
-        tile_launch<MMQ_TILE>(st, w, xq, xd, xs, nt, y, ldy, add);
+        tile_launch<MMQ_TILE>(q, w, xq, xd, xs, nt, y, ldy, add);
 #undef MMQ_LAUNCH
 }
 
-int mfk_mmq_ready(struct mf_err *err)
+int mfk_mmq_ready(struct mfk_ctx *c, struct mf_err *err)
 {
-    return mfk_raise_smem((const void *)k_mmq_q4k_tile<MMQ_TILE>, tile_cfg<MMQ_TILE>::SMEM, "mmq",
-                          err);
+    int *raised = mfk_ctx_mmq_smem(c);
+    if (*raised)
+        return 0;
+    int rc = mfk_raise_smem((const void *)k_mmq_q4k_tile<MMQ_TILE>, tile_cfg<MMQ_TILE>::SMEM, "mmq",
+                            err);
+    *raised = !rc;
+    return rc;
 }

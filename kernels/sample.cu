@@ -495,6 +495,7 @@ __global__ void __launch_bounds__(ST, 1)
     k_sample(float *x0, int64_t ldx, int64_t n, const struct mfk_draw *dd,
              const struct mfk_adjust *aa, int32_t *out)
 {
+    pdl_start();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     struct sample_smem *s = reinterpret_cast<struct sample_smem *>(smem_raw);
     float *x = x0 + (int64_t)blockIdx.x * ldx;
@@ -532,6 +533,6 @@ extern "C" int mfk_sample(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows
     if (e != cudaSuccess)
         return mf_err_set(err, MF_EIO, "CUDA sample: %d bytes of shared memory refused: %s", sm,
                           cudaGetErrorString(e));
-    k_sample<<<rows, ST, sm, mfk_stream(c)>>>(x, ldx, n, d, a, out);
+    mfk_go(mfk_queue(c), rows, ST, sm, k_sample, x, ldx, n, d, a, out);
     return mfk_launched("sample", err);
 }

@@ -103,6 +103,7 @@ struct cuda_backend {
     int att_split;               /* MFC_CUDA_ATTENTION_SPLIT (cuda_plan_switch) */
     int mmq;                     /* MFC_CUDA_MMQ: Q4_K products of up to CUDA_PLAN_MMQ_MAX
                                     tokens on mmq.cu rather than cuBLAS */
+    int pdl;                     /* MFC_CUDA_PDL: programmatic dependent launches */
     /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): the recorded shapes; they
      * hold dstep's and the kernels' scratch address, so they are dropped when
      * either moves (gstep, ggen) */
@@ -380,6 +381,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_MMQ", getenv("MFC_CUDA_MMQ"), &cb->mmq, err);
     if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_PDL", getenv("MFC_CUDA_PDL"), &cb->pdl, err);
+    if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_SAMPLING", getenv("MFC_CUDA_SAMPLING"),
                               &cb->st.sampling, err);
     if (!rc) {
@@ -389,6 +392,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     }
     if (!rc)
         rc = mfk_ctx_new(0, &cb->ctx, err);
+    if (!rc)
+        rc = mfk_ctx_pdl(cb->ctx, cb->pdl, err);
     if (!rc)
         rc = upload(cb, err);
     if (!rc)

@@ -1175,21 +1175,25 @@ static void test_model(const char *path)
 
 /* A GPU backend over m with MFC_CUDA_GRAPHS=graphs, KV room for n_blocks
  * (one more for the padding), or NULL after reporting why. */
-static struct backend *open_gpu(const struct model *m, int32_t n_blocks, const char *graphs)
+static struct backend *open_gpu(const struct model *m, int32_t n_blocks, const char *graphs,
+                                const char *pdl)
 {
     struct backend_config cfg = {.kv_type = BACKEND_KV_F16};
     struct backend *be = NULL;
     int32_t n;
     cfg.kv_bytes = (uint64_t)n_blocks * backend_kv_block_bytes(m, BACKEND_KV_F16);
     setenv("MFC_CUDA_GRAPHS", graphs, 1);
+    setenv("MFC_CUDA_PDL", pdl, 1);
     if (backend_create(&cuda_backend_ops, m, &cfg, &be, &err) ||
         backend_kv_alloc(be, &n, &err)) {
-        printf("FAIL graphs: cuda backend (MFC_CUDA_GRAPHS=%s): %s\n", graphs, err.msg);
+        printf("FAIL graphs: cuda backend (MFC_CUDA_GRAPHS=%s MFC_CUDA_PDL=%s): %s\n", graphs, pdl,
+               err.msg);
         failures++;
         backend_free(be);
         be = NULL;
     }
     unsetenv("MFC_CUDA_GRAPHS");
+    unsetenv("MFC_CUDA_PDL");
     return be;
 }
 
@@ -1212,12 +1216,16 @@ static void test_graphs(const char *path)
     const double bound = model_bound(m);
     const int64_t V = m->hp.n_vocab;
     enum { NS = 3, NB = 18, PROMPT = 250, STEPS = 16 };
-    struct backend *ge = open_gpu(m, NS * NB + 1, "1"), *ee = open_gpu(m, NS * NB + 1, "0");
+    struct backend *ge = open_gpu(m, NS * NB + 1, "1", "1"),
+                   *ee = open_gpu(m, NS * NB + 1, "0", "1");
+    /* the graphs again with plain launches: the same kernels in the same
+     * order, so the same bits */
+    struct backend *gp = open_gpu(m, NS * NB + 1, "1", "0");
     int32_t table[NS][NB], toks[NS][PROMPT + STEPS + 1];
-    float *lg = malloc(NS * V * 4), *le = malloc(NS * V * 4);
+    float *lg = malloc(NS * V * 4), *le = malloc(NS * V * 4), *lp = malloc(NS * V * 4);
     int npast[NS] = {0};
     double worst = 0, worst2 = 0; /* the padded steps, the others */
-    int same = 0, total = 0, ok = ge && ee && lg && le;
+    int same = 0, total = 0, pdl_same = 1, ok = ge && ee && gp && lg && le && lp;
     for (int i = 0; i < NS; i++)
         for (int b = 0; b < NB; b++)
             table[i][b] = b * NS + (NS - 1 - i);
@@ -1234,16 +1242,19 @@ static void test_graphs(const char *path)
                                        .want_logits = !(st > STEPS / 2 && i == 1)};
         struct batch bg = {.n_seqs = ns, .seqs = bs, .logits = lg};
         struct batch be = {.n_seqs = ns, .seqs = bs, .logits = le};
+        struct batch bp = {.n_seqs = ns, .seqs = bs, .logits = lp};
         int rows = 0;
         for (int i = 0; i < ns; i++)
             rows += bs[i].want_logits;
         memset(lg, 0xFF, (size_t)NS * V * 4);
-        if (backend_step(ge, &bg, &err) || backend_step(ee, &be, &err)) {
+        if (backend_step(ge, &bg, &err) || backend_step(ee, &be, &err) ||
+            backend_step(gp, &bp, &err)) {
             printf("FAIL graphs %s: step %d: %s\n", base, st, err.msg);
             failures++;
             break;
         }
         double e = logits_err(lg, le, (size_t)rows * V);
+        pdl_same &= memcmp(lg, lp, (size_t)rows * V * 4) == 0;
         if (ns == NS)
             worst = e > worst ? e : worst;
         else
@@ -1262,6 +1273,8 @@ static void test_graphs(const char *path)
         report(name, worst < bound, "rel err", worst, bound);
         snprintf(name, sizeof name, "graphs %s logits = eager, unpadded", base);
         report(name, worst2 < 1e-5, "rel err", worst2, 1e-5);
+        snprintf(name, sizeof name, "graphs %s logits, PDL on = off, bit for bit", base);
+        report(name, pdl_same, "differ", (double)!pdl_same, 0);
         snprintf(name, sizeof name, "graphs %s greedy tokens = eager (%d of %d)", base, same, total);
         report(name, same == total, "differ", (double)(total - same), 0);
         /* 3 shapes at least (4 tokens below and past 256, 2 tokens), more
@@ -1279,9 +1292,10 @@ static void test_graphs(const char *path)
         report(name, st.graph_records == 0 && st.graph_replays == 0, "records",
                (double)st.graph_records, 0);
     }
-    free(lg), free(le);
+    free(lg), free(le), free(lp);
     backend_free(ge);
     backend_free(ee);
+    backend_free(gp);
     model_close(m);
 }
 
@@ -1505,6 +1519,10 @@ int main(int argc, char **argv)
     printf("device: %s sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor,
            info.sm_count, info.total_bytes / 1073741824.0);
     CK(mfk_ctx_new(0, &ctx, &err));
+    /* the kernels run with programmatic dependent launches, as the backend
+     * runs them, unless MFC_CUDA_PDL=0 */
+    const char *pdl = getenv("MFC_CUDA_PDL");
+    CK(mfk_ctx_pdl(ctx, !(pdl && strcmp(pdl, "0") == 0), &err));
     /* --attention: the attention kernels and the models only (racecheck's
      * pace: the type sweep alone outlasts a device lease under it) */
     const int only_att = argc > 1 && strcmp(argv[1], "--attention") == 0;
@@ -1518,9 +1536,16 @@ int main(int argc, char **argv)
     static const enum ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
                                            GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
                                            GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    int matched = 0;
     for (size_t i = 0; !only_att && i < sizeof types / sizeof types[0]; i++)
         if (!only_type || strcasecmp(only_type, ggml_type_name(types[i])) == 0)
-            test_type(types[i]);
+            test_type(types[i]), matched++;
+    if (only_type && !matched) {
+        fprintf(stderr, "test_cuda: --type %s: no such weight type among the kernels'\n",
+                only_type);
+        mfk_ctx_free(ctx);
+        return 2;
+    }
     if (only_type) {
         mfk_ctx_free(ctx);
         printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);

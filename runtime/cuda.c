@@ -104,6 +104,8 @@ struct cuda_backend {
     int mmq;                     /* MFC_CUDA_MMQ: Q4_K products of up to CUDA_PLAN_MMQ_MAX
                                     tokens on mmq.cu rather than cuBLAS */
     int pdl;                     /* MFC_CUDA_PDL: programmatic dependent launches */
+    int dtiles;                  /* MFC_CUDA_DECODE_TILES: past CUDA_PLAN_DECODE_TILES decode
+                                    tokens, a tile each */
     /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): the recorded shapes; they
      * hold dstep's and the kernels' scratch address, so they are dropped when
      * either moves (gstep, ggen) */
@@ -382,6 +384,9 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = cuda_plan_switch("MFC_CUDA_MMQ", getenv("MFC_CUDA_MMQ"), &cb->mmq, err);
     if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_PDL", getenv("MFC_CUDA_PDL"), &cb->pdl, err);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_DECODE_TILES", getenv("MFC_CUDA_DECODE_TILES"), &cb->dtiles,
+                              err);
     if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_SAMPLING", getenv("MFC_CUDA_SAMPLING"),
                               &cb->st.sampling, err);
@@ -741,10 +746,10 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     {
         struct mfk_kv_shape ks = {hp->n_layer,  hp->n_head, hp->n_head_kv,
                                   hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
-        cuda_plan_step_size(cb->m, bt, mfk_attention_max_ctx(&ks), &p);
+        cuda_plan_step_size(cb->m, bt, mfk_attention_max_ctx(&ks), cb->dtiles, &p);
     }
     /* a decode step without adapters: padded to a recorded shape */
-    if (cb->graphs && cb->pad_blk >= 0 && p.n_tiles == 0 && cb->lrun.n_rows == 0)
+    if (cb->graphs && cb->pad_blk >= 0 && p.n_long == 0 && cb->lrun.n_rows == 0)
         tg = cuda_plan_graph_tokens(p.T, cb->cfg.max_seqs < cb->cfg.max_tokens
                                              ? cb->cfg.max_seqs
                                              : cb->cfg.max_tokens);

@@ -231,9 +231,14 @@ static void layout(const struct model *m, struct cuda_step_plan *p)
 }
 
 void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
-                         struct cuda_step_plan *p)
+                         int decode_tiles, struct cuda_step_plan *p)
 {
+    int32_t one = 0; /* tokens of untiled sequences */
     memset(p, 0, sizeof *p);
+    for (int32_t i = 0; i < bt->n_seqs; i++)
+        if (!tiled(&bt->seqs[i], single_cap))
+            one += bt->seqs[i].n_tokens;
+    p->dtiles = decode_tiles && one > CUDA_PLAN_DECODE_TILES;
     for (int32_t i = 0; i < bt->n_seqs; i++) {
         const struct batch_seq *sq = &bt->seqs[i];
         int32_t ctx = sq->n_past + sq->n_tokens;
@@ -244,6 +249,9 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
             p->max_ctx = ctx;
         if (tiled(sq, single_cap)) {
             p->n_tiles += (sq->n_tokens + CUDA_PLAN_TILE - 1) / CUDA_PLAN_TILE;
+            p->n_long += (sq->n_tokens + CUDA_PLAN_TILE - 1) / CUDA_PLAN_TILE;
+        } else if (p->dtiles) {
+            p->n_tiles += sq->n_tokens;
         } else {
             p->n_single += sq->n_tokens;
             if (ctx > p->single_ctx)
@@ -299,7 +307,10 @@ void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t
     int32_t ctx = p->single_ctx > 0 ? p->single_ctx : 1;
     ctx = (ctx + CUDA_PLAN_GRAPH_CTX - 1) / CUDA_PLAN_GRAPH_CTX * CUDA_PLAN_GRAPH_CTX;
     p->att_cap = ctx < p->single_cap ? ctx : p->single_cap;
-    p->n_single += T - p->T;
+    if (p->dtiles)
+        p->n_tiles += T - p->T;
+    else
+        p->n_single += T - p->T;
     p->T = T;
     p->n_out = T;
     p->n_tables++; /* the padding's table: pad_blk */
@@ -355,8 +366,15 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
                 n_tiles++;
             }
         } else {
-            for (int32_t j = 0; j < sq->n_tokens; j++)
-                single[n_single++] = t + j;
+            for (int32_t j = 0; j < sq->n_tokens; j++) {
+                if (p->dtiles) {
+                    tiles[2 * n_tiles] = t + j;
+                    tiles[2 * n_tiles + 1] = 1;
+                    n_tiles++;
+                } else {
+                    single[n_single++] = t + j;
+                }
+            }
         }
         for (int32_t j = 0; j < sq->n_tokens; j++, t++) {
             id[t] = sq->tokens[j];
@@ -380,7 +398,13 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
         blk[t] = p->pad_blk;
         toff[t] = nt;
         rope_row(m, 0, rope + (size_t)t * (size_t)m->hp.n_rot);
-        single[n_single++] = t;
+        if (p->dtiles) {
+            tiles[2 * n_tiles] = t;
+            tiles[2 * n_tiles + 1] = 1;
+            n_tiles++;
+        } else {
+            single[n_single++] = t;
+        }
     }
     while (n_out < p->n_out)
         out[n_out++] = p->T - 1;

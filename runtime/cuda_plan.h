@@ -125,6 +125,14 @@ int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *er
  * token at a time. */
 #define CUDA_PLAN_TILE 16
 #define CUDA_PLAN_TILE_MIN 4
+/* A step with more one-at-a-time tokens than this (and decode_tiles on:
+ * MFC_CUDA_DECODE_TILES) gives each of them a tile of its own instead: at
+ * 40 tokens and more the tile kernel's tensor cores beat the per-token
+ * kernel (H200, Llama-3-8B, 512-token contexts: batch 64 16.9 -> 16.0 ms a
+ * step, batch 128 21.7 -> 20.4; batch 32 11.7 against 12.2 the other way).
+ * A multiple of 8, so a recorded step's padded count (cuda_plan_graph_tokens)
+ * never straddles it. */
+#define CUDA_PLAN_DECODE_TILES 32
 
 /* Offsets (bytes from the buffer start) and counts of a step's arrays. */
 struct cuda_step_plan {
@@ -133,6 +141,9 @@ struct cuda_step_plan {
     int32_t n_tables;   /* block table entries, all sequences */
     int32_t max_ctx;    /* largest position + 1 */
     int32_t n_tiles;    /* attention tiles */
+    int32_t n_long;     /* of those, the tiles of tiled sequences (the others: a
+                           one-at-a-time token each, dtiles) */
+    int32_t dtiles;     /* 1: one-at-a-time tokens take 1-token tiles */
     int32_t n_single;   /* tokens attended one at a time */
     int32_t single_ctx; /* largest position + 1 among those */
     int32_t single_cap; /* the cap the step was sized with */
@@ -156,9 +167,11 @@ struct cuda_step_plan {
 
 /* Sizes the step (no writes). The batch must have passed
  * backend_check_batch. single_cap: the longest context the per-token
- * attention kernel takes (mfk_attention_max_ctx); longer ones are tiled. */
+ * attention kernel takes (mfk_attention_max_ctx); longer ones are tiled.
+ * decode_tiles: the one-at-a-time tokens of a step with more than
+ * CUDA_PLAN_DECODE_TILES of them take a tile each (p->dtiles). */
 void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
-                         struct cuda_step_plan *p);
+                         int decode_tiles, struct cuda_step_plan *p);
 
 /* Fills buf (p->bytes, from cuda_plan_step_size) with the step's arrays.
  * The RoPE angles are computed as the CPU backend computes them (theta
@@ -196,7 +209,7 @@ int32_t cuda_plan_lora_groups(const struct cuda_lora_rows *seqs, int32_t n_seqs,
 
 /* ---- decode steps as CUDA graphs ---------------------------------------- */
 
-/* A decode step (no tiles, no adapters) may be recorded as a CUDA graph and
+/* A decode step (no tiles but 1-token ones, no adapters) may be recorded as a CUDA graph and
  * replayed by later steps of the same shape (runtime/cuda.c). The shape is
  * what the kernels' arguments depend on: the token count, padded to 1, 2,
  * 4 or a multiple of 8, the attention's context cap, rounded up to
@@ -211,10 +224,11 @@ int32_t cuda_plan_lora_groups(const struct cuda_lora_rows *seqs, int32_t n_seqs,
  * CUDA_PLAN_GRAPH_MAX. */
 int32_t cuda_plan_graph_tokens(int32_t T, int32_t cap);
 
-/* Pads p (from cuda_plan_step_size, with no tiles) to T >= p->T tokens
- * (cuda_plan_graph_tokens) and re-lays it out: the padding is token 0 at
- * position 0 of block pad_blk (a block no sequence owns: its K/V land there
- * and its attention reads only that), attended one at a time; n_out
+/* Pads p (from cuda_plan_step_size, with no tiles but 1-token ones) to
+ * T >= p->T tokens (cuda_plan_graph_tokens) and re-lays it out: the padding
+ * is token 0 at position 0 of block pad_blk (a block no sequence owns: its
+ * K/V land there and its attention reads only that), attended one at a time
+ * (a tile each with p->dtiles); n_out
  * becomes T, the rows past the batch's own being copies nobody reads;
  * att_cap is single_ctx rounded up (CUDA_PLAN_GRAPH_CTX, at most
  * single_cap). The attention's split count stays the caller's choice from

@@ -1506,6 +1506,82 @@ static int lora_beside(const char *path, char *out, size_t cap)
     return f != NULL;
 }
 
+/* Past CUDA_PLAN_DECODE_TILES decode tokens a step, each takes a tile
+ * of the tensor-core kernel (k_flash) instead of the per-token kernel: 40
+ * sequences from 20-token prompts decode 4 steps as one recorded graph (the
+ * last step's 37 pad to 40, the padding in tiles too), against the same steps
+ * with MFC_CUDA_DECODE_TILES=0 and no graphs. */
+static void test_decode_tiles(const char *path)
+{
+    enum { NS = 40, NB = 3, PROMPT = 20, STEPS = 4 };
+    struct model *m;
+    char name[160];
+    const char *base = base_name(path);
+    if (!(m = open_or_report(path, "decode tiles")))
+        return;
+    const double bound = model_bound(m);
+    const int64_t V = m->hp.n_vocab;
+    setenv("MFC_CUDA_DECODE_TILES", "1", 1);
+    struct backend *tb = open_gpu(m, NS * NB + 1, "1", "1");
+    setenv("MFC_CUDA_DECODE_TILES", "0", 1);
+    struct backend *ob = open_gpu(m, NS * NB + 1, "0", "1");
+    unsetenv("MFC_CUDA_DECODE_TILES");
+    static int32_t table[NS][NB], toks[NS][PROMPT + STEPS];
+    float *lt = malloc((size_t)NS * V * 4), *lo = malloc((size_t)NS * V * 4);
+    int npast[NS] = {0}, same = 0, total = 0, ok = tb && ob && lt && lo;
+    double worst = 0;
+    for (int i = 0; i < NS; i++)
+        for (int b = 0; b < NB; b++)
+            table[i][b] = b * NS + i;
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < PROMPT + STEPS; j++)
+            toks[i][j] = (int32_t)(next_u64() % (uint64_t)V);
+    for (int st = 0; ok && st <= STEPS; st++) {
+        const int ns = st == STEPS ? NS - 3 : NS; /* the last step padded */
+        struct batch_seq bs[NS];
+        for (int i = 0; i < ns; i++)
+            bs[i] = (struct batch_seq){.tokens = toks[i] + npast[i],
+                                       .n_tokens = st == 0 ? PROMPT : 1,
+                                       .n_past = npast[i],
+                                       .block_table = table[i],
+                                       .n_blocks = NB,
+                                       .want_logits = 1};
+        struct batch b1 = {.n_seqs = ns, .seqs = bs, .logits = lt};
+        struct batch b2 = {.n_seqs = ns, .seqs = bs, .logits = lo};
+        memset(lt, 0xFF, (size_t)NS * V * 4);
+        if (backend_step(tb, &b1, &err) || backend_step(ob, &b2, &err)) {
+            printf("FAIL decode tiles %s: step %d: %s\n", base, st, err.msg);
+            failures++;
+            ok = 0;
+            break;
+        }
+        if (st > 0) {
+            double e = logits_err(lt, lo, (size_t)ns * V);
+            worst = e > worst ? e : worst;
+            for (int r = 0; r < ns; r++, total++)
+                same += argmax_row(lt + r * V, V) == argmax_row(lo + r * V, V);
+        }
+        for (int i = 0; i < ns; i++)
+            npast[i] += bs[i].n_tokens;
+    }
+    if (ok) {
+        struct cuda_upload_stats st;
+        cuda_backend_stats(tb, &st);
+        snprintf(name, sizeof name, "decode tiles %s logits = per-token kernel", base);
+        report(name, worst < bound, "rel err", worst, bound);
+        snprintf(name, sizeof name, "decode tiles %s greedy tokens = per-token (%d of %d)", base,
+                 same, total);
+        report(name, same == total, "differ", (double)(total - same), 0);
+        snprintf(name, sizeof name, "decode tiles %s: steps recorded as graphs", base);
+        report(name, st.graph_records == 1 && st.graph_replays == STEPS - 1 && !st.graph_failures,
+               "records", (double)st.graph_records, 1);
+    }
+    free(lt), free(lo);
+    backend_free(tb);
+    backend_free(ob);
+    model_close(m);
+}
+
 int main(int argc, char **argv)
 {
     int n = 0;
@@ -1579,6 +1655,7 @@ int main(int argc, char **argv)
             continue; /* an adapter: tested with its model */
         test_model(argv[i]);
         test_graphs(argv[i]);
+        test_decode_tiles(argv[i]);
         if (strstr(argv[i], "-f16.gguf"))
             test_kv8(argv[i]);
         if (lora_beside(argv[i], lpath, sizeof lpath))

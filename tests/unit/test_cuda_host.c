@@ -230,7 +230,7 @@ static void test_step(void **state)
         {.tokens = t2, .n_tokens = 3, .n_past = 32, .block_table = b2, .n_blocks = 3, .want_logits = 0},
     };
     struct batch bt = {.n_seqs = 3, .seqs = s};
-    cuda_plan_step_size(&m, &bt, 1000, &p);
+    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
     assert_int_equal(p.T, 9);
     assert_int_equal(p.n_out, 2);
     assert_int_equal(p.n_tables, 1 + 2 + 3);
@@ -289,7 +289,7 @@ static void test_step(void **state)
                               {.tokens = t3, .n_tokens = 40, .n_past = 0, .block_table = b3,
                                .n_blocks = 3, .want_logits = 1}};
     bt = (struct batch){.n_seqs = 4, .seqs = s2};
-    cuda_plan_step_size(&m, &bt, 20, &p);
+    cuda_plan_step_size(&m, &bt, 20, 1, &p);
     assert_int_equal(p.n_tiles, 5);
     assert_int_equal(p.n_single, 1);
     assert_int_equal(p.single_ctx, 18);
@@ -452,7 +452,7 @@ static void test_graph_pad(void **state)
          .want_logits = 1},
     };
     struct batch bt = {.n_seqs = 3, .seqs = s};
-    cuda_plan_step_size(&m, &bt, 1000, &p);
+    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
     assert_int_equal(p.n_tiles, 0);
     cuda_plan_step_pad(&m, &p, cuda_plan_graph_tokens(p.T, 1000), 99);
     assert_int_equal(p.T, 4);
@@ -468,12 +468,12 @@ static void test_graph_pad(void **state)
     s2[0].n_past = 3;
     s2[1].n_past = 45;
     bt = (struct batch){.n_seqs = 2, .seqs = s2};
-    cuda_plan_step_size(&m, &bt, 1000, &q);
+    cuda_plan_step_size(&m, &bt, 1000, 1, &q);
     cuda_plan_step_pad(&m, &q, cuda_plan_graph_tokens(q.T, 1000), 99);
     assert_int_equal(q.T, 2);
     assert_int_equal(q.att_cap, 256);
     bt.n_seqs = 3; /* 3 tokens again, shorter contexts: the same offsets */
-    cuda_plan_step_size(&m, &bt, 1000, &q);
+    cuda_plan_step_size(&m, &bt, 1000, 1, &q);
     cuda_plan_step_pad(&m, &q, cuda_plan_graph_tokens(q.T, 1000), 99);
     assert_int_equal(q.T, 4);
     assert_int_equal(q.att_cap, 256);
@@ -484,7 +484,7 @@ static void test_graph_pad(void **state)
     assert_true(q.bytes <= p.bytes);
     /* the cap is the kernel's when rounding passes it */
     bt = (struct batch){.n_seqs = 3, .seqs = s};
-    cuda_plan_step_size(&m, &bt, 310, &q);
+    cuda_plan_step_size(&m, &bt, 310, 1, &q);
     cuda_plan_step_pad(&m, &q, 4, 99);
     assert_int_equal(q.att_cap, 310);
 
@@ -513,6 +513,109 @@ static void test_graph_pad(void **state)
         assert_true(rope[3 * 8 + 2 * i] == 1.0f);
         assert_true(rope[3 * 8 + 2 * i + 1] == 0.0f);
     }
+    free(buf);
+}
+
+/* Past CUDA_PLAN_DECODE_TILES one-at-a-time tokens, each takes a 1-token
+ * tile (not at the limit, not with the switch off, not a prompt's tokens);
+ * a padded step pads with tiles too, and the offsets follow the counts. */
+static void test_decode_tiles(void **state)
+{
+    enum { N = CUDA_PLAN_DECODE_TILES + 1 };
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_step_plan p;
+    int32_t tok[N + 5] = {0}, tab[N][2];
+    struct batch_seq s[N + 1];
+    (void)state;
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+    for (int i = 0; i < N; i++) {
+        tab[i][0] = 2 * i, tab[i][1] = 2 * i + 1;
+        s[i] = (struct batch_seq){.tokens = tok + i,
+                                  .n_tokens = 1,
+                                  .n_past = 16 + i,
+                                  .block_table = tab[i],
+                                  .n_blocks = 2,
+                                  .want_logits = 1};
+    }
+    s[N] = (struct batch_seq){.tokens = tok,
+                              .n_tokens = 5,
+                              .n_past = 0,
+                              .block_table = tab[0],
+                              .n_blocks = 1,
+                              .want_logits = 1};
+    struct batch bt = {.n_seqs = N, .seqs = s};
+    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
+    assert_int_equal(p.dtiles, 1);
+    assert_int_equal(p.n_tiles, N);
+    assert_int_equal(p.n_long, 0);
+    assert_int_equal(p.n_single, 0);
+    assert_int_equal(p.single_ctx, 0);
+    uint8_t *buf = malloc(p.bytes);
+    assert_non_null(buf);
+    cuda_plan_step_fill(&m, &bt, &p, buf);
+    const int32_t *tiles = (const int32_t *)(buf + p.tiles);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tiles[2 * i], i);
+        assert_int_equal(tiles[2 * i + 1], 1);
+    }
+    free(buf);
+
+    cuda_plan_step_size(&m, &bt, 1000, 0, &p); /* MFC_CUDA_DECODE_TILES=0 */
+    assert_int_equal(p.dtiles, 0);
+    assert_int_equal(p.n_tiles, 0);
+    assert_int_equal(p.n_single, N);
+    bt.n_seqs = N - 1; /* at the limit: one at a time */
+    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
+    assert_int_equal(p.dtiles, 0);
+    assert_int_equal(p.n_single, N - 1);
+
+    /* with a prompt: its tile of 5, and a tile each for the others */
+    s[N - 1] = s[N];
+    bt.n_seqs = N;
+    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
+    assert_int_equal(p.dtiles, 0); /* N - 1 one-at-a-time tokens */
+    s[N - 1].n_tokens = 1, s[N - 1].n_past = 3;
+    s[N] = (struct batch_seq){.tokens = tok,
+                              .n_tokens = 5,
+                              .n_past = 0,
+                              .block_table = tab[0],
+                              .n_blocks = 1,
+                              .want_logits = 1};
+    bt.n_seqs = N + 1;
+    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
+    assert_int_equal(p.dtiles, 1);
+    assert_int_equal(p.n_tiles, N + 1);
+    assert_int_equal(p.n_long, 1);
+    buf = malloc(p.bytes);
+    assert_non_null(buf);
+    cuda_plan_step_fill(&m, &bt, &p, buf);
+    tiles = (const int32_t *)(buf + p.tiles);
+    assert_int_equal(tiles[2 * N], N);
+    assert_int_equal(tiles[2 * N + 1], 5);
+    free(buf);
+
+    /* padded: N tokens to the next recorded count, the padding in tiles */
+    bt.n_seqs = N;
+    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
+    const int32_t T = cuda_plan_graph_tokens(N, 1000);
+    assert_true(T > N);
+    cuda_plan_step_pad(&m, &p, T, 99);
+    assert_int_equal(p.n_tiles, T);
+    assert_int_equal(p.n_single, 0);
+    buf = malloc(p.bytes);
+    assert_non_null(buf);
+    cuda_plan_step_fill(&m, &bt, &p, buf);
+    tiles = (const int32_t *)(buf + p.tiles);
+    const int32_t *pos = (const int32_t *)(buf + p.tok_pos),
+                  *blk = (const int32_t *)(buf + p.tok_blk);
+    for (int t = N; t < T; t++) {
+        assert_int_equal(tiles[2 * t], t);
+        assert_int_equal(tiles[2 * t + 1], 1);
+        assert_int_equal(pos[t], 0);
+        assert_int_equal(blk[t], 99);
+    }
+    assert_true(p.tiles < p.single && p.single <= p.tables);
     free(buf);
 }
 
@@ -587,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_kv8_bytes),
         cmocka_unit_test(test_att_splits),
         cmocka_unit_test(test_graph_pad),
+        cmocka_unit_test(test_decode_tiles),
         cmocka_unit_test(test_lora_groups),
         cmocka_unit_test(test_draws),
     };

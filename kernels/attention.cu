@@ -300,9 +300,12 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
 }
 
 /* out[t][h] = the splits' partial P.V of (list index, head) added in split
- * order: grid (T, n_head), head_dim threads. */
+ * order: grid (T, n_head), head_dim threads (a multiple of 32, so a warp
+ * holds a 32-element block of the row). With q8.q, the row's 8-bit form
+ * too, as k_quant_act would make it from out (rows of ne0 elements): the
+ * output projection's GEMV then needs no quantizing launch of its own. */
 __global__ void k_att_combine(const int32_t *list, const float *po, int S, int hd, float *out,
-                              int64_t ldo)
+                              int64_t ldo, struct mfk_q8 q8, int64_t ne0)
 {
     pdl_start();
     const int t = list ? list[blockIdx.x] : (int)blockIdx.x, h = blockIdx.y;
@@ -312,6 +315,9 @@ __global__ void k_att_combine(const int32_t *list, const float *po, int S, int h
         for (int i = 0; i < S; i++)
             sum += p[(size_t)i * hd + d];
         out[(int64_t)t * ldo + (int64_t)h * hd + d] = sum;
+        if (q8.q)
+            q8_store1(sum, (int64_t)h * hd + d, q8.q + (int64_t)t * ne0,
+                      q8.d + (int64_t)t * (ne0 / 32), q8.s + (int64_t)t * (ne0 / 32));
     }
 }
 
@@ -347,7 +353,7 @@ template <int HD, bool Q8>
 static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                    const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
                    const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
-                   int S, float *out, int64_t ldo, struct mf_err *err)
+                   int S, float *out, int64_t ldo, const struct mfk_q8 *q8, struct mf_err *err)
 {
     const mfk_q lq = mfk_queue(c);
     int rc;
@@ -384,7 +390,8 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
     mfk_go(lq, grid, ATT_SPLIT_WARPS * 32, smem, f2, *s, layer, list, q, ldq, pos, toff, tables, kv,
            ctx, out, ldo, mx, ls, po, stash);
     mfk_go(lq, dim3((unsigned)T, (unsigned)s->n_head), (unsigned)s->head_dim, 0, k_att_combine,
-           list, po, S, s->head_dim, out, ldo);
+           list, po, S, s->head_dim, out, ldo, q8 ? *q8 : mfk_q8{},
+           (int64_t)s->n_head * s->head_dim);
     return mfk_launched("attention (split)", err);
 }
 
@@ -392,10 +399,12 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
                              int32_t T, const int32_t *list, const float *q, int64_t ldq,
                              const int32_t *pos, const int32_t *toff, const int32_t *tables,
                              const void *kv, int32_t max_ctx, int32_t splits, float *out,
-                             int64_t ldo, struct mf_err *err)
+                             int64_t ldo, const struct mfk_q8 *q8, struct mf_err *err)
 {
     if (T <= 0)
         return 0;
+    if (int rc = q8_check(q8, (int64_t)s->n_head * s->head_dim, "attention", err))
+        return rc;
     if (splits < 1 || splits > 4096)
         return mf_err_set(err, MF_EINVAL, "CUDA attention: %d splits of a context (1 to 4096)",
                           splits);
@@ -411,8 +420,8 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
                           "kernel holds in shared memory",
                           max_ctx, mfk_attention_max_ctx(s));
 #define ATT_RUN(HD, Q8)                                                                            \
-    att_run<HD, Q8>(c, s, layer, T, list, q, ldq, pos, toff, tables, kv, max_ctx, splits, out, \
-                    ldo, err)
+    att_run<HD, Q8>(c, s, layer, T, list, q, ldq, pos, toff, tables, kv, max_ctx, splits, out,     \
+                    ldo, q8, err)
     if (s->head_dim == 128)
         return s->q8 ? ATT_RUN(128, true) : ATT_RUN(128, false);
     if (s->head_dim == 64)

@@ -255,11 +255,16 @@ int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
  * fit). splits > 1 divides each context over that many blocks
  * (FlashDecoding-style, three launches: runtime/cuda_plan.c's
  * cuda_plan_att_splits says when that pays); the result is the unsplit one
- * up to the rounding of the softmax sum's rescaling. 1 to 4096. */
+ * up to the rounding of the softmax sum's rescaling. 1 to 4096. With
+ * splits > 1 and q8 non-NULL, each output row's 8-bit form (rows of
+ * n_head * head_dim, a multiple of 256) is written to q8 too, at the row's
+ * token index, as mfk_gemv_n would make it; with splits 1, q8 is not
+ * written. */
 int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                   const int32_t *list, const float *q, int64_t ldq, const int32_t *pos,
                   const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
-                  int32_t splits, float *out, int64_t ldo, struct mf_err *err);
+                  int32_t splits, float *out, int64_t ldo, const struct mfk_q8 *q8,
+                  struct mf_err *err);
 
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
  * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one

@@ -453,35 +453,6 @@ __device__ __forceinline__ void q8_store4(float4 v, int64_t i, int8_t *q, float 
         d[i >> 3] = dd, s[i >> 3] = dd * (float)qs;
 }
 
-/* Element i of a row into its 8-bit form, a lane per element of a 32-element
- * block (k_quant_act, SwiGLU): d = max|x| / 127, q = rint(x / d), s = d x
- * the block's sum of q. */
-__device__ __forceinline__ void q8_store1(float v, int64_t i, int8_t *q, float *d, float *s)
-{
-    float amax = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float dd = __fdiv_rn(amax, 127.0f);
-    const int a = amax > 0.0f ? (int)rintf(__fdiv_rn(v, dd)) : 0;
-    int qs = a;
-    for (int o = 16; o > 0; o >>= 1)
-        qs += __shfl_xor_sync(0xffffffffu, qs, o);
-    q[i] = (int8_t)a;
-    if ((i & 31) == 0)
-        d[i >> 5] = dd, s[i >> 5] = dd * (float)qs;
-}
-
-static int q8_check(const struct mfk_q8 *q8, int64_t n, const char *what, struct mf_err *err)
-{
-    if (q8 && (n % 256 || !q8->q || !q8->d || !q8->s || ((uintptr_t)q8->q & 15) ||
-               ((uintptr_t)q8->d & 7) || ((uintptr_t)q8->s & 7)))
-        return mf_err_set(err, MF_EINVAL,
-                          "CUDA %s: an 8-bit copy needs rows of a multiple of 256 and aligned "
-                          "buffers (got %lld elements)",
-                          what, (long long)n);
-    return 0;
-}
-
 /* ------------------------------------------------------------------------
  * RMSNorm
  * ---------------------------------------------------------------------- */

@@ -531,13 +531,17 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd, err);
+    /* every token through the split attention: its combine writes the
+     * output projection's 8-bit input too */
+    const struct mfk_weight *wo = &L->w[MODEL_W_O];
+    const struct mfk_q8 *oq8 =
+        cuda_plan_combine_q8(T, p->n_tiles, splits) ? q8_for(cb, 1, &wo, T) : NULL;
     if (!rc)
         rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
-                           D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd,
+                           D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd, oq8,
                            err);
     if (!rc)
-        rc = matmul(cb, tb + MODEL_W_O, &L->w[MODEL_W_O], cb->att, qd, T, cb->x, E, 1, NULL,
-                    err);
+        rc = matmul(cb, tb + MODEL_W_O, wo, cb->att, qd, T, cb->x, E, 1, oq8, err);
     if (!rc) {
         const int32_t tg[2] = {tb + MODEL_W_GATE, tb + MODEL_W_UP};
         const struct mfk_weight *w[2] = {&L->w[MODEL_W_GATE], &L->w[MODEL_W_UP]};

@@ -121,6 +121,11 @@ int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t 
     return want < cap ? (int32_t)want : cap;
 }
 
+int cuda_plan_combine_q8(int32_t T, int32_t n_tiles, int32_t splits)
+{
+    return T > 0 && T <= CUDA_PLAN_COMBINE_Q8_MAX && n_tiles == 0 && splits > 1;
+}
+
 int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq)
 {
     if (gemm_min <= 0)

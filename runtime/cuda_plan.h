@@ -111,6 +111,15 @@ int cuda_plan_swiglu_rounded(enum ggml_type t, int32_t T, int32_t gemm_min, int 
 #define CUDA_PLAN_SPLIT_BLOCKS 4
 int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t max_ctx);
 
+/* 1 when a step's attention writes the output projection's 8-bit input
+ * itself (mfk_attention's q8: its split combine): every token split (no
+ * tiles, splits > 1) and at most CUDA_PLAN_COMBINE_Q8_MAX tokens. H200,
+ * Llama-3-8B Q4_K_M, one launch a layer fewer: batch 1 343.5 -> 347.3
+ * tokens/s, batch 8 1,096 -> 1,102, but batch 16 1,582 -> 1,555 (not
+ * traced), hence the limit. */
+#define CUDA_PLAN_COMBINE_Q8_MAX 8
+int cuda_plan_combine_q8(int32_t T, int32_t n_tiles, int32_t splits);
+
 /* An on/off setting (MFC_CUDA_ATTENTION_SPLIT, MFC_CUDA_GRAPHS) as read by
  * the caller: NULL, "" or "1": 1, "0": 0; anything else MF_EINVAL naming
  * name and v. */

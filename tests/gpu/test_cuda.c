@@ -543,6 +543,9 @@ static double listed_err(const float *y, const double *ref, int rows, int64_t n_
     return sqrt(num / den);
 }
 
+static int q8_matches(const float *y, int64_t ld, int rows, int64_t n, const int8_t *q,
+                      const float *d, const float *sm);
+
 /* Three sequences: `past` tokens of context decoding 1 token (199; past the
  * per-token kernel's shared memory when long), a fresh 37-token prompt, a
  * 16-token past plus 5 new tokens. Slots past each sequence's last
@@ -699,12 +702,12 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
     if (hd % 32 == 0 && max_ctx <= mfk_attention_max_ctx(&s)) {
         poison(dout, T * qd * 4);
         CK(mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 1, dout,
-                         qd, &err));
+                         qd, NULL, &err));
         if (!q8 && hd == 128) { /* a split count out of range is refused, not launched */
-            int r0 = mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv,
-                                   max_ctx, 0, dout, qd, &err);
-            int r1 = mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv,
-                                   max_ctx, 4097, dout, qd, &err);
+            int r0 = mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx,
+                                   0, dout, qd, NULL, &err);
+            int r1 = mfk_attention(ctx, &s, layer, T, NULL, dq, qd, dpos, dtoff, dtab, dkv, max_ctx,
+                                   4097, dout, qd, NULL, &err);
             report("attention: 0 and 4097 splits refused", r0 == MF_EINVAL && r1 == MF_EINVAL,
                    "rc", (double)(r0 == MF_EINVAL ? r1 : r0), MF_EINVAL);
         }
@@ -720,13 +723,46 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
             list[nl++] = t;
         h2d(dlist, list, nl * 4);
         poison(dout, T * qd * 4);
+        /* rows of a multiple of 256: the output's 8-bit form too (the
+         * output projection's input), which must be k_quant_act's */
+        const int64_t nq = (int64_t)T * qd, nqb = nq / 32;
+        uint8_t *dq8 = qd % 256 ? NULL : dalloc(nq + 2 * nqb * 4);
+        struct mfk_q8 oq = {0};
+        if (dq8) {
+            oq = (struct mfk_q8){(int8_t *)dq8, (float *)(void *)(dq8 + nq),
+                                 (float *)(void *)(dq8 + nq) + nqb};
+            poison(dq8, nq + 2 * nqb * 4);
+        }
         CK(mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 3,
-                         dout, qd, &err));
+                         dout, qd, dq8 ? &oq : NULL, &err));
         d2h(qgot, dout, T * qd * 4);
         e = listed_err(qgot, ref, T, qd, list, nl);
         snprintf(name, sizeof name, "attention%s, listed tokens, 3 splits (hd %d)",
                  q8 ? " 8-bit" : "", hd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
+        if (dq8) {
+            int8_t *hq = malloc(nq);
+            float *hd8 = malloc(nqb * 4), *hs = malloc(nqb * 4);
+            int same = 1;
+            d2h(hq, oq.q, nq);
+            d2h(hd8, oq.d, nqb * 4);
+            d2h(hs, oq.s, nqb * 4);
+            for (int i = 0; i < nl; i++) {
+                const int t = list[i];
+                same &= q8_matches(qgot + (int64_t)t * qd, qd, 1, qd, hq + (int64_t)t * qd,
+                                   hd8 + (int64_t)t * (qd / 32), hs + (int64_t)t * (qd / 32));
+            }
+            snprintf(name, sizeof name, "attention%s, 3 splits: 8-bit copy = k_quant_act's (hd %d)",
+                     q8 ? " 8-bit" : "", hd);
+            report(name, same, "equal", same, 1);
+            int r =
+                mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 3,
+                              dout, qd, &(struct mfk_q8){oq.q + 1, oq.d, oq.s}, &err);
+            report("attention: a misaligned 8-bit copy refused", r == MF_EINVAL, "rc", r,
+                   MF_EINVAL);
+            free(hq), free(hd8), free(hs);
+            mfk_free(dq8);
+        }
         /* one token a call: grids that small split each long context over
          * several blocks (FlashDecoding-style, as cuda_plan_att_splits
          * chooses for this device); then the same unsplit */
@@ -739,7 +775,7 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
             for (int t = 0; t < T; t++) {
                 int32_t sp = split ? cuda_plan_att_splits(1, n_head_kv, n_sms, pos[t] + 1) : 1;
                 CK(mfk_attention(ctx, &s, layer, 1, dall + t, dq, qd, dpos, dtoff, dtab, dkv,
-                                 pos[t] + 1, sp, dout, qd, &err));
+                                 pos[t] + 1, sp, dout, qd, NULL, &err));
             }
             d2h(qgot, dout, T * qd * 4);
             e = rel_err(qgot, ref, T * qd);

@@ -516,6 +516,19 @@ static void test_graph_pad(void **state)
     free(buf);
 }
 
+/* The split combine writes the output projection's 8-bit input only when
+ * every token is split, and up to CUDA_PLAN_COMBINE_Q8_MAX tokens. */
+static void test_combine_q8(void **state)
+{
+    (void)state;
+    assert_true(cuda_plan_combine_q8(1, 0, 16));
+    assert_true(cuda_plan_combine_q8(CUDA_PLAN_COMBINE_Q8_MAX, 0, 2));
+    assert_false(cuda_plan_combine_q8(CUDA_PLAN_COMBINE_Q8_MAX + 1, 0, 2));
+    assert_false(cuda_plan_combine_q8(1, 0, 1)); /* unsplit: the kernel writes no copy */
+    assert_false(cuda_plan_combine_q8(4, 1, 8)); /* a tile's tokens bypass the combine */
+    assert_false(cuda_plan_combine_q8(0, 0, 8));
+}
+
 /* Past CUDA_PLAN_DECODE_TILES one-at-a-time tokens, each takes a 1-token
  * tile (not at the limit, not with the switch off, not a prompt's tokens);
  * a padded step pads with tiles too, and the offsets follow the counts. */
@@ -691,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_att_splits),
         cmocka_unit_test(test_graph_pad),
         cmocka_unit_test(test_decode_tiles),
+        cmocka_unit_test(test_combine_q8),
         cmocka_unit_test(test_lora_groups),
         cmocka_unit_test(test_draws),
     };

@@ -546,7 +546,7 @@ static void test_decode_tiles(void **state)
         tab[i][0] = 2 * i, tab[i][1] = 2 * i + 1;
         s[i] = (struct batch_seq){.tokens = tok + i,
                                   .n_tokens = 1,
-                                  .n_past = 16 + i,
+                                  .n_past = 16 + i % 16, /* two blocks */
                                   .block_table = tab[i],
                                   .n_blocks = 2,
                                   .want_logits = 1};

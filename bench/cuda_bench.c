@@ -19,12 +19,15 @@
  *   3. one 512-token prefill, then one of PREFILL tokens into blocks of its
  *      own (tensor-core GEMM past MFC_CUDA_GEMM_MIN tokens): tokens/s, and
  *      the matrix flop/s (2 x weights x tokens) against gemm_peak's;
- *   4. for each batch B: B sequences share the 512-token context's blocks
- *      (a cached prefix) and each decodes 32 steps into blocks of its own;
+ *   4. for each batch B: B sequences, each with a 512-token context of its
+ *      own (prefilled four at a step, untimed), decode 32 steps;
  *      tokens/s over the wall clock of those steps (host planning, copies
  *      and logits included), and the roofline: bytes a step must read
  *      (every weight except the embedding table, B embedding rows, B
  *      contexts of K/V) over the measured bandwidth.
+ *      CUDA_BENCH_CONTEXTS=shared gives the B sequences the blocks of one
+ *      context instead (a cached prefix, as before 2026-12-01): batched
+ *      attention then reads K/V from L2 and beats the roofline's count.
  * Prints a table row per batch.
  *
  * mem: peak device memory while SEQS sequences (16) of CTX tokens (2048)
@@ -678,7 +681,14 @@ int main(int argc, char **argv)
     const int STEPS = int_arg(ev, 1, STEPS_MAX, STEPS_MAX);
     const int do_long = !(getenv("CUDA_BENCH_LONG") && strcmp(getenv("CUDA_BENCH_LONG"), "0") == 0);
     int32_t per_seq = (CTX + STEPS_MAX) / 16 + 1 - CTX / 16; /* private tail blocks */
-    int32_t n_blocks_need = CTX / 16 + max_b * per_seq + PREFILL / 16;
+    const char *cv = getenv("CUDA_BENCH_CONTEXTS");
+    if (cv && strcmp(cv, "shared") != 0 && strcmp(cv, "distinct") != 0) {
+        fprintf(stderr, "cuda_bench: CUDA_BENCH_CONTEXTS must be shared or distinct, not %s\n", cv);
+        return 2;
+    }
+    const int shared = cv && strcmp(cv, "shared") == 0;
+    const int32_t n_ctx = shared ? 1 : max_b; /* prompt contexts in the arena */
+    int32_t n_blocks_need = n_ctx * (CTX / 16) + max_b * per_seq + PREFILL / 16;
     struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = PREFILL, .max_seqs = MAX_B};
     cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
@@ -690,16 +700,17 @@ int main(int argc, char **argv)
     struct cuda_upload_stats st;
     cuda_backend_stats(be, &st);
 
-    /* prefill the shared 512-token context */
+    /* sequence b: its context's blocks (context 0's when shared), then its
+     * private tail; the long prefill's blocks come after all of them */
     int32_t *toks = malloc((CTX + STEPS_MAX) * sizeof *toks);
     for (int i = 0; i < CTX + STEPS_MAX; i++)
         toks[i] = (int32_t)((i * 7919) % s->n_vocab);
     int32_t table[MAX_B][CTX / 16 + 8];
     for (int b = 0; b < max_b; b++) {
         for (int k = 0; k < CTX / 16; k++)
-            table[b][k] = k;
+            table[b][k] = (shared ? 0 : b) * (CTX / 16) + k;
         for (int k = 0; k < per_seq; k++)
-            table[b][CTX / 16 + k] = CTX / 16 + b * per_seq + k;
+            table[b][CTX / 16 + k] = n_ctx * (CTX / 16) + b * per_seq + k;
     }
     /* the engine's logits buffer comes from backend_host_alloc (pinned);
      * CUDA_BENCH_PAGEABLE=1 times malloc's instead, for the difference */
@@ -725,7 +736,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < PREFILL; i++)
         ptoks[i] = (int32_t)((i * 104729) % s->n_vocab);
     for (int k = 0; k < PREFILL / 16; k++)
-        ptable[k] = CTX / 16 + max_b * per_seq + k;
+        ptable[k] = n_ctx * (CTX / 16) + max_b * per_seq + k;
     double t_long = 0;
     for (int rep = 0; do_long && rep < 2; rep++) {
         struct batch_seq ps = {.tokens = ptoks,
@@ -739,6 +750,20 @@ int main(int argc, char **argv)
         if (backend_step(be, &pb, &err))
             die("long prefill", &err);
         t_long = now_s() - t0;
+    }
+    /* the other sequences' contexts, PREFILL / CTX of them a step, untimed */
+    for (int b0 = 1; b0 < n_ctx; b0 += PREFILL / CTX) {
+        int n = n_ctx - b0 < PREFILL / CTX ? n_ctx - b0 : PREFILL / CTX;
+        for (int j = 0; j < n; j++)
+            bs[j] = (struct batch_seq){.tokens = toks,
+                                       .n_tokens = CTX,
+                                       .n_past = 0,
+                                       .block_table = table[b0 + j],
+                                       .n_blocks = CTX / 16,
+                                       .want_logits = 1};
+        bt.n_seqs = n;
+        if (backend_step(be, &bt, &err))
+            die("context prefill", &err);
     }
 
     printf("shape %s type %s: %.2f GB of weights (synthesized in %.1f s)\n", s->name, argv[2],
@@ -757,6 +782,8 @@ int main(int argc, char **argv)
                PREFILL, t_long, PREFILL / t_long, flops / 1e12, peak > 0 ? 100 * flops / peak : 0,
                peak / 1e12);
     }
+    printf("decode: %s (CUDA_BENCH_CONTEXTS)\n", shared ? "the batch shares one 512-token context"
+                                                      : "each sequence has a 512-token context");
     printf(
         "| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");

@@ -238,12 +238,7 @@ static void layout(const struct model *m, struct cuda_step_plan *p)
 void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
                          int decode_tiles, struct cuda_step_plan *p)
 {
-    int32_t one = 0; /* tokens of untiled sequences */
     memset(p, 0, sizeof *p);
-    for (int32_t i = 0; i < bt->n_seqs; i++)
-        if (!tiled(&bt->seqs[i], single_cap))
-            one += bt->seqs[i].n_tokens;
-    p->dtiles = decode_tiles && one > CUDA_PLAN_DECODE_TILES;
     for (int32_t i = 0; i < bt->n_seqs; i++) {
         const struct batch_seq *sq = &bt->seqs[i];
         int32_t ctx = sq->n_past + sq->n_tokens;
@@ -255,13 +250,16 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
         if (tiled(sq, single_cap)) {
             p->n_tiles += (sq->n_tokens + CUDA_PLAN_TILE - 1) / CUDA_PLAN_TILE;
             p->n_long += (sq->n_tokens + CUDA_PLAN_TILE - 1) / CUDA_PLAN_TILE;
-        } else if (p->dtiles) {
-            p->n_tiles += sq->n_tokens;
         } else {
             p->n_single += sq->n_tokens;
             if (ctx > p->single_ctx)
                 p->single_ctx = ctx;
         }
+    }
+    if (decode_tiles && p->n_single > CUDA_PLAN_DECODE_TILES) { /* a 1-token tile each */
+        p->dtiles = 1;
+        p->n_tiles += p->n_single;
+        p->n_single = p->single_ctx = 0;
     }
     p->single_cap = single_cap;
     p->att_cap = p->single_ctx;

@@ -80,9 +80,11 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
  * (kernels/mmq.cu, from MFK_MMQ_MIN tokens; tiles past MFK_MMQ_TOKENS) beat
  * dequantizing the weights to bf16 every step (H200, Llama-3-8B Q4_K_M:
  * 1,017 against 591 tokens/s at batch 8, 1,606 against 1,136 at 16, 2,755
- * against 2,230 at 32; at 64 the tiles ran 3,756-3,849 against 3,880, and
- * at 128 4,591 against 6,017); the other types from gemm_min. */
-#define CUDA_PLAN_MMQ_MAX 32
+ * against 2,230 at 32; since programmatic launches, 2,748 against 2,624 at
+ * 40, 3,257 against 3,111 at 48, 4,245 against 4,088 at 64; at 128 the
+ * tiles ran 4,591 against 6,017, before them); the other types from
+ * gemm_min. */
+#define CUDA_PLAN_MMQ_MAX 64
 int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
 
 /* 1 when the kernel making the input of n products (weight types types[],

@@ -762,6 +762,13 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                    MF_EINVAL);
             free(hq), free(hd8), free(hs);
             mfk_free(dq8);
+        } else { /* rows the 8-bit blocks do not divide: refused before the launch */
+            int r =
+                mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 3,
+                              dout, qd, &(struct mfk_q8){(int8_t *)dout, dout, dout}, &err);
+            snprintf(name, sizeof name, "attention: an 8-bit copy of %lld-element rows refused",
+                     (long long)qd);
+            report(name, r == MF_EINVAL, "rc", r, MF_EINVAL);
         }
         /* one token a call: grids that small split each long context over
          * several blocks (FlashDecoding-style, as cuda_plan_att_splits
@@ -1542,6 +1549,62 @@ static int lora_beside(const char *path, char *out, size_t cap)
     return f != NULL;
 }
 
+/* The same steps on two backends: ns sequences (nb blocks each, tables
+ * interleaved), a prompt of `prompt` tokens each, then `steps` decode
+ * steps, the last ones (from tail_from) with only the first tail_ns
+ * sequences. After every step, the logits rows of both: the worst relative
+ * difference, whether every bit matched, and greedy tokens alike. */
+struct twin {
+    int ns, nb, prompt, steps, tail_from, tail_ns;
+    double worst;
+    int bitwise, same, total;
+};
+
+static int twin_run(struct backend *a, struct backend *b, const struct model *m, const char *what,
+                    struct twin *tw)
+{
+    const int64_t V = m->hp.n_vocab;
+    const int len = tw->prompt + tw->steps;
+    int32_t *table = malloc((size_t)tw->ns * tw->nb * 4), *toks = malloc((size_t)tw->ns * len * 4),
+            *npast = calloc((size_t)tw->ns, 4);
+    float *la = malloc((size_t)tw->ns * V * 4), *lb = malloc((size_t)tw->ns * V * 4);
+    struct batch_seq *bs = malloc((size_t)tw->ns * sizeof *bs);
+    int rc = a && b && table && toks && npast && la && lb && bs ? 0 : -1;
+    tw->worst = 0, tw->bitwise = 1, tw->same = tw->total = 0;
+    for (int i = 0; i < tw->ns * tw->nb; i++)
+        table[i] = (i % tw->nb) * tw->ns + i / tw->nb;
+    for (int i = 0; i < tw->ns * len; i++)
+        toks[i] = (int32_t)(next_u64() % (uint64_t)V);
+    for (int st = 0; rc == 0 && st <= tw->steps; st++) {
+        const int ns = st >= tw->tail_from ? tw->tail_ns : tw->ns;
+        for (int i = 0; i < ns; i++)
+            bs[i] = (struct batch_seq){.tokens = toks + (size_t)i * len + npast[i],
+                                       .n_tokens = st == 0 ? tw->prompt : 1,
+                                       .n_past = npast[i],
+                                       .block_table = table + (size_t)i * tw->nb,
+                                       .n_blocks = tw->nb,
+                                       .want_logits = 1};
+        struct batch ba = {.n_seqs = ns, .seqs = bs, .logits = la};
+        struct batch bb = {.n_seqs = ns, .seqs = bs, .logits = lb};
+        memset(la, 0xFF, (size_t)ns * V * 4);
+        if (backend_step(a, &ba, &err) || backend_step(b, &bb, &err)) {
+            printf("FAIL %s: step %d: %s\n", what, st, err.msg);
+            failures++;
+            rc = -1;
+            break;
+        }
+        double e = logits_err(la, lb, (size_t)ns * V);
+        tw->worst = e > tw->worst ? e : tw->worst;
+        tw->bitwise &= memcmp(la, lb, (size_t)ns * V * 4) == 0;
+        for (int r = 0; r < ns; r++, tw->total++)
+            tw->same += argmax_row(la + r * V, V) == argmax_row(lb + r * V, V);
+        for (int i = 0; i < ns; i++)
+            npast[i] += bs[i].n_tokens;
+    }
+    free(table), free(toks), free(npast), free(la), free(lb), free(bs);
+    return rc;
+}
+
 /* Past CUDA_PLAN_DECODE_TILES decode tokens a step, each takes a tile
  * of the tensor-core kernel (k_flash) instead of the per-token kernel: 40
  * sequences from 20-token prompts decode 4 steps as one recorded graph (the
@@ -1549,70 +1612,31 @@ static int lora_beside(const char *path, char *out, size_t cap)
  * with MFC_CUDA_DECODE_TILES=0 and no graphs. */
 static void test_decode_tiles(const char *path)
 {
-    enum { NS = 40, NB = 3, PROMPT = 20, STEPS = 4 };
     struct model *m;
     char name[160];
     const char *base = base_name(path);
     if (!(m = open_or_report(path, "decode tiles")))
         return;
-    const double bound = model_bound(m);
-    const int64_t V = m->hp.n_vocab;
     setenv("MFC_CUDA_DECODE_TILES", "1", 1);
-    struct backend *tb = open_gpu(m, NS * NB + 1, "1", "1");
+    struct backend *tb = open_gpu(m, 40 * 3 + 1, "1", "1");
     setenv("MFC_CUDA_DECODE_TILES", "0", 1);
-    struct backend *ob = open_gpu(m, NS * NB + 1, "0", "1");
+    struct backend *ob = open_gpu(m, 40 * 3 + 1, "0", "1");
     unsetenv("MFC_CUDA_DECODE_TILES");
-    static int32_t table[NS][NB], toks[NS][PROMPT + STEPS];
-    float *lt = malloc((size_t)NS * V * 4), *lo = malloc((size_t)NS * V * 4);
-    int npast[NS] = {0}, same = 0, total = 0, ok = tb && ob && lt && lo;
-    double worst = 0;
-    for (int i = 0; i < NS; i++)
-        for (int b = 0; b < NB; b++)
-            table[i][b] = b * NS + i;
-    for (int i = 0; i < NS; i++)
-        for (int j = 0; j < PROMPT + STEPS; j++)
-            toks[i][j] = (int32_t)(next_u64() % (uint64_t)V);
-    for (int st = 0; ok && st <= STEPS; st++) {
-        const int ns = st == STEPS ? NS - 3 : NS; /* the last step padded */
-        struct batch_seq bs[NS];
-        for (int i = 0; i < ns; i++)
-            bs[i] = (struct batch_seq){.tokens = toks[i] + npast[i],
-                                       .n_tokens = st == 0 ? PROMPT : 1,
-                                       .n_past = npast[i],
-                                       .block_table = table[i],
-                                       .n_blocks = NB,
-                                       .want_logits = 1};
-        struct batch b1 = {.n_seqs = ns, .seqs = bs, .logits = lt};
-        struct batch b2 = {.n_seqs = ns, .seqs = bs, .logits = lo};
-        memset(lt, 0xFF, (size_t)NS * V * 4);
-        if (backend_step(tb, &b1, &err) || backend_step(ob, &b2, &err)) {
-            printf("FAIL decode tiles %s: step %d: %s\n", base, st, err.msg);
-            failures++;
-            ok = 0;
-            break;
-        }
-        if (st > 0) {
-            double e = logits_err(lt, lo, (size_t)ns * V);
-            worst = e > worst ? e : worst;
-            for (int r = 0; r < ns; r++, total++)
-                same += argmax_row(lt + r * V, V) == argmax_row(lo + r * V, V);
-        }
-        for (int i = 0; i < ns; i++)
-            npast[i] += bs[i].n_tokens;
-    }
-    if (ok) {
+    struct twin tw = {.ns = 40, .nb = 3, .prompt = 20, .steps = 4, .tail_from = 4, .tail_ns = 37};
+    if (twin_run(tb, ob, m, "decode tiles", &tw) == 0) {
         struct cuda_upload_stats st;
         cuda_backend_stats(tb, &st);
         snprintf(name, sizeof name, "decode tiles %s logits = per-token kernel", base);
-        report(name, worst < bound, "rel err", worst, bound);
+        report(name, tw.worst < model_bound(m), "rel err", tw.worst, model_bound(m));
         snprintf(name, sizeof name, "decode tiles %s greedy tokens = per-token (%d of %d)", base,
-                 same, total);
-        report(name, same == total, "differ", (double)(total - same), 0);
+                 tw.same, tw.total);
+        report(name, tw.same == tw.total, "differ", (double)(tw.total - tw.same), 0);
         snprintf(name, sizeof name, "decode tiles %s: steps recorded as graphs", base);
-        report(name, st.graph_records == 1 && st.graph_replays == STEPS - 1 && !st.graph_failures,
+        report(name,
+               st.graph_records == 1 && st.graph_replays == (uint64_t)tw.steps - 1 &&
+                   !st.graph_failures,
                "records", (double)st.graph_records, 1);
     }
-    free(lt), free(lo);
     backend_free(tb);
     backend_free(ob);
     model_close(m);

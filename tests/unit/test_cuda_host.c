@@ -540,6 +540,12 @@ static void test_decode_tiles(void **state)
     struct cuda_step_plan p;
     int32_t tok[N + 5] = {0}, tab[N][2];
     struct batch_seq s[N + 1];
+    const struct batch_seq prompt = {.tokens = tok,
+                                     .n_tokens = 5,
+                                     .n_past = 0,
+                                     .block_table = tab[0],
+                                     .n_blocks = 1,
+                                     .want_logits = 1};
     (void)state;
     fake_model(&m, L, GGML_TYPE_F16, 1);
     for (int i = 0; i < N; i++) {
@@ -551,12 +557,7 @@ static void test_decode_tiles(void **state)
                                   .n_blocks = 2,
                                   .want_logits = 1};
     }
-    s[N] = (struct batch_seq){.tokens = tok,
-                              .n_tokens = 5,
-                              .n_past = 0,
-                              .block_table = tab[0],
-                              .n_blocks = 1,
-                              .want_logits = 1};
+    s[N] = prompt;
     struct batch bt = {.n_seqs = N, .seqs = s};
     cuda_plan_step_size(&m, &bt, 1000, 1, &p);
     assert_int_equal(p.dtiles, 1);
@@ -584,17 +585,12 @@ static void test_decode_tiles(void **state)
     assert_int_equal(p.n_single, N - 1);
 
     /* with a prompt: its tile of 5, and a tile each for the others */
-    s[N - 1] = s[N];
+    s[N - 1] = prompt;
     bt.n_seqs = N;
     cuda_plan_step_size(&m, &bt, 1000, 1, &p);
     assert_int_equal(p.dtiles, 0); /* N - 1 one-at-a-time tokens */
     s[N - 1].n_tokens = 1, s[N - 1].n_past = 3;
-    s[N] = (struct batch_seq){.tokens = tok,
-                              .n_tokens = 5,
-                              .n_past = 0,
-                              .block_table = tab[0],
-                              .n_blocks = 1,
-                              .want_logits = 1};
+    s[N] = prompt;
     bt.n_seqs = N + 1;
     cuda_plan_step_size(&m, &bt, 1000, 1, &p);
     assert_int_equal(p.dtiles, 1);

@@ -771,6 +771,10 @@ int main(int argc, char **argv)
     printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
     printf("upload: %.2f GB in %.2f s = %.1f GB/s\n", st.bytes / 1e9, st.seconds,
            st.bytes / 1e9 / st.seconds);
+    if (st.bf16_bytes)
+        printf("bf16 copies of the quantized matrices (MFC_CUDA_BF16_WEIGHTS=1): %.2f GB in "
+               "%.2f s\n",
+               st.bf16_bytes / 1e9, st.bf16_seconds);
     printf("tensor-core GEMM from %d tokens per step (MFC_CUDA_GEMM_MIN; 0: GEMV only); "
            "Q4_K from %d (MFC_CUDA_MMQ, mmq.cu below)\n",
            st.gemm_min, st.gemm_from_q4k);

@@ -240,14 +240,17 @@ static int gemm_products(struct mfk_ctx *c, const struct mfk_weight *w, const fl
     const cudaDataType dt = kind == 0 ? CUDA_R_32F : kind == 1 ? CUDA_R_16F : CUDA_R_16BF;
     uint8_t *xs = (uint8_t *)scratch, *ws = xs + up((size_t)nt * (size_t)w->ne0 * 2);
     const float beta = add ? 1.0f : 0.0f;
-    const int64_t step = direct(w->type) ? w->ne1 : chunk_rows(w);
+    const int dequant = !direct(w->type) && !w->bf16; /* rows to dequantize per call */
+    const int64_t step = dequant ? chunk_rows(w) : w->ne1;
     const void *bx = kind == 0 ? (const void *)x : (const void *)xs;
     const int ldb = kind == 0 ? (int)ldx : (int)w->ne0;
     int rc = 0;
     for (int64_t r0 = 0; rc == 0 && r0 < w->ne1; r0 += step) {
         const int32_t rows = (int32_t)(w->ne1 - r0 < step ? w->ne1 - r0 : step);
-        const void *a = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
-        if (!direct(w->type)) {
+        const void *a = w->bf16 && !direct(w->type)
+                            ? w->bf16
+                            : (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
+        if (dequant) {
             rc = mfk_dequant_half(c, w, r0, rows, ws, 1, err);
             a = ws;
         }

@@ -122,6 +122,10 @@ struct mfk_weight {
     int64_t ne0;      /* elements per row (input dimension) */
     int64_t ne1;      /* rows (output dimension) */
     uint64_t row_bytes;
+    /* device, or NULL: every row dequantized to bf16 (mfk_dequant_half),
+     * packed ne0 apart, which mfk_gemm then reads instead of dequantizing
+     * the rows again on each call (the GEMV kernels read data) */
+    const void *bf16;
 };
 
 /* 1 if the GEMV, embedding and dequantization kernels handle a weight of
@@ -199,8 +203,9 @@ int mfk_gemm_available(struct mfk_ctx *c, struct mf_err *err);
 size_t mfk_gemm_scratch(const struct mfk_weight *w, int32_t nt);
 /* mfk_gemv's contract on tensor cores, for prefill and large batches: x
  * rounded to bf16 (fp16 for F16 weights), BF16/F16 weights read as they are,
- * other types dequantized to bf16 in row chunks, fp32 accumulation in
- * cuBLAS. scratch: device memory of mfk_gemm_scratch bytes, 256-aligned. */
+ * other types dequantized to bf16 in row chunks (or read from w->bf16),
+ * fp32 accumulation in cuBLAS. scratch: device memory of mfk_gemm_scratch
+ * bytes, 256-aligned. */
 int mfk_gemm(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, void *scratch, size_t scratch_bytes,
              struct mf_err *err);

@@ -68,6 +68,7 @@ struct cuda_backend {
     struct mfk_ctx *ctx;         /* owned */
     struct cuda_wplan plan;      /* where each tensor lives in wbuf */
     uint8_t *wbuf;               /* device: all weights */
+    uint8_t *bf16buf;            /* device: the bf16 copies (MFC_CUDA_BF16_WEIGHTS), or NULL */
     struct mfk_weight tok_embd, output;
     const float *out_norm;       /* device */
     struct cuda_layer *layers;   /* owned: n_layer */
@@ -106,6 +107,7 @@ struct cuda_backend {
     int pdl;                     /* MFC_CUDA_PDL: programmatic dependent launches */
     int dtiles;                  /* MFC_CUDA_DECODE_TILES: past CUDA_PLAN_DECODE_TILES decode
                                     tokens, a tile each (F16 arena only) */
+    int bf16w;                   /* MFC_CUDA_BF16_WEIGHTS: bf16 copies of quantized matrices */
     /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): the recorded shapes; they
      * hold dstep's and the kernels' scratch address, so they are dropped when
      * either moves (gstep, ggen) */
@@ -140,6 +142,7 @@ static void cuda_free(struct backend *b)
     for (int i = 0; i < GRAPH_SLOTS; i++)
         mfk_graph_free(cb->gslots[i].g);
     mfk_free(cb->wbuf);
+    mfk_free(cb->bf16buf);
     mfk_free(cb->kv);
     mfk_free(cb->x); /* the whole step scratch: x is its first slice */
     mfk_free(cb->dstep);
@@ -308,6 +311,49 @@ static int setup_gemm(struct cuda_backend *cb, struct mf_err *err)
     return mfk_malloc(cb->ctx, need, &cb->gscratch, err);
 }
 
+/* Every quantized matrix the tensor cores take dequantized to bf16 once,
+ * in one buffer (w->bf16), so that mfk_gemm reads 2 bytes a weight and
+ * does not dequantize each step: batched decode of a quantized model at
+ * the speed of its BF16 form, for the BF16 form's memory on top of the
+ * quantized one (which the GEMV, at a few tokens, still reads). The
+ * tensor cores then take Q4_K from gemm_min tokens, like every other
+ * type: mmq.cu's integer tiles lose to cuBLAS on bf16 rows (H200,
+ * Llama-3-8B: batch 8 of BF16 ran 1,270 tokens/s, mmq's Q4_K_M 1,083). */
+static int bf16_copies(struct cuda_backend *cb, struct mf_err *err)
+{
+    const int32_t nl = cb->m->hp.n_layer, n = nl * MODEL_W_PER_LAYER + 1;
+    size_t total = 0, off = 0;
+    double t0 = now_s();
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        for (int32_t i = 0; i < n && !rc; i++) { /* every layer's matrices, then the output */
+            struct mfk_weight *w = i < n - 1
+                                       ? &cb->layers[i / MODEL_W_PER_LAYER].w[i % MODEL_W_PER_LAYER]
+                                       : &cb->output;
+            if (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16)
+                continue; /* the tensor cores read these as they are */
+            if (pass == 1) {
+                w->bf16 = cb->bf16buf + off;
+                rc = mfk_dequant_half(cb->ctx, w, 0, (int32_t)w->ne1, cb->bf16buf + off, 1, err);
+            }
+            off += ((size_t)w->ne0 * (size_t)w->ne1 * 2 + CUDA_PLAN_ALIGN - 1) / CUDA_PLAN_ALIGN *
+                   CUDA_PLAN_ALIGN;
+        }
+        if (pass == 0) {
+            if ((total = off) == 0)
+                return 0; /* nothing quantized */
+            rc = mfk_malloc(cb->ctx, total, (void **)&cb->bf16buf, err);
+            off = 0;
+        }
+    }
+    if (!rc)
+        rc = mfk_sync(cb->ctx, err);
+    cb->mmq = 0; /* see above */
+    cb->st.bf16_bytes = total;
+    cb->st.bf16_seconds = now_s() - t0;
+    return rc;
+}
+
 /* y[i] = W[i] x over T tokens for n weights of one input (n <= 3): each on
  * the tensor cores past the measured crossover (see setup_gemm), the rest
  * through one mfk_gemv_n, which quantizes the input once for them; then the
@@ -376,20 +422,23 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     if (!rc)
         rc = cuda_plan_weights(m, &cb->plan, err);
     if (!rc)
-        rc = cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", getenv("MFC_CUDA_ATTENTION_SPLIT"),
+        rc = cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", getenv("MFC_CUDA_ATTENTION_SPLIT"), 1,
                               &cb->att_split, err);
     if (!rc)
-        rc = cuda_plan_switch("MFC_CUDA_GRAPHS", getenv("MFC_CUDA_GRAPHS"), &cb->graphs, err);
+        rc = cuda_plan_switch("MFC_CUDA_GRAPHS", getenv("MFC_CUDA_GRAPHS"), 1, &cb->graphs, err);
     if (!rc)
-        rc = cuda_plan_switch("MFC_CUDA_MMQ", getenv("MFC_CUDA_MMQ"), &cb->mmq, err);
+        rc = cuda_plan_switch("MFC_CUDA_MMQ", getenv("MFC_CUDA_MMQ"), 1, &cb->mmq, err);
     if (!rc)
-        rc = cuda_plan_switch("MFC_CUDA_PDL", getenv("MFC_CUDA_PDL"), &cb->pdl, err);
+        rc = cuda_plan_switch("MFC_CUDA_PDL", getenv("MFC_CUDA_PDL"), 1, &cb->pdl, err);
     if (!rc)
-        rc = cuda_plan_switch("MFC_CUDA_DECODE_TILES", getenv("MFC_CUDA_DECODE_TILES"), &cb->dtiles,
+        rc = cuda_plan_switch("MFC_CUDA_DECODE_TILES", getenv("MFC_CUDA_DECODE_TILES"), 1,
+                              &cb->dtiles, err);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_BF16_WEIGHTS", getenv("MFC_CUDA_BF16_WEIGHTS"), 0,
+                              &cb->bf16w, err);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_SAMPLING", getenv("MFC_CUDA_SAMPLING"), 1, &cb->st.sampling,
                               err);
-    if (!rc)
-        rc = cuda_plan_switch("MFC_CUDA_SAMPLING", getenv("MFC_CUDA_SAMPLING"),
-                              &cb->st.sampling, err);
     if (!rc) {
         struct mfk_device_info di;
         rc = mfk_device_query(0, &di, err);
@@ -430,6 +479,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = lora_alloc(cb, err);
     if (!rc)
         rc = setup_gemm(cb, err);
+    if (!rc && cb->bf16w && cb->gemm_min > 0)
+        rc = bf16_copies(cb, err);
     if (rc) {
         cuda_free(&cb->base);
         return rc;

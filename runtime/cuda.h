@@ -42,6 +42,8 @@ struct cuda_upload_stats {
     uint64_t graph_records, graph_replays, graph_failures;
     char graph_why[160];
     int sampling; /* tokens drawn on the device (ops->sample; MFC_CUDA_SAMPLING) */
+    uint64_t bf16_bytes; /* bf16 copies of quantized matrices (MFC_CUDA_BF16_WEIGHTS=1) */
+    double bf16_seconds; /* and the time making them took */
 };
 void cuda_backend_stats(const struct backend *b, struct cuda_upload_stats *st);
 

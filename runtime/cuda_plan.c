@@ -157,15 +157,15 @@ int cuda_plan_swiglu_rounded(enum ggml_type t, int32_t T, int32_t gemm_min, int 
     return from > 0 && T >= from && t != GGML_TYPE_F32 && !adapters;
 }
 
-int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *err)
+int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct mf_err *err)
 {
-    if (!v || !*v || strcmp(v, "1") == 0)
-        *on = 1;
-    else if (strcmp(v, "0") == 0)
-        *on = 0;
+    if (!v || !*v)
+        *on = def;
+    else if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)
+        *on = v[0] == '1';
     else
-        return mf_err_set(err, MF_EINVAL, "%s=\"%.40s\": expected 0 (off) or 1 (on, the default)",
-                          name, v);
+        return mf_err_set(err, MF_EINVAL, "%s=\"%.40s\": expected 0 (off) or 1 (on; %s by default)",
+                          name, v, def ? "on" : "off");
     return 0;
 }
 

@@ -123,9 +123,9 @@ int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t 
 int cuda_plan_combine_q8(int32_t T, int32_t n_tiles, int32_t splits);
 
 /* An on/off setting (MFC_CUDA_ATTENTION_SPLIT, MFC_CUDA_GRAPHS) as read by
- * the caller: NULL, "" or "1": 1, "0": 0; anything else MF_EINVAL naming
- * name and v. */
-int cuda_plan_switch(const char *name, const char *v, int *on, struct mf_err *err);
+ * the caller: NULL or "": def, "1": 1, "0": 0; anything else MF_EINVAL
+ * naming name and v. */
+int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct mf_err *err);
 
 /* ---- one step ----------------------------------------------------------- */
 

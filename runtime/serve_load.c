@@ -276,6 +276,11 @@ static int open_engine(struct serve *s, struct mf_err *err)
         else
             mf_log_info(&s->log, "CUDA: GEMV kernels only (cuBLAS not found, or "
                         "MFC_CUDA_GEMM_MIN=0): prefill and large batches run slower");
+        if (st.bf16_bytes)
+            mf_log_info(&s->log,
+                        "CUDA: %.2f GB of bf16 copies of the quantized matrices for the "
+                        "tensor cores (MFC_CUDA_BF16_WEIGHTS=1)",
+                        st.bf16_bytes / 1e9);
     }
     if ((int64_t)s->n_blocks * KV_BLOCK_TOKENS < s->n_ctx)
         s->n_ctx = s->n_blocks * KV_BLOCK_TOKENS;

@@ -1642,6 +1642,52 @@ static void test_decode_tiles(const char *path)
     model_close(m);
 }
 
+/* MFC_CUDA_BF16_WEIGHTS=1 (the quantized matrices dequantized to bf16 once)
+ * against dequantizing them each product, with Q4_K on the tensor cores
+ * from the same token count (MFC_CUDA_MMQ=0) and the toy matrices within
+ * one dequantized chunk: the same cuBLAS calls on the same bf16 values, so
+ * the same bits, in prompts, batched decode (6 tokens: cuBLAS) and 2-token
+ * steps (the GEMV, on the quantized bytes). The copies' size: 2 bytes a
+ * weight of every quantized matrix, none for F16/BF16/F32 models. */
+static void test_bf16_weights(const char *path)
+{
+    struct model *m;
+    char name[160];
+    const char *base = base_name(path);
+    if (!(m = open_or_report(path, "bf16 weights")))
+        return;
+    setenv("MFC_CUDA_MMQ", "0", 1);
+    setenv("MFC_CUDA_BF16_WEIGHTS", "1", 1);
+    struct backend *cb = open_gpu(m, 6 * 3 + 1, "0", "1");
+    setenv("MFC_CUDA_BF16_WEIGHTS", "0", 1);
+    struct backend *db = open_gpu(m, 6 * 3 + 1, "0", "1");
+    unsetenv("MFC_CUDA_BF16_WEIGHTS");
+    unsetenv("MFC_CUDA_MMQ");
+    uint64_t want = 0;
+    for (int32_t l = 0; l <= m->hp.n_layer; l++)
+        for (int w = 0; w < (l < m->hp.n_layer ? MODEL_W_PER_LAYER : 1); w++) {
+            const struct model_weight *mw = l < m->hp.n_layer ? &m->layers[l].w[w] : &m->output;
+            if (mw->type != GGML_TYPE_F32 && mw->type != GGML_TYPE_F16 &&
+                mw->type != GGML_TYPE_BF16)
+                want += ((uint64_t)mw->ne0 * (uint64_t)mw->ne1 * 2 + CUDA_PLAN_ALIGN - 1) /
+                        CUDA_PLAN_ALIGN * CUDA_PLAN_ALIGN;
+        }
+    struct twin tw = {.ns = 6, .nb = 3, .prompt = 24, .steps = 5, .tail_from = 4, .tail_ns = 2};
+    if (twin_run(cb, db, m, "bf16 weights", &tw) == 0) {
+        struct cuda_upload_stats st;
+        cuda_backend_stats(cb, &st);
+        snprintf(name, sizeof name, "bf16 weights %s logits = dequantized per product, bit for bit",
+                 base);
+        report(name, tw.bitwise, "rel err", tw.worst, 0);
+        snprintf(name, sizeof name, "bf16 weights %s: %.1f MB of copies", base,
+                 st.bf16_bytes / 1e6);
+        report(name, st.bf16_bytes == want, "bytes", (double)st.bf16_bytes, (double)want);
+    }
+    backend_free(cb);
+    backend_free(db);
+    model_close(m);
+}
+
 int main(int argc, char **argv)
 {
     int n = 0;
@@ -1716,6 +1762,7 @@ int main(int argc, char **argv)
         test_model(argv[i]);
         test_graphs(argv[i]);
         test_decode_tiles(argv[i]);
+        test_bf16_weights(argv[i]);
         if (strstr(argv[i], "-f16.gguf"))
             test_kv8(argv[i]);
         if (lora_beside(argv[i], lpath, sizeof lpath))

@@ -372,15 +372,24 @@ static void test_att_splits(void **state)
         assert_true(sp >= 1 && sp <= 264);
         assert_true(sp == 1 || nblk / sp >= CUDA_PLAN_SPLIT_BLOCKS);
     }
-    assert_int_equal(cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", NULL, &on, &err), 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", NULL, 1, &on, &err), 0);
     assert_int_equal(on, 1);
-    assert_int_equal(cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", "0", &on, &err), 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_ATTENTION_SPLIT", "0", 1, &on, &err), 0);
     assert_int_equal(on, 0);
-    assert_int_equal(cuda_plan_switch("MFC_CUDA_GRAPHS", "1", &on, &err), 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_GRAPHS", "1", 1, &on, &err), 0);
     assert_int_equal(on, 1);
-    assert_int_equal(cuda_plan_switch("MFC_CUDA_GRAPHS", "yes", &on, &err), MF_EINVAL);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_GRAPHS", "yes", 1, &on, &err), MF_EINVAL);
     assert_non_null(strstr(err.msg, "MFC_CUDA_GRAPHS"));
     assert_non_null(strstr(err.msg, "yes"));
+    /* a switch off by default: unset and "" keep it off, "1" turns it on */
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_BF16_WEIGHTS", NULL, 0, &on, &err), 0);
+    assert_int_equal(on, 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_BF16_WEIGHTS", "", 0, &on, &err), 0);
+    assert_int_equal(on, 0);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_BF16_WEIGHTS", "1", 0, &on, &err), 0);
+    assert_int_equal(on, 1);
+    assert_int_equal(cuda_plan_switch("MFC_CUDA_BF16_WEIGHTS", "on", 0, &on, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "off by default"));
 }
 
 /* LoRA rows grouped by adapter: every sequence naming an adapter lands in

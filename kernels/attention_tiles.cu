@@ -123,7 +123,8 @@ __device__ __forceinline__ fl_src fl_src_of(const struct mfk_kv_shape &s, int32_
  * on the way (plain loads and stores, visible after the caller's barrier). */
 template <int HD, bool Q8>
 __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, int b0, int nblk,
-                                         int tail, bool values, unsigned char *buf)
+                                         int tail, bool values, unsigned char *buf, int tid,
+                                         int nthr)
 {
     typedef fl<HD> L;
     constexpr int CH = HD * KVB * 2 / 16; /* 16-byte chunks of a block's keys (or values) */
@@ -133,7 +134,7 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
         const unsigned char *k = blk + src.off[0], *v = blk + src.off[1];
         unsigned char *kd = buf + bb * L::KB, *vd = buf + (FL_SB + bb) * L::KB;
         const int vlim = b0 + bb < nblk - 1 ? KVB : tail + 1; /* value rows written */
-        for (int i = threadIdx.x; i < CH; i += blockDim.x) {
+        for (int i = tid; i < CH; i += nthr) {
             const int d = i >> 1, h = i & 1, j = i / (HD / 8), c = i % (HD / 8);
             if constexpr (Q8) {
                 const float *ksc = (const float *)(k + KVB * HD) + 8 * h;
@@ -169,9 +170,9 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
 #define FL_MAX_REGS 128
 template <int HD, bool Q8>
 __global__ void __maxnreg__(FL_MAX_REGS)
-    k_flash(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
-            int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
-            const void *kv, float *out, int64_t ldo)
+    k_flash(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q, int64_t ldq,
+            const int32_t *pos, const int32_t *toff, const int32_t *tables, const void *kv,
+            float *out, int64_t ldo, int skip1)
 {
     pdl_start();
     typedef fl<HD> L;
@@ -179,6 +180,8 @@ __global__ void __maxnreg__(FL_MAX_REGS)
     extern __shared__ __align__(128) unsigned char fsm[];
     const int tile = gridDim.x - 1 - blockIdx.x, g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
     const int t0 = tiles[2 * tile], n = tiles[2 * tile + 1];
+    if (skip1 && n == 1)
+        return; /* k_flash_dec takes it */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const int32_t *bt = tables + toff[t0];
     const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
@@ -247,12 +250,12 @@ __global__ void __maxnreg__(FL_MAX_REGS)
         /* one walk over the context: pass 0 the max and sum, 1 P V */
         auto walk = [&](auto pass_c) {
             constexpr int pass = decltype(pass_c)::value;
-            fl_stage<HD, Q8>(src, bt, 0, nblk, tail, pass == 1, fsm);
+            fl_stage<HD, Q8>(src, bt, 0, nblk, tail, pass == 1, fsm, threadIdx.x, blockDim.x);
             for (int st = 0; st < nst; st++) {
                 const unsigned char *buf = fsm + (st & 1) * L::STAGE;
                 if (st + 1 < nst) {
                     fl_stage<HD, Q8>(src, bt, (st + 1) * FL_SB, nblk, tail, pass == 1,
-                                     fsm + ((st + 1) & 1) * L::STAGE);
+                                     fsm + ((st + 1) & 1) * L::STAGE, threadIdx.x, blockDim.x);
                     asm volatile("cp.async.wait_group 1;\n" ::);
                 } else {
                     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -358,6 +361,202 @@ __global__ void __maxnreg__(FL_MAX_REGS)
                 *reinterpret_cast<float2 *>(out + (int64_t)(t0 + gr + 8) * ldo + d) =
                     make_float2(o[j][2], o[j][3]);
         }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * k_flash_dec: 1-token tiles (decode), head_dim 64 or 128
+ * ---------------------------------------------------------------------- */
+
+/* A 1-token tile fills one row of k_flash's m16 tiles, and its warp still
+ * walks the whole context alone: at batch 64 a layer took 82-86 us, bound
+ * by the warps' instruction issue (ncu). Here the mma rows are the query
+ * heads of the KV head (up to 16 a pass) for the one token, and the NW
+ * warps split the context's KV blocks (warp w: blocks w, w + NW, ...),
+ * each staging its own in shared memory. The two walks are k_flash's
+ * (each lane's max and sum, then P V); between them the warps' maxima and
+ * sums meet in shared memory, each warp's sum rescaled in double to the
+ * common max and added in warp order, and after the second the warps'
+ * partial P V are added in warp order. grid (n_tiles, n_head_kv); tiles of
+ * more than one token are k_flash's (return). */
+#define FD_WARPS 4
+template <int HD, bool Q8>
+__global__ void __launch_bounds__(FD_WARPS * 32, 3)
+    k_flash_dec(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
+                int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
+                const void *kv, float *out, int64_t ldo)
+{
+    pdl_start();
+    typedef fl<HD> L;
+    constexpr int NK = HD / 16;
+    extern __shared__ __align__(128) unsigned char fsm[];
+    const int g = blockIdx.y, ratio = s.n_head / s.n_head_kv;
+    const int t0 = tiles[2 * blockIdx.x];
+    if (tiles[2 * blockIdx.x + 1] != 1)
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t *bt = tables + toff[t0];
+    const int last = pos[t0], nblk = last / KVB + 1, tail = last % KVB;
+    const int mine = nblk > warp ? (nblk - warp + FD_WARPS - 1) / FD_WARPS : 0;
+    const float kq_scale = 1.0f / sqrtf((float)HD);
+    const int gr = lane >> 2, tq = lane & 3;
+    const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lh = lane >> 4;
+    const fl_src src = fl_src_of<HD, Q8>(s, layer, g, kv);
+    unsigned char *wb = fsm + (size_t)warp * 2 * L::STAGE; /* this warp's two stages */
+    /* each warp's row maxima and sums: [FD_WARPS][16] */
+    double *red_l = (double *)(fsm + (size_t)FD_WARPS * 2 * L::STAGE);
+    float *red_m = (float *)(red_l + FD_WARPS * 16);
+
+    for (int h0 = 0; h0 < ratio; h0 += 16) {
+        const int nh = ratio - h0 < 16 ? ratio - h0 : 16; /* rows: query heads h0 .. */
+        const int64_t head0 = (int64_t)g * ratio + h0;
+        uint32_t qa[NK][4];
+        {
+            auto qv = [&](int r, int d) {
+                return r < nh ? q[(int64_t)t0 * ldq + (head0 + r) * HD + d] : 0.0f;
+            };
+#pragma unroll
+            for (int k = 0; k < NK; k++) {
+                const int d = 16 * k + 2 * tq;
+                qa[k][0] = h2_bits(qv(gr, d), qv(gr, d + 1));
+                qa[k][1] = h2_bits(qv(gr + 8, d), qv(gr + 8, d + 1));
+                qa[k][2] = h2_bits(qv(gr, d + 8), qv(gr, d + 9));
+                qa[k][3] = h2_bits(qv(gr + 8, d + 8), qv(gr + 8, d + 9));
+            }
+        }
+        /* S of block b (rows: heads; columns: its 16 slots), scaled; slots
+         * past the token's position -inf */
+        auto scores = [&](const unsigned char *buf, int b, float(&sv)[8]) {
+            float acc[2][4] = {};
+#pragma unroll
+            for (int k = 0; k < NK; k++) {
+                uint32_t kf[4];
+                ldsm_t4(kf, buf + L::koff(16 * k + lr, lh));
+                mma_f16(acc[0], qa[k], kf[0], kf[1]);
+                mma_f16(acc[1], qa[k], kf[2], kf[3]);
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int slot = b * KVB + (i >> 2) * 8 + 2 * tq + (i & 1);
+                sv[i] = slot <= last ? __fmul_rn(acc[i >> 2][i & 3], kq_scale) : -INFINITY;
+            }
+        };
+        float m0 = -INFINITY, m1 = -INFINITY, inv0 = 0.0f, inv1 = 0.0f;
+        double l0 = 0.0, l1 = 0.0;
+        float o[2 * NK][4];
+#pragma unroll
+        for (int j = 0; j < 2 * NK; j++)
+            o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        auto walk = [&](auto pass_c) {
+            constexpr int pass = decltype(pass_c)::value;
+            if (mine > 0)
+                fl_stage<HD, Q8>(src, bt, warp, nblk, tail, pass == 1, wb, lane, 32);
+            for (int i = 0; i < mine; i++) {
+                const int b = warp + i * FD_WARPS;
+                const unsigned char *buf = wb + (i & 1) * L::STAGE;
+                if (i + 1 < mine) {
+                    fl_stage<HD, Q8>(src, bt, b + FD_WARPS, nblk, tail, pass == 1,
+                                     wb + ((i + 1) & 1) * L::STAGE, lane, 32);
+                    asm volatile("cp.async.wait_group 1;\n" ::);
+                } else {
+                    asm volatile("cp.async.wait_group 0;\n" ::);
+                }
+                __syncwarp();
+                float sv[8];
+                scores(buf, b, sv);
+                if constexpr (pass == 0) {
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        float &m = r ? m1 : m0;
+                        double &l = r ? l1 : l0;
+                        float t[4];
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            t[j] = sv[(j >> 1) * 4 + 2 * r + (j & 1)];
+                        const float mb = fmaxf(fmaxf(t[0], t[1]), fmaxf(t[2], t[3]));
+                        if (mb > m) {
+                            l = m == -INFINITY ? 0.0 : l * exp((double)m - (double)mb);
+                            m = mb;
+                        }
+                        if (m == -INFINITY)
+                            continue;
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            t[j] = t[j] == -INFINITY ? 0.0f : expf(t[j] - m);
+                        l += (double)((t[0] + t[1]) + (t[2] + t[3]));
+                    }
+                } else {
+                    float w[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        w[j] = sv[j] == -INFINITY ? 0.0f
+                                                  : __fmul_rn(expf(sv[j] - ((j & 2) ? m1 : m0)),
+                                                              (j & 2) ? inv1 : inv0);
+                    const uint32_t pa[4] = {h2_bits(w[0], w[1]), h2_bits(w[2], w[3]),
+                                            h2_bits(w[4], w[5]), h2_bits(w[6], w[7])};
+                    const unsigned char *vb = buf + L::KB;
+#pragma unroll
+                    for (int k = 0; k < NK; k++) {
+                        uint32_t vf[4];
+                        ldsm_t4(vf, vb + L::voff(lr, 2 * k + lh));
+                        mma_f16(o[2 * k], pa, vf[0], vf[1]);
+                        mma_f16(o[2 * k + 1], pa, vf[2], vf[3]);
+                    }
+                }
+                __syncwarp(); /* the buffer is refilled at the next block */
+            }
+        };
+        walk(std::integral_constant<int, 0>());
+        /* the row's max over its 4 lanes, their sums brought to it; then
+         * every warp's, in warp order */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float &m = r ? m1 : m0;
+            double &l = r ? l1 : l0;
+            float mr = m;
+            for (int x = 1; x < 4; x <<= 1)
+                mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, x));
+            l = m == -INFINITY ? 0.0 : l * exp((double)m - (double)mr);
+            for (int x = 1; x < 4; x <<= 1)
+                l += __shfl_xor_sync(0xffffffffu, l, x);
+            m = mr;
+            if (tq == 0)
+                red_m[warp * 16 + gr + 8 * r] = m, red_l[warp * 16 + gr + 8 * r] = l;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = gr + 8 * r;
+            float mx = -INFINITY;
+            for (int w = 0; w < FD_WARPS; w++)
+                mx = fmaxf(mx, red_m[w * 16 + row]);
+            double sum = 0.0;
+            for (int w = 0; w < FD_WARPS; w++) {
+                const float mw = red_m[w * 16 + row];
+                if (mw != -INFINITY)
+                    sum += red_l[w * 16 + row] * exp((double)mw - (double)mx);
+            }
+            (r ? m1 : m0) = mx;
+            (r ? inv1 : inv0) = row < nh ? (float)(1.0 / sum) : 0.0f;
+        }
+        walk(std::integral_constant<int, 1>());
+        /* the warps' P V, rows x HD floats each in its own stage space, then
+         * added in warp order */
+        float *ow = (float *)(void *)wb;
+#pragma unroll
+        for (int j = 0; j < 2 * NK; j++) {
+            const int d = 8 * j + 2 * tq;
+            *reinterpret_cast<float2 *>(ow + gr * HD + d) = make_float2(o[j][0], o[j][1]);
+            *reinterpret_cast<float2 *>(ow + (gr + 8) * HD + d) = make_float2(o[j][2], o[j][3]);
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < nh * HD; e += FD_WARPS * 32) {
+            float sum = 0.0f;
+            for (int w = 0; w < FD_WARPS; w++)
+                sum += ((const float *)(const void *)(fsm + (size_t)w * 2 * L::STAGE))[e];
+            out[(int64_t)t0 * ldo + head0 * HD + e] = sum;
+        }
+        __syncthreads(); /* the next heads reuse the buffers */
     }
 }
 
@@ -532,25 +731,41 @@ template <int HD, bool Q8>
 static int flash_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const void *kv, float *out, int64_t ldo, struct mf_err *err)
+                        const void *kv, float *out, int64_t ldo, int decode, struct mf_err *err)
 {
     const int ratio = s->n_head / s->n_head_kv;
     const int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
-    const size_t smem = 2 * (size_t)fl<HD>::STAGE;
-    int rc = mfk_raise_smem((const void *)k_flash<HD, Q8>, smem, "attention (tiles)", err);
-    if (rc)
-        return rc;
-    mfk_go(mfk_queue(c), dim3((unsigned)n_tiles, (unsigned)s->n_head_kv), nw * 32, smem,
-           k_flash<HD, Q8>, *s, layer, tiles, q, ldq, pos, toff, tables, kv, out, ldo);
-    return mfk_launched("attention (tiles)", err);
+    const dim3 grid((unsigned)n_tiles, (unsigned)s->n_head_kv);
+    int rc = 0;
+    if (decode != 2) {
+        const size_t smem = 2 * (size_t)fl<HD>::STAGE;
+        rc = mfk_raise_smem((const void *)k_flash<HD, Q8>, smem, "attention (tiles)", err);
+        if (rc)
+            return rc;
+        mfk_go(mfk_queue(c), grid, nw * 32, smem, k_flash<HD, Q8>, *s, layer, tiles, q, ldq, pos,
+               toff, tables, kv, out, ldo, decode);
+        rc = mfk_launched("attention (tiles)", err);
+    }
+    if (decode && !rc) {
+        const size_t smem = FD_WARPS * (2 * (size_t)fl<HD>::STAGE + 16 * 12);
+        rc = mfk_raise_smem((const void *)k_flash_dec<HD, Q8>, smem, "attention (decode tiles)",
+                            err);
+        if (rc)
+            return rc;
+        mfk_go(mfk_queue(c), grid, FD_WARPS * 32, smem, k_flash_dec<HD, Q8>, *s, layer, tiles, q,
+               ldq, pos, toff, tables, kv, out, ldo);
+        rc = mfk_launched("attention (decode tiles)", err);
+    }
+    return rc;
 }
 
 template <bool Q8>
 static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const void *kv, float *out, int64_t ldo, struct mf_err *err)
+                        const void *kv, float *out, int64_t ldo, int decode, struct mf_err *err)
 {
+    (void)decode; /* k_tiles takes 1-token tiles as any other */
     const int ratio = s->n_head / s->n_head_kv;
     const size_t per = fa_warp_bytes(s->head_dim, Q8);
     int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
@@ -569,10 +784,12 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
                                    int32_t n_tiles, const int32_t *tiles, const float *q,
                                    int64_t ldq, const int32_t *pos, const int32_t *toff,
                                    const int32_t *tables, const void *kv, float *out, int64_t ldo,
-                                   struct mf_err *err)
+                                   int decode, struct mf_err *err)
 {
     if (n_tiles <= 0)
         return 0;
+    if (decode < 0 || decode > 2)
+        return mf_err_set(err, MF_EINVAL, "CUDA attention: decode %d (0, 1 or 2)", decode);
     if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim <= 0 || s->head_dim % 16 ||
         s->head_dim > FA_MAX_DIM)
         return mf_err_set(err, MF_EUNSUPPORTED,
@@ -580,7 +797,8 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
                           "a multiple of 16 up to %d)",
                           s->n_head, s->n_head_kv, s->head_dim, FA_MAX_DIM);
 #define LAUNCH(F, ...)                                                                             \
-    return F<__VA_ARGS__>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out, ldo, err)
+    return F<__VA_ARGS__>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out, ldo,    \
+                          decode, err)
     if (s->head_dim == 128 && s->q8)
         LAUNCH(flash_launch, 128, true);
     if (s->head_dim == 128)

@@ -278,7 +278,7 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
 int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const void *kv, float *out, int64_t ldo, struct mf_err *err);
+                        const void *kv, float *out, int64_t ldo, int decode, struct mf_err *err);
 
 /* Largest context mfk_attention takes for this shape. */
 int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);

@@ -581,7 +581,8 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
                             D32(tok_blk), cb->kv, err);
     if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
-                                 D32(tok_toff), D32(tables), cb->kv, cb->att, qd, err);
+                                 D32(tok_toff), D32(tables), cb->kv, cb->att, qd,
+                                 cuda_plan_tiles_decode(p), err);
     /* every token through the split attention: its combine writes the
      * output projection's 8-bit input too */
     const struct mfk_weight *wo = &L->w[MODEL_W_O];

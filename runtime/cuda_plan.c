@@ -269,6 +269,11 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
     layout(m, p);
 }
 
+int cuda_plan_tiles_decode(const struct cuda_step_plan *p)
+{
+    return !p->dtiles ? 0 : p->n_long ? 1 : 2;
+}
+
 int32_t cuda_plan_lora_groups(const struct cuda_lora_rows *seqs, int32_t n_seqs, int32_t n_loras,
                               struct cuda_lora_group *g, int32_t *rows, float *scales)
 {

@@ -184,6 +184,11 @@ struct cuda_step_plan {
 void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
                          int decode_tiles, struct cuda_step_plan *p);
 
+/* mfk_attention_tiles' decode argument for step p: 0 without decode
+ * tiles, 2 when every tile is one (k_flash_dec alone), 1 when prompts'
+ * tiles share the step (both kernels). */
+int cuda_plan_tiles_decode(const struct cuda_step_plan *p);
+
 /* Fills buf (p->bytes, from cuda_plan_step_size) with the step's arrays.
  * The RoPE angles are computed as the CPU backend computes them (theta
  * advanced by repeated float multiplication, llama3 frequency divisors,

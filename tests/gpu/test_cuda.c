@@ -804,13 +804,44 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
             }
         h2d(dtiles, tiles, 2 * ntl * 4);
         poison(dout, T * qd * 4);
-        CK(mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv, dout, qd,
-                               &err));
+        CK(mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv, dout,
+                               qd, 0, &err));
         d2h(qgot, dout, T * qd * 4);
         double e = rel_err(qgot, ref, T * qd);
         snprintf(name, sizeof name, "attention tiles%s (%d/%d heads, hd %d, ctx %d)",
                  q8 ? " 8-bit" : "", n_head, n_head_kv, hd, max_ctx);
         report(name, e < 1e-4, "rel err", e, 1e-4);
+        mfk_free(dtiles);
+    }
+    /* 1-token tiles (decode): every token alone through the decode kernel
+     * (decode 2), then the first sequence's in runs of 16 and the others
+     * alone (decode 1: both kernels, each skipping the other's tiles) */
+    for (int decode = 2; decode >= 1; decode--) {
+        int32_t *tiles = malloc(2 * T * 4), ntl = 0, *dtiles = dalloc(2 * T * 4);
+        for (int sq = 0, t = 0; sq < 3; t += nnew[sq], sq++) {
+            const int run = decode == 1 && sq == 0 ? 16 : 1;
+            for (int j = 0; j < nnew[sq]; j += run) {
+                tiles[2 * ntl] = t + j;
+                tiles[2 * ntl + 1] = nnew[sq] - j < run ? nnew[sq] - j : run;
+                ntl++;
+            }
+        }
+        h2d(dtiles, tiles, 2 * ntl * 4);
+        poison(dout, T * qd * 4);
+        CK(mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv, dout,
+                               qd, decode, &err));
+        d2h(qgot, dout, T * qd * 4);
+        double e = rel_err(qgot, ref, T * qd);
+        snprintf(name, sizeof name,
+                 "attention decode tiles%s, decode %d (%d/%d heads, hd %d, ctx %d)",
+                 q8 ? " 8-bit" : "", decode, n_head, n_head_kv, hd, max_ctx);
+        report(name, e < 1e-4, "rel err", e, 1e-4);
+        if (decode == 1) {
+            int r = mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv,
+                                        dout, qd, 3, &err);
+            report("attention tiles: decode 3 refused", r == MF_EINVAL, "rc", r, MF_EINVAL);
+        }
+        free(tiles);
         mfk_free(dtiles);
     }
     mfk_free(dkv), mfk_free(dq), mfk_free(dk), mfk_free(dv), mfk_free(drope), mfk_free(dout);

@@ -572,6 +572,7 @@ static void test_decode_tiles(void **state)
     assert_int_equal(p.dtiles, 1);
     assert_int_equal(p.n_tiles, N);
     assert_int_equal(p.n_long, 0);
+    assert_int_equal(cuda_plan_tiles_decode(&p), 2); /* k_flash_dec alone */
     assert_int_equal(p.n_single, 0);
     assert_int_equal(p.single_ctx, 0);
     uint8_t *buf = malloc(p.bytes);
@@ -588,6 +589,7 @@ static void test_decode_tiles(void **state)
     assert_int_equal(p.dtiles, 0);
     assert_int_equal(p.n_tiles, 0);
     assert_int_equal(p.n_single, N);
+    assert_int_equal(cuda_plan_tiles_decode(&p), 0);
     bt.n_seqs = N - 1; /* at the limit: one at a time */
     cuda_plan_step_size(&m, &bt, 1000, 1, &p);
     assert_int_equal(p.dtiles, 0);
@@ -605,6 +607,7 @@ static void test_decode_tiles(void **state)
     assert_int_equal(p.dtiles, 1);
     assert_int_equal(p.n_tiles, N + 1);
     assert_int_equal(p.n_long, 1);
+    assert_int_equal(cuda_plan_tiles_decode(&p), 1); /* both kernels */
     buf = malloc(p.bytes);
     assert_non_null(buf);
     cuda_plan_step_fill(&m, &bt, &p, buf);

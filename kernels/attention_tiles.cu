@@ -155,12 +155,20 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
-/* grid (n_tiles, n_head_kv), NW warps: warp w takes query head w (then
- * w + NW, ... when the KV head has more) of KV head g for the tile's n
- * tokens, rows 0..15 of the m16 tiles (rows past n masked out and not
- * written). A lane holds rows lane / 4 and lane / 4 + 8, slots
- * 2 (lane % 4) + {0, 1, 8, 9} of each KV block's scores. Tiles are taken
- * in reverse: the longest contexts (a prompt's last tiles) start first. */
+/* A score row's running max m and sum l (of expf(s - m), double) are
+ * spread over the 4 lanes of an mma quad: each becomes the row's, every
+ * lane's sum rescaled to the common max before the sums are added. */
+__device__ __forceinline__ void quad_max_sum(float &m, double &l)
+{
+    float mr = m;
+    for (int x = 1; x < 4; x <<= 1)
+        mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, x));
+    l = m == -INFINITY ? 0.0 : l * exp((double)m - (double)mr);
+    for (int x = 1; x < 4; x <<= 1)
+        l += __shfl_xor_sync(0xffffffffu, l, x);
+    m = mr;
+}
+
 /* At most 128 registers, no spills, with stages of one KV block: four
  * 4-warp blocks a multiprocessor. H200, 2048-token prefill, two runs each,
  * same session (bench/results/cuda-mmq-tiles-h200-2026-11-30): BF16 31.2k /
@@ -168,6 +176,12 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
  * (three blocks), Q4_K_M 29.7k / 29.7k against 29.2k / 29.2k. Before: 168
  * against no cap, 27.8k -> 28.7k; stages of 4 lost (27.7k). */
 #define FL_MAX_REGS 128
+/* grid (n_tiles, n_head_kv), NW warps: warp w takes query head w (then
+ * w + NW, ... when the KV head has more) of KV head g for the tile's n
+ * tokens, rows 0..15 of the m16 tiles (rows past n masked out and not
+ * written). A lane holds rows lane / 4 and lane / 4 + 8, slots
+ * 2 (lane % 4) + {0, 1, 8, 9} of each KV block's scores. Tiles are taken
+ * in reverse: the longest contexts (a prompt's last tiles) start first. */
 template <int HD, bool Q8>
 __global__ void __maxnreg__(FL_MAX_REGS)
     k_flash(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q, int64_t ldq,
@@ -333,19 +347,8 @@ __global__ void __maxnreg__(FL_MAX_REGS)
             }
         };
         walk(std::integral_constant<int, 0>());
-        /* the row's max over its 4 lanes, and their sums brought to it */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float &m = r ? m1 : m0;
-            double &l = r ? l1 : l0;
-            float mr = m;
-            for (int x = 1; x < 4; x <<= 1)
-                mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, x));
-            l = m == -INFINITY ? 0.0 : l * exp((double)m - (double)mr);
-            for (int x = 1; x < 4; x <<= 1)
-                l += __shfl_xor_sync(0xffffffffu, l, x);
-            m = mr;
-        }
+        quad_max_sum(m0, l0);
+        quad_max_sum(m1, l1);
         inv0 = gr < n ? (float)(1.0 / l0) : 0.0f;
         inv1 = gr + 8 < n ? (float)(1.0 / l1) : 0.0f;
         walk(std::integral_constant<int, 1>());
@@ -378,10 +381,11 @@ __global__ void __maxnreg__(FL_MAX_REGS)
  * sums meet in shared memory, each warp's sum rescaled in double to the
  * common max and added in warp order, and after the second the warps'
  * partial P V are added in warp order. grid (n_tiles, n_head_kv); tiles of
- * more than one token are k_flash's (return). */
-#define FD_WARPS 4
-template <int HD, bool Q8>
-__global__ void __launch_bounds__(FD_WARPS * 32, 3)
+ * more than one token are k_flash's (return). NW is 4, or 8 when the grid
+ * leaves multiprocessors idle (small batches: mfk_attention_tiles' warps);
+ * 3 and 1 blocks a multiprocessor keep the registers unspilled. */
+template <int HD, bool Q8, int NW>
+__global__ void __launch_bounds__(NW * 32, 12 / NW)
     k_flash_dec(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
                 const void *kv, float *out, int64_t ldo)
@@ -397,15 +401,15 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 3)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t *bt = tables + toff[t0];
     const int last = pos[t0], nblk = last / KVB + 1, tail = last % KVB;
-    const int mine = nblk > warp ? (nblk - warp + FD_WARPS - 1) / FD_WARPS : 0;
+    const int mine = nblk > warp ? (nblk - warp + NW - 1) / NW : 0;
     const float kq_scale = 1.0f / sqrtf((float)HD);
     const int gr = lane >> 2, tq = lane & 3;
     const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lh = lane >> 4;
     const fl_src src = fl_src_of<HD, Q8>(s, layer, g, kv);
     unsigned char *wb = fsm + (size_t)warp * 2 * L::STAGE; /* this warp's two stages */
-    /* each warp's row maxima and sums: [FD_WARPS][16] */
-    double *red_l = (double *)(fsm + (size_t)FD_WARPS * 2 * L::STAGE);
-    float *red_m = (float *)(red_l + FD_WARPS * 16);
+    /* each warp's row maxima and sums: [NW][16] */
+    double *red_l = (double *)(fsm + (size_t)NW * 2 * L::STAGE);
+    float *red_m = (float *)(red_l + NW * 16);
 
     for (int h0 = 0; h0 < ratio; h0 += 16) {
         const int nh = ratio - h0 < 16 ? ratio - h0 : 16; /* rows: query heads h0 .. */
@@ -452,10 +456,10 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 3)
             if (mine > 0)
                 fl_stage<HD, Q8>(src, bt, warp, nblk, tail, pass == 1, wb, lane, 32);
             for (int i = 0; i < mine; i++) {
-                const int b = warp + i * FD_WARPS;
+                const int b = warp + i * NW;
                 const unsigned char *buf = wb + (i & 1) * L::STAGE;
                 if (i + 1 < mine) {
-                    fl_stage<HD, Q8>(src, bt, b + FD_WARPS, nblk, tail, pass == 1,
+                    fl_stage<HD, Q8>(src, bt, b + NW, nblk, tail, pass == 1,
                                      wb + ((i + 1) & 1) * L::STAGE, lane, 32);
                     asm volatile("cp.async.wait_group 1;\n" ::);
                 } else {
@@ -513,13 +517,7 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 3)
         for (int r = 0; r < 2; r++) {
             float &m = r ? m1 : m0;
             double &l = r ? l1 : l0;
-            float mr = m;
-            for (int x = 1; x < 4; x <<= 1)
-                mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, x));
-            l = m == -INFINITY ? 0.0 : l * exp((double)m - (double)mr);
-            for (int x = 1; x < 4; x <<= 1)
-                l += __shfl_xor_sync(0xffffffffu, l, x);
-            m = mr;
+            quad_max_sum(m, l);
             if (tq == 0)
                 red_m[warp * 16 + gr + 8 * r] = m, red_l[warp * 16 + gr + 8 * r] = l;
         }
@@ -528,10 +526,10 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 3)
         for (int r = 0; r < 2; r++) {
             const int row = gr + 8 * r;
             float mx = -INFINITY;
-            for (int w = 0; w < FD_WARPS; w++)
+            for (int w = 0; w < NW; w++)
                 mx = fmaxf(mx, red_m[w * 16 + row]);
             double sum = 0.0;
-            for (int w = 0; w < FD_WARPS; w++) {
+            for (int w = 0; w < NW; w++) {
                 const float mw = red_m[w * 16 + row];
                 if (mw != -INFINITY)
                     sum += red_l[w * 16 + row] * exp((double)mw - (double)mx);
@@ -550,9 +548,9 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 3)
             *reinterpret_cast<float2 *>(ow + (gr + 8) * HD + d) = make_float2(o[j][2], o[j][3]);
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < nh * HD; e += FD_WARPS * 32) {
+        for (int e = threadIdx.x; e < nh * HD; e += NW * 32) {
             float sum = 0.0f;
-            for (int w = 0; w < FD_WARPS; w++)
+            for (int w = 0; w < NW; w++)
                 sum += ((const float *)(const void *)(fsm + (size_t)w * 2 * L::STAGE))[e];
             out[(int64_t)t0 * ldo + head0 * HD + e] = sum;
         }
@@ -727,11 +725,28 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
  * Launch
  * ---------------------------------------------------------------------- */
 
+template <int HD, bool Q8, int NW>
+static int dec_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, dim3 grid,
+                      const int32_t *tiles, const float *q, int64_t ldq, const int32_t *pos,
+                      const int32_t *toff, const int32_t *tables, const void *kv, float *out,
+                      int64_t ldo, struct mf_err *err)
+{
+    const size_t smem = NW * (2 * (size_t)fl<HD>::STAGE + 16 * 12);
+    int rc = mfk_raise_smem((const void *)k_flash_dec<HD, Q8, NW>, smem, "attention (decode tiles)",
+                            err);
+    if (rc)
+        return rc;
+    mfk_go(mfk_queue(c), grid, NW * 32, smem, k_flash_dec<HD, Q8, NW>, *s, layer, tiles, q, ldq,
+           pos, toff, tables, kv, out, ldo);
+    return mfk_launched("attention (decode tiles)", err);
+}
+
 template <int HD, bool Q8>
 static int flash_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const void *kv, float *out, int64_t ldo, int decode, struct mf_err *err)
+                        const void *kv, float *out, int64_t ldo, int decode, int warps,
+                        struct mf_err *err)
 {
     const int ratio = s->n_head / s->n_head_kv;
     const int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
@@ -746,16 +761,11 @@ static int flash_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
                toff, tables, kv, out, ldo, decode);
         rc = mfk_launched("attention (tiles)", err);
     }
-    if (decode && !rc) {
-        const size_t smem = FD_WARPS * (2 * (size_t)fl<HD>::STAGE + 16 * 12);
-        rc = mfk_raise_smem((const void *)k_flash_dec<HD, Q8>, smem, "attention (decode tiles)",
-                            err);
-        if (rc)
-            return rc;
-        mfk_go(mfk_queue(c), grid, FD_WARPS * 32, smem, k_flash_dec<HD, Q8>, *s, layer, tiles, q,
-               ldq, pos, toff, tables, kv, out, ldo);
-        rc = mfk_launched("attention (decode tiles)", err);
-    }
+    if (decode && !rc)
+        rc = warps == 8 ? dec_launch<HD, Q8, 8>(c, s, layer, grid, tiles, q, ldq, pos, toff, tables,
+                                                kv, out, ldo, err)
+                        : dec_launch<HD, Q8, 4>(c, s, layer, grid, tiles, q, ldq, pos, toff, tables,
+                                                kv, out, ldo, err);
     return rc;
 }
 
@@ -763,9 +773,10 @@ template <bool Q8>
 static int tiles_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const void *kv, float *out, int64_t ldo, int decode, struct mf_err *err)
+                        const void *kv, float *out, int64_t ldo, int decode, int warps,
+                        struct mf_err *err)
 {
-    (void)decode; /* k_tiles takes 1-token tiles as any other */
+    (void)decode, (void)warps; /* k_tiles takes 1-token tiles as any other */
     const int ratio = s->n_head / s->n_head_kv;
     const size_t per = fa_warp_bytes(s->head_dim, Q8);
     int nw = ratio < FA_MAX_WARPS ? ratio : FA_MAX_WARPS;
@@ -784,12 +795,14 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
                                    int32_t n_tiles, const int32_t *tiles, const float *q,
                                    int64_t ldq, const int32_t *pos, const int32_t *toff,
                                    const int32_t *tables, const void *kv, float *out, int64_t ldo,
-                                   int decode, struct mf_err *err)
+                                   int decode, int warps, struct mf_err *err)
 {
     if (n_tiles <= 0)
         return 0;
-    if (decode < 0 || decode > 2)
-        return mf_err_set(err, MF_EINVAL, "CUDA attention: decode %d (0, 1 or 2)", decode);
+    if (decode < 0 || decode > 2 || (decode && warps != 4 && warps != 8))
+        return mf_err_set(err, MF_EINVAL,
+                          "CUDA attention: decode %d (0, 1 or 2) with %d warps (4 or 8)", decode,
+                          warps);
     if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim <= 0 || s->head_dim % 16 ||
         s->head_dim > FA_MAX_DIM)
         return mf_err_set(err, MF_EUNSUPPORTED,
@@ -798,7 +811,7 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
                           s->n_head, s->n_head_kv, s->head_dim, FA_MAX_DIM);
 #define LAUNCH(F, ...)                                                                             \
     return F<__VA_ARGS__>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out, ldo,    \
-                          decode, err)
+                          decode, warps, err)
     if (s->head_dim == 128 && s->q8)
         LAUNCH(flash_launch, 128, true);
     if (s->head_dim == 128)

@@ -274,11 +274,18 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
  * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one
  * sequence, consecutive positions). No context limit; head_dim a multiple
- * of 16 up to 256; the CPU's softmax and roundings, as mfk_attention. */
+ * of 16 up to 256; the CPU's softmax and roundings, as mfk_attention.
+ * decode (head_dim 64 and 128; others ignore it): 0, every tile through the
+ * prefill kernel; 1, 1-token tiles through the decode kernel and the rest
+ * through the prefill kernel; 2, every tile has 1 token (decode kernel
+ * only). warps: the decode kernel's warps a block, 4 or 8 (8 when the grid
+ * would leave multiprocessors idle: runtime/cuda_plan.c's
+ * cuda_plan_dec_warps). */
 int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,
-                        const void *kv, float *out, int64_t ldo, int decode, struct mf_err *err);
+                        const void *kv, float *out, int64_t ldo, int decode, int warps,
+                        struct mf_err *err);
 
 /* Largest context mfk_attention takes for this shape. */
 int32_t mfk_attention_max_ctx(const struct mfk_kv_shape *s);

@@ -51,6 +51,8 @@
  * graph or the fact that recording it failed (then that shape runs eagerly). */
 struct cuda_graph_slot {
     int32_t T, ctx, splits; /* padded tokens, attention context cap and splits; T 0: empty */
+    int32_t dtiles;         /* the step's decode tiles (p->dtiles): a context's length
+                               decides them at small batches */
     struct mfk_graph *g;   /* NULL with failed set */
     int failed;
     uint64_t used;         /* cb->gclock at the last use */
@@ -105,8 +107,8 @@ struct cuda_backend {
     int mmq;                     /* MFC_CUDA_MMQ: Q4_K products of up to CUDA_PLAN_MMQ_MAX
                                     tokens on mmq.cu rather than cuBLAS */
     int pdl;                     /* MFC_CUDA_PDL: programmatic dependent launches */
-    int dtiles;                  /* MFC_CUDA_DECODE_TILES: past CUDA_PLAN_DECODE_TILES decode
-                                    tokens, a tile each (F16 arena only) */
+    int dtiles;                  /* MFC_CUDA_DECODE_TILES: decode tokens a tile each (F16
+                                    arena only; when: cuda_plan_step_size) */
     int bf16w;                   /* MFC_CUDA_BF16_WEIGHTS: bf16 copies of quantized matrices */
     /* decode steps as CUDA graphs (MFC_CUDA_GRAPHS): the recorded shapes; they
      * hold dstep's and the kernels' scratch address, so they are dropped when
@@ -582,7 +584,8 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd,
-                                 cuda_plan_tiles_decode(p), err);
+                                 cuda_plan_tiles_decode(p),
+                                 cuda_plan_dec_warps(p->n_tiles, hp->n_head_kv, cb->sms), err);
     /* every token through the split attention: its combine writes the
      * output projection's 8-bit input too */
     const struct mfk_weight *wo = &L->w[MODEL_W_O];
@@ -728,7 +731,7 @@ static struct cuda_graph_slot *graph_slot(struct cuda_backend *cb, const struct 
     }
     for (int i = 0; i < GRAPH_SLOTS; i++) {
         struct cuda_graph_slot *g = &cb->gslots[i];
-        if (g->T == p->T && g->ctx == p->att_cap && g->splits == splits) {
+        if (g->T == p->T && g->ctx == p->att_cap && g->splits == splits && g->dtiles == p->dtiles) {
             *hit = 1;
             g->used = ++cb->gclock;
             return g;
@@ -738,7 +741,7 @@ static struct cuda_graph_slot *graph_slot(struct cuda_backend *cb, const struct 
     }
     mfk_graph_free(v->g);
     *v = (struct cuda_graph_slot){
-        .T = p->T, .ctx = p->att_cap, .splits = splits, .used = ++cb->gclock};
+        .T = p->T, .ctx = p->att_cap, .splits = splits, .dtiles = p->dtiles, .used = ++cb->gclock};
     *hit = 0;
     return v;
 }

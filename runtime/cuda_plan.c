@@ -256,7 +256,12 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
                 p->single_ctx = ctx;
         }
     }
-    if (decode_tiles && p->n_single > CUDA_PLAN_DECODE_TILES) { /* a 1-token tile each */
+    /* k_flash_dec takes heads of 64 and 128 dimensions; k_tiles the others */
+    const int dec_kernel = m->hp.head_dim == 64 || m->hp.head_dim == 128;
+    if (decode_tiles && (p->n_single > CUDA_PLAN_DECODE_TILES ||
+                         (dec_kernel && p->n_single >= CUDA_PLAN_DECODE_TILES_MIN &&
+                          p->single_ctx <= CUDA_PLAN_DECODE_TILES_CTX))) {
+        /* a 1-token tile each */
         p->dtiles = 1;
         p->n_tiles += p->n_single;
         p->n_single = p->single_ctx = 0;
@@ -272,6 +277,11 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
 int cuda_plan_tiles_decode(const struct cuda_step_plan *p)
 {
     return !p->dtiles ? 0 : p->n_long ? 1 : 2;
+}
+
+int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head_kv, int32_t sms)
+{
+    return (int64_t)n_tiles * n_head_kv <= sms ? 8 : 4;
 }
 
 int32_t cuda_plan_lora_groups(const struct cuda_lora_rows *seqs, int32_t n_seqs, int32_t n_loras,

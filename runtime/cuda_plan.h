@@ -144,6 +144,18 @@ int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct m
  * A multiple of 8, so a recorded step's padded count (cuda_plan_graph_tokens)
  * never straddles it. */
 #define CUDA_PLAN_DECODE_TILES 32
+/* Since k_flash_dec (the tiles' own kernel for 1-token tiles) and its
+ * 8-warp form for small grids, tiles also win from 4 tokens on while the
+ * contexts are short. H200, Q4_K_M, 512-token contexts: batch 4 719 -> 741
+ * tokens/s, 8 1,088 -> 1,168, 16 1,566 -> 1,721, 32 2,758 -> 3,005 (BF16:
+ * 8 1,264 -> 1,381, 32 4,127 -> 4,700); 2048-token contexts: 4 595 -> 630,
+ * 8 858 -> 1,035, 16 1,182 -> 1,510, 32 2,090 -> 2,410. At batch 2 of
+ * 2048 tokens they lost (465 -> 422) and at batch 1 of 512 they only tie
+ * the split per-token kernel, whose splits a long context wants: fewer
+ * tokens, or contexts past CUDA_PLAN_DECODE_TILES_CTX (longer ones were not
+ * measured), keep the per-token kernel up to CUDA_PLAN_DECODE_TILES. */
+#define CUDA_PLAN_DECODE_TILES_MIN 4
+#define CUDA_PLAN_DECODE_TILES_CTX 2048
 
 /* Offsets (bytes from the buffer start) and counts of a step's arrays. */
 struct cuda_step_plan {
@@ -180,7 +192,9 @@ struct cuda_step_plan {
  * backend_check_batch. single_cap: the longest context the per-token
  * attention kernel takes (mfk_attention_max_ctx); longer ones are tiled.
  * decode_tiles: the one-at-a-time tokens of a step with more than
- * CUDA_PLAN_DECODE_TILES of them take a tile each (p->dtiles). */
+ * CUDA_PLAN_DECODE_TILES of them, or with CUDA_PLAN_DECODE_TILES_MIN or
+ * more and contexts of at most CUDA_PLAN_DECODE_TILES_CTX (heads of 64 or 128 dimensions, which
+ * k_flash_dec takes), take a tile each (p->dtiles). */
 void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t single_cap,
                          int decode_tiles, struct cuda_step_plan *p);
 
@@ -188,6 +202,12 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
  * tiles, 2 when every tile is one (k_flash_dec alone), 1 when prompts'
  * tiles share the step (both kernels). */
 int cuda_plan_tiles_decode(const struct cuda_step_plan *p);
+
+/* mfk_attention_tiles' warps: 8 when the decode kernel's grid (n_tiles x
+ * n_head_kv blocks) fits on the sms multiprocessors, else 4 (H200,
+ * Llama-3-8B, batch 16: 1,655 -> 1,714 tokens/s; batch 32 and more: 4 win,
+ * 3,000 against 2,966 at 32, 6,996 against 6,713 at 128). */
+int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head_kv, int32_t sms);
 
 /* Fills buf (p->bytes, from cuda_plan_step_size) with the step's arrays.
  * The RoPE angles are computed as the CPU backend computes them (theta

@@ -805,7 +805,7 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         h2d(dtiles, tiles, 2 * ntl * 4);
         poison(dout, T * qd * 4);
         CK(mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv, dout,
-                               qd, 0, &err));
+                               qd, 0, 0, &err));
         d2h(qgot, dout, T * qd * 4);
         double e = rel_err(qgot, ref, T * qd);
         snprintf(name, sizeof name, "attention tiles%s (%d/%d heads, hd %d, ctx %d)",
@@ -815,8 +815,10 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
     }
     /* 1-token tiles (decode): every token alone through the decode kernel
      * (decode 2), then the first sequence's in runs of 16 and the others
-     * alone (decode 1: both kernels, each skipping the other's tiles) */
-    for (int decode = 2; decode >= 1; decode--) {
+     * alone (decode 1: both kernels, each skipping the other's tiles); the
+     * decode kernel in 4 and 8 warps */
+    for (int dw = 0; dw < 4; dw++) {
+        const int decode = 2 - dw / 2, warps = dw & 1 ? 8 : 4;
         int32_t *tiles = malloc(2 * T * 4), ntl = 0, *dtiles = dalloc(2 * T * 4);
         for (int sq = 0, t = 0; sq < 3; t += nnew[sq], sq++) {
             const int run = decode == 1 && sq == 0 ? 16 : 1;
@@ -829,17 +831,20 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         h2d(dtiles, tiles, 2 * ntl * 4);
         poison(dout, T * qd * 4);
         CK(mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv, dout,
-                               qd, decode, &err));
+                               qd, decode, warps, &err));
         d2h(qgot, dout, T * qd * 4);
         double e = rel_err(qgot, ref, T * qd);
         snprintf(name, sizeof name,
-                 "attention decode tiles%s, decode %d (%d/%d heads, hd %d, ctx %d)",
-                 q8 ? " 8-bit" : "", decode, n_head, n_head_kv, hd, max_ctx);
+                 "attention decode tiles%s, decode %d, %d warps (%d/%d heads, hd %d, ctx %d)",
+                 q8 ? " 8-bit" : "", decode, warps, n_head, n_head_kv, hd, max_ctx);
         report(name, e < 1e-4, "rel err", e, 1e-4);
-        if (decode == 1) {
+        if (dw == 3) {
             int r = mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv,
-                                        dout, qd, 3, &err);
+                                        dout, qd, 3, 4, &err);
             report("attention tiles: decode 3 refused", r == MF_EINVAL, "rc", r, MF_EINVAL);
+            r = mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv,
+                                    dout, qd, 1, 6, &err);
+            report("attention tiles: 6 decode warps refused", r == MF_EINVAL, "rc", r, MF_EINVAL);
         }
         free(tiles);
         mfk_free(dtiles);
@@ -1736,11 +1741,38 @@ int main(int argc, char **argv)
      * runs them, unless MFC_CUDA_PDL=0 */
     const char *pdl = getenv("MFC_CUDA_PDL");
     CK(mfk_ctx_pdl(ctx, !(pdl && strcmp(pdl, "0") == 0), &err));
-    /* --attention: the attention kernels and the models only (racecheck's
-     * pace: the type sweep alone outlasts a device lease under it) */
-    const int only_att = argc > 1 && strcmp(argv[1], "--attention") == 0;
-    if (only_att)
-        argc--, argv++;
+    /* --only PARTS (comma-separated): types (the kernel sweep over weight
+     * types), misc (norms, 8-bit copies, argmax, GEMV refusals and groups),
+     * att-f16 and att-q8 (the attention kernels on each arena, 200-token
+     * contexts), long (a 12,001-token context on both), models (the model
+     * files). Compute-sanitizer's racecheck runs the parts as separate
+     * processes: the whole sweep outlasts a device lease under it.
+     * --attention: att-f16,att-q8,models. */
+    const char *only = NULL;
+    if (argc > 1 && strcmp(argv[1], "--attention") == 0)
+        only = "att-f16,att-q8,models", argc--, argv++;
+    else if (argc > 2 && strcmp(argv[1], "--only") == 0)
+        only = argv[2], argc -= 2, argv += 2;
+    static const char *const parts[] = {"types", "misc", "att-f16", "att-q8", "long", "models"};
+    int want[6];
+    for (int i = 0; i < 6; i++)
+        want[i] = !only;
+    for (const char *o = only; o && *o;) {
+        size_t len = strcspn(o, ",");
+        int hit = 0;
+        for (int i = 0; i < 6; i++)
+            if (strlen(parts[i]) == len && strncmp(o, parts[i], len) == 0)
+                want[i] = hit = 1;
+        if (!hit) {
+            fprintf(stderr,
+                    "test_cuda: --only %.*s: no such part (types, misc, att-f16, att-q8, long, "
+                    "models)\n",
+                    (int)len, o);
+            mfk_ctx_free(ctx);
+            return 2;
+        }
+        o += len + (o[len] == ',');
+    }
     /* --type NAME: that weight type's kernels only (sanitizing one kernel,
      * e.g. mmq.cu's tiles under racecheck: --type q4_K) */
     const char *only_type = NULL;
@@ -1750,7 +1782,7 @@ int main(int argc, char **argv)
                                            GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
                                            GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     int matched = 0;
-    for (size_t i = 0; !only_att && i < sizeof types / sizeof types[0]; i++)
+    for (size_t i = 0; (want[0] || only_type) && i < sizeof types / sizeof types[0]; i++)
         if (!only_type || strcasecmp(only_type, ggml_type_name(types[i])) == 0)
             test_type(types[i]), matched++;
     if (only_type && !matched) {
@@ -1764,28 +1796,30 @@ int main(int argc, char **argv)
         printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
         return failures ? 1 : 0;
     }
-    if (!only_att) {
+    if (want[1]) {
         test_norm_swiglu(1000);
         test_norm_swiglu(20000);
         test_q8_copy(4096);
         test_q8_copy(20480);
     }
     for (int q8 = 0; q8 < 2; q8++) { /* the F16 arena, then the 8-bit one */
-        test_attention(8, 2, 64, 64, 0, q8);
-        test_attention(32, 8, 128, 128, 0, q8);
-        test_attention(6, 6, 64, 32, 0, q8);
-        test_attention(16, 1, 256, 64, 0, q8); /* MQA, the widest head the kernel takes */
-        test_attention(16, 1, 128, 128, 0, q8); /* 16 query heads a KV head: tile warps go twice */
-        test_attention(8, 8, 80, 80, 0, q8);   /* phi-2's heads: tiles only */
-        if (!only_att) /* past the per-token kernel's shared memory (racecheck: too slow) */
+        if (want[2 + q8]) {
+            test_attention(8, 2, 64, 64, 0, q8);
+            test_attention(32, 8, 128, 128, 0, q8);
+            test_attention(6, 6, 64, 32, 0, q8);
+            test_attention(16, 1, 256, 64, 0, q8);  /* MQA, the widest head the kernel takes */
+            test_attention(16, 1, 128, 128, 0, q8); /* 16 query heads a KV head: warps go twice */
+            test_attention(8, 8, 80, 80, 0, q8);    /* phi-2's heads: tiles only */
+        }
+        if (want[4]) /* past the per-token kernel's shared memory */
             test_attention(32, 8, 128, 128, 12000, q8);
     }
-    if (!only_att) {
+    if (want[1]) {
         test_argmax();
         test_gemv_refusals();
         test_gemv_groups();
     }
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; want[5] && i < argc; i++) {
         char lpath[4096];
         size_t len = strlen(argv[i]);
         if (len > 10 && !strcmp(argv[i] + len - 10, "-lora.gguf"))

@@ -221,7 +221,8 @@ static void test_step(void **state)
     fake_model(&m, L, GGML_TYPE_F16, 1);
 
     /* a 5-token prompt, a decode at position 17, a 3-token chunk at 32
-     * that wants no logits */
+     * that wants no logits (decode tiles off here: the per-token path;
+     * test_decode_tiles* take them) */
     int32_t t0[5] = {1, 2, 3, 4, 5}, t1[1] = {9}, t2[3] = {7, 8, 6};
     int32_t b0[1] = {4}, b1[2] = {0, 6}, b2[3] = {1, 2, 3};
     struct batch_seq s[3] = {
@@ -230,7 +231,7 @@ static void test_step(void **state)
         {.tokens = t2, .n_tokens = 3, .n_past = 32, .block_table = b2, .n_blocks = 3, .want_logits = 0},
     };
     struct batch bt = {.n_seqs = 3, .seqs = s};
-    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
+    cuda_plan_step_size(&m, &bt, 1000, 0, &p);
     assert_int_equal(p.T, 9);
     assert_int_equal(p.n_out, 2);
     assert_int_equal(p.n_tables, 1 + 2 + 3);
@@ -289,7 +290,7 @@ static void test_step(void **state)
                               {.tokens = t3, .n_tokens = 40, .n_past = 0, .block_table = b3,
                                .n_blocks = 3, .want_logits = 1}};
     bt = (struct batch){.n_seqs = 4, .seqs = s2};
-    cuda_plan_step_size(&m, &bt, 20, 1, &p);
+    cuda_plan_step_size(&m, &bt, 20, 0, &p);
     assert_int_equal(p.n_tiles, 5);
     assert_int_equal(p.n_single, 1);
     assert_int_equal(p.single_ctx, 18);
@@ -449,7 +450,8 @@ static void test_graph_pad(void **state)
     assert_int_equal(cuda_plan_graph_tokens(61, 64), 64);
 
     /* three decodes (contexts 18, 300 and 40), the middle one wanting no
-     * logits; then two decodes with other contexts and tables */
+     * logits; then two decodes with other contexts and tables (per-token
+     * attention: decode tiles off) */
     int32_t t[3] = {9, 8, 7}, b0[2] = {5, 6}, b1[19], b2[3] = {1, 2, 3};
     for (int i = 0; i < 19; i++)
         b1[i] = 10 + i;
@@ -461,7 +463,7 @@ static void test_graph_pad(void **state)
          .want_logits = 1},
     };
     struct batch bt = {.n_seqs = 3, .seqs = s};
-    cuda_plan_step_size(&m, &bt, 1000, 1, &p);
+    cuda_plan_step_size(&m, &bt, 1000, 0, &p);
     assert_int_equal(p.n_tiles, 0);
     cuda_plan_step_pad(&m, &p, cuda_plan_graph_tokens(p.T, 1000), 99);
     assert_int_equal(p.T, 4);
@@ -477,12 +479,12 @@ static void test_graph_pad(void **state)
     s2[0].n_past = 3;
     s2[1].n_past = 45;
     bt = (struct batch){.n_seqs = 2, .seqs = s2};
-    cuda_plan_step_size(&m, &bt, 1000, 1, &q);
+    cuda_plan_step_size(&m, &bt, 1000, 0, &q);
     cuda_plan_step_pad(&m, &q, cuda_plan_graph_tokens(q.T, 1000), 99);
     assert_int_equal(q.T, 2);
     assert_int_equal(q.att_cap, 256);
     bt.n_seqs = 3; /* 3 tokens again, shorter contexts: the same offsets */
-    cuda_plan_step_size(&m, &bt, 1000, 1, &q);
+    cuda_plan_step_size(&m, &bt, 1000, 0, &q);
     cuda_plan_step_pad(&m, &q, cuda_plan_graph_tokens(q.T, 1000), 99);
     assert_int_equal(q.T, 4);
     assert_int_equal(q.att_cap, 256);
@@ -493,7 +495,7 @@ static void test_graph_pad(void **state)
     assert_true(q.bytes <= p.bytes);
     /* the cap is the kernel's when rounding passes it */
     bt = (struct batch){.n_seqs = 3, .seqs = s};
-    cuda_plan_step_size(&m, &bt, 310, 1, &q);
+    cuda_plan_step_size(&m, &bt, 310, 0, &q);
     cuda_plan_step_pad(&m, &q, 4, 99);
     assert_int_equal(q.att_cap, 310);
 
@@ -540,7 +542,8 @@ static void test_combine_q8(void **state)
 
 /* Past CUDA_PLAN_DECODE_TILES one-at-a-time tokens, each takes a 1-token
  * tile (not at the limit, not with the switch off, not a prompt's tokens);
- * a padded step pads with tiles too, and the offsets follow the counts. */
+ * a padded step pads with tiles too, and the offsets follow the counts.
+ * Heads of 80 dimensions (k_tiles'), so the small-batch rule stays out. */
 static void test_decode_tiles(void **state)
 {
     enum { N = CUDA_PLAN_DECODE_TILES + 1 };
@@ -557,6 +560,7 @@ static void test_decode_tiles(void **state)
                                      .want_logits = 1};
     (void)state;
     fake_model(&m, L, GGML_TYPE_F16, 1);
+    m.hp.head_dim = 80;
     for (int i = 0; i < N; i++) {
         tab[i][0] = 2 * i, tab[i][1] = 2 * i + 1;
         s[i] = (struct batch_seq){.tokens = tok + i,
@@ -640,6 +644,63 @@ static void test_decode_tiles(void **state)
     free(buf);
 }
 
+/* From CUDA_PLAN_DECODE_TILES_MIN one-at-a-time tokens, each takes a tile
+ * while the contexts are at most CUDA_PLAN_DECODE_TILES_CTX, for heads
+ * k_flash_dec takes; 8 of its warps a block while the grid fits on the
+ * multiprocessors. */
+static void test_decode_tiles_small(void **state)
+{
+    enum { N = CUDA_PLAN_DECODE_TILES_MIN, NB = CUDA_PLAN_DECODE_TILES_CTX / 16 + 1 };
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_step_plan p;
+    static int32_t tab[N][NB];
+    int32_t tok[N] = {0};
+    struct batch_seq s[N];
+    (void)state;
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < NB; k++)
+            tab[i][k] = i * NB + k;
+        s[i] = (struct batch_seq){.tokens = tok + i,
+                                  .n_tokens = 1,
+                                  .n_past = CUDA_PLAN_DECODE_TILES_CTX - 1, /* at the limit */
+                                  .block_table = tab[i],
+                                  .n_blocks = NB,
+                                  .want_logits = 1};
+    }
+    struct batch bt = {.n_seqs = N, .seqs = s};
+    cuda_plan_step_size(&m, &bt, 100000, 1, &p);
+    assert_int_equal(p.dtiles, 1);
+    assert_int_equal(p.n_tiles, N);
+    assert_int_equal(cuda_plan_tiles_decode(&p), 2);
+    cuda_plan_step_size(&m, &bt, 100000, 0, &p); /* the switch off */
+    assert_int_equal(p.dtiles, 0);
+    bt.n_seqs = N - 1; /* too few: the split per-token kernel */
+    cuda_plan_step_size(&m, &bt, 100000, 1, &p);
+    assert_int_equal(p.dtiles, 0);
+    assert_int_equal(p.n_single, N - 1);
+    bt.n_seqs = N;
+    s[1].n_past = CUDA_PLAN_DECODE_TILES_CTX; /* one context past the limit */
+    cuda_plan_step_size(&m, &bt, 100000, 1, &p);
+    assert_int_equal(p.dtiles, 0);
+    assert_int_equal(p.n_single, N);
+    s[1].n_past = 3;
+    m.hp.head_dim = 80; /* k_tiles' heads */
+    cuda_plan_step_size(&m, &bt, 100000, 1, &p);
+    assert_int_equal(p.dtiles, 0);
+    m.hp.head_dim = 128;
+    cuda_plan_step_size(&m, &bt, 100000, 1, &p);
+    assert_int_equal(p.dtiles, 1);
+
+    assert_int_equal(cuda_plan_dec_warps(1, 8, 132), 8);
+    assert_int_equal(cuda_plan_dec_warps(16, 8, 132), 8); /* 128 blocks */
+    assert_int_equal(cuda_plan_dec_warps(17, 8, 132), 4);
+    assert_int_equal(cuda_plan_dec_warps(132, 1, 132), 8);
+    assert_int_equal(cuda_plan_dec_warps(133, 1, 132), 4);
+    assert_int_equal(cuda_plan_dec_warps(1 << 30, 64, 132), 4); /* no overflow */
+}
+
 /* Plans packed for mfk_sample: fields and offsets, and every plan the
  * kernel cannot take refused with the draw named. */
 static void test_draws(void **state)
@@ -712,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_att_splits),
         cmocka_unit_test(test_graph_pad),
         cmocka_unit_test(test_decode_tiles),
+        cmocka_unit_test(test_decode_tiles_small),
         cmocka_unit_test(test_combine_q8),
         cmocka_unit_test(test_lora_groups),
         cmocka_unit_test(test_draws),

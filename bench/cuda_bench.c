@@ -4,6 +4,7 @@
  *
  *   cuda_bench SHAPE TYPE [BATCH...]
  *   cuda_bench gemv -      (GEMV alone, every type, at 1, 8 and 32 tokens)
+ *   cuda_bench qgemm -|TYPE   (Q4_K/Q6_K products of 8-128 tokens on each path)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
  *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
@@ -54,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -372,6 +374,105 @@ static void gemv_bench(enum ggml_type t, double bw)
     free(h);
 }
 
+/* Device milliseconds a call of one product takes, back to back as a
+ * step's products run (a single launch between two events measures the
+ * launch more than the kernel): the mean of 32 calls after 4 of warm-up,
+ * rotating over the 4 weight copies so that L2 never holds the weight.
+ * path 0 mfk_gemm with qgemm.cu, 1 mfk_gemm dequantizing for cuBLAS, 2
+ * mfk_gemv (Q4_K: mmq.cu from 5 tokens). */
+static float product_ms(struct mfk_ctx *c, struct mfk_weight *mw, void *const *w, int path,
+                        const float *x, int nt, float *y, void *scratch, size_t sb)
+{
+    struct mf_err err = {0};
+    float ms;
+    if (mfk_ctx_qgemm(c, path == 0 ? MFK_QGEMM_MAX_TOKENS : 0, &err))
+        die("qgemm bench", &err);
+    for (int i = 0; i < 36; i++) {
+        if (i == 4 && mfk_timer_start(c, &err))
+            die("qgemm bench", &err);
+        mw->data = w[i & 3];
+        int rc = path == 2 ? mfk_gemv(c, mw, x, mw->ne0, nt, y, mw->ne1, 0, &err)
+                           : mfk_gemm(c, mw, x, mw->ne0, nt, y, mw->ne1, 0, scratch, sb, &err);
+        if (rc)
+            die("qgemm bench", &err);
+    }
+    if (mfk_timer_ms(c, &ms, &err))
+        die("qgemm bench", &err);
+    return ms / 32;
+}
+
+/* cuda_bench qgemm -: Llama-3-8B's product shapes in Q4_K and Q6_K at a
+ * decode step's token counts, each path's microseconds and the weight
+ * bytes' rate against the copy bandwidth (the floor a step of them has). */
+static void qgemm_bench(double bw, const char *only_type)
+{
+    static const int64_t dims[][2] = {{4096, 4096}, {4096, 1024}, {4096, 14336}, {14336, 4096}};
+    static const enum ggml_type ts[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const int nts[] = {8, 16, 32, 64, 128};
+    static const char *paths[] = {"qgemm", "dequant+cuBLAS", "gemv/mmq"};
+    struct mfk_ctx *c;
+    struct mf_err err = {0};
+    if (mfk_ctx_new(0, &c, &err) || mfk_ctx_pdl(c, 1, &err))
+        die("qgemm bench", &err);
+    if (!mfk_gemm_available(c, &err))
+        die("qgemm bench", &err);
+    float *x, *y;
+    if (mfk_malloc(c, (size_t)128 * 14336 * 4, (void **)&x, &err) ||
+        mfk_malloc(c, (size_t)128 * 14336 * 4, (void **)&y, &err))
+        die("qgemm bench", &err);
+    mfk_memset(c, x, 0x3C, (size_t)128 * 14336 * 4, &err);
+    printf("| type | rows x cols | tokens | path | us | weight GB/s | of copy |\n"
+           "|---|---|---:|---|---:|---:|---:|\n");
+    /* CUDA_BENCH_QGEMM=TYPE,ROWS,COLS,TOKENS: that product alone, qgemm.cu's
+     * path only (for a profiler) */
+    const char *one = getenv("CUDA_BENCH_QGEMM");
+    char ot[8] = "";
+    long long orow = 0, ocol = 0;
+    int otok = 0;
+    if (one && sscanf(one, "%7[^,],%lld,%lld,%d", ot, &orow, &ocol, &otok) != 4) {
+        fprintf(stderr, "cuda_bench: CUDA_BENCH_QGEMM=%s: expected TYPE,ROWS,COLS,TOKENS\n", one);
+        exit(2);
+    }
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            const int64_t ne0 = dims[di][0], ne1 = dims[di][1];
+            if (one && (strcasecmp(ot, ggml_type_name(ts[ti])) || orow != ne1 || ocol != ne0))
+                continue;
+            if (only_type && strcmp(only_type, "-") && strcasecmp(only_type, ggml_type_name(ts[ti])))
+                continue;
+            uint64_t rb;
+            void *h = make_data(ts[ti], ne0, ne1, &rb), *w[4];
+            const size_t bytes = (size_t)rb * (size_t)ne1;
+            for (int i = 0; i < 4; i++)
+                if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
+                    die("qgemm bench", &err);
+            struct mfk_weight mw = {.type = (int)ts[ti], .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+            size_t sb = mfk_gemm_scratch(&mw, 128);
+            void *scratch;
+            if (mfk_malloc(c, sb, &scratch, &err))
+                die("qgemm bench", &err);
+            for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++)
+                for (int p = 0; p < 3; p++) {
+                    if (p == 2 && ts[ti] == GGML_TYPE_Q6_K && nts[k] > 8)
+                        continue; /* the Q6_K GEMV is not a contender past 8 */
+                    if (one && (p > 0 || nts[k] != otok))
+                        continue;
+                    const float ms =
+                        product_ms(c, &mw, w, p, x, nts[k], y, scratch, sb);
+                    const double gbs = (double)bytes / (ms * 1e-3) / 1e9;
+                    printf("| %s | %lld x %lld | %d | %s | %.1f | %.0f | %.0f%% |\n",
+                           ggml_type_name(ts[ti]), (long long)ne1, (long long)ne0, nts[k],
+                           paths[p], ms * 1e3, gbs, 100 * gbs * 1e9 / bw);
+                }
+            for (int i = 0; i < 4; i++)
+                mfk_free(w[i]);
+            mfk_free(scratch);
+            free(h);
+        }
+    mfk_free(x), mfk_free(y);
+    mfk_ctx_free(c);
+}
+
 /* CUDA_BENCH_KV=q8: the 8-bit KV arena instead of F16. */
 static enum backend_kv_type kv_type(void)
 {
@@ -641,7 +742,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]\n");
         return 2;
     }
-    if (!s && strcmp(argv[1], "gemv") != 0) {
+    if (!s && strcmp(argv[1], "gemv") != 0 && strcmp(argv[1], "qgemm") != 0) {
         fprintf(stderr, "cuda_bench: unknown shape %s\n", argv[1]);
         return 2;
     }
@@ -659,7 +760,12 @@ int main(int argc, char **argv)
         return 77;
     }
     double bw = copy_bandwidth();
-    double peak = strcmp(argv[1], "gemv") == 0 ? 0 : gemm_peak();
+    double peak = !s ? 0 : gemm_peak();
+    if (strcmp(argv[1], "qgemm") == 0) {
+        printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
+        qgemm_bench(bw, argv[2]);
+        return 0;
+    }
     if (strcmp(argv[1], "gemv") == 0) { /* cuda_bench gemv -: the GEMV table alone */
         static const enum ggml_type ts[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                                             GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,

@@ -10,7 +10,8 @@
  * F16 weights go to cuBLAS as they lie in memory, every other type is first
  * dequantized to bf16 (mfk_dequant_half, bit-exact values then rounded),
  * GEMM_CHUNK_BYTES of rows at a time, so scratch stays small whatever the
- * matrix.
+ * matrix. Q4_K and Q6_K weights of steps up to mfk_ctx_qgemm's tokens go to
+ * qgemm.cu instead, which dequantizes in registers.
  *
  * cuBLAS is loaded with dlopen on first use, not linked: it is ~570 MB, and
  * a runtime built with CUDA also runs where it is missing (the GEMV path
@@ -247,6 +248,8 @@ static int gemm_products(struct mfk_ctx *c, const struct mfk_weight *w, const fl
     int rc = 0;
     for (int64_t r0 = 0; rc == 0 && r0 < w->ne1; r0 += step) {
         const int32_t rows = (int32_t)(w->ne1 - r0 < step ? w->ne1 - r0 : step);
+        if (dequant && r0 == 0 && mfk_qgemm_takes(c, w, nt))
+            return mfk_qgemm(c, w, xs, nt, y, ldy, alpha, add, err); /* in registers */
         const void *a = w->bf16 && !direct(w->type)
                             ? w->bf16
                             : (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;

@@ -85,6 +85,18 @@ void mfk_mmq_q4k(const mfk_q &q, const struct mfk_weight *w, const int8_t *xq, c
 int mfk_mmq_ready(struct mfk_ctx *c, struct mf_err *err);
 int *mfk_ctx_mmq_smem(struct mfk_ctx *c); /* mem.cu: 1 once raised */
 
+/* qgemm.cu's state in a context: the multiprocessors, the token limit
+ * (mfk_ctx_qgemm) and, per kernel instance, the largest cluster it runs in
+ * (0 until its first launch raised its shared memory). */
+struct qg_state {
+    int sms;
+    int max_tokens;
+    int variant; /* MFC_CUDA_QGEMM_VARIANT: 0 mma.sync, 1 two blocks an SM, 2 wgmma (Q4_K) */
+    int sm90;    /* compute capability 9.0: the sm_90a code (wgmma) runs */
+    int cluster[16];
+};
+struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c); /* mem.cu */
+
 /* Element i of a row into its 8-bit form, a lane per element of a 32-element
  * block (k_quant_act, SwiGLU): d = max|x| / 127, q = rint(x / d), s = d x
  * the block's sum of q. */

@@ -229,6 +229,39 @@ int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, i
                 int32_t nt, float *y, int64_t ldy, float alpha, int add, void *scratch,
                 size_t scratch_bytes, struct mf_err *err);
 
+/* Q4_K and Q6_K products of up to max_tokens tokens (MFK_QGEMM_MAX_TOKENS
+ * by default; 0: none) go to kernels/qgemm.cu inside mfk_gemm: the weights
+ * dequantized in registers straight into the tensor cores, instead of to
+ * bf16 in memory for cuBLAS; the same values, so the same results up to the
+ * order of the fp32 sums. MF_EINVAL for max_tokens < 0. */
+#define MFK_QGEMM_MAX_TOKENS 128
+int mfk_ctx_qgemm(struct mfk_ctx *c, int32_t max_tokens, struct mf_err *err);
+/* 1 when mfk_gemm takes w at nt tokens to qgemm.cu: Q4_K (rows a multiple
+ * of 256) or Q6_K (of 512: its super-block pairs are 4-byte aligned), no
+ * bf16 copy, nt within the context's limit. */
+int mfk_qgemm_takes(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt);
+/* y = alpha W x (+ y when add) for such a w; x: bf16 [nt][ne0], 16-byte
+ * aligned (mfk_gemm's rounded input). */
+int mfk_qgemm(struct mfk_ctx *c, const struct mfk_weight *w, const void *x, int32_t nt,
+              float *y, int64_t ldy, float alpha, int add, struct mf_err *err);
+
+/* The K split of a qgemm.cu launch: row_tiles x token_tiles blocks of
+ * n_stages stages each; when they are fewer than the sms multiprocessors,
+ * each tile's K range is split over a cluster of 2, 4 or 8 blocks (at most
+ * max_split, the device's cluster limit for the kernel), as many as fill
+ * the multiprocessors once, each keeping 2 stages at least. */
+#define MFK_QGEMM_SPLIT_MAX 8
+static inline int mfk_qgemm_splits(int64_t row_tiles, int64_t token_tiles, int n_stages, int sms,
+                                   int max_split)
+{
+    const int64_t tiles = row_tiles * token_tiles;
+    int s = 1;
+    while (2 * s <= max_split && 2 * s <= MFK_QGEMM_SPLIT_MAX && 2 * s * tiles <= sms &&
+           2 * 2 * s <= n_stages)
+        s *= 2;
+    return s;
+}
+
 /* Shape of the paged KV arena (runtime/backend.h layout, F16 elements:
  * keys [head_dim][16] per block and head, values [16][head_dim]). q8: the
  * 8-bit arena instead (BACKEND_KV_Q8): the same two layouts in int8, each

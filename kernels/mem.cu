@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "kernels/internal.cuh"
 
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -31,6 +32,7 @@ struct mfk_ctx {
     uint64_t scratch_gen;    /* moves of scratch (mfk_scratch_gen) */
     int pdl;                 /* launches programmatically dependent (mfk_ctx_pdl) */
     int mmq_smem;            /* mmq.cu's tile kernel may take its shared memory */
+    struct qg_state qgemm;   /* qgemm.cu's limit and kernels */
 };
 
 extern "C" void mfk_blas_free(void *p); /* gemm.cu */
@@ -66,6 +68,20 @@ extern "C" int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err)
         rc = ck(cudaEventCreate(&c->t0), "cudaEventCreate", err);
     if (!rc)
         rc = ck(cudaEventCreate(&c->t1), "cudaEventCreate", err);
+    if (!rc)
+        rc = ck(cudaDeviceGetAttribute(&c->qgemm.sms, cudaDevAttrMultiProcessorCount, index),
+                "cudaDeviceGetAttribute", err);
+    int major = 0, minor = 0;
+    if (!rc)
+        rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index),
+                "cudaDeviceGetAttribute", err);
+    if (!rc)
+        rc = ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index),
+                "cudaDeviceGetAttribute", err);
+    c->qgemm.sm90 = major == 9 && minor == 0;
+    c->qgemm.max_tokens = MFK_QGEMM_MAX_TOKENS;
+    if (getenv("MFC_CUDA_QGEMM_VARIANT")) /* an experiment's switch, read once */
+        c->qgemm.variant = atoi(getenv("MFC_CUDA_QGEMM_VARIANT"));
     if (rc) {
         mfk_ctx_free(c);
         return rc;
@@ -229,6 +245,19 @@ cudaStream_t mfk_stream(struct mfk_ctx *c)
 struct mfk_q mfk_queue(struct mfk_ctx *c)
 {
     return mfk_q{c->stream, c->pdl};
+}
+
+struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c)
+{
+    return &c->qgemm;
+}
+
+extern "C" int mfk_ctx_qgemm(struct mfk_ctx *c, int32_t max_tokens, struct mf_err *err)
+{
+    if (max_tokens < 0)
+        return mf_err_set(err, MF_EINVAL, "CUDA qgemm: a token limit of %d", (int)max_tokens);
+    c->qgemm.max_tokens = max_tokens;
+    return 0;
 }
 
 int *mfk_ctx_mmq_smem(struct mfk_ctx *c)

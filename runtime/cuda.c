@@ -450,6 +450,12 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = mfk_ctx_new(0, &cb->ctx, err);
     if (!rc)
         rc = mfk_ctx_pdl(cb->ctx, cb->pdl, err);
+    if (!rc) {
+        int32_t qmax = 0;
+        rc = cuda_plan_qgemm_max(getenv("MFC_CUDA_QGEMM_MAX"), &qmax, err);
+        if (!rc)
+            rc = mfk_ctx_qgemm(cb->ctx, qmax, err);
+    }
     if (!rc)
         rc = upload(cb, err);
     if (!rc)

@@ -98,16 +98,30 @@ const struct cuda_wslot *cuda_wplan_find(const struct cuda_wplan *p, const struc
 
 /* ---- KV budget ---------------------------------------------------------- */
 
-int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err)
+/* A token count from the environment: def for NULL or "", else an integer
+ * in 0..1000000; MF_EINVAL naming the variable and what 0 means. */
+static int plan_tokens(const char *name, const char *v, int32_t def, const char *zero,
+                       int32_t *out, struct mf_err *err)
 {
-    int64_t n = CUDA_DEFAULT_GEMM_MIN;
+    int64_t n = def;
     if (v && *v && (mf_num_parse_i64(v, &n) != 0 || n < 0 || n > 1000000))
         return mf_err_set(err, MF_EINVAL,
-                          "MFC_CUDA_GEMM_MIN=\"%.40s\": expected tokens per step, 0 to 1000000 "
-                          "(0 turns the tensor-core GEMM off)",
-                          v);
+                          "%s=\"%.40s\": expected tokens per step, 0 to 1000000 (0 %s)", name, v,
+                          zero);
     *out = (int32_t)n;
     return 0;
+}
+
+int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err)
+{
+    return plan_tokens("MFC_CUDA_GEMM_MIN", v, CUDA_DEFAULT_GEMM_MIN,
+                       "turns the tensor-core GEMM off", out, err);
+}
+
+int cuda_plan_qgemm_max(const char *v, int32_t *out, struct mf_err *err)
+{
+    return plan_tokens("MFC_CUDA_QGEMM_MAX", v, MFK_QGEMM_MAX_TOKENS,
+                       "sends every quantized GEMM to cuBLAS", out, err);
 }
 
 int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t max_ctx)

@@ -73,6 +73,12 @@ int cuda_plan_kv_budget(uint64_t total_b, uint64_t free_b, const char *util, uin
 #define CUDA_DEFAULT_GEMM_MIN 5
 int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 
+/* Tokens up to which the tensor-core GEMM takes Q4_K and Q6_K weights to
+ * kernels/qgemm.cu (dequantized in registers) rather than dequantizing
+ * them to bf16 for cuBLAS, from MFC_CUDA_QGEMM_MAX as read by the caller
+ * (NULL or "": MFK_QGEMM_MAX_TOKENS; 0: never); MF_EINVAL as above. */
+int cuda_plan_qgemm_max(const char *v, int32_t *out, struct mf_err *err);
+
 /* Tokens from which a product with weights of type t goes to the
  * tensor-core GEMM (cuBLAS), 0 for never, given gemm_min (above) and mmq
  * (MFC_CUDA_MMQ): F32/F16/BF16 weights from 2 (read in place); Q4_K, with

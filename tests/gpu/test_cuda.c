@@ -12,6 +12,8 @@
  *                          kernel promises to use them: rounded to F16/BF16 for
  *                          those weights, 8-bit per 32 for Q4_K and Q6_K),
  *                          nt = 1, 3, 8, 11, add on/off
+ *   qgemm (Q4_K, Q6_K)     < 1e-5 against bf16 weights and input, every K
+ *                          split, repeatable bit for bit
  *   rmsnorm (+residual)    < 1e-6;  swiglu < 1e-6
  *   rope + paged K/V store q < 1e-6; every stored fp16 within 1 ulp, the rest
  *                          of the arena untouched
@@ -244,6 +246,105 @@ static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float 
     }
 }
 
+/* qgemm.cu (mfk_gemm's Q4_K/Q6_K products of a few dozen tokens, the
+ * weights dequantized in registers) against the bf16-rounded weights and
+ * input in double: only the fp32 summation remains (1e-5). The shapes
+ * reach every K split (none for 17,000 rows, 2, 4 and 8 clusters for the
+ * others) and token widths 32 and 64, in part-filled tiles; each product is
+ * checked to have gone to qgemm, poisoned first, repeated for the same bits
+ * (its sums have a fixed order), with add and with alpha (mfk_gemm_ex). */
+static void test_qgemm(enum ggml_type t)
+{
+    static const struct {
+        int64_t ne0, ne1;
+        int nts[8];
+    } shapes[] = {
+        {1536, 300, {5, 17, 32, 33, 64, 100, 128, 0}},
+        {4096, 1040, {33, 64, 128, 0}},
+        {8192, 300, {17, 64, 0}},
+        {512, 17000, {37, 100, 0}},
+    };
+    char name[96];
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t ne0 = shapes[si].ne0, ne1 = shapes[si].ne1;
+        uint64_t rb;
+        ggml_type_row_size(t, (uint64_t)ne0, &rb);
+        float *src = malloc((size_t)ne0 * 4), *deq = malloc((size_t)(ne0 * ne1) * 4);
+        uint8_t *q = malloc((size_t)rb * (size_t)ne1);
+        for (int64_t r = 0; r < ne1; r++) {
+            for (int64_t i = 0; i < ne0; i++)
+                src[i] = frand() * 0.05f;
+            CK(quant_quantize_row(t, src, q + r * rb, ne0, &err));
+            CK(quant_dequantize_row(t, q + r * rb, deq + r * ne0, ne0, &err));
+            for (int64_t i = 0; i < ne0; i++) /* as the kernel feeds the tensor cores */
+                deq[r * ne0 + i] = round_act(GGML_TYPE_BF16, deq[r * ne0 + i]);
+        }
+        void *dw = dalloc((size_t)rb * (size_t)ne1);
+        h2d(dw, q, (size_t)rb * (size_t)ne1);
+        struct mfk_weight w = {.data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+        for (int k = 0; shapes[si].nts[k]; k++) {
+            const int nt = shapes[si].nts[k];
+            const int64_t ldx = ne0 + 4, ldy = ne1 + 3;
+            float *x = malloc((size_t)(nt * ldx) * 4), *y0 = malloc((size_t)(nt * ldy) * 4);
+            float *y = malloc((size_t)(nt * ldy) * 4), *y2 = malloc((size_t)(nt * ldy) * 4);
+            float *yc = malloc((size_t)(nt * ne1) * 4);
+            double *ref = malloc((size_t)(nt * ne1) * 8), *refa = malloc((size_t)(nt * ne1) * 8);
+            for (int64_t i = 0; i < nt * ldx; i++)
+                x[i] = frand();
+            for (int64_t i = 0; i < nt * ldy; i++)
+                y0[i] = frand();
+            double *xr = malloc((size_t)ne0 * 8);
+            for (int c = 0; c < nt; c++) {
+                for (int64_t i = 0; i < ne0; i++)
+                    xr[i] = round_act(GGML_TYPE_BF16, x[c * ldx + i]);
+                for (int64_t r = 0; r < ne1; r++) {
+                    double s = 0;
+                    const float *wr = deq + r * ne0;
+                    for (int64_t i = 0; i < ne0; i++)
+                        s += (double)wr[i] * xr[i];
+                    ref[c * ne1 + r] = s;
+                    refa[c * ne1 + r] = (double)y0[c * ldy + r] + 0.75 * s;
+                }
+            }
+            size_t sb = mfk_gemm_scratch(&w, nt);
+            void *scratch = dalloc(sb);
+            float *dx = dalloc((size_t)(nt * ldx) * 4), *dy = dalloc((size_t)(nt * ldy) * 4);
+            h2d(dx, x, (size_t)(nt * ldx) * 4);
+            snprintf(name, sizeof name, "qgemm %s %lldx%lld nt=%d taken", ggml_type_name(t),
+                     (long long)ne1, (long long)ne0, nt);
+            report(name, mfk_qgemm_takes(ctx, &w, nt), "taken", mfk_qgemm_takes(ctx, &w, nt), 1);
+            for (int pass = 0; pass < 3; pass++) { /* plain, plain again, alpha + add */
+                if (pass == 2)
+                    h2d(dy, y0, (size_t)(nt * ldy) * 4);
+                else
+                    poison(dy, (size_t)(nt * ldy) * 4);
+                CK(mfk_gemm_ex(ctx, &w, dx, ldx, nt, dy, ldy, pass == 2 ? 0.75f : 1.0f, pass == 2,
+                               scratch, sb, &err));
+                d2h(pass == 1 ? y2 : y, dy, (size_t)(nt * ldy) * 4);
+                if (pass == 1) {
+                    int same = 1;
+                    for (int c = 0; c < nt; c++)
+                        same &= memcmp(y + c * ldy, y2 + c * ldy, (size_t)ne1 * 4) == 0;
+                    snprintf(name, sizeof name, "qgemm %s %lldx%lld nt=%d repeats bit for bit",
+                             ggml_type_name(t), (long long)ne1, (long long)ne0, nt);
+                    report(name, same, "equal", same, 1);
+                    continue;
+                }
+                for (int c = 0; c < nt; c++)
+                    memcpy(yc + c * ne1, y + c * ldy, (size_t)ne1 * 4);
+                double e = rel_err(yc, pass == 2 ? refa : ref, (size_t)(nt * ne1));
+                snprintf(name, sizeof name, "qgemm %s %lldx%lld nt=%d%s", ggml_type_name(t),
+                         (long long)ne1, (long long)ne0, nt, pass == 2 ? " alpha add" : "");
+                report(name, e < 1e-5, "rel err", e, 1e-5);
+            }
+            mfk_free(dx), mfk_free(dy), mfk_free(scratch);
+            free(x), free(y0), free(y), free(y2), free(yc), free(ref), free(refa), free(xr);
+        }
+        mfk_free(dw);
+        free(src), free(deq), free(q);
+    }
+}
+
 static void test_type(enum ggml_type t)
 {
     /* rows not a multiple of the 8 a GEMV block takes; rows longer than the
@@ -348,6 +449,8 @@ static void test_type(enum ggml_type t)
         free(x), free(y0), free(y), free(ref), free(yc), free(xa);
     }
     test_gemm(&w, t, deq);
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K)
+        test_qgemm(t);
     mfk_free(dids);
     mfk_free(dout);
     mfk_free(dw);
@@ -1726,7 +1829,7 @@ static void test_bf16_weights(const char *path)
 
 int main(int argc, char **argv)
 {
-    int n = 0;
+    int n = 0, matched_q = 0;
     struct mfk_device_info info;
     if (mfk_device_count(&n, &err) || n == 0) {
         fprintf(stderr, "test_cuda: no CUDA device (%s)\n", err.msg);
@@ -1772,6 +1875,21 @@ int main(int argc, char **argv)
             return 2;
         }
         o += len + (o[len] == ',');
+    }
+    /* --qgemm NAME: qgemm.cu's checks of that type alone */
+    if (argc > 2 && strcmp(argv[1], "--qgemm") == 0) {
+        for (size_t i = 0; i < 2; i++) {
+            const enum ggml_type qt = i ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+            if (strcasecmp(argv[2], ggml_type_name(qt)) == 0)
+                test_qgemm(qt), matched_q = 1;
+        }
+        mfk_ctx_free(ctx);
+        if (!matched_q) {
+            fprintf(stderr, "test_cuda: --qgemm %s: Q4_K or Q6_K\n", argv[2]);
+            return 2;
+        }
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 0;
     }
     /* --type NAME: that weight type's kernels only (sanitizing one kernel,
      * e.g. mmq.cu's tiles under racecheck: --type q4_K) */

@@ -760,6 +760,43 @@ static void test_draws(void **state)
     assert_int_equal(MFK_SAMPLE_ADJUST, SAMPLER_DRAW_MAX_ADJUST);
 }
 
+/* MFC_CUDA_QGEMM_MAX as MFC_CUDA_GEMM_MIN is read; qgemm.cu's K split:
+ * clusters of 2, 4 or 8 while the tiles leave multiprocessors idle, each
+ * block keeping 2 stages. Llama-3-8B on 132 SMs at 64 tokens (one token
+ * tile): Q4_K q/o (32 row tiles, 16 stages) 4, k/v (8 tiles) 8, gate/up
+ * (112) none, down (32 tiles, 56 stages) 4; Q6_K (64 rows a tile, pairs
+ * of super-blocks) v (16, 8 stages) 4, down (64, 28) 2, output (2004) none. */
+static void test_qgemm_plan(void **state)
+{
+    struct mf_err err = {0};
+    int32_t n = -1;
+    (void)state;
+    assert_int_equal(cuda_plan_qgemm_max(NULL, &n, &err), 0);
+    assert_int_equal(n, MFK_QGEMM_MAX_TOKENS);
+    assert_int_equal(cuda_plan_qgemm_max("0", &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(cuda_plan_qgemm_max("64", &n, &err), 0);
+    assert_int_equal(n, 64);
+    n = 9;
+    assert_int_equal(cuda_plan_qgemm_max("-3", &n, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "MFC_CUDA_QGEMM_MAX"));
+    assert_int_equal(n, 9);
+
+    assert_int_equal(mfk_qgemm_splits(32, 1, 16, 132, 8), 4);
+    assert_int_equal(mfk_qgemm_splits(8, 1, 16, 132, 8), 8);
+    assert_int_equal(mfk_qgemm_splits(8, 1, 8, 132, 8), 4); /* 2 stages a block at least */
+    assert_int_equal(mfk_qgemm_splits(112, 1, 16, 132, 8), 1);
+    assert_int_equal(mfk_qgemm_splits(32, 1, 56, 132, 8), 4);
+    assert_int_equal(mfk_qgemm_splits(16, 1, 8, 132, 8), 4);
+    assert_int_equal(mfk_qgemm_splits(64, 1, 28, 132, 8), 2);
+    assert_int_equal(mfk_qgemm_splits(2004, 1, 8, 132, 8), 1);
+    assert_int_equal(mfk_qgemm_splits(32, 2, 16, 132, 8), 2); /* two token tiles */
+    assert_int_equal(mfk_qgemm_splits(1, 1, 1000, 132, 8), 8); /* the cluster limit */
+    assert_int_equal(mfk_qgemm_splits(1, 1, 1000, 132, 4), 4); /* the device's */
+    assert_int_equal(mfk_qgemm_splits(1, 1, 1000, 132, 1), 1);
+    assert_int_equal(mfk_qgemm_splits(3, 1, 3, 132, 8), 1); /* too few stages to share */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -767,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_weights),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_gemm_min),
+        cmocka_unit_test(test_qgemm_plan),
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_no_device),
         cmocka_unit_test(test_kv8_bytes),

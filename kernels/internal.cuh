@@ -91,9 +91,7 @@ int *mfk_ctx_mmq_smem(struct mfk_ctx *c); /* mem.cu: 1 once raised */
 struct qg_state {
     int sms;
     int max_tokens;
-    int variant; /* MFC_CUDA_QGEMM_VARIANT: 0 mma.sync, 1 two blocks an SM, 2 wgmma (Q4_K) */
-    int sm90;    /* compute capability 9.0: the sm_90a code (wgmma) runs */
-    int cluster[16];
+    int cluster[4];
 };
 struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c); /* mem.cu */
 

@@ -12,7 +12,6 @@
 #include "kernels/kernels.h"
 #include "kernels/internal.cuh"
 
-#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -71,17 +70,7 @@ extern "C" int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err)
     if (!rc)
         rc = ck(cudaDeviceGetAttribute(&c->qgemm.sms, cudaDevAttrMultiProcessorCount, index),
                 "cudaDeviceGetAttribute", err);
-    int major = 0, minor = 0;
-    if (!rc)
-        rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index),
-                "cudaDeviceGetAttribute", err);
-    if (!rc)
-        rc = ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index),
-                "cudaDeviceGetAttribute", err);
-    c->qgemm.sm90 = major == 9 && minor == 0;
     c->qgemm.max_tokens = MFK_QGEMM_MAX_TOKENS;
-    if (getenv("MFC_CUDA_QGEMM_VARIANT")) /* an experiment's switch, read once */
-        c->qgemm.variant = atoi(getenv("MFC_CUDA_QGEMM_VARIANT"));
     if (rc) {
         mfk_ctx_free(c);
         return rc;

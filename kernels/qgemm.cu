@@ -35,6 +35,22 @@
  * Q4_K/Q6_K row (one 32-bit load) and four consecutive bf16 inputs (one
  * 8-byte load for both B registers; token rows 32 bytes past a multiple of
  * 128 apart, so a half-warp's loads hit 32 distinct banks).
+ *
+ * H200, Llama-3-8B Q4_K_M decode (bench/results/cuda-qgemm-h200-2026-12-01):
+ * batch 16 1,696 -> 2,177 tokens/s, 32 2,979 -> 3,921, 64 4,311 -> 5,428
+ * against mmq.cu and dequantization + cuBLAS; at 8 tokens mmq.cu stays
+ * ahead (1,380 against 1,038) and past 64 cuBLAS on dequantized rows
+ * (6,919 against 6,375-6,724 at 128), hence the limits (runtime/cuda_plan.h,
+ * MFK_QGEMM_MAX_TOKENS). Still far from the weights' roofline: the gate
+ * product (14336 x 4096) at 64 tokens takes 51 us, 15% of copy bandwidth;
+ * ncu: 1.6 instructions a cycle, the tensor pipe 28% busy, the stalls
+ * spread (memory scoreboard 0.8 cycles an instruction, math-pipe throttle
+ * 0.7, fixed-latency waits 0.7, MIO 0.4, dispatch 0.4). Tried and not kept:
+ * wgmma with A in registers and the input in core-matrix shared memory
+ * (correct, but 66 against 51 us: the dequantization, not the mma, is the
+ * bound; commit 3fb189d), one block a multiprocessor for Q4_K (188
+ * registers: 5.0 cycles between a warp's instructions), the stage loop not
+ * unrolled (no change).
  */
 #include "kernels/kernels.h"
 #include "kernels/internal.cuh"
@@ -52,11 +68,6 @@ extern "C" {
 
 namespace cg = cooperative_groups;
 
-#ifndef QG_UNROLL_PP
-#define QG_UNROLL_PP 2
-#endif
-static constexpr int qg_unroll_pp = QG_UNROLL_PP; /* an experiment's switch */
-
 #define QG_THREADS 256
 #define QG_SMEM_MAX 232448 /* 227 KiB: a Hopper block's dynamic shared memory, at most */
 #define QG_MAGIC 8388608.0f /* 2^23: float(0x4B000000 | b) - QG_MAGIC = b, for b < 2^23 */
@@ -64,30 +75,27 @@ static constexpr int qg_unroll_pp = QG_UNROLL_PP; /* an experiment's switch */
 /* Per type: rows a block (TM), K-groups (KG: TM / 32 x KG = 8 warps),
  * super-blocks a stage (SBS), staged bytes a row (WROW), their stride in
  * shared memory (WSTRIDE: a multiple of 4 words plus 4 or 12, so the eight
- * rows of a fragment load land on distinct banks) and the copy size. */
+ * rows of a fragment load land on distinct banks), the copy size, and the
+ * blocks a multiprocessor runs at once (MB: Q4_K fits two in 128 registers
+ * and two 53 KiB stages each; Q6_K's 95 KiB stages allow one). */
 template <int TY> struct qg_type;
 template <> struct qg_type<GGML_TYPE_Q4_K> {
-    static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16;
+    static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16, MB = 2;
 };
 template <> struct qg_type<GGML_TYPE_Q6_K> {
-    static constexpr int TM = 64, KG = 4, SBS = 2, WROW = 420, WSTRIDE = 432, CP = 4;
+    static constexpr int TM = 64, KG = 4, SBS = 2, WROW = 420, WSTRIDE = 432, CP = 4, MB = 1;
 };
 
-/* A kernel's shapes: NN n8 tiles of tokens, MB blocks a multiprocessor
- * (the stages share its shared memory), WG: the wgmma kernel's input
- * layout (8 x 16-byte core matrices, no padding) instead of padded rows. */
-template <int TY, int NN, int MB = 1, int WG = 0> struct qg_cfg : qg_type<TY> {
+/* A kernel's shapes: NN n8 tiles of tokens, T::MB blocks a multiprocessor
+ * sharing its shared memory. */
+template <int TY, int NN> struct qg_cfg : qg_type<TY> {
     using T = qg_type<TY>;
-    static constexpr int WGL = WG;              /* the core-matrix input layout */
-    static constexpr int TN = 8 * NN;           /* tokens a block */
-    static constexpr int KSTAGE = 256 * T::SBS; /* columns a stage */
-    /* bytes between staged token rows (padded layout); the core-matrix
-     * layout's rows of 8 tokens are SBO apart, its 16-byte columns LBO */
-    static constexpr int XSTRIDE = 2 * KSTAGE + 32, LBO = 128, SBO = KSTAGE / 8 * 128;
-    static constexpr int W_BYTES = T::TM * T::WSTRIDE;
-    static constexpr int X_BYTES = WG ? TN * KSTAGE * 2 : TN * XSTRIDE;
+    static constexpr int TN = 8 * NN;               /* tokens a block */
+    static constexpr int KSTAGE = 256 * T::SBS;     /* columns a stage */
+    static constexpr int XSTRIDE = 2 * KSTAGE + 32; /* bytes between staged token rows */
+    static constexpr int W_BYTES = T::TM * T::WSTRIDE, X_BYTES = TN * XSTRIDE;
     static constexpr int STAGE = W_BYTES + X_BYTES;
-    static constexpr int BUDGET = QG_SMEM_MAX / MB - (MB > 1 ? 1024 : 0);
+    static constexpr int BUDGET = QG_SMEM_MAX / T::MB - (T::MB > 1 ? 1024 : 0);
     static constexpr int P = BUDGET / STAGE < 4 ? BUDGET / STAGE : 4; /* stages */
     static constexpr int TSTRIDE = T::TM + 4; /* floats between the result tile's token rows */
     static constexpr int PART = (T::KG - 1) * T::TM * TN * 4; /* the other K-groups' sums */
@@ -126,6 +134,15 @@ __device__ __forceinline__ uint32_t qg_pack(float lo, float hi)
 {
     const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t *>(&p);
+}
+
+/* Four weights (columns 4qd..4qd+3 of a chunk) of row h (0: g, 1: g + 8)
+ * of m16 tile mt into the lane's A registers: the slots of columns 2qd,
+ * 2qd+1 (a[mt][h]) and 2qd+8, 2qd+9 (a[mt][2 + h]). */
+__device__ __forceinline__ void qg_afrag(uint32_t (&a)[2][4], int mt, int h, const float (&v)[4])
+{
+    a[mt][h] = qg_pack(v[0], v[1]);
+    a[mt][2 + h] = qg_pack(v[2], v[3]);
 }
 
 __device__ __forceinline__ float qg_h2f(uint16_t h)
@@ -207,7 +224,7 @@ __device__ __forceinline__ void qg_slice_q4k(float (&acc)[2][NN][4], const uint8
                 mnw[mt][h] = ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u);
             }
         }
-#pragma unroll qg_unroll_pp
+#pragma unroll
     for (int pp = 0; pp < 2; pp++) { /* byte group 2 kg + pp: sub-blocks 4 kg + 2 pp (+1) */
         float d1[2][2][2], m1[2][2][2]; /* [lh][mt][h] */
 #pragma unroll
@@ -244,8 +261,7 @@ __device__ __forceinline__ void qg_slice_q4k(float (&acc)[2][NN][4], const uint8
 #pragma unroll
                         for (int i = 0; i < 4; i++)
                             v[i] = fmaf(qg_byte(nib, i) - QG_MAGIC, d1[lh][mt][h], -m1[lh][mt][h]);
-                        a[mt][h] = qg_pack(v[0], v[1]);
-                        a[mt][2 + h] = qg_pack(v[2], v[3]);
+                        qg_afrag(a, mt, h, v);
                     }
                 qg_mma<NN, C::XSTRIDE>(acc, a, xg, 128 * kg + 32 * (2 * pp + lh) + 16 * hf);
             }
@@ -302,8 +318,7 @@ __device__ __forceinline__ void qg_slice_q6k(float (&acc)[2][NN][4], const uint8
 #pragma unroll
                     for (int i = 0; i < 4; i++)
                         v[i] = __fmul_rn(ds, qg_byte(q, i) - (QG_MAGIC + 32.0f));
-                    a[mt][h] = qg_pack(v[0], v[1]);
-                    a[mt][2 + h] = qg_pack(v[2], v[3]);
+                    qg_afrag(a, mt, h, v);
                 }
             qg_mma<NN, C::XSTRIDE>(acc, a, xg, 256 * sbl + 128 * c + 32 * k4 + 16 * l0);
         }
@@ -315,8 +330,8 @@ __device__ __forceinline__ void qg_slice_q6k(float (&acc)[2][NN][4], const uint8
  * (the address arithmetic per copy was a fifth of the first version's
  * instructions). Weights: row tid / TPR of the tile, chunks tid % TPR,
  * + TPR, ..; past ne1 nothing is copied (the rows' sums are never
- * stored). Inputs: token row (tid + 256 j) / XN, chunk tid % XN (the
- * core-matrix layout: see there); rows past nt are zeroed. */
+ * stored). Inputs: token row (tid + 256 j) / XN, chunk tid % XN; rows past
+ * nt are zeroed. */
 template <class C> struct qg_stager {
     static constexpr int TPR = QG_THREADS / C::TM;         /* threads a weight row */
     static constexpr int WN = C::WROW / C::CP;             /* copies a weight row */
@@ -339,26 +354,13 @@ template <class C> struct qg_stager {
         wlive = row0 + r < ne1;
         w = wb + (uint64_t)(wlive ? row0 + r : 0) * rb + C::CP * wk;
         wdst = (uint32_t)(r * C::WSTRIDE + C::CP * wk);
-        if constexpr (C::WGL) {
-            /* core matrices: a warp's 32 copies are 8 tokens x 4 consecutive
-             * 16-byte columns, 512 contiguous bytes of shared memory */
-            constexpr int TNG = C::TN / 8;
-            const int warp = tid >> 5, l = tid & 31;
-            const int t = 8 * (warp % TNG) + (l & 7), kc = 4 * (warp / TNG) + (l >> 3);
-            xlive = tok0 + t < nt ? (1 << XJ) - 1 : 0;
-            x = reinterpret_cast<const uint8_t *>(xb + (int64_t)(xlive ? tok0 + t : 0) * ne0) +
-                16 * kc;
-            xdst = (uint32_t)(C::W_BYTES + (warp % TNG) * C::SBO + kc * C::LBO + 16 * (l & 7));
-        } else {
-            const int t = tid / XN, k = tid % XN;
-            xlive = 0;
-            for (int j = 0; j < XJ; j++)
-                xlive |= (tok0 + t + XT * j < nt) << j;
-            x = reinterpret_cast<const uint8_t *>(xb + (int64_t)(tok0 + t < nt ? tok0 + t : 0) *
-                                                           ne0) +
-                16 * k;
-            xdst = (uint32_t)(C::W_BYTES + t * C::XSTRIDE + 16 * k);
-        }
+        const int t = tid / XN, k = tid % XN;
+        xlive = 0;
+        for (int j = 0; j < XJ; j++)
+            xlive |= (tok0 + t + XT * j < nt) << j;
+        x = reinterpret_cast<const uint8_t *>(xb + (int64_t)(tok0 + t < nt ? tok0 + t : 0) * ne0) +
+            16 * k;
+        xdst = (uint32_t)(C::W_BYTES + t * C::XSTRIDE + 16 * k);
     }
     /* stage st into dst: weights, then inputs */
     __device__ __forceinline__ void load(uint8_t *dst, int st, int64_t ne0) const
@@ -385,19 +387,11 @@ template <class C> struct qg_stager {
     __device__ __forceinline__ void load_x(uint8_t *dst, int st, int64_t ne0) const
     {
         const uint8_t *src = x + (uint64_t)st * C::KSTAGE * 2;
-        if constexpr (C::WGL) { /* copy j: columns 4 (8 / TNG) j further */
-            constexpr int CJ = 4 * (8 / (C::TN / 8));
 #pragma unroll
-            for (int j = 0; j < XJ; j++)
-                cp_async16(dst + xdst + j * CJ * C::LBO, src + (xlive ? 16 * CJ * j : 0),
-                           xlive ? 16 : 0);
-        } else {
-#pragma unroll
-            for (int j = 0; j < XJ; j++)
-                cp_async16(dst + xdst + j * XT * C::XSTRIDE,
-                           src + (xlive >> j & 1 ? (uint64_t)j * XT * ne0 * 2 : 0),
-                           xlive >> j & 1 ? 16 : 0);
-        }
+        for (int j = 0; j < XJ; j++)
+            cp_async16(dst + xdst + j * XT * C::XSTRIDE,
+                       src + (xlive >> j & 1 ? (uint64_t)j * XT * ne0 * 2 : 0),
+                       xlive >> j & 1 ? 16 : 0);
     }
 };
 
@@ -475,13 +469,13 @@ __device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t 
 /* grid (row tiles x splits, token tiles), a cluster of `splits` blocks
  * along x (the K ranges of one row tile); y[t][r] = alpha * (row r of w .
  * x[t]) (+ y[t][r] when add). x: bf16 [nt][ne0]. */
-template <int TY, int NN, int MB>
-__global__ void __launch_bounds__(QG_THREADS, MB)
+template <int TY, int NN>
+__global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
     k_qgemm(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
             const __nv_bfloat16 *__restrict__ x, int nt, float *y, int64_t ldy, float alpha,
             int add, int splits)
 {
-    using C = qg_cfg<TY, NN, MB>;
+    using C = qg_cfg<TY, NN>;
     constexpr int RW = C::TM / 32; /* row warps */
     extern __shared__ __align__(16) uint8_t smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
@@ -534,224 +528,6 @@ __global__ void __launch_bounds__(QG_THREADS, MB)
 }
 
 /* ------------------------------------------------------------------------
- * The same products on wgmma (Q4_K)
- * ---------------------------------------------------------------------- */
-
-/* Above, each warp's mma waits for its own A registers and B loads, and the
- * multiprocessor's 8 warps (1 block: 188 registers, 208 KiB of stages)
- * leave it idle 60% of cycles (ncu, 14336 x 4096 at 64 tokens: 1.59
- * instructions a cycle, 5 cycles between a warp's instructions). Here a
- * warpgroup's wgmma reads the input straight from shared memory and runs
- * while its warps dequantize the next k16 chunk: warpgroup kg takes
- * K-group kg (half of each super-block), its warp wq rows 16 wq.. and 64 +
- * 16 wq.. of the tile (wgmma m64 tiles). A fragments hold the standard k
- * columns (2qd, 2qd+1, 2qd+8, 2qd+9): the tensor core reads B in order.
- * wgmma exists in sm_90a code only: the portable PTX (other GPUs) gets a
- * trap in its place, and mfk_qgemm sends those devices to mma.sync. */
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
-#define QG_WGMMA(...) __VA_ARGS__
-#else
-#define QG_WGMMA(...) __trap()
-#endif
-
-/* D (64 rows x 64 tokens, fp32) += A (64 x 16 bf16, in registers: each
- * warp's 16 rows as mma.m16n8k16 holds them) x B (16 x 64 bf16 in shared
- * memory, K-major core matrices: desc). Asynchronous: the caller fences,
- * commits and waits. */
-__device__ __forceinline__ void qg_wgmma64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc)
-{
-    QG_WGMMA(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)));
-}
-
-/* D (64 rows x 32 tokens, fp32) += A (64 x 16 bf16, in registers: each
- * warp's 16 rows as mma.m16n8k16 holds them) x B (16 x 32 bf16 in shared
- * memory, K-major core matrices: desc). Asynchronous: the caller fences,
- * commits and waits. */
-__device__ __forceinline__ void qg_wgmma32(float (&d)[16], const uint32_t (&a)[4], uint64_t desc)
-{
-    QG_WGMMA(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)));
-}
-
-__device__ __forceinline__ void wg_fence()
-{
-    QG_WGMMA(asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"));
-}
-__device__ __forceinline__ void wg_commit()
-{
-    QG_WGMMA(asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"));
-}
-template <int N> __device__ __forceinline__ void wg_wait()
-{
-    QG_WGMMA(asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"));
-}
-
-/* A shared-memory matrix descriptor: no swizzle, K-major core matrices of
- * 8 rows x 16 bytes, lbo bytes apart along K and sbo along the rows. */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
-{
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 |
-           (uint64_t)(sbo >> 4) << 32;
-}
-
-template <int NN>
-__device__ __forceinline__ void qg_wgmma(float (&d)[NN * 4], const uint32_t (&a)[4], uint64_t desc)
-{
-    if constexpr (NN == 8)
-        qg_wgmma64(d, a, desc);
-    else
-        qg_wgmma32(d, a, desc);
-}
-
-/* Q4_K for warpgroup kg: as qg_slice_q4k, with the standard columns (two
- * 16-bit loads a row and chunk pair) and a wgmma per m64 tile and chunk;
- * one group stays in flight while the next chunk is dequantized. xs: the
- * stage's input (shared-memory address), SW: LBO and SBO swapped (a
- * layout check). */
-template <int NN, int SW>
-__device__ __forceinline__ void qg_slice_q4k_wg(float (&acc)[2][NN * 4], const uint8_t *ws,
-                                                uint32_t xs, int wq, int kg, int g, int qd)
-{
-    using C = qg_cfg<GGML_TYPE_Q4_K, NN, 1, 1>;
-    const uint8_t *rp[2][2];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            rp[mt][h] = ws + (64 * mt + 16 * wq + g + 8 * h) * C::WSTRIDE;
-    float dd[2][2], dm[2][2];
-    uint32_t scw[2][2], mnw[2][2];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint4 hd = *reinterpret_cast<const uint4 *>(rp[mt][h]);
-            dd[mt][h] = qg_h2f((uint16_t)(hd.x & 0xFFFF));
-            dm[mt][h] = qg_h2f((uint16_t)(hd.x >> 16));
-            if (kg == 0) {
-                scw[mt][h] = hd.y & 0x3F3F3F3Fu;
-                mnw[mt][h] = hd.z & 0x3F3F3F3Fu;
-            } else {
-                scw[mt][h] = (hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
-                mnw[mt][h] = ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u);
-            }
-        }
-#pragma unroll
-    for (int pp = 0; pp < 2; pp++) {
-        float d1[2][2][2], m1[2][2][2];
-#pragma unroll
-        for (int lh = 0; lh < 2; lh++)
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    d1[lh][mt][h] =
-                        __fmul_rn(dd[mt][h], qg_byte(scw[mt][h], 2 * pp + lh) - QG_MAGIC);
-                    m1[lh][mt][h] =
-                        __fmul_rn(dm[mt][h], qg_byte(mnw[mt][h], 2 * pp + lh) - QG_MAGIC);
-                }
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            uint32_t q[2][2]; /* bytes 2qd, 2qd + 1, 8 + 2qd, 9 + 2qd of the 16 */
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const uint8_t *b = rp[mt][h] + 16 + 32 * (2 * kg + pp) + 16 * hf + 2 * qd;
-                    q[mt][h] = (uint32_t)*reinterpret_cast<const uint16_t *>(b) |
-                               (uint32_t)*reinterpret_cast<const uint16_t *>(b + 8) << 16;
-                }
-#pragma unroll
-            for (int lh = 0; lh < 2; lh++) {
-                uint32_t a[2][4];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const uint32_t nib = (lh ? q[mt][h] >> 4 : q[mt][h]) & 0x0F0F0F0Fu;
-                        float v[4];
-#pragma unroll
-                        for (int i = 0; i < 4; i++)
-                            v[i] = fmaf(qg_byte(nib, i) - QG_MAGIC, d1[lh][mt][h], -m1[lh][mt][h]);
-                        a[mt][h] = qg_pack(v[0], v[1]);
-                        a[mt][2 + h] = qg_pack(v[2], v[3]);
-                    }
-                /* k16 chunk 8 kg + 2 (2 pp + lh) + hf: 16-byte columns 2c, 2c + 1 */
-                const int c = 8 * kg + 2 * (2 * pp + lh) + hf;
-                const uint64_t desc = SW ? wg_desc(xs + 2 * c * C::LBO, C::SBO, C::LBO)
-                                         : wg_desc(xs + 2 * c * C::LBO, C::LBO, C::SBO);
-                wg_fence();
-                qg_wgmma<NN>(acc[0], a[0], desc);
-                qg_wgmma<NN>(acc[1], a[1], desc);
-                wg_commit();
-                wg_wait<1>(); /* the previous chunk's A registers are free again */
-            }
-        }
-    }
-}
-
-template <int NN, int SW>
-__global__ void __launch_bounds__(QG_THREADS, 1)
-    k_qgemm_wg(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
-               const __nv_bfloat16 *__restrict__ x, int nt, float *y, int64_t ldy, float alpha,
-               int add, int splits)
-{
-    using C = qg_cfg<GGML_TYPE_Q4_K, NN, 1, 1>;
-    extern __shared__ __align__(16) uint8_t smem[];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
-    const int wq = warp & 3, kg = warp >> 2;
-    const int tile = blockIdx.x / splits, rank = blockIdx.x % splits;
-    const int64_t row0 = (int64_t)tile * C::TM;
-    const int tok0 = blockIdx.y * C::TN, ns = (int)(ne0 / C::KSTAGE);
-    const int s0 = (int)((int64_t)ns * rank / splits);
-    const int n = (int)((int64_t)ns * (rank + 1) / splits) - s0;
-    float acc[2][NN * 4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int k = 0; k < NN * 4; k++)
-            acc[mt][k] = 0.0f;
-
-    const qg_stager<C> sg(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
-    for (int i = 0; i < C::P - 1; i++)
-        if (i < n)
-            sg.load_w(smem + i * C::STAGE, s0 + i);
-    pdl_start();
-    for (int i = 0; i < C::P - 1; i++) {
-        if (i < n)
-            sg.load_x(smem + i * C::STAGE, s0 + i, ne0);
-        cp_commit();
-    }
-    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
-    for (int i = 0; i < n; i++) {
-        cp_wait<C::P - 2>();
-        /* cp.async wrote the stage through the generic proxy; wgmma reads
-         * it through the async proxy */
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        const int nx = i + C::P - 1;
-        if (nx < n)
-            sg.load(smem + (nx % C::P) * C::STAGE, s0 + nx, ne0);
-        cp_commit();
-        const int b = i % C::P;
-        qg_slice_q4k_wg<NN, SW>(acc, smem + b * C::STAGE, sbase + b * C::STAGE + C::W_BYTES, wq,
-                                kg, g, qd);
-        wg_wait<0>(); /* the stage is read before the next barrier frees it */
-    }
-    cp_wait<0>();
-    __syncthreads();
-    qg_finish<C, NN>(reinterpret_cast<const float(&)[2][NN][4]>(acc), smem, kg, wq, 16 * wq,
-                     64 + 16 * wq, lane, row0, ne1, tok0, nt, y, ldy, alpha, add, rank, splits);
-}
-
-/* ------------------------------------------------------------------------
  * Launch
  * ---------------------------------------------------------------------- */
 
@@ -784,21 +560,21 @@ static int qg_ready(struct mfk_ctx *c, int k, K fn, int smem, int *cluster, stru
     return 0;
 }
 
-/* Launches kernel fn (instance k, of configuration C, MB blocks a
- * multiprocessor) for w x x. */
-template <class C, int MB, typename K>
-static int qg_launch(struct mfk_ctx *c, int k, K fn, const struct mfk_weight *w,
+/* Launches k_qgemm<TY, NN> (instance k of the context's) for w x x. */
+template <int TY, int NN>
+static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w,
                      const __nv_bfloat16 *x, int nt, float *y, int64_t ldy, float alpha, int add,
                      struct mf_err *err)
 {
+    using C = qg_cfg<TY, NN>;
     int cluster = 1;
-    int rc = qg_ready(c, k, fn, C::SMEM, &cluster, err);
+    int rc = qg_ready(c, k, k_qgemm<TY, NN>, C::SMEM, &cluster, err);
     if (rc)
         return rc;
     const mfk_q q = mfk_queue(c);
     const int64_t row_tiles = (w->ne1 + C::TM - 1) / C::TM, tok_tiles = (nt + C::TN - 1) / C::TN;
     const int splits = mfk_qgemm_splits(row_tiles, tok_tiles, (int)(w->ne0 / C::KSTAGE),
-                                        MB * mfk_ctx_qgemm_state(c)->sms, cluster);
+                                        C::MB * mfk_ctx_qgemm_state(c)->sms, cluster);
     cudaLaunchAttribute at[2];
     int na = 0;
     if (q.pdl) {
@@ -814,27 +590,9 @@ static int qg_launch(struct mfk_ctx *c, int k, K fn, const struct mfk_weight *w,
     cfg.gridDim = dim3((unsigned)(row_tiles * splits), (unsigned)tok_tiles, 1);
     cfg.blockDim = dim3(QG_THREADS, 1, 1);
     cfg.dynamicSmemBytes = C::SMEM, cfg.stream = q.st, cfg.attrs = at, cfg.numAttrs = na;
-    cudaLaunchKernelEx(&cfg, fn, (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, x, nt, y,
-                       ldy, alpha, add, splits);
+    cudaLaunchKernelEx(&cfg, k_qgemm<TY, NN>, (const uint8_t *)w->data, w->row_bytes, w->ne0,
+                       w->ne1, x, nt, y, ldy, alpha, add, splits);
     return mfk_launched("qgemm", err);
-}
-
-template <int TY, int NN, int MB>
-static int qg_mma_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w,
-                         const __nv_bfloat16 *x, int nt, float *y, int64_t ldy, float alpha,
-                         int add, struct mf_err *err)
-{
-    return qg_launch<qg_cfg<TY, NN, MB>, MB>(c, k, k_qgemm<TY, NN, MB>, w, x, nt, y, ldy, alpha,
-                                             add, err);
-}
-
-template <int NN, int SW>
-static int qg_wg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w,
-                        const __nv_bfloat16 *x, int nt, float *y, int64_t ldy, float alpha,
-                        int add, struct mf_err *err)
-{
-    return qg_launch<qg_cfg<GGML_TYPE_Q4_K, NN, 1, 1>, 1>(c, k, k_qgemm_wg<NN, SW>, w, x, nt, y,
-                                                          ldy, alpha, add, err);
 }
 
 extern "C" int mfk_qgemm_takes(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt)
@@ -858,23 +616,9 @@ extern "C" int mfk_qgemm(struct mfk_ctx *c, const struct mfk_weight *w, const vo
                           ggml_type_name((uint32_t)w->type), (long long)w->ne1, (long long)w->ne0,
                           (int)nt);
     const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
-    const struct qg_state *st = mfk_ctx_qgemm_state(c);
-    const int v = st->variant >= 2 && !st->sm90 ? 0 : st->variant, small = nt <= 32;
-    if (w->type == GGML_TYPE_Q6_K)
-        return small ? qg_mma_launch<GGML_TYPE_Q6_K, 4, 1>(c, 0, w, xb, nt, y, ldy, alpha, add, err)
-                     : qg_mma_launch<GGML_TYPE_Q6_K, 8, 1>(c, 1, w, xb, nt, y, ldy, alpha, add, err);
-    switch (v) {
-    case 1:
-        return small ? qg_mma_launch<GGML_TYPE_Q4_K, 4, 2>(c, 2, w, xb, nt, y, ldy, alpha, add, err)
-                     : qg_mma_launch<GGML_TYPE_Q4_K, 8, 2>(c, 3, w, xb, nt, y, ldy, alpha, add, err);
-    case 2:
-        return small ? qg_wg_launch<4, 0>(c, 4, w, xb, nt, y, ldy, alpha, add, err)
-                     : qg_wg_launch<8, 0>(c, 5, w, xb, nt, y, ldy, alpha, add, err);
-    case 3:
-        return small ? qg_wg_launch<4, 1>(c, 6, w, xb, nt, y, ldy, alpha, add, err)
-                     : qg_wg_launch<8, 1>(c, 7, w, xb, nt, y, ldy, alpha, add, err);
-    default:
-        return small ? qg_mma_launch<GGML_TYPE_Q4_K, 4, 1>(c, 8, w, xb, nt, y, ldy, alpha, add, err)
-                     : qg_mma_launch<GGML_TYPE_Q4_K, 8, 1>(c, 9, w, xb, nt, y, ldy, alpha, add, err);
-    }
+    if (w->type == GGML_TYPE_Q4_K)
+        return nt <= 32 ? qg_launch<GGML_TYPE_Q4_K, 4>(c, 0, w, xb, nt, y, ldy, alpha, add, err)
+                        : qg_launch<GGML_TYPE_Q4_K, 8>(c, 1, w, xb, nt, y, ldy, alpha, add, err);
+    return nt <= 32 ? qg_launch<GGML_TYPE_Q6_K, 4>(c, 2, w, xb, nt, y, ldy, alpha, add, err)
+                    : qg_launch<GGML_TYPE_Q6_K, 8>(c, 3, w, xb, nt, y, ldy, alpha, add, err);
 }

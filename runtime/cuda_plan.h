@@ -80,17 +80,17 @@ int cuda_plan_gemm_min(const char *v, int32_t *out, struct mf_err *err);
 int cuda_plan_qgemm_max(const char *v, int32_t *out, struct mf_err *err);
 
 /* Tokens from which a product with weights of type t goes to the
- * tensor-core GEMM (cuBLAS), 0 for never, given gemm_min (above) and mmq
- * (MFC_CUDA_MMQ): F32/F16/BF16 weights from 2 (read in place); Q4_K, with
- * mmq, past CUDA_PLAN_MMQ_MAX, below which its integer tensor-core kernels
- * (kernels/mmq.cu, from MFK_MMQ_MIN tokens; tiles past MFK_MMQ_TOKENS) beat
- * dequantizing the weights to bf16 every step (H200, Llama-3-8B Q4_K_M:
- * 1,017 against 591 tokens/s at batch 8, 1,606 against 1,136 at 16, 2,755
- * against 2,230 at 32; since programmatic launches, 2,748 against 2,624 at
- * 40, 3,257 against 3,111 at 48, 4,245 against 4,088 at 64; at 128 the
- * tiles ran 4,591 against 6,017, before them); the other types from
- * gemm_min. */
-#define CUDA_PLAN_MMQ_MAX 64
+ * tensor-core GEMM (mfk_gemm: cuBLAS, or kernels/qgemm.cu for Q4_K/Q6_K
+ * steps of up to MFK_QGEMM_MAX_TOKENS), 0 for never, given gemm_min
+ * (above) and mmq (MFC_CUDA_MMQ): F32/F16/BF16 weights from 2 (read in
+ * place); Q4_K, with mmq, past CUDA_PLAN_MMQ_MAX, below which its integer
+ * tensor-core kernel (kernels/mmq.cu, from MFK_MMQ_MIN tokens) is faster;
+ * the other types from gemm_min. H200, Llama-3-8B Q4_K_M: mmq.cu against
+ * qgemm.cu 1,380 against 1,038 tokens/s at batch 8, 1,964 against 2,177
+ * at 16, 3,413 against 3,921 at 32, 4,666 against 5,428 at 64 (9 to 15
+ * not measured); before qgemm.cu, mmq.cu had beaten dequantization +
+ * cuBLAS up to 64 (4,245 against 4,088). */
+#define CUDA_PLAN_MMQ_MAX 8
 int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
 
 /* 1 when the kernel making the input of n products (weight types types[],

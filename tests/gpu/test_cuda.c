@@ -265,6 +265,8 @@ static void test_qgemm(enum ggml_type t)
         {512, 17000, {37, 100, 0}},
     };
     char name[96];
+    /* past the default limit too: more token tiles than one */
+    CK(mfk_ctx_qgemm(ctx, 128, &err));
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t ne0 = shapes[si].ne0, ne1 = shapes[si].ne1;
         uint64_t rb;
@@ -343,6 +345,7 @@ static void test_qgemm(enum ggml_type t)
         mfk_free(dw);
         free(src), free(deq), free(q);
     }
+    CK(mfk_ctx_qgemm(ctx, MFK_QGEMM_MAX_TOKENS, &err));
 }
 
 static void test_type(enum ggml_type t)
@@ -1784,10 +1787,12 @@ static void test_decode_tiles(const char *path)
 /* MFC_CUDA_BF16_WEIGHTS=1 (the quantized matrices dequantized to bf16 once)
  * against dequantizing them each product, with Q4_K on the tensor cores
  * from the same token count (MFC_CUDA_MMQ=0) and the toy matrices within
- * one dequantized chunk: the same cuBLAS calls on the same bf16 values, so
- * the same bits, in prompts, batched decode (6 tokens: cuBLAS) and 2-token
- * steps (the GEMV, on the quantized bytes). The copies' size: 2 bytes a
- * weight of every quantized matrix, none for F16/BF16/F32 models. */
+ * one dequantized chunk, qgemm.cu off (MFC_CUDA_QGEMM_MAX=0): the same
+ * cuBLAS calls on the same bf16 values, so the same bits, in prompts,
+ * batched decode (6 tokens: cuBLAS) and 2-token steps (the GEMV, on the
+ * quantized bytes); with qgemm.cu on (6-token steps of Q4_K/Q6_K) within
+ * the model's bound. The copies' size: 2 bytes a weight of every quantized
+ * matrix, none for F16/BF16/F32 models. */
 static void test_bf16_weights(const char *path)
 {
     struct model *m;
@@ -1799,7 +1804,10 @@ static void test_bf16_weights(const char *path)
     setenv("MFC_CUDA_BF16_WEIGHTS", "1", 1);
     struct backend *cb = open_gpu(m, 6 * 3 + 1, "0", "1");
     setenv("MFC_CUDA_BF16_WEIGHTS", "0", 1);
+    struct backend *qb = open_gpu(m, 6 * 3 + 1, "0", "1"); /* qgemm.cu in decode steps */
+    setenv("MFC_CUDA_QGEMM_MAX", "0", 1); /* cuBLAS on rows dequantized per product */
     struct backend *db = open_gpu(m, 6 * 3 + 1, "0", "1");
+    unsetenv("MFC_CUDA_QGEMM_MAX");
     unsetenv("MFC_CUDA_BF16_WEIGHTS");
     unsetenv("MFC_CUDA_MMQ");
     uint64_t want = 0;
@@ -1822,7 +1830,14 @@ static void test_bf16_weights(const char *path)
                  st.bf16_bytes / 1e6);
         report(name, st.bf16_bytes == want, "bytes", (double)st.bf16_bytes, (double)want);
     }
+    /* qgemm.cu multiplies by the same bf16 weights, its fp32 sums in
+     * another order: within the model's bound against the CPU */
+    if (twin_run(cb, qb, m, "bf16 weights", &tw) == 0) {
+        snprintf(name, sizeof name, "bf16 weights %s logits ~ qgemm.cu's", base);
+        report(name, tw.worst < model_bound(m), "rel err", tw.worst, model_bound(m));
+    }
     backend_free(cb);
+    backend_free(qb);
     backend_free(db);
     model_close(m);
 }

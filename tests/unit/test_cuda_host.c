@@ -193,7 +193,9 @@ static void test_gemm_min(void **state)
     assert_true(cuda_plan_q8_input(3, qkv, 4096, 4, 512, 5, 0));   /* below the GEMM */
     assert_true(cuda_plan_q8_input(1, q6, 14336, 4, 512, 5, 1));
     assert_false(cuda_plan_q8_input(1, q6, 14336, 5, 512, 5, 1));
-    assert_true(cuda_plan_q8_input(1, q6, 14336, 16, 512, 0, 1)); /* GEMM never */
+    assert_true(cuda_plan_q8_input(1, q6, 14336, CUDA_PLAN_MMQ_MAX, 512, 0, 1)); /* GEMM never */
+    /* the 8-bit buffer holds CUDA_PLAN_MMQ_MAX rows: past it the GEMV quantizes for itself */
+    assert_false(cuda_plan_q8_input(1, q6, 14336, CUDA_PLAN_MMQ_MAX + 1, 512, 0, 1));
     assert_false(cuda_plan_q8_input(2, f16, 4096, 1, 512, 5, 1)); /* no K-quant */
     assert_false(cuda_plan_q8_input(3, qkv, 4096 + 32, 1, 512, 5, 1)); /* width */
     assert_false(cuda_plan_q8_input(3, qkv, 4096, 4, 2, 5, 1));        /* past the buffer */

@@ -611,8 +611,10 @@ extern "C" int mfk_qgemm(struct mfk_ctx *c, const struct mfk_weight *w, const vo
                          float *y, int64_t ldy, float alpha, int add, struct mf_err *err)
 {
     if (!mfk_qgemm_takes(c, w, nt) || ((uintptr_t)x & 15))
-        return mf_err_set(err, MF_EINVAL, "CUDA qgemm: a %s weight of %lld x %lld at %d tokens "
-                          "is not its kind",
+        return mf_err_set(err, MF_EINVAL,
+                          "CUDA qgemm: takes Q4_K rows of a multiple of 256 or Q6_K of 512, "
+                          "16-byte aligned, up to the context's token limit; not a %s weight of "
+                          "%lld x %lld at %d tokens",
                           ggml_type_name((uint32_t)w->type), (long long)w->ne1, (long long)w->ne0,
                           (int)nt);
     const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;

@@ -58,15 +58,6 @@ template <int HD> struct fl {
     static __device__ __forceinline__ int voff(int j, int c) { return j * HD * 2 + ((c ^ (j & 7)) << 4); }
 };
 
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Four 8x8 fp16 matrices from shared memory, transposed: lane l gives the
  * address of row l % 8 of matrix l / 8. */
 __device__ __forceinline__ void ldsm_t4(uint32_t (&r)[4], const void *p)
@@ -238,8 +229,8 @@ __global__ void __maxnreg__(FL_MAX_REGS)
                         break;
                     uint32_t kf[4];
                     ldsm_t4(kf, buf + bb * L::KB + L::koff(16 * k + lr, lh));
-                    mma_f16(acc[bb][0], qa[k], kf[0], kf[1]);
-                    mma_f16(acc[bb][1], qa[k], kf[2], kf[3]);
+                    mma_16816<false>(acc[bb][0], qa[k], kf[0], kf[1]);
+                    mma_16816<false>(acc[bb][1], qa[k], kf[2], kf[3]);
                 }
             }
 #pragma unroll
@@ -338,8 +329,8 @@ __global__ void __maxnreg__(FL_MAX_REGS)
                         for (int k = 0; k < NK; k++) {
                             uint32_t vf[4];
                             ldsm_t4(vf, vb + L::voff(lr, 2 * k + lh));
-                            mma_f16(o[2 * k], pa, vf[0], vf[1]);
-                            mma_f16(o[2 * k + 1], pa, vf[2], vf[3]);
+                            mma_16816<false>(o[2 * k], pa, vf[0], vf[1]);
+                            mma_16816<false>(o[2 * k + 1], pa, vf[2], vf[3]);
                         }
                     }
                 }
@@ -436,8 +427,8 @@ __global__ void __launch_bounds__(NW * 32, 12 / NW)
             for (int k = 0; k < NK; k++) {
                 uint32_t kf[4];
                 ldsm_t4(kf, buf + L::koff(16 * k + lr, lh));
-                mma_f16(acc[0], qa[k], kf[0], kf[1]);
-                mma_f16(acc[1], qa[k], kf[2], kf[3]);
+                mma_16816<false>(acc[0], qa[k], kf[0], kf[1]);
+                mma_16816<false>(acc[1], qa[k], kf[2], kf[3]);
             }
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -503,8 +494,8 @@ __global__ void __launch_bounds__(NW * 32, 12 / NW)
                     for (int k = 0; k < NK; k++) {
                         uint32_t vf[4];
                         ldsm_t4(vf, vb + L::voff(lr, 2 * k + lh));
-                        mma_f16(o[2 * k], pa, vf[0], vf[1]);
-                        mma_f16(o[2 * k + 1], pa, vf[2], vf[3]);
+                        mma_16816<false>(o[2 * k], pa, vf[0], vf[1]);
+                        mma_16816<false>(o[2 * k + 1], pa, vf[2], vf[3]);
                     }
                 }
                 __syncwarp(); /* the buffer is refilled at the next block */

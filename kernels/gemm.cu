@@ -246,10 +246,10 @@ static int gemm_products(struct mfk_ctx *c, const struct mfk_weight *w, const fl
     const void *bx = kind == 0 ? (const void *)x : (const void *)xs;
     const int ldb = kind == 0 ? (int)ldx : (int)w->ne0;
     int rc = 0;
+    if (dequant && mfk_qgemm_takes(c, w, nt)) /* the blocks dequantized in registers */
+        return mfk_qgemm(c, w, xs, nt, y, ldy, alpha, add, err);
     for (int64_t r0 = 0; rc == 0 && r0 < w->ne1; r0 += step) {
         const int32_t rows = (int32_t)(w->ne1 - r0 < step ? w->ne1 - r0 : step);
-        if (dequant && r0 == 0 && mfk_qgemm_takes(c, w, nt))
-            return mfk_qgemm(c, w, xs, nt, y, ldy, alpha, add, err); /* in registers */
         const void *a = w->bf16 && !direct(w->type)
                             ? w->bf16
                             : (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;

@@ -161,6 +161,46 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_b
                  "r"(src_bytes));
 }
 
+/* 4 bytes global -> shared (cp.async.ca, both 4-byte aligned); src_bytes 0
+ * fills zeros. */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                 "r"(src_bytes));
+}
+
+/* The copies issued since the last commit become one group ... */
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* ... and this waits until at most N groups are still in flight. */
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* c += a b on the tensor cores, mma.m16n8k16 with fp32 sums: bf16 inputs
+ * (BF16) or fp16. a: the A fragment (rows g, g + 8; k 2qd.., 2qd + 8..),
+ * b0, b1: the B fragment's two registers. */
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1)
+{
+    if constexpr (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* Element offset of layer `layer`'s keys (kv 0: [head_dim][KVB]) or values
  * (kv 1: [KVB][head_dim]) of KV head `head` in block blk. */
 __device__ __forceinline__ size_t kv_index(const struct mfk_kv_shape &s, int32_t blk,

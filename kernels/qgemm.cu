@@ -106,23 +106,6 @@ template <int TY, int NN> struct qg_cfg : qg_type<TY> {
     static_assert(T::WROW % T::CP == 0 && XSTRIDE % 128 == 32, "copies and banks");
 };
 
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
-                 "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /* Byte i of w as the float 2^23 + byte: one PRMT (selector: byte i, two
  * zero bytes of the constant, its 0x4B). */
 __device__ __forceinline__ float qg_byte(uint32_t w, int i)
@@ -160,15 +143,6 @@ template <bool MIS> __device__ __forceinline__ uint32_t qg_ld32(const uint8_t *p
     return __byte_perm(a[0], a[1], 0x5432);
 }
 
-__device__ __forceinline__ void qg_mma1(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* One k16 chunk (stage columns kofs..kofs + 15) of the warp's two m16 tiles
  * (a[0], a[1]) against every n8 tile of the block's tokens; xg = this
  * lane's token row g and column 4qd of the staged input. */
@@ -179,8 +153,8 @@ __device__ __forceinline__ void qg_mma(float (&acc)[2][NN][4], const uint32_t (&
 #pragma unroll
     for (int n = 0; n < NN; n++) {
         const uint2 b = *reinterpret_cast<const uint2 *>(xg + n * 8 * XS + 2 * kofs);
-        qg_mma1(acc[0][n], a[0], b.x, b.y);
-        qg_mma1(acc[1][n], a[1], b.x, b.y);
+        mma_16816<true>(acc[0][n], a[0], b.x, b.y);
+        mma_16816<true>(acc[1][n], a[1], b.x, b.y);
     }
 }
 

@@ -346,6 +346,56 @@ static void test_qgemm(enum ggml_type t)
         free(src), free(deq), free(q);
     }
     CK(mfk_ctx_qgemm(ctx, MFK_QGEMM_MAX_TOKENS, &err));
+
+    /* what it cannot take is refused with MF_EINVAL, y left as it was: a
+     * type it has no kernel for, rows not a multiple of its super-blocks
+     * (Q6_K's pairs), more tokens than the limit, an unaligned input; and a
+     * negative limit */
+    struct mf_err why;
+    const int64_t bne0 = t == GGML_TYPE_Q6_K ? 1024 : 512, bne1 = 40;
+    uint64_t brb;
+    ggml_type_row_size(t, (uint64_t)bne0, &brb);
+    void *bw = dalloc((size_t)brb * bne1), *bx = dalloc((size_t)bne0 * 2 * 80 + 16);
+    float *by = dalloc((size_t)bne1 * 80 * 4), yh[8], yg[8];
+    CK(mfk_memset(ctx, bw, 0, (size_t)brb * bne1, &err));
+    CK(mfk_memset(ctx, bx, 0, (size_t)bne0 * 2 * 80 + 16, &err));
+    for (int i = 0; i < 8; i++)
+        yh[i] = (float)i + 0.5f;
+    h2d(by, yh, sizeof yh);
+    struct mfk_weight ok = {.data = bw, .type = (int)t, .ne0 = bne0, .ne1 = bne1, .row_bytes = brb};
+    struct mfk_weight q8 = ok, odd = ok;
+    q8.type = GGML_TYPE_Q8_0;
+    odd.ne0 = 256, odd.row_bytes = t == GGML_TYPE_Q6_K ? 210 : 144; /* Q6_K: one super-block */
+    const struct {
+        const char *what;
+        const struct mfk_weight *w;
+        const void *x;
+        int nt;
+    } refused[] = {
+        {"a Q8_0 weight", &q8, bx, 8},
+        {"past the token limit", &ok, bx, MFK_QGEMM_MAX_TOKENS + 1},
+        {"an unaligned input", &ok, (const uint8_t *)bx + 2, 8},
+        {"no tokens", &ok, bx, 0},
+        {t == GGML_TYPE_Q6_K ? "rows of 256 (Q6_K)" : "rows of 256 (Q4_K: taken)", &odd, bx, 8},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const int takes = t == GGML_TYPE_Q4_K && refused[i].w == &odd; /* Q4_K takes 256 */
+        int rc = mfk_qgemm(ctx, refused[i].w, refused[i].x, refused[i].nt, by, bne1, 1.0f, 0, &why);
+        d2h(yg, by, sizeof yg);
+        if (takes) {
+            h2d(by, yh, sizeof yh);
+            snprintf(name, sizeof name, "qgemm %s: %s", ggml_type_name(t), refused[i].what);
+            report(name, rc == 0, "rc", rc, 0);
+            continue;
+        }
+        snprintf(name, sizeof name, "qgemm %s refuses %s, y untouched", ggml_type_name(t),
+                 refused[i].what);
+        report(name, rc == MF_EINVAL && memcmp(yg, yh, sizeof yh) == 0 && strstr(why.msg, "qgemm"),
+               "rc", rc, MF_EINVAL);
+    }
+    snprintf(name, sizeof name, "qgemm: a negative token limit refused");
+    report(name, mfk_ctx_qgemm(ctx, -1, &why) == MF_EINVAL, "rc", MF_EINVAL, MF_EINVAL);
+    mfk_free(bw), mfk_free(bx), mfk_free(by);
 }
 
 static void test_type(enum ggml_type t)

@@ -779,10 +779,14 @@ static void test_qgemm_plan(void **state)
     assert_int_equal(n, 0);
     assert_int_equal(cuda_plan_qgemm_max("64", &n, &err), 0);
     assert_int_equal(n, 64);
-    n = 9;
-    assert_int_equal(cuda_plan_qgemm_max("-3", &n, &err), MF_EINVAL);
-    assert_non_null(strstr(err.msg, "MFC_CUDA_QGEMM_MAX"));
-    assert_int_equal(n, 9);
+    static const char *bad[] = {"-3", "abc", "64x", "1e2", " 8", "1000001", "99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = 9;
+        assert_int_equal(cuda_plan_qgemm_max(bad[i], &n, &err), MF_EINVAL);
+        assert_non_null(strstr(err.msg, "MFC_CUDA_QGEMM_MAX"));
+        assert_non_null(strstr(err.msg, bad[i]));
+        assert_int_equal(n, 9); /* untouched */
+    }
 
     assert_int_equal(mfk_qgemm_splits(32, 1, 16, 132, 8), 4);
     assert_int_equal(mfk_qgemm_splits(8, 1, 16, 132, 8), 8);

@@ -3,7 +3,7 @@
  * roofline measured in the same run (tests/gpu/run calls it on a GPU host).
  *
  *   cuda_bench SHAPE TYPE [BATCH...]
- *   cuda_bench gemv -      (GEMV alone, every type, at 1, 8 and 32 tokens)
+ *   cuda_bench gemv -|TYPE (GEMV alone, Llama-3-8B shapes, at 1-8 tokens)
  *   cuda_bench qgemm -|TYPE   (Q4_K/Q6_K products of 8-128 tokens on each path)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
@@ -327,53 +327,6 @@ static double gemm_peak(void)
 /* GEMV alone on a 14336 x 4096 weight (Llama 3 8B's ffn_gate) of type t:
  * weight GB/s at nt tokens, the median of 20 launches, rotating over 4
  * copies so the 60 MB L2 never holds the weight. */
-static void gemv_bench(enum ggml_type t, double bw)
-{
-    struct mfk_ctx *c;
-    struct mf_err err = {0};
-    const int64_t ne0 = 4096, ne1 = 14336;
-    uint64_t rb;
-    void *h = make_data(t, ne0, ne1, &rb), *w[4];
-    float *x, *y;
-    size_t bytes = (size_t)rb * (size_t)ne1;
-    if (mfk_ctx_new(0, &c, &err))
-        die("gemv bench", &err);
-    for (int i = 0; i < 4; i++)
-        if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
-            die("gemv bench", &err);
-    if (mfk_malloc(c, 32 * ne0 * 4, (void **)&x, &err) ||
-        mfk_malloc(c, 32 * ne1 * 4, (void **)&y, &err))
-        die("gemv bench", &err);
-    mfk_memset(c, x, 0x3C, 32 * ne0 * 4, &err);
-    static const int nts[] = {1, 8, 32};
-    printf("gemv %-6s", ggml_type_name(t));
-    for (size_t k = 0; k < 3; k++) {
-        float ms[20];
-        for (int i = 0; i < 20; i++) {
-            struct mfk_weight mw = {
-                .data = w[i & 3], .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
-            mfk_timer_start(c, &err);
-            if (mfk_gemv(c, &mw, x, ne0, nts[k], y, ne1, 0, &err) || mfk_timer_ms(c, &ms[i], &err))
-                die("gemv bench", &err);
-        }
-        for (int i = 1; i < 20; i++) /* insertion sort for the median */
-            for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-                float tmp = ms[j];
-                ms[j] = ms[j - 1], ms[j - 1] = tmp;
-            }
-        double gbs = bytes / (ms[10] * 1e-3) / 1e9;
-        printf("  nt=%-2d %7.1f us %6.0f GB/s (%3.0f%% of copy)", nts[k], ms[10] * 1e3, gbs,
-               100 * gbs * 1e9 / bw);
-    }
-    printf("\n");
-    for (int i = 0; i < 4; i++)
-        mfk_free(w[i]);
-    mfk_free(x);
-    mfk_free(y);
-    mfk_ctx_free(c);
-    free(h);
-}
-
 /* Device milliseconds a call of one product takes, back to back as a
  * step's products run (a single launch between two events measures the
  * launch more than the kernel): the mean of 32 calls after 4 of warm-up,
@@ -467,6 +420,55 @@ static void qgemm_bench(double bw, const char *only_type)
             for (int i = 0; i < 4; i++)
                 mfk_free(w[i]);
             mfk_free(scratch);
+            free(h);
+        }
+    mfk_free(x), mfk_free(y);
+    mfk_ctx_free(c);
+}
+
+/* cuda_bench gemv -: the GEMV (mfk_gemv) on Llama-3-8B's product shapes in
+ * each type at 1, 2, 4 and 8 tokens, back to back as a decode step runs
+ * them (product_ms): microseconds and the weight bytes' rate against the
+ * copy bandwidth, the batch-1 roofline's own ratio. */
+static void gemv_bench(double bw, const char *only_type)
+{
+    static const int64_t dims[][2] = {{4096, 4096}, {4096, 1024}, {4096, 14336}, {14336, 4096}};
+    static const enum ggml_type ts[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                        GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                        GGML_TYPE_Q6_K};
+    static const int nts[] = {1, 2, 4, 8};
+    struct mfk_ctx *c;
+    struct mf_err err = {0};
+    if (mfk_ctx_new(0, &c, &err) || mfk_ctx_pdl(c, 1, &err))
+        die("gemv bench", &err);
+    float *x, *y;
+    if (mfk_malloc(c, (size_t)8 * 14336 * 4, (void **)&x, &err) ||
+        mfk_malloc(c, (size_t)8 * 14336 * 4, (void **)&y, &err))
+        die("gemv bench", &err);
+    mfk_memset(c, x, 0x3C, (size_t)8 * 14336 * 4, &err);
+    printf("| type | rows x cols | tokens | us | weight GB/s | of copy |\n"
+           "|---|---|---:|---:|---:|---:|\n");
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            if (only_type && strcmp(only_type, "-") &&
+                strcasecmp(only_type, ggml_type_name(ts[ti])))
+                continue;
+            const int64_t ne0 = dims[di][0], ne1 = dims[di][1];
+            uint64_t rb;
+            void *h = make_data(ts[ti], ne0, ne1, &rb), *w[4];
+            const size_t bytes = (size_t)rb * (size_t)ne1;
+            for (int i = 0; i < 4; i++)
+                if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
+                    die("gemv bench", &err);
+            struct mfk_weight mw = {.type = (int)ts[ti], .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+            for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+                const float ms = product_ms(c, &mw, w, 2, x, nts[k], y, NULL, 0);
+                const double gbs = (double)bytes / (ms * 1e-3) / 1e9;
+                printf("| %s | %lld x %lld | %d | %.1f | %.0f | %.0f%% |\n", ggml_type_name(ts[ti]),
+                       (long long)ne1, (long long)ne0, nts[k], ms * 1e3, gbs, 100 * gbs * 1e9 / bw);
+            }
+            for (int i = 0; i < 4; i++)
+                mfk_free(w[i]);
             free(h);
         }
     mfk_free(x), mfk_free(y);
@@ -766,13 +768,9 @@ int main(int argc, char **argv)
         qgemm_bench(bw, argv[2]);
         return 0;
     }
-    if (strcmp(argv[1], "gemv") == 0) { /* cuda_bench gemv -: the GEMV table alone */
-        static const enum ggml_type ts[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                            GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-                                            GGML_TYPE_Q6_K};
+    if (strcmp(argv[1], "gemv") == 0) { /* cuda_bench gemv -|TYPE: the GEMV table alone */
         printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-            gemv_bench(ts[i], bw);
+        gemv_bench(bw, argv[2]);
         return 0;
     }
     double t0 = now_s();

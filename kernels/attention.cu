@@ -18,6 +18,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -26,6 +27,8 @@
 #define ATT_THREADS (ATT_WARPS * 32)
 #define ATT_MAX_DIM 256 /* head_dim the attention kernel takes, at most (a multiple of 32) */
 #define ATT_MAX_RATIO 8 /* query heads per KV head handled in one pass of P.V */
+
+namespace cg = cooperative_groups;
 
 /* ------------------------------------------------------------------------
  * One token at a time (decode)
@@ -87,9 +90,18 @@ __device__ __forceinline__ double block_sum(double v, double *red)
  * context's max m and sum (the CPU's sum up to the rounding of the rescale),
  * forms the CPU's weights fp16(expf(s - m) / sum) and writes its part of
  * P.V to po, which k_att_combine adds up in split order.
- * Shared: qs[ratio][hd] (fp16-rounded queries), sc[ratio][ctx] scores then
- * weights (ctx: the split's positions), red[NW][min(ratio, 8)][hd] partial
- * outputs.
+ * PH 3 is PH 1, 2 and k_att_combine in one launch, the S splits of a
+ * (token, KV head) a thread-block cluster: each block's statistics and
+ * partial P.V stay in its shared memory, the others read them there
+ * (distributed shared memory) after a cluster barrier, and each block adds
+ * up a share of the heads' outputs in split order. The same operations in
+ * the same order as the three launches: the same bits, without two kernel
+ * boundaries and the trips through device memory (batch 1: 8 clusters of 8).
+ * Shared: qs[ratio][hd] (fp16-rounded queries; PH 3: then the block's
+ * partial outputs), sc[ratio][ctx] scores then weights (ctx: the split's
+ * positions), red[NW][min(ratio, 8)][hd] the warps' partial outputs; PH 3
+ * also cs[ratio] (double sums), cm[ratio] (maxima), cst[2 ratio] (the
+ * context's max and 1 / sum per head).
  * HD > 0 (64, 128) fixes head_dim: the P.V accumulators shrink to what the
  * head needs, so two blocks fit a multiprocessor's registers, not one.
  * Q8: the 8-bit arena (kv8_value of each element). */
@@ -98,7 +110,7 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
                 const void *kv, int32_t ctx, float *out, int64_t ldo, float *mx, double *ls,
-                float *po, int stash)
+                float *po, int stash, struct mfk_q8 q8)
 {
     pdl_start();
     extern __shared__ float smem[];
@@ -123,6 +135,10 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t *bt = tables + toff[t];
     float *qs = smem, *sc = smem + ratio * hd, *red = sc + (size_t)ratio * ctx;
+    /* PH 3: the split's statistics where the cluster reads them (8-byte
+     * aligned: every count before them is even) */
+    double *cs = (double *)(void *)(red + (size_t)NW * rchunk * hd);
+    float *cm = (float *)(void *)(cs + ratio), *cst = cm + ratio;
     const float kq_scale = 1.0f / sqrtf((float)hd);
     /* split statistics of (list index, query head), S apart */
     const size_t st0 = ((size_t)blockIdx.x * s.n_head + (size_t)g * ratio) * S;
@@ -195,11 +211,11 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
          * splits, every thread of the block once rather than each thread
          * all of them) and keeps each head's max and 1 / sum where the
          * spent queries were. */
-        float *st = qs;
+        float *st = PH == 3 ? cst : qs;
         for (int r = warp; r < ratio; r += NW) {
             float m = -INFINITY;
             double sum = 0.0;
-            if (PH == 1) {
+            if (PH == 1 || PH == 3) {
                 const float *sr = sc + (size_t)r * ctx;
                 for (int j = lane; j < jn; j += 32)
                     m = fmaxf(m, sr[j]);
@@ -207,27 +223,43 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
                 for (int j = lane; j < jn; j += 32)
                     sum += (double)expf(sr[j] - m);
                 sum = warp_sum(sum);
-                if (lane == 0)
+                if (PH == 3 && lane == 0)
+                    cm[r] = m, cs[r] = sum;
+                else if (lane == 0)
                     mx[st0 + (size_t)r * S + split] = m, ls[st0 + (size_t)r * S + split] = sum;
-                if (stash) /* phase 2 reads them instead of recomputing QK */
+                if (PH == 1 && stash) /* phase 2 reads them instead of recomputing QK */
                     for (int j = lane; j < jn; j += 32)
                         po[(st0 + (size_t)r * S + split) * hd + j] = sr[j];
-            } else {
-                const float *sm = mx + st0 + (size_t)r * S;
-                const double *sl = ls + st0 + (size_t)r * S;
-                for (int i = lane; i < S; i += 32)
-                    m = fmaxf(m, sm[i]);
-                m = warp_max(m);
-                for (int i = lane; i < S; i += 32)
-                    if (sl[i] > 0.0)
-                        sum += sl[i] * exp((double)sm[i] - (double)m);
-                sum = warp_sum(sum);
-                if (lane == 0)
-                    st[2 * r] = m, st[2 * r + 1] = (float)(1.0 / sum);
             }
         }
         if (PH == 1)
             return;
+        if (PH == 3)
+            cg::this_cluster().sync(); /* every split's statistics are in place */
+        for (int r = warp; PH != 1 && r < ratio; r += NW) {
+            float m = -INFINITY;
+            double sum = 0.0;
+            /* split i's pair: device memory (PH 2) or block i's shared memory (PH 3) */
+            auto split_m = [&](int i) {
+                return PH == 3 ? *cg::this_cluster().map_shared_rank(cm + r, i)
+                               : mx[st0 + (size_t)r * S + i];
+            };
+            auto split_l = [&](int i) {
+                return PH == 3 ? *cg::this_cluster().map_shared_rank(cs + r, i)
+                               : ls[st0 + (size_t)r * S + i];
+            };
+            for (int i = lane; i < S; i += 32)
+                m = fmaxf(m, split_m(i));
+            m = warp_max(m);
+            for (int i = lane; i < S; i += 32) {
+                const double l = split_l(i);
+                if (l > 0.0)
+                    sum += l * exp((double)split_m(i) - (double)m);
+            }
+            sum = warp_sum(sum);
+            if (lane == 0)
+                st[2 * r] = m, st[2 * r + 1] = (float)(1.0 / sum);
+        }
         __syncthreads();
         for (int e = threadIdx.x; e < ratio * jn; e += blockDim.x) {
             const int r = e / jn;
@@ -289,13 +321,35 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
                 float sum = 0.0f;
                 for (int w = 0; w < NW; w++)
                     sum += red[((size_t)w * rchunk + r) * hd + d];
-                if (PH == 2)
+                if (PH == 3)
+                    qs[(size_t)(r0 + r) * hd + d] = sum;
+                else if (PH == 2)
                     po[(st0 + (size_t)(r0 + r) * S + split) * hd + d] = sum;
                 else
                     out[(int64_t)t * ldo + (int64_t)(g * ratio + r0 + r) * hd + d] = sum;
             }
         }
         __syncthreads();
+    }
+    if (PH == 3) {
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync(); /* every split's partial outputs are in place */
+        /* This block's share of the KV head's outputs, a warp per 32 of them
+         * (one 8-bit block), the splits added in order as k_att_combine
+         * adds them. */
+        const int64_t ne0 = (int64_t)s.n_head * hd;
+        for (int c = split * NW + warp; c < ratio * hd / 32; c += S * NW) {
+            const int e = 32 * c + lane;
+            float sum = 0.0f;
+            for (int i = 0; i < S; i++)
+                sum += *cl.map_shared_rank(qs + e, i);
+            const int64_t o = (int64_t)g * ratio * hd + e;
+            out[(int64_t)t * ldo + o] = sum;
+            if (q8.q)
+                q8_store1(sum, o, q8.q + (int64_t)t * ne0, q8.d + (int64_t)t * (ne0 / 32),
+                          q8.s + (int64_t)t * (ne0 / 32));
+        }
+        cl.sync(); /* no block leaves while another still reads its shared memory */
     }
 }
 
@@ -364,12 +418,24 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
         if ((rc = mfk_raise_smem((const void *)fn, smem, "attention", err)))
             return rc;
         mfk_go(lq, dim3((unsigned)T, (unsigned)s->n_head_kv), ATT_THREADS, smem, fn, *s, layer,
-               list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr, nullptr, 0);
+               list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr, nullptr, 0,
+               mfk_q8{});
         return mfk_launched("attention", err);
     }
     const int32_t nblk = (max_ctx + KVB - 1) / KVB, ctx = (nblk + S - 1) / S * KVB;
     const size_t n = (size_t)T * (size_t)s->n_head * (size_t)S;
-    const size_t smem = att_smem(s, ctx, ATT_SPLIT_WARPS);
+    size_t smem = att_smem(s, ctx, ATT_SPLIT_WARPS);
+    const dim3 grid((unsigned)T, (unsigned)s->n_head_kv, (unsigned)S);
+    if (S <= MFK_ATT_CLUSTER_MAX && mfk_ctx_att_cluster_on(c)) {
+        const auto f3 = k_attention<HD, Q8, ATT_SPLIT_WARPS, 3>;
+        smem += (size_t)(s->n_head / s->n_head_kv) * (sizeof(double) + 3 * sizeof(float));
+        if ((rc = mfk_raise_smem((const void *)f3, smem, "attention", err)))
+            return rc;
+        mfk_go_cluster(lq, grid, ATT_SPLIT_WARPS * 32, smem, dim3(1, 1, (unsigned)S), f3, *s, layer,
+                       list, q, ldq, pos, toff, tables, kv, ctx, out, ldo, nullptr, nullptr,
+                       nullptr, 0, q8 ? *q8 : mfk_q8{});
+        return mfk_launched("attention (split, one cluster a context)", err);
+    }
     void *buf = nullptr;
     if ((rc = mfk_scratch(c, n * (sizeof(double) + sizeof(float) * (1 + (size_t)s->head_dim)),
                           &buf, err)))
@@ -381,14 +447,13 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
     if ((rc = mfk_raise_smem((const void *)f1, smem, "attention", err)) ||
         (rc = mfk_raise_smem((const void *)f2, smem, "attention", err)))
         return rc;
-    const dim3 grid((unsigned)T, (unsigned)s->n_head_kv, (unsigned)S);
     /* a split's scores fit its po slots (head_dim floats a head) when it
      * has at most head_dim positions: phase 1 leaves them there */
     const int stash = ctx <= s->head_dim;
     mfk_go(lq, grid, ATT_SPLIT_WARPS * 32, smem, f1, *s, layer, list, q, ldq, pos, toff, tables, kv,
-           ctx, out, ldo, mx, ls, po, stash);
+           ctx, out, ldo, mx, ls, po, stash, mfk_q8{});
     mfk_go(lq, grid, ATT_SPLIT_WARPS * 32, smem, f2, *s, layer, list, q, ldq, pos, toff, tables, kv,
-           ctx, out, ldo, mx, ls, po, stash);
+           ctx, out, ldo, mx, ls, po, stash, mfk_q8{});
     mfk_go(lq, dim3((unsigned)T, (unsigned)s->n_head), (unsigned)s->head_dim, 0, k_att_combine,
            list, po, S, s->head_dim, out, ldo, q8 ? *q8 : mfk_q8{},
            (int64_t)s->n_head * s->head_dim);

@@ -28,18 +28,35 @@ struct mfk_q mfk_queue(struct mfk_ctx *c); /* mem.cu */
 /* Launches fn<<<grid, block, smem>>>(args) on q. With q.pdl the kernel may
  * start while its predecessor on the stream is still running (its blocks
  * wait in pdl_wait), which hides the launch gap between the ~400 small
- * kernels of a decode step. Errors surface in mfk_launched. */
+ * kernels of a decode step. mfk_go_cluster: in clusters of `cluster` blocks
+ * (thread-block clusters, sm_90; the grid a multiple of it). Errors surface
+ * in mfk_launched. */
+template <typename... P, typename... A>
+static inline void mfk_go_cluster(const mfk_q &q, dim3 grid, dim3 block, size_t smem, dim3 cluster,
+                                  void (*fn)(P...), A... args)
+{
+    cudaLaunchAttribute at[2];
+    int na = 0;
+    if (q.pdl) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster.x * cluster.y * cluster.z > 1) { /* blocks of a cluster share their smem */
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = cluster.x, at[na].val.clusterDim.y = cluster.y;
+        at[na++].val.clusterDim.z = cluster.z;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = q.st;
+    cfg.attrs = at, cfg.numAttrs = na;
+    cudaLaunchKernelEx(&cfg, fn, args...);
+}
+
 template <typename... P, typename... A>
 static inline void mfk_go(const mfk_q &q, dim3 grid, dim3 block, size_t smem, void (*fn)(P...),
                           A... args)
 {
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = q.st;
-    cfg.attrs = &at, cfg.numAttrs = q.pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, fn, args...);
+    mfk_go_cluster(q, grid, block, smem, dim3(1, 1, 1), fn, args...);
 }
 
 /* Every kernel calls pdl_wait() before its first access to memory that
@@ -94,6 +111,7 @@ struct qg_state {
     int cluster[4];
 };
 struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c); /* mem.cu */
+int mfk_ctx_att_cluster_on(const struct mfk_ctx *c);     /* mem.cu: mfk_ctx_att_cluster's */
 
 /* Element i of a row into its 8-bit form, a lane per element of a 32-element
  * block (k_quant_act, SwiGLU): d = max|x| / 127, q = rint(x / d), s = d x

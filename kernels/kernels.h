@@ -55,6 +55,14 @@ void mfk_ctx_free(struct mfk_ctx *c);
  * memory accesses is the same either way. MF_EIO when the device cannot be
  * asked. */
 int mfk_ctx_pdl(struct mfk_ctx *c, int on, struct mf_err *err);
+/* on 1 (the default where the device has thread-block clusters, sm_90 and
+ * later): a decode context split over at most MFK_ATT_CLUSTER_MAX blocks
+ * (mfk_attention's splits) runs as one launch whose blocks meet through
+ * distributed shared memory; 0: three launches through device memory (split
+ * statistics, weighted values, their sum). Both give the same bits. MF_EIO
+ * when the device cannot be asked. */
+int mfk_ctx_att_cluster(struct mfk_ctx *c, int on, struct mf_err *err);
+#define MFK_ATT_CLUSTER_MAX 8 /* blocks of a cluster every sm_90 device runs */
 
 /* Sizes the context's own device scratch (the kernels' temporaries) to at
  * least n bytes now, so it is not first taken in the middle of a step. */

@@ -32,6 +32,7 @@ struct mfk_ctx {
     int pdl;                 /* launches programmatically dependent (mfk_ctx_pdl) */
     int mmq_smem;            /* mmq.cu's tile kernel may take its shared memory */
     struct qg_state qgemm;   /* qgemm.cu's limit and kernels */
+    int att_cluster;         /* split decode attention in one clustered launch */
 };
 
 extern "C" void mfk_blas_free(void *p); /* gemm.cu */
@@ -71,6 +72,11 @@ extern "C" int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err)
         rc = ck(cudaDeviceGetAttribute(&c->qgemm.sms, cudaDevAttrMultiProcessorCount, index),
                 "cudaDeviceGetAttribute", err);
     c->qgemm.max_tokens = MFK_QGEMM_MAX_TOKENS;
+    int major = 0;
+    if (!rc)
+        rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index),
+                "cudaDeviceGetAttribute", err);
+    c->att_cluster = major >= 9; /* thread-block clusters are sm_90's */
     if (rc) {
         mfk_ctx_free(c);
         return rc;
@@ -252,6 +258,20 @@ extern "C" int mfk_ctx_qgemm(struct mfk_ctx *c, int32_t max_tokens, struct mf_er
 int *mfk_ctx_mmq_smem(struct mfk_ctx *c)
 {
     return &c->mmq_smem;
+}
+
+extern "C" int mfk_ctx_att_cluster(struct mfk_ctx *c, int on, struct mf_err *err)
+{
+    int major = 0;
+    int rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device),
+                "cudaDeviceGetAttribute", err);
+    c->att_cluster = !rc && on && major >= 9;
+    return rc;
+}
+
+int mfk_ctx_att_cluster_on(const struct mfk_ctx *c)
+{
+    return c->att_cluster;
 }
 
 extern "C" int mfk_ctx_pdl(struct mfk_ctx *c, int on, struct mf_err *err)

@@ -549,23 +549,9 @@ static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w,
     const int64_t row_tiles = (w->ne1 + C::TM - 1) / C::TM, tok_tiles = (nt + C::TN - 1) / C::TN;
     const int splits = mfk_qgemm_splits(row_tiles, tok_tiles, (int)(w->ne0 / C::KSTAGE),
                                         C::MB * mfk_ctx_qgemm_state(c)->sms, cluster);
-    cudaLaunchAttribute at[2];
-    int na = 0;
-    if (q.pdl) {
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (splits > 1) {
-        at[na].id = cudaLaunchAttributeClusterDimension;
-        at[na].val.clusterDim.x = (unsigned)splits, at[na].val.clusterDim.y = 1;
-        at[na++].val.clusterDim.z = 1;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(row_tiles * splits), (unsigned)tok_tiles, 1);
-    cfg.blockDim = dim3(QG_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = C::SMEM, cfg.stream = q.st, cfg.attrs = at, cfg.numAttrs = na;
-    cudaLaunchKernelEx(&cfg, k_qgemm<TY, NN>, (const uint8_t *)w->data, w->row_bytes, w->ne0,
-                       w->ne1, x, nt, y, ldy, alpha, add, splits);
+    mfk_go_cluster(q, dim3((unsigned)(row_tiles * splits), (unsigned)tok_tiles, 1), QG_THREADS,
+                   C::SMEM, dim3((unsigned)splits, 1, 1), k_qgemm<TY, NN>, (const uint8_t *)w->data,
+                   w->row_bytes, w->ne0, w->ne1, x, nt, y, ldy, alpha, add, splits);
     return mfk_launched("qgemm", err);
 }
 

@@ -107,6 +107,7 @@ struct cuda_backend {
     int mmq;                     /* MFC_CUDA_MMQ: Q4_K products of up to CUDA_PLAN_MMQ_MAX
                                     tokens on mmq.cu rather than cuBLAS */
     int pdl;                     /* MFC_CUDA_PDL: programmatic dependent launches */
+    int att_cluster;             /* MFC_CUDA_ATTENTION_CLUSTER: a split context in one launch */
     int dtiles;                  /* MFC_CUDA_DECODE_TILES: decode tokens a tile each (F16
                                     arena only; when: cuda_plan_step_size) */
     int bf16w;                   /* MFC_CUDA_BF16_WEIGHTS: bf16 copies of quantized matrices */
@@ -433,6 +434,9 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_PDL", getenv("MFC_CUDA_PDL"), 1, &cb->pdl, err);
     if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_ATTENTION_CLUSTER", getenv("MFC_CUDA_ATTENTION_CLUSTER"),
+                              1, &cb->att_cluster, err);
+    if (!rc)
         rc = cuda_plan_switch("MFC_CUDA_DECODE_TILES", getenv("MFC_CUDA_DECODE_TILES"), 1,
                               &cb->dtiles, err);
     if (!rc)
@@ -450,6 +454,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = mfk_ctx_new(0, &cb->ctx, err);
     if (!rc)
         rc = mfk_ctx_pdl(cb->ctx, cb->pdl, err);
+    if (!rc)
+        rc = mfk_ctx_att_cluster(cb->ctx, cb->att_cluster, err);
     if (!rc) {
         int32_t qmax = 0;
         rc = cuda_plan_qgemm_max(getenv("MFC_CUDA_QGEMM_MAX"), &qmax, err);

@@ -896,6 +896,27 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         snprintf(name, sizeof name, "attention%s, listed tokens, 3 splits (hd %d)",
                  q8 ? " 8-bit" : "", hd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
+        { /* the same through three launches (no cluster): the same bits, 8-bit copy too */
+            const size_t nb8 = dq8 ? (size_t)(nq + 2 * nqb * 4) : 0;
+            float *flat = malloc(T * qd * 4);
+            uint8_t *c8 = malloc(nb8 + 1), *f8 = malloc(nb8 + 1);
+            if (dq8)
+                d2h(c8, dq8, nb8), poison(dq8, nb8);
+            poison(dout, T * qd * 4);
+            CK(mfk_ctx_att_cluster(ctx, 0, &err));
+            CK(mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 3,
+                             dout, qd, dq8 ? &oq : NULL, &err));
+            CK(mfk_ctx_att_cluster(ctx, 1, &err));
+            d2h(flat, dout, T * qd * 4);
+            if (dq8)
+                d2h(f8, dq8, nb8);
+            const int same = memcmp(flat, qgot, T * qd * 4) == 0 && memcmp(c8, f8, nb8) == 0;
+            snprintf(name, sizeof name,
+                     "attention%s, 3 splits: one cluster = three launches, bit for bit (hd %d)",
+                     q8 ? " 8-bit" : "", hd);
+            report(name, same, "equal", same, 1);
+            free(flat), free(c8), free(f8);
+        }
         if (dq8) {
             int8_t *hq = malloc(nq);
             float *hd8 = malloc(nqb * 4), *hs = malloc(nqb * 4);

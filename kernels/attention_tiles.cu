@@ -107,15 +107,15 @@ __device__ __forceinline__ fl_src fl_src_of(const struct mfk_kv_shape &s, int32_
 }
 
 /* Blocks b0 .. of the tile's context (at most FL_SB, fewer at the end)
- * into buf by the block's threads, as one cp.async group: keys, and values
- * when `values` (rows past the last block's `tail` slot zero, since nothing
- * wrote them and 0 x NaN is NaN). Chunk i (16 bytes) of a block's keys or
+ * by the block's threads, as one cp.async group: keys into kbuf when
+ * `keys`, values into vbuf when `values` (rows past the last block's `tail`
+ * slot zero, since nothing wrote them and 0 x NaN is NaN). Chunk i (16 bytes) of a block's keys or
  * values is bytes 16 i of the arena's. The 8-bit arena is widened to fp16
  * on the way (plain loads and stores, visible after the caller's barrier). */
 template <int HD, bool Q8>
 __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, int b0, int nblk,
-                                         int tail, bool values, unsigned char *buf, int tid,
-                                         int nthr)
+                                         int tail, bool keys, bool values, unsigned char *kbuf,
+                                         unsigned char *vbuf, int tid, int nthr)
 {
     typedef fl<HD> L;
     constexpr int CH = HD * KVB * 2 / 16; /* 16-byte chunks of a block's keys (or values) */
@@ -123,21 +123,23 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
     for (int bb = 0; bb < nb; bb++) {
         const unsigned char *blk = src.base + (size_t)bt[b0 + bb] * src.stride;
         const unsigned char *k = blk + src.off[0], *v = blk + src.off[1];
-        unsigned char *kd = buf + bb * L::KB, *vd = buf + (FL_SB + bb) * L::KB;
+        unsigned char *kd = kbuf + bb * L::KB, *vd = vbuf + bb * L::KB;
         const int vlim = b0 + bb < nblk - 1 ? KVB : tail + 1; /* value rows written */
         for (int i = tid; i < CH; i += nthr) {
             const int d = i >> 1, h = i & 1, j = i / (HD / 8), c = i % (HD / 8);
             if constexpr (Q8) {
                 const float *ksc = (const float *)(k + KVB * HD) + 8 * h;
-                *reinterpret_cast<uint4 *>(kd + L::koff(d, h)) =
-                    kv8_chunk(*reinterpret_cast<const uint2 *>(k + 8 * i), ksc, 1);
+                if (keys)
+                    *reinterpret_cast<uint4 *>(kd + L::koff(d, h)) =
+                        kv8_chunk(*reinterpret_cast<const uint2 *>(k + 8 * i), ksc, 1);
                 if (values)
                     *reinterpret_cast<uint4 *>(vd + L::voff(j, c)) =
                         j < vlim ? kv8_chunk(*reinterpret_cast<const uint2 *>(v + 8 * i),
                                              (const float *)(v + KVB * HD) + j, 0)
                                  : make_uint4(0, 0, 0, 0);
             } else {
-                cp_async16(kd + L::koff(d, h), k + 16 * i, 16);
+                if (keys)
+                    cp_async16(kd + L::koff(d, h), k + 16 * i, 16);
                 if (values)
                     cp_async16(vd + L::voff(j, c), v + 16 * i, j < vlim ? 16 : 0);
             }
@@ -255,12 +257,14 @@ __global__ void __maxnreg__(FL_MAX_REGS)
         /* one walk over the context: pass 0 the max and sum, 1 P V */
         auto walk = [&](auto pass_c) {
             constexpr int pass = decltype(pass_c)::value;
-            fl_stage<HD, Q8>(src, bt, 0, nblk, tail, pass == 1, fsm, threadIdx.x, blockDim.x);
+            fl_stage<HD, Q8>(src, bt, 0, nblk, tail, true, pass == 1, fsm, fsm + FL_SB * L::KB,
+                             threadIdx.x, blockDim.x);
             for (int st = 0; st < nst; st++) {
                 const unsigned char *buf = fsm + (st & 1) * L::STAGE;
                 if (st + 1 < nst) {
-                    fl_stage<HD, Q8>(src, bt, (st + 1) * FL_SB, nblk, tail, pass == 1,
-                                     fsm + ((st + 1) & 1) * L::STAGE, threadIdx.x, blockDim.x);
+                    unsigned char *nx = fsm + ((st + 1) & 1) * L::STAGE;
+                    fl_stage<HD, Q8>(src, bt, (st + 1) * FL_SB, nblk, tail, true, pass == 1, nx,
+                                     nx + FL_SB * L::KB, threadIdx.x, blockDim.x);
                     asm volatile("cp.async.wait_group 1;\n" ::);
                 } else {
                     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -442,23 +446,58 @@ __global__ void __launch_bounds__(NW * 32, 12 / NW)
 #pragma unroll
         for (int j = 0; j < 2 * NK; j++)
             o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        /* The stash: pass 0's scores of the nh rows, kept where the stages
+         * hold values in pass 1 (free in pass 0, which brings keys only),
+         * so that pass 1 reads no keys and repeats no QK products, with the
+         * same bits; pass 1 then stages values where keys were. Taken when
+         * every warp's blocks fit: up to 2048 positions at 4 heads, 4 warps. */
+        const bool stash = (nblk + NW - 1) / NW * nh * KVB <= L::KB / 2;
+        auto stash_at = [&](int i, int row, int slot) {
+            const int e = (i * nh + row) * KVB + slot, half = L::KB / 4; /* floats a V half holds */
+            return (float2 *)(void *)(wb + (e < half ? L::KB + 4 * e
+                                                     : L::STAGE + L::KB + 4 * (e - half)));
+        };
+        /* Block b into buf: pass 0 its keys; pass 1 its values after them,
+         * or with the stash at buf, no keys brought in. */
+        auto stage = [&](int pass, int b, unsigned char *buf) {
+            const bool keys = pass == 0 || !stash;
+            fl_stage<HD, Q8>(src, bt, b, nblk, tail, keys, pass == 1, buf,
+                             buf + (keys ? FL_SB * L::KB : 0), lane, 32);
+        };
         auto walk = [&](auto pass_c) {
             constexpr int pass = decltype(pass_c)::value;
             if (mine > 0)
-                fl_stage<HD, Q8>(src, bt, warp, nblk, tail, pass == 1, wb, lane, 32);
+                stage(pass, warp, wb);
             for (int i = 0; i < mine; i++) {
                 const int b = warp + i * NW;
                 const unsigned char *buf = wb + (i & 1) * L::STAGE;
                 if (i + 1 < mine) {
-                    fl_stage<HD, Q8>(src, bt, b + NW, nblk, tail, pass == 1,
-                                     wb + ((i + 1) & 1) * L::STAGE, lane, 32);
+                    stage(pass, b + NW, wb + ((i + 1) & 1) * L::STAGE);
                     asm volatile("cp.async.wait_group 1;\n" ::);
                 } else {
                     asm volatile("cp.async.wait_group 0;\n" ::);
                 }
                 __syncwarp();
                 float sv[8];
-                scores(buf, b, sv);
+                if (pass == 1 && stash) {
+#pragma unroll
+                    for (int j = 0; j < 8; j += 2) {
+                        const int row = gr + 8 * ((j >> 1) & 1);
+                        const float2 v = row < nh ? *stash_at(i, row, (j >> 2) * 8 + 2 * tq)
+                                                  : make_float2(-INFINITY, -INFINITY);
+                        sv[j] = v.x, sv[j + 1] = v.y;
+                    }
+                } else {
+                    scores(buf, b, sv);
+                }
+                if (pass == 0 && stash) /* pass 1 reads them instead of K and the products */
+#pragma unroll
+                    for (int j = 0; j < 8; j += 2) {
+                        const int row = gr + 8 * ((j >> 1) & 1);
+                        if (row < nh)
+                            *stash_at(i, row, (j >> 2) * 8 + 2 * tq) =
+                                make_float2(sv[j], sv[j + 1]);
+                    }
                 if constexpr (pass == 0) {
 #pragma unroll
                     for (int r = 0; r < 2; r++) {
@@ -489,7 +528,7 @@ __global__ void __launch_bounds__(NW * 32, 12 / NW)
                                                               (j & 2) ? inv1 : inv0);
                     const uint32_t pa[4] = {h2_bits(w[0], w[1]), h2_bits(w[2], w[3]),
                                             h2_bits(w[4], w[5]), h2_bits(w[6], w[7])};
-                    const unsigned char *vb = buf + L::KB;
+                    const unsigned char *vb = buf + (stash ? 0 : L::KB);
 #pragma unroll
                     for (int k = 0; k < NK; k++) {
                         uint32_t vf[4];

@@ -103,12 +103,14 @@ int mfk_mmq_ready(struct mfk_ctx *c, struct mf_err *err);
 int *mfk_ctx_mmq_smem(struct mfk_ctx *c); /* mem.cu: 1 once raised */
 
 /* qgemm.cu's state in a context: the multiprocessors, the token limit
- * (mfk_ctx_qgemm) and, per kernel instance, the largest cluster it runs in
- * (0 until its first launch raised its shared memory). */
+ * (mfk_ctx_qgemm), whether Q4_K is dequantized exactly (mfk_ctx_qgemm_exact)
+ * and, per kernel instance, the largest cluster it runs in (0 until its
+ * first launch raised its shared memory). */
 struct qg_state {
     int sms;
     int max_tokens;
-    int cluster[4];
+    int exact;
+    int cluster[6];
 };
 struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c); /* mem.cu */
 int mfk_ctx_att_cluster_on(const struct mfk_ctx *c);     /* mem.cu: mfk_ctx_att_cluster's */

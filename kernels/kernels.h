@@ -246,6 +246,12 @@ int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, i
  * 6,919 against 6,375-6,724 tokens/s). */
 #define MFK_QGEMM_MAX_TOKENS 64
 int mfk_ctx_qgemm(struct mfk_ctx *c, int32_t max_tokens, struct mf_err *err);
+/* on 0 (the default): qgemm.cu forms Q4_K weights in bf16 arithmetic, the
+ * sub-block's scale and min rounded to bf16 (2^-9 of each at most), three
+ * instructions a weight pair instead of seven; 1: exactly mfk_dequant_half's
+ * values (the results then cuBLAS's on the dequantized rows up to the order
+ * of the sums). Q6_K is always exact. */
+void mfk_ctx_qgemm_exact(struct mfk_ctx *c, int on);
 /* 1 when mfk_gemm takes w at nt tokens to qgemm.cu: Q4_K (rows a multiple
  * of 256) or Q6_K (of 512: its super-block pairs are 4-byte aligned), no
  * bf16 copy, nt within the context's limit. */

@@ -255,6 +255,11 @@ extern "C" int mfk_ctx_qgemm(struct mfk_ctx *c, int32_t max_tokens, struct mf_er
     return 0;
 }
 
+extern "C" void mfk_ctx_qgemm_exact(struct mfk_ctx *c, int on)
+{
+    c->qgemm.exact = on != 0;
+}
+
 int *mfk_ctx_mmq_smem(struct mfk_ctx *c)
 {
     return &c->mmq_smem;

@@ -8,12 +8,18 @@
  * batch-64 Q4_K_M step on an H200 for the Q6_K matrices alone), and
  * mmq.cu's int8 tiles pay float work per 32-element sub-block for its two
  * scales (43 instructions an mma; 62% of that step).
- * Here each warp turns its rows' GGUF blocks into mma A fragments that are
- * bit for bit what mfk_dequant_half writes ((d * sc) * q - dmin * m for
- * Q4_K, (d * sc) * (q - 32) for Q6_K, exact in float, then rounded to
- * bf16), against the input mfk_gemm rounded to bf16: mma.m16n8k16 keeps
- * fp32 sums, and the products equal cuBLAS's on the dequantized weights up
- * to the order of the fp32 additions.
+ * Here each warp turns its rows' GGUF blocks into mma A fragments against
+ * the input mfk_gemm rounded to bf16, mma.m16n8k16 keeping fp32 sums.
+ * Q6_K's fragments, and Q4_K's with mfk_ctx_qgemm_exact, are bit for bit
+ * what mfk_dequant_half writes ((d * sc) * q - dmin * m for Q4_K,
+ * (d * sc) * (q - 32) for Q6_K, exact in float, then rounded to bf16), so
+ * the products equal cuBLAS's on the dequantized weights up to the order of
+ * the fp32 additions. By default Q4_K's are formed in bf16 arithmetic
+ * (qg_afrag_fast: 3 instructions a weight pair, not 7; the dequantization
+ * bounds this kernel), its sub-blocks' scales and mins rounded to bf16:
+ * 4.2e-3 relative error in the products against the exact weights' 1e-6,
+ * about what the input's own bf16 rounding costs; H200 Llama-3-8B Q4_K_M
+ * decode +7.6% at batch 16, +5.8% at 64 (bench/results/cuda-stash-h200-2026-12-02).
  *
  * A block of 8 warps takes TM rows x TN tokens (32 or 64); a warp 32 rows
  * (two m16 tiles, so each B fragment serves two mma) x all TN tokens (so
@@ -128,6 +134,27 @@ __device__ __forceinline__ void qg_afrag(uint32_t (&a)[2][4], int mt, int h, con
     a[mt][2 + h] = qg_pack(v[2], v[3]);
 }
 
+/* FAST: the same four weights as bf16 pairs in bf16 arithmetic, three
+ * instructions a pair instead of seven: bytes b0, b1 of nib under 0x43 are
+ * the bf16 values 128 + b (one PRMT), 128 comes off exactly, and one fma
+ * with the sub-block's scale and min rounded to bf16 rounds once. The
+ * weights then differ from mfk_dequant_half's by those two roundings
+ * (2^-9 of the scale and of the min at most). */
+__device__ __forceinline__ void qg_afrag_fast(uint32_t (&a)[2][4], int mt, int h, uint32_t nib,
+                                              float d1, float m1)
+{
+    const __nv_bfloat162 s2 = __bfloat162bfloat162(__float2bfloat16_rn(d1));
+    const __nv_bfloat162 n2 = __bfloat162bfloat162(__float2bfloat16_rn(-m1));
+    const __nv_bfloat162 k2 = __bfloat162bfloat162(__float2bfloat16_rn(128.0f));
+    const uint32_t p01 = __byte_perm(nib, 0x43u, 0x4140), p23 = __byte_perm(nib, 0x43u, 0x4342);
+    const __nv_bfloat162 v01 =
+        __hfma2(__hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&p01), k2), s2, n2);
+    const __nv_bfloat162 v23 =
+        __hfma2(__hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&p23), k2), s2, n2);
+    a[mt][h] = *reinterpret_cast<const uint32_t *>(&v01);
+    a[mt][2 + h] = *reinterpret_cast<const uint32_t *>(&v23);
+}
+
 __device__ __forceinline__ float qg_h2f(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));
@@ -174,7 +201,7 @@ __device__ __forceinline__ void qg_rows(const uint8_t *ws, int rw, int g, const 
  * super-block. Sub-block j's elements 32 j + 16 hf + 4 qd + i are the low
  * (even j) or high nibbles of bytes 16 hf + 4 qd + i of the 32-byte group
  * j / 2, so one word serves two chunks. */
-template <int NN>
+template <int NN, bool FAST>
 __device__ __forceinline__ void qg_slice_q4k(float (&acc)[2][NN][4], const uint8_t *ws,
                                              const uint8_t *xg, int rw, int kg, int g, int qd)
 {
@@ -229,13 +256,18 @@ __device__ __forceinline__ void qg_slice_q4k(float (&acc)[2][NN][4], const uint8
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const uint32_t nib = (lh ? q[mt][h] >> 4 : q[mt][h]) & 0x0F0F0F0Fu;
-                        float v[4];
-                        /* d1 * q exact in float, so the fma rounds as
-                         * __fsub_rn(__fmul_rn(d1, q), m1) does */
+                        if constexpr (FAST) {
+                            qg_afrag_fast(a, mt, h, nib, d1[lh][mt][h], m1[lh][mt][h]);
+                        } else {
+                            float v[4];
+                            /* d1 * q exact in float, so the fma rounds as
+                             * __fsub_rn(__fmul_rn(d1, q), m1) does */
 #pragma unroll
-                        for (int i = 0; i < 4; i++)
-                            v[i] = fmaf(qg_byte(nib, i) - QG_MAGIC, d1[lh][mt][h], -m1[lh][mt][h]);
-                        qg_afrag(a, mt, h, v);
+                            for (int i = 0; i < 4; i++)
+                                v[i] =
+                                    fmaf(qg_byte(nib, i) - QG_MAGIC, d1[lh][mt][h], -m1[lh][mt][h]);
+                            qg_afrag(a, mt, h, v);
+                        }
                     }
                 qg_mma<NN, C::XSTRIDE>(acc, a, xg, 128 * kg + 32 * (2 * pp + lh) + 16 * hf);
             }
@@ -443,7 +475,7 @@ __device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t 
 /* grid (row tiles x splits, token tiles), a cluster of `splits` blocks
  * along x (the K ranges of one row tile); y[t][r] = alpha * (row r of w .
  * x[t]) (+ y[t][r] when add). x: bf16 [nt][ne0]. */
-template <int TY, int NN>
+template <int TY, int NN, bool FAST>
 __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
     k_qgemm(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
             const __nv_bfloat16 *__restrict__ x, int nt, float *y, int64_t ldy, float alpha,
@@ -488,7 +520,7 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
         const uint8_t *st = smem + (i % C::P) * C::STAGE;
         const uint8_t *xg = st + C::W_BYTES + g * C::XSTRIDE + 8 * qd;
         if constexpr (TY == GGML_TYPE_Q4_K)
-            qg_slice_q4k<NN>(acc, st, xg, rw, kg, g, qd);
+            qg_slice_q4k<NN, FAST>(acc, st, xg, rw, kg, g, qd);
         else if (kg >> 1)
             qg_slice_q6k<NN, true>(acc, st, xg, rw, kg, g, qd);
         else
@@ -534,15 +566,14 @@ static int qg_ready(struct mfk_ctx *c, int k, K fn, int smem, int *cluster, stru
     return 0;
 }
 
-/* Launches k_qgemm<TY, NN> (instance k of the context's) for w x x. */
-template <int TY, int NN>
-static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w,
-                     const __nv_bfloat16 *x, int nt, float *y, int64_t ldy, float alpha, int add,
-                     struct mf_err *err)
+/* Launches k_qgemm<TY, NN, FAST> (instance k of the context's) for w x x. */
+template <int TY, int NN, bool FAST = false>
+static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const __nv_bfloat16 *x,
+                     int nt, float *y, int64_t ldy, float alpha, int add, struct mf_err *err)
 {
     using C = qg_cfg<TY, NN>;
     int cluster = 1;
-    int rc = qg_ready(c, k, k_qgemm<TY, NN>, C::SMEM, &cluster, err);
+    int rc = qg_ready(c, k, k_qgemm<TY, NN, FAST>, C::SMEM, &cluster, err);
     if (rc)
         return rc;
     const mfk_q q = mfk_queue(c);
@@ -550,8 +581,9 @@ static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w,
     const int splits = mfk_qgemm_splits(row_tiles, tok_tiles, (int)(w->ne0 / C::KSTAGE),
                                         C::MB * mfk_ctx_qgemm_state(c)->sms, cluster);
     mfk_go_cluster(q, dim3((unsigned)(row_tiles * splits), (unsigned)tok_tiles, 1), QG_THREADS,
-                   C::SMEM, dim3((unsigned)splits, 1, 1), k_qgemm<TY, NN>, (const uint8_t *)w->data,
-                   w->row_bytes, w->ne0, w->ne1, x, nt, y, ldy, alpha, add, splits);
+                   C::SMEM, dim3((unsigned)splits, 1, 1), k_qgemm<TY, NN, FAST>,
+                   (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, x, nt, y, ldy, alpha,
+                   add, splits);
     return mfk_launched("qgemm", err);
 }
 
@@ -578,9 +610,14 @@ extern "C" int mfk_qgemm(struct mfk_ctx *c, const struct mfk_weight *w, const vo
                           ggml_type_name((uint32_t)w->type), (long long)w->ne1, (long long)w->ne0,
                           (int)nt);
     const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
-    if (w->type == GGML_TYPE_Q4_K)
+    const int exact = mfk_ctx_qgemm_state(c)->exact;
+    if (w->type == GGML_TYPE_Q4_K && exact)
         return nt <= 32 ? qg_launch<GGML_TYPE_Q4_K, 4>(c, 0, w, xb, nt, y, ldy, alpha, add, err)
                         : qg_launch<GGML_TYPE_Q4_K, 8>(c, 1, w, xb, nt, y, ldy, alpha, add, err);
+    if (w->type == GGML_TYPE_Q4_K)
+        return nt <= 32
+                   ? qg_launch<GGML_TYPE_Q4_K, 4, true>(c, 4, w, xb, nt, y, ldy, alpha, add, err)
+                   : qg_launch<GGML_TYPE_Q4_K, 8, true>(c, 5, w, xb, nt, y, ldy, alpha, add, err);
     return nt <= 32 ? qg_launch<GGML_TYPE_Q6_K, 4>(c, 2, w, xb, nt, y, ldy, alpha, add, err)
                     : qg_launch<GGML_TYPE_Q6_K, 8>(c, 3, w, xb, nt, y, ldy, alpha, add, err);
 }

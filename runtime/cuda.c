@@ -398,7 +398,7 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
                        struct backend **out, struct mf_err *err)
 {
     struct cuda_backend *cb;
-    int rc, n = 0;
+    int rc, n = 0, qexact = 0;
 
     *out = NULL;
     if (cfg->kv_type != BACKEND_KV_F16 && cfg->kv_type != BACKEND_KV_Q8)
@@ -456,6 +456,11 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = mfk_ctx_pdl(cb->ctx, cb->pdl, err);
     if (!rc)
         rc = mfk_ctx_att_cluster(cb->ctx, cb->att_cluster, err);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_QGEMM_EXACT", getenv("MFC_CUDA_QGEMM_EXACT"), 0, &qexact,
+                              err);
+    if (!rc)
+        mfk_ctx_qgemm_exact(cb->ctx, qexact);
     if (!rc) {
         int32_t qmax = 0;
         rc = cuda_plan_qgemm_max(getenv("MFC_CUDA_QGEMM_MAX"), &qmax, err);

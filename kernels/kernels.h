@@ -52,15 +52,15 @@ void mfk_ctx_free(struct mfk_ctx *c);
 /* on 1: kernels are launched programmatically dependent where the device
  * has it (sm_90 and later), so a kernel's blocks are scheduled while its
  * predecessor finishes; 0 (the default): plain stream order. The order of
- * memory accesses is the same either way. MF_EIO when the device cannot be
- * asked. */
+ * memory accesses is the same either way. Returns 0 (the device's
+ * capability was read by mfk_ctx_new). */
 int mfk_ctx_pdl(struct mfk_ctx *c, int on, struct mf_err *err);
 /* on 1 (the default where the device has thread-block clusters, sm_90 and
  * later): a decode context split over at most MFK_ATT_CLUSTER_MAX blocks
  * (mfk_attention's splits) runs as one launch whose blocks meet through
  * distributed shared memory; 0: three launches through device memory (split
- * statistics, weighted values, their sum). Both give the same bits. MF_EIO
- * when the device cannot be asked. */
+ * statistics, weighted values, their sum). Both give the same bits.
+ * Returns 0. */
 int mfk_ctx_att_cluster(struct mfk_ctx *c, int on, struct mf_err *err);
 #define MFK_ATT_CLUSTER_MAX 8 /* blocks of a cluster every sm_90 device runs */
 
@@ -240,10 +240,11 @@ int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, i
 /* Q4_K and Q6_K products of up to max_tokens tokens (MFK_QGEMM_MAX_TOKENS
  * by default; 0: none) go to kernels/qgemm.cu inside mfk_gemm: the weights
  * dequantized in registers straight into the tensor cores, instead of to
- * bf16 in memory for cuBLAS; the same values, so the same results up to the
- * order of the fp32 sums. MF_EINVAL for max_tokens < 0. Past 64 tokens
- * cuBLAS on the dequantized rows won (H200, Llama-3-8B Q4_K_M batch 128:
- * 6,919 against 6,375-6,724 tokens/s). */
+ * bf16 in memory for cuBLAS (Q4_K in bf16 arithmetic unless
+ * mfk_ctx_qgemm_exact, below; otherwise the same values, so the same results
+ * up to the order of the fp32 sums). MF_EINVAL for max_tokens < 0. Past
+ * 64 tokens cuBLAS on the dequantized rows won (H200, Llama-3-8B Q4_K_M
+ * batch 128: 6,919 against 6,375-6,724 tokens/s). */
 #define MFK_QGEMM_MAX_TOKENS 64
 int mfk_ctx_qgemm(struct mfk_ctx *c, int32_t max_tokens, struct mf_err *err);
 /* on 0 (the default): qgemm.cu forms Q4_K weights in bf16 arithmetic, the

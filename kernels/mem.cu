@@ -33,6 +33,7 @@ struct mfk_ctx {
     int mmq_smem;            /* mmq.cu's tile kernel may take its shared memory */
     struct qg_state qgemm;   /* qgemm.cu's limit and kernels */
     int att_cluster;         /* split decode attention in one clustered launch */
+    int major;               /* compute capability: PDL and clusters from 9 */
 };
 
 extern "C" void mfk_blas_free(void *p); /* gemm.cu */
@@ -72,11 +73,10 @@ extern "C" int mfk_ctx_new(int index, struct mfk_ctx **out, struct mf_err *err)
         rc = ck(cudaDeviceGetAttribute(&c->qgemm.sms, cudaDevAttrMultiProcessorCount, index),
                 "cudaDeviceGetAttribute", err);
     c->qgemm.max_tokens = MFK_QGEMM_MAX_TOKENS;
-    int major = 0;
     if (!rc)
-        rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index),
+        rc = ck(cudaDeviceGetAttribute(&c->major, cudaDevAttrComputeCapabilityMajor, index),
                 "cudaDeviceGetAttribute", err);
-    c->att_cluster = major >= 9; /* thread-block clusters are sm_90's */
+    c->att_cluster = c->major >= 9; /* thread-block clusters are sm_90's */
     if (rc) {
         mfk_ctx_free(c);
         return rc;
@@ -267,11 +267,9 @@ int *mfk_ctx_mmq_smem(struct mfk_ctx *c)
 
 extern "C" int mfk_ctx_att_cluster(struct mfk_ctx *c, int on, struct mf_err *err)
 {
-    int major = 0;
-    int rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device),
-                "cudaDeviceGetAttribute", err);
-    c->att_cluster = !rc && on && major >= 9;
-    return rc;
+    (void)err; /* the capability was read at mfk_ctx_new */
+    c->att_cluster = on && c->major >= 9;
+    return 0;
 }
 
 int mfk_ctx_att_cluster_on(const struct mfk_ctx *c)
@@ -281,11 +279,9 @@ int mfk_ctx_att_cluster_on(const struct mfk_ctx *c)
 
 extern "C" int mfk_ctx_pdl(struct mfk_ctx *c, int on, struct mf_err *err)
 {
-    int major = 0;
-    int rc = ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device),
-                "cudaDeviceGetAttribute", err);
-    c->pdl = !rc && on && major >= 9;
-    return rc;
+    (void)err; /* the capability was read at mfk_ctx_new */
+    c->pdl = on && c->major >= 9;
+    return 0;
 }
 
 extern "C" int mfk_scratch_reserve(struct mfk_ctx *c, size_t n, struct mf_err *err)

@@ -327,6 +327,64 @@ static double gemm_peak(void)
 /* GEMV alone on a 14336 x 4096 weight (Llama 3 8B's ffn_gate) of type t:
  * weight GB/s at nt tokens, the median of 20 launches, rotating over 4
  * copies so the 60 MB L2 never holds the weight. */
+/* The types and shapes the product tables (gemv, qgemm) cover:
+ * Llama-3-8B's q, k/v, gate/up and down products. */
+static const int64_t bench_dims[][2] = {{4096, 4096}, {4096, 1024}, {4096, 14336}, {14336, 4096}};
+static const enum ggml_type gemv_types[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                            GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                            GGML_TYPE_Q6_K};
+static const enum ggml_type qgemm_types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+
+/* 1 when a table's TYPE argument ("-": all) names t. */
+static int type_wanted(const char *only, enum ggml_type t)
+{
+    return !only || strcmp(only, "-") == 0 || strcasecmp(only, ggml_type_name(t)) == 0;
+}
+
+/* 1 when TYPE is "-" or one of the n types: anything else is refused
+ * before the device is touched. */
+static int type_listed(const char *only, const enum ggml_type *ts, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(only, ggml_type_name(ts[i])) == 0)
+            return 1;
+    return strcmp(only, "-") == 0;
+}
+
+/* A context with programmatic launches and device x, y of `bytes` each, x
+ * filled with 0x3C bytes (finite floats). */
+static struct mfk_ctx *table_ctx(const char *what, size_t bytes, float **x, float **y)
+{
+    struct mfk_ctx *c;
+    struct mf_err err = {0};
+    if (mfk_ctx_new(0, &c, &err) || mfk_ctx_pdl(c, 1, &err) ||
+        mfk_malloc(c, bytes, (void **)x, &err) || mfk_malloc(c, bytes, (void **)y, &err) ||
+        mfk_memset(c, *x, 0x3C, bytes, &err))
+        die(what, &err);
+    return c;
+}
+
+/* Four device copies of one synthesized weight (product_ms rotates over
+ * them so that L2 never holds it); its bytes. */
+static size_t copies_new(struct mfk_ctx *c, const char *what, enum ggml_type t, int64_t ne0,
+                         int64_t ne1, void *w[4], uint64_t *rb)
+{
+    struct mf_err err = {0};
+    void *h = make_data(t, ne0, ne1, rb);
+    const size_t bytes = (size_t)*rb * (size_t)ne1;
+    for (int i = 0; i < 4; i++)
+        if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
+            die(what, &err);
+    free(h);
+    return bytes;
+}
+
+static void copies_free(void *w[4])
+{
+    for (int i = 0; i < 4; i++)
+        mfk_free(w[i]);
+}
+
 /* Device milliseconds a call of one product takes, back to back as a
  * step's products run (a single launch between two events measures the
  * launch more than the kernel): the mean of 32 calls after 4 of warm-up,
@@ -359,21 +417,13 @@ static float product_ms(struct mfk_ctx *c, struct mfk_weight *mw, void *const *w
  * bytes' rate against the copy bandwidth (the floor a step of them has). */
 static void qgemm_bench(double bw, const char *only_type)
 {
-    static const int64_t dims[][2] = {{4096, 4096}, {4096, 1024}, {4096, 14336}, {14336, 4096}};
-    static const enum ggml_type ts[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
     static const int nts[] = {8, 16, 32, 64, 128};
     static const char *paths[] = {"qgemm", "dequant+cuBLAS", "gemv/mmq"};
-    struct mfk_ctx *c;
     struct mf_err err = {0};
-    if (mfk_ctx_new(0, &c, &err) || mfk_ctx_pdl(c, 1, &err))
-        die("qgemm bench", &err);
+    float *x, *y;
+    struct mfk_ctx *c = table_ctx("qgemm bench", (size_t)128 * 14336 * 4, &x, &y);
     if (!mfk_gemm_available(c, &err))
         die("qgemm bench", &err);
-    float *x, *y;
-    if (mfk_malloc(c, (size_t)128 * 14336 * 4, (void **)&x, &err) ||
-        mfk_malloc(c, (size_t)128 * 14336 * 4, (void **)&y, &err))
-        die("qgemm bench", &err);
-    mfk_memset(c, x, 0x3C, (size_t)128 * 14336 * 4, &err);
     printf("| type | rows x cols | tokens | path | us | weight GB/s | of copy |\n"
            "|---|---|---:|---|---:|---:|---:|\n");
     /* CUDA_BENCH_QGEMM=TYPE,ROWS,COLS,TOKENS: that product alone, qgemm.cu's
@@ -386,19 +436,17 @@ static void qgemm_bench(double bw, const char *only_type)
         fprintf(stderr, "cuda_bench: CUDA_BENCH_QGEMM=%s: expected TYPE,ROWS,COLS,TOKENS\n", one);
         exit(2);
     }
-    for (size_t ti = 0; ti < 2; ti++)
-        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
-            const int64_t ne0 = dims[di][0], ne1 = dims[di][1];
+    const enum ggml_type *ts = qgemm_types;
+    for (size_t ti = 0; ti < sizeof qgemm_types / sizeof qgemm_types[0]; ti++)
+        for (size_t di = 0; di < sizeof bench_dims / sizeof bench_dims[0]; di++) {
+            const int64_t ne0 = bench_dims[di][0], ne1 = bench_dims[di][1];
             if (one && (strcasecmp(ot, ggml_type_name(ts[ti])) || orow != ne1 || ocol != ne0))
                 continue;
-            if (only_type && strcmp(only_type, "-") && strcasecmp(only_type, ggml_type_name(ts[ti])))
+            if (!type_wanted(only_type, ts[ti]))
                 continue;
             uint64_t rb;
-            void *h = make_data(ts[ti], ne0, ne1, &rb), *w[4];
-            const size_t bytes = (size_t)rb * (size_t)ne1;
-            for (int i = 0; i < 4; i++)
-                if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
-                    die("qgemm bench", &err);
+            void *w[4];
+            const size_t bytes = copies_new(c, "qgemm bench", ts[ti], ne0, ne1, w, &rb);
             struct mfk_weight mw = {.type = (int)ts[ti], .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
             size_t sb = mfk_gemm_scratch(&mw, 128);
             void *scratch;
@@ -417,10 +465,8 @@ static void qgemm_bench(double bw, const char *only_type)
                            ggml_type_name(ts[ti]), (long long)ne1, (long long)ne0, nts[k],
                            paths[p], ms * 1e3, gbs, 100 * gbs * 1e9 / bw);
                 }
-            for (int i = 0; i < 4; i++)
-                mfk_free(w[i]);
+            copies_free(w);
             mfk_free(scratch);
-            free(h);
         }
     mfk_free(x), mfk_free(y);
     mfk_ctx_free(c);
@@ -432,34 +478,20 @@ static void qgemm_bench(double bw, const char *only_type)
  * copy bandwidth, the batch-1 roofline's own ratio. */
 static void gemv_bench(double bw, const char *only_type)
 {
-    static const int64_t dims[][2] = {{4096, 4096}, {4096, 1024}, {4096, 14336}, {14336, 4096}};
-    static const enum ggml_type ts[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                        GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-                                        GGML_TYPE_Q6_K};
     static const int nts[] = {1, 2, 4, 8};
-    struct mfk_ctx *c;
-    struct mf_err err = {0};
-    if (mfk_ctx_new(0, &c, &err) || mfk_ctx_pdl(c, 1, &err))
-        die("gemv bench", &err);
     float *x, *y;
-    if (mfk_malloc(c, (size_t)8 * 14336 * 4, (void **)&x, &err) ||
-        mfk_malloc(c, (size_t)8 * 14336 * 4, (void **)&y, &err))
-        die("gemv bench", &err);
-    mfk_memset(c, x, 0x3C, (size_t)8 * 14336 * 4, &err);
+    struct mfk_ctx *c = table_ctx("gemv bench", (size_t)8 * 14336 * 4, &x, &y);
     printf("| type | rows x cols | tokens | us | weight GB/s | of copy |\n"
            "|---|---|---:|---:|---:|---:|\n");
-    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
-        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
-            if (only_type && strcmp(only_type, "-") &&
-                strcasecmp(only_type, ggml_type_name(ts[ti])))
+    const enum ggml_type *ts = gemv_types;
+    for (size_t ti = 0; ti < sizeof gemv_types / sizeof gemv_types[0]; ti++)
+        for (size_t di = 0; di < sizeof bench_dims / sizeof bench_dims[0]; di++) {
+            if (!type_wanted(only_type, ts[ti]))
                 continue;
-            const int64_t ne0 = dims[di][0], ne1 = dims[di][1];
+            const int64_t ne0 = bench_dims[di][0], ne1 = bench_dims[di][1];
             uint64_t rb;
-            void *h = make_data(ts[ti], ne0, ne1, &rb), *w[4];
-            const size_t bytes = (size_t)rb * (size_t)ne1;
-            for (int i = 0; i < 4; i++)
-                if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
-                    die("gemv bench", &err);
+            void *w[4];
+            const size_t bytes = copies_new(c, "gemv bench", ts[ti], ne0, ne1, w, &rb);
             struct mfk_weight mw = {.type = (int)ts[ti], .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
             for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
                 const float ms = product_ms(c, &mw, w, 2, x, nts[k], y, NULL, 0);
@@ -467,9 +499,7 @@ static void gemv_bench(double bw, const char *only_type)
                 printf("| %s | %lld x %lld | %d | %.1f | %.0f | %.0f%% |\n", ggml_type_name(ts[ti]),
                        (long long)ne1, (long long)ne0, nts[k], ms * 1e3, gbs, 100 * gbs * 1e9 / bw);
             }
-            for (int i = 0; i < 4; i++)
-                mfk_free(w[i]);
-            free(h);
+            copies_free(w);
         }
     mfk_free(x), mfk_free(y);
     mfk_ctx_free(c);
@@ -756,6 +786,15 @@ int main(int argc, char **argv)
                 return 2;
             nb++;
         }
+    }
+    const int listing = strcmp(argv[1], "gemv") == 0 ? 1 : strcmp(argv[1], "qgemm") == 0 ? 2 : 0;
+    if (listing &&
+        !(listing == 1
+              ? type_listed(argv[2], gemv_types, sizeof gemv_types / sizeof gemv_types[0])
+              : type_listed(argv[2], qgemm_types, sizeof qgemm_types / sizeof qgemm_types[0]))) {
+        fprintf(stderr, "cuda_bench %s: %s is not a type of its table (- for all)\n", argv[1],
+                argv[2]);
+        return 2;
     }
     if (cuda_device_count() < 1) {
         fprintf(stderr, "cuda_bench: no CUDA device\n");

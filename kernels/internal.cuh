@@ -202,6 +202,67 @@ template <int N> __device__ __forceinline__ void cp_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* Hopper's bulk copies (the copy engine without a tensor map: one
+ * instruction moves a contiguous run of bytes, 16-byte aligned and a
+ * multiple of 16 long) and the shared-memory barriers that count their
+ * bytes. A barrier of `count` arrivals completes a phase when all have
+ * arrived and every byte they announced has landed. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b), "r"(count) : "memory");
+#endif
+}
+
+/* The barriers' initialization made visible to the copy engine; then a
+ * __syncthreads before any thread uses them. */
+__device__ __forceinline__ void mbar_init_fence()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+/* This thread's arrival, announcing `bytes` that copies will bring. */
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t *bar, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes)
+                 : "memory");
+#endif
+}
+
+/* Waits for the phase of the given parity (0 first, then 1, 0, ..). */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n"
+                 "}\n" ::"r"(b),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+
+/* bytes from global src to this block's shared dst, counted on bar. */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(d),
+                 "l"(src), "r"(bytes), "r"(b)
+                 : "memory");
+#endif
+}
+
 /* c += a b on the tensor cores, mma.m16n8k16 with fp32 sums: bf16 inputs
  * (BF16) or fp16. a: the A fragment (rows g, g + 8; k 2qd.., 2qd + 8..),
  * b0, b1: the B fragment's two registers. */

@@ -26,13 +26,16 @@
  * each A fragment serves TN / 8), over its K-group's share of each stage.
  * A stage is the rows' super-blocks (Q4_K: one, 144 bytes a row; Q6_K: a
  * pair, 420 bytes, 4-byte aligned where one alone is not) and the tokens'
- * bf16 inputs for those columns, in a cp.async pipeline of 2 to 4 stages;
- * the weights of the first stages are asked for before the wait on the
- * previous kernel (programmatic launch: nothing writes weights). When the
- * tiles are too few to fill the multiprocessors, K is split over a cluster
- * of up to 8 blocks (mfk_qgemm_splits), whose partial tiles meet through
- * distributed shared memory and are added in rank order. Every sum has a
- * fixed order, so a product's result does not depend on timing.
+ * bf16 inputs for those columns, in a pipeline of 2 to 4 stages. Q4_K's
+ * weight rows come by bulk copies (one a row, counted on the stage's
+ * mbarrier; qg_bulk), and from 33 tokens its token rows too; the rest by
+ * cp.async (qg_stager). The weights of the first stages are asked for
+ * before the wait on the previous kernel (programmatic launch: nothing
+ * writes weights). When the tiles are too few to fill the multiprocessors,
+ * K is split over a cluster of up to 8 blocks (mfk_qgemm_splits), whose
+ * partial tiles meet through distributed shared memory and are added in
+ * rank order. Every sum has a fixed order, so a product's result does not
+ * depend on timing.
  *
  * A lane's A registers hold k columns 2qd, 2qd+1, 2qd+8, 2qd+9 of a k16
  * chunk and its B registers the same columns of a token. A dot product does
@@ -76,6 +79,10 @@ namespace cg = cooperative_groups;
 
 #define QG_THREADS 256
 #define QG_SMEM_MAX 232448 /* 227 KiB: a Hopper block's dynamic shared memory, at most */
+/* The parts of a stage that bulk copies bring (qg_bulk; QG_BULK_W: the
+ * weight rows, QG_BULK_X: the token rows); the rest cp.async (qg_stager). */
+#define QG_BULK_W 1
+#define QG_BULK_X 2
 #define QG_MAGIC 8388608.0f /* 2^23: float(0x4B000000 | b) - QG_MAGIC = b, for b < 2^23 */
 
 /* Per type: rows a block (TM), K-groups (KG: TM / 32 x KG = 8 warps),
@@ -87,9 +94,23 @@ namespace cg = cooperative_groups;
 template <int TY> struct qg_type;
 template <> struct qg_type<GGML_TYPE_Q4_K> {
     static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16, MB = 2;
+    /* Bulk copies for the weights, and for the tokens too from 64 (NN 8).
+     * H200, us, cp.async alone / weights by bulk / both: 14336 x 4096 at
+     * 16 tokens 33.1 / 30.2 / 30.7, at 64 46.4 / 42.3 / 40.7; 4096 x
+     * 14336 at 16 45.8 / 42.7 / 47.6, at 64 61.4 / 61.2 / 58.4
+     * (bench/results/cuda-bulk-h200-2026-12-02). */
+    static constexpr int bulk(int nn)
+    {
+        return nn >= 8 ? QG_BULK_W | QG_BULK_X : QG_BULK_W;
+    }
 };
 template <> struct qg_type<GGML_TYPE_Q6_K> {
     static constexpr int TM = 64, KG = 4, SBS = 2, WROW = 420, WSTRIDE = 432, CP = 4, MB = 1;
+    /* 420-byte rows, 4-byte aligned: cp.async alone */
+    static constexpr int bulk(int)
+    {
+        return 0;
+    }
 };
 
 /* A kernel's shapes: NN n8 tiles of tokens, T::MB blocks a multiprocessor
@@ -97,6 +118,7 @@ template <> struct qg_type<GGML_TYPE_Q6_K> {
 template <int TY, int NN> struct qg_cfg : qg_type<TY> {
     using T = qg_type<TY>;
     static constexpr int TN = 8 * NN;               /* tokens a block */
+    static constexpr int BULK = T::bulk(NN);        /* the parts bulk copies stage */
     static constexpr int KSTAGE = 256 * T::SBS;     /* columns a stage */
     static constexpr int XSTRIDE = 2 * KSTAGE + 32; /* bytes between staged token rows */
     static constexpr int W_BYTES = T::TM * T::WSTRIDE, X_BYTES = TN * XSTRIDE;
@@ -106,8 +128,12 @@ template <int TY, int NN> struct qg_cfg : qg_type<TY> {
     static constexpr int TSTRIDE = T::TM + 4; /* floats between the result tile's token rows */
     static constexpr int PART = (T::KG - 1) * T::TM * TN * 4; /* the other K-groups' sums */
     static constexpr int EPI = PART + TN * TSTRIDE * 4;
-    static constexpr int SMEM = P * STAGE > EPI ? P * STAGE : EPI;
+    static constexpr int BARS = ((P * STAGE > EPI ? P * STAGE : EPI) + 7) / 8 * 8;
+    static constexpr int SMEM = BARS + (BULK ? 8 * P : 0); /* the stages' barriers last */
     static_assert(P >= 2 && SMEM <= BUDGET, "a double-buffered pipeline at least");
+    static_assert(!(BULK & QG_BULK_W) ||
+                      (T::WROW % 16 == 0 && T::WSTRIDE % 16 == 0 && STAGE % 16 == 0),
+                  "bulk copies move 16-byte multiples to 16-byte boundaries");
     static_assert(T::TM / 32 * T::KG == QG_THREADS / 32, "eight warps");
     static_assert(T::WROW % T::CP == 0 && XSTRIDE % 128 == 32, "copies and banks");
 };
@@ -117,6 +143,12 @@ template <int TY, int NN> struct qg_cfg : qg_type<TY> {
 __device__ __forceinline__ float qg_byte(uint32_t w, int i)
 {
     return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | i));
+}
+
+/* Byte i of w as the float 1 + byte 2^-23 (the bits 0x3F8000bb). */
+__device__ __forceinline__ float qg_one(uint32_t w, int i)
+{
+    return __uint_as_float(__byte_perm(w, 0x3F800000u, 0x7650 | i));
 }
 
 __device__ __forceinline__ uint32_t qg_pack(float lo, float hi)
@@ -143,8 +175,8 @@ __device__ __forceinline__ void qg_afrag(uint32_t (&a)[2][4], int mt, int h, con
 __device__ __forceinline__ void qg_afrag_fast(uint32_t (&a)[2][4], int mt, int h, uint32_t nib,
                                               float d1, float m1)
 {
-    const __nv_bfloat162 s2 = __bfloat162bfloat162(__float2bfloat16_rn(d1));
-    const __nv_bfloat162 n2 = __bfloat162bfloat162(__float2bfloat16_rn(-m1));
+    const __nv_bfloat162 s2 = __floats2bfloat162_rn(d1, d1); /* one F2FP: rounded, paired */
+    const __nv_bfloat162 n2 = __floats2bfloat162_rn(-m1, -m1);
     const __nv_bfloat162 k2 = __bfloat162bfloat162(__float2bfloat16_rn(128.0f));
     const uint32_t p01 = __byte_perm(nib, 0x43u, 0x4140), p23 = __byte_perm(nib, 0x43u, 0x4342);
     const __nv_bfloat162 v01 =
@@ -208,15 +240,15 @@ __device__ __forceinline__ void qg_slice_q4k(float (&acc)[2][NN][4], const uint8
     using C = qg_cfg<GGML_TYPE_Q4_K, NN>;
     const uint8_t *rp[2][2];
     qg_rows<C::WSTRIDE>(ws, rw, g, rp);
-    float dd[2][2], dm[2][2];
+    float dd[2][2], dm[2][2];      /* the super-block's d and dmin, times 2^23 (exact) */
     uint32_t scw[2][2], mnw[2][2]; /* the 4 sub-blocks' 6-bit scales and mins, a byte each */
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint4 hd = *reinterpret_cast<const uint4 *>(rp[mt][h]);
-            dd[mt][h] = qg_h2f((uint16_t)(hd.x & 0xFFFF));
-            dm[mt][h] = qg_h2f((uint16_t)(hd.x >> 16));
+            dd[mt][h] = qg_h2f((uint16_t)(hd.x & 0xFFFF)) * QG_MAGIC;
+            dm[mt][h] = qg_h2f((uint16_t)(hd.x >> 16)) * QG_MAGIC;
             if (kg == 0) { /* ggml's get_scale_min_k4, four sub-blocks at once */
                 scw[mt][h] = hd.y & 0x3F3F3F3Fu;
                 mnw[mt][h] = hd.z & 0x3F3F3F3Fu;
@@ -234,10 +266,11 @@ __device__ __forceinline__ void qg_slice_q4k(float (&acc)[2][NN][4], const uint8
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    d1[lh][mt][h] =
-                        __fmul_rn(dd[mt][h], qg_byte(scw[mt][h], 2 * pp + lh) - QG_MAGIC);
-                    m1[lh][mt][h] =
-                        __fmul_rn(dm[mt][h], qg_byte(mnw[mt][h], 2 * pp + lh) - QG_MAGIC);
+                    /* d 2^23 (1 + sc 2^-23) - d 2^23 = d sc exactly
+                     * before the fma's one rounding: __fmul_rn(d, sc) in
+                     * one instruction */
+                    d1[lh][mt][h] = fmaf(dd[mt][h], qg_one(scw[mt][h], 2 * pp + lh), -dd[mt][h]);
+                    m1[lh][mt][h] = fmaf(dm[mt][h], qg_one(mnw[mt][h], 2 * pp + lh), -dm[mt][h]);
                 }
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
@@ -401,7 +434,65 @@ template <class C> struct qg_stager {
     }
 };
 
+/* The bulk-copy staging (the parts C::BULK names): one copy a weight row
+ * (even threads: row tid / 2) and one a token row (threads 4 t + 1) each
+ * stage, counted on the stage's barrier, in place of qg_stager's 16-byte
+ * copies and their address arithmetic (a sixth of the cp.async kernel's
+ * instructions; its copies' shared-memory writes also conflicted two ways,
+ * 38% excess wavefronts: ncu, H200). A bulk copy takes uniform operands,
+ * so a warp issues its lanes' one at a time: the producers are spread
+ * evenly over the warps. Only rows that exist are copied and arrive
+ * (count); token rows past nt are zeroed once in every stage (zero), as
+ * qg_stager's zero fill has them. */
+template <class C> struct qg_bulk {
+    static_assert(QG_THREADS >= 2 * C::TM && QG_THREADS >= 4 * C::TN, "a row a producer");
+    const uint8_t *src; /* this thread's row, stage 0 */
+    uint32_t dst;       /* its offset within a stage */
+    uint32_t bytes;     /* a stage's bytes of it, also the step between stages */
+    bool live, weight, gap;
 
+    __device__ __forceinline__ qg_bulk(const uint8_t *wb, uint64_t rb, int64_t row0, int64_t ne1,
+                                       const __nv_bfloat16 *xb, int64_t ne0, int tok0, int nt,
+                                       int tid)
+    {
+        const int r = tid >> 1, t = tid >> 2;
+        weight = (C::BULK & QG_BULK_W) && !(tid & 1);
+        const bool tok = (C::BULK & QG_BULK_X) && (tid & 3) == 1 && t < C::TN;
+        live = weight ? row0 + r < ne1 : tok && tok0 + t < nt;
+        gap = tok && !live;
+        if (weight) {
+            src = wb + (uint64_t)(live ? row0 + r : 0) * rb;
+            dst = (uint32_t)(r * C::WSTRIDE), bytes = C::WROW;
+        } else {
+            src = reinterpret_cast<const uint8_t *>(xb + (int64_t)(live ? tok0 + t : 0) * ne0);
+            dst = (uint32_t)(C::W_BYTES + (tok ? t : 0) * C::XSTRIDE), bytes = 2 * C::KSTAGE;
+        }
+    }
+    /* the arrivals a stage's barrier counts */
+    static __device__ __forceinline__ int count(int64_t row0, int64_t ne1, int tok0, int nt)
+    {
+        const int64_t r = ne1 - row0 < C::TM ? ne1 - row0 : C::TM;
+        const int t = nt - tok0 < C::TN ? nt - tok0 : C::TN;
+        return ((C::BULK & QG_BULK_W) ? (int)r : 0) + ((C::BULK & QG_BULK_X) ? t : 0);
+    }
+    __device__ __forceinline__ void zero(uint8_t *smem) const
+    {
+        if (gap)
+            for (int p = 0; p < C::P; p++)
+                for (uint32_t k = 0; k < bytes; k += 16)
+                    *reinterpret_cast<uint4 *>(smem + p * C::STAGE + dst + k) =
+                        make_uint4(0, 0, 0, 0);
+    }
+    /* stage st into the stage at dst0, counted on bar; `weights`: the
+     * weight rows (before the wait for the input) or the token rows */
+    __device__ __forceinline__ void load(uint8_t *dst0, uint64_t *bar, int st, bool weights) const
+    {
+        if (!live || weight != weights)
+            return;
+        mbar_arrive_tx(bar, bytes);
+        bulk_copy(dst0 + dst, src + (uint64_t)st * bytes, bytes, bar);
+    }
+};
 
 /* The end of a block: its K-groups' sums (acc: the lane's m16 tiles at
  * tile rows rb0 and rb1, kg and rw its K-group and row warp) added to
@@ -500,23 +591,7 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
             for (int e = 0; e < 4; e++)
                 acc[mt][k][e] = 0.0f;
 
-    const qg_stager<C> sg(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
-    for (int i = 0; i < C::P - 1; i++) /* weights only: before the wait for the input */
-        if (i < n)
-            sg.load_w(smem + i * C::STAGE, s0 + i);
-    pdl_start();
-    for (int i = 0; i < C::P - 1; i++) {
-        if (i < n)
-            sg.load_x(smem + i * C::STAGE, s0 + i, ne0);
-        cp_commit();
-    }
-    for (int i = 0; i < n; i++) {
-        cp_wait<C::P - 2>();
-        __syncthreads(); /* stage i landed; stage i - 1 is done with */
-        const int nx = i + C::P - 1;
-        if (nx < n)
-            sg.load(smem + (nx % C::P) * C::STAGE, s0 + nx, ne0);
-        cp_commit();
+    auto slice = [&](int i) {
         const uint8_t *st = smem + (i % C::P) * C::STAGE;
         const uint8_t *xg = st + C::W_BYTES + g * C::XSTRIDE + 8 * qd;
         if constexpr (TY == GGML_TYPE_Q4_K)
@@ -525,6 +600,51 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
             qg_slice_q6k<NN, true>(acc, st, xg, rw, kg, g, qd);
         else
             qg_slice_q6k<NN, false>(acc, st, xg, rw, kg, g, qd);
+    };
+    /* Stage i waits for its cp.async copies (each thread its own, then the
+     * block's barrier) and its bulk copies (the stage's mbarrier). */
+    constexpr bool BW = C::BULK & QG_BULK_W, BX = C::BULK & QG_BULK_X;
+    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + C::BARS);
+    const qg_stager<C> sg(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
+    const qg_bulk<C> sb(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
+    if constexpr (C::BULK != 0) {
+        if (tid == 0) {
+            const int count = qg_bulk<C>::count(row0, ne1, tok0, nt);
+            for (int p = 0; p < C::P; p++)
+                mbar_init(bar + p, count);
+            mbar_init_fence();
+        }
+        sb.zero(smem);
+        __syncthreads();
+    }
+    auto load = [&](int i, bool weights) { /* stage s0 + i into buffer i % P */
+                                           uint8_t *dst = smem + (i % C::P) * C::STAGE;
+                                           if (weights ? BW : BX)
+                                               sb.load(dst, bar + i % C::P, s0 + i, weights);
+                                           else if (weights)
+                                               sg.load_w(dst, s0 + i);
+                                           else
+                                               sg.load_x(dst, s0 + i, ne0);
+    };
+    for (int i = 0; i < C::P - 1; i++) /* weights only: before the wait for the input */
+        if (i < n)
+            load(i, true);
+    pdl_start();
+    for (int i = 0; i < C::P - 1; i++) {
+        if (i < n)
+            load(i, false);
+        cp_commit();
+    }
+    for (int i = 0; i < n; i++) {
+        cp_wait<C::P - 2>();
+        __syncthreads(); /* stage i's cp.async landed; stage i - 1 is done with */
+        const int nx = i + C::P - 1;
+        if (nx < n)
+            load(nx, true), load(nx, false);
+        cp_commit();
+        if constexpr (C::BULK != 0)
+            mbar_wait(bar + i % C::P, (uint32_t)(i / C::P) & 1);
+        slice(i);
     }
     cp_wait<0>();
     __syncthreads(); /* the stages are free for the epilogue */

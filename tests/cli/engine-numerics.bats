@@ -118,8 +118,17 @@ agree() {
     agree f32 5e-4 --gen 64
 }
 
-@test "F16 toy: 1-token prompt within 1e-4, 40-token within 1e-2, 64 greedy tokens identical" {
-    agree f16-1 1e-4
+# On AMX Xeons (Sapphire Rapids on) llama.cpp loads its sapphirerapids CPU
+# library, whose F16 product is not the one-row path: its 1-token F16
+# logits move by 1.8e-3 std (measured 2026-12-02), and by 1.6e-6 from mfc's
+# once that library is removed from node-llama-cpp's bins. There the
+# 1-token F16 check takes the batched path's 1e-2.
+f16_one_tol() {
+    if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then echo 1e-2; else echo 1e-4; fi
+}
+
+@test "F16 toy: 1-token prompt within 1e-4 (1e-2 on AMX CPUs), 40-token within 1e-2, 64 greedy tokens identical" {
+    agree f16-1 "$(f16_one_tol)"
     agree f16 1e-2 --gen 64
 }
 

@@ -178,6 +178,13 @@ int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int6
                 const float *g, float *y, int64_t ldy, int32_t rows, int64_t n, float eps,
                 const struct mfk_q8 *q8, struct mf_err *err);
 
+/* mfk_rmsnorm, and y rounded to bf16 (bf16 != 0) or fp16 into yh, packed n
+ * apart (16-byte aligned): what mfk_round_half would make of y, for
+ * mfk_gemm_rounded, without its launch. */
+int mfk_rmsnorm_rounded(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int64_t ldr,
+                        const float *g, float *y, int64_t ldy, int32_t rows, int64_t n, float eps,
+                        const struct mfk_q8 *q8, void *yh, int bf16, struct mf_err *err);
+
 /* y[t][r] (+)= dot(w row r, x[t]) for r < w->ne1, t < nt: the weight
  * bytes are read from memory once per 8 tokens (once per step in decode);
  * Q4_K weights with MFK_MMQ_MIN tokens or more go to the integer tensor

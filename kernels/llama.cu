@@ -464,9 +464,34 @@ __device__ __forceinline__ void q8_store4(float4 v, int64_t i, int8_t *q, float 
  * and writing it back), the sum of squares meets in shared memory, then the
  * kept values are scaled. Rows longer than NORM_THREADS * NORM_VEC * 4 are
  * reread from memory for the part past that. */
+/* o, the output's float4 i, where it goes: y, the 8-bit copy, the rounded
+ * copy (yh: bf16 or fp16 packed n apart). */
+__device__ __forceinline__ void norm_store(float4 o, int64_t i, float4 *yr, int8_t *qq, float *qd,
+                                           float *qs, void *yh, int bf16, int64_t n)
+{
+    yr[i] = o;
+    if (qq)
+        q8_store4(o, i, qq, qd, qs);
+    if (!yh)
+        return;
+    const int64_t e = (int64_t)blockIdx.x * n + 4 * i;
+    if (bf16) {
+        __align__(8)
+            __nv_bfloat16 h[4] = {to_half<__nv_bfloat16>(o.x), to_half<__nv_bfloat16>(o.y),
+                                  to_half<__nv_bfloat16>(o.z), to_half<__nv_bfloat16>(o.w)};
+        *reinterpret_cast<uint2 *>(static_cast<__nv_bfloat16 *>(yh) + e) =
+            *reinterpret_cast<const uint2 *>(h);
+    } else {
+        __align__(8) __half h[4] = {to_half<__half>(o.x), to_half<__half>(o.y),
+                                    to_half<__half>(o.z), to_half<__half>(o.w)};
+        *reinterpret_cast<uint2 *>(static_cast<__half *>(yh) + e) =
+            *reinterpret_cast<const uint2 *>(h);
+    }
+}
+
 __global__ void __launch_bounds__(NORM_THREADS)
     k_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *g, float *y,
-              int64_t ldy, int64_t n, float eps, struct mfk_q8 q8)
+              int64_t ldy, int64_t n, float eps, struct mfk_q8 q8, void *yh, int bf16)
 {
     pdl_start();
     const int64_t nb = (int64_t)blockIdx.x * (n / 32); /* this row's first 32-element block */
@@ -530,9 +555,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
             const float4 o = make_float4(
                 __fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
                 __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
-            yr[i] = o;
-            if (qq)
-                q8_store4(o, i, qq, qd, qs);
+            norm_store(o, i, yr, qq, qd, qs, yh, bf16, n);
         }
     }
     for (int64_t i = threadIdx.x + (int64_t)NORM_VEC * NORM_THREADS; i < n4; i += NORM_THREADS) {
@@ -540,26 +563,32 @@ __global__ void __launch_bounds__(NORM_THREADS)
         const float4 o = make_float4(
             __fmul_rn(__fmul_rn(v.x, scale), w.x), __fmul_rn(__fmul_rn(v.y, scale), w.y),
             __fmul_rn(__fmul_rn(v.z, scale), w.z), __fmul_rn(__fmul_rn(v.w, scale), w.w));
-        yr[i] = o;
-        if (qq)
-            q8_store4(o, i, qq, qd, qs);
+        norm_store(o, i, yr, qq, qd, qs, yh, bf16, n);
     }
 }
 
-extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int64_t ldr,
-                           const float *g, float *y, int64_t ldy, int32_t rows, int64_t n,
-                           float eps, const struct mfk_q8 *q8, struct mf_err *err)
+extern "C" int mfk_rmsnorm_rounded(struct mfk_ctx *c, float *x, int64_t ldx, const float *res,
+                                   int64_t ldr, const float *g, float *y, int64_t ldy, int32_t rows,
+                                   int64_t n, float eps, const struct mfk_q8 *q8, void *yh,
+                                   int bf16, struct mf_err *err)
 {
     if (rows <= 0)
         return 0;
     if (int rc = q8_check(q8, n, "rmsnorm", err))
         return rc;
     if ((n & 3) || (ldx & 3) || (ldy & 3) || (res && (ldr & 3)) || ((uintptr_t)x & 15) ||
-        ((uintptr_t)y & 15) || ((uintptr_t)g & 15) || ((uintptr_t)res & 15))
+        ((uintptr_t)y & 15) || ((uintptr_t)g & 15) || ((uintptr_t)res & 15) || ((uintptr_t)yh & 15))
         return mf_err_set(err, MF_EINVAL, "CUDA rmsnorm: rows must be 16-byte aligned float4s");
     mfk_go(mfk_queue(c), rows, NORM_THREADS, 0, k_rmsnorm, x, ldx, res, ldr, g, y, ldy, n, eps,
-           q8 ? *q8 : mfk_q8{});
+           q8 ? *q8 : mfk_q8{}, yh, bf16);
     return mfk_launched("rmsnorm", err);
+}
+
+extern "C" int mfk_rmsnorm(struct mfk_ctx *c, float *x, int64_t ldx, const float *res, int64_t ldr,
+                           const float *g, float *y, int64_t ldy, int32_t rows, int64_t n,
+                           float eps, const struct mfk_q8 *q8, struct mf_err *err)
+{
+    return mfk_rmsnorm_rounded(c, x, ldx, res, ldr, g, y, ldy, rows, n, eps, q8, NULL, 0, err);
 }
 
 /* ------------------------------------------------------------------------

@@ -360,11 +360,12 @@ static int bf16_copies(struct cuda_backend *cb, struct mf_err *err)
 /* y[i] = W[i] x over T tokens for n weights of one input (n <= 3): each on
  * the tensor cores past the measured crossover (see setup_gemm), the rest
  * through one mfk_gemv_n, which quantizes the input once for them; then the
- * step's adapters of each model target (cb->lrun, cuda_lora.c). */
+ * step's adapters of each model target (cb->lrun, cuda_lora.c). rounded:
+ * the tensor cores' input is already in the GEMM scratch (norm_rounded). */
 static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
                     const struct mfk_weight *const *w, const float *x, int64_t ldx, int32_t T,
                     float *const *y, const int64_t *ldy, int add, const struct mfk_q8 *xq8,
-                    struct mf_err *err)
+                    int rounded, struct mf_err *err)
 {
     const struct mfk_weight *gw[3], *tw[3];
     float *gy[3], *ty[3];
@@ -377,7 +378,10 @@ static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
         else
             gw[ng] = w[i], gy[ng] = y[i], gld[ng++] = ldy[i];
     }
-    if (nt)
+    for (int i = 0; rounded && !rc && i < nt; i++)
+        rc = mfk_gemm_rounded(cb->ctx, tw[i], T, ty[i], tld[i], add, cb->gscratch,
+                              cb->gscratch_bytes, err);
+    if (nt && !rounded)
         rc = mfk_gemm_n(cb->ctx, nt, tw, x, ldx, T, ty, tld, add, cb->gscratch,
                         cb->gscratch_bytes, err);
     if (!rc && ng)
@@ -391,7 +395,25 @@ static int matmul(struct cuda_backend *cb, int32_t target, const struct mfk_weig
                   const float *x, int64_t ldx, int32_t T, float *y, int64_t ldy, int add,
                   const struct mfk_q8 *xq8, struct mf_err *err)
 {
-    return matmul_n(cb, 1, &target, &w, x, ldx, T, &y, &ldy, add, xq8, err);
+    return matmul_n(cb, 1, &target, &w, x, ldx, T, &y, &ldy, add, xq8, 0, err);
+}
+
+/* The RMSNorm before n products of its output (cb->xb): with the output
+ * rounded into the GEMM scratch too where every product takes the tensor
+ * cores (cuda_plan_norm_rounded; mfk_gemm_n's own rounding launch saved),
+ * *rounded then 1 for matmul_n. */
+static int norm_rounded(struct cuda_backend *cb, const float *g, int64_t xbw, int32_t T, int n,
+                        const struct mfk_weight *const *w, const struct mfk_q8 *q8, int *rounded,
+                        struct mf_err *err)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    const int64_t E = hp->n_embd;
+    enum ggml_type types[3];
+    for (int i = 0; i < n; i++)
+        types[i] = (enum ggml_type)w[i]->type;
+    *rounded = cuda_plan_norm_rounded(n, types, T, cb->gemm_min, cb->mmq);
+    return mfk_rmsnorm_rounded(cb->ctx, cb->x, E, NULL, 0, g, cb->xb, xbw, T, E, hp->rms_eps, q8,
+                               *rounded ? cb->gscratch : NULL, mfk_gemm_rounding(w[0]) == 2, err);
 }
 
 static int cuda_create(const struct model *m, const struct backend_config *cfg,
@@ -589,10 +611,10 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         float *y[3] = {cb->q, cb->k, cb->v};
         const int64_t ld[3] = {qd, kvd, kvd};
         const struct mfk_q8 *q8 = q8_for(cb, 3, w, T);
-        rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->attn_norm, cb->xb, xbw, T, E, hp->rms_eps, q8,
-                         err);
+        int rounded;
+        rc = norm_rounded(cb, L->attn_norm, xbw, T, 3, w, q8, &rounded, err);
         if (!rc)
-            rc = matmul_n(cb, 3, tg, w, cb->xb, xbw, T, y, ld, 0, q8, err);
+            rc = matmul_n(cb, 3, tg, w, cb->xb, xbw, T, y, ld, 0, q8, rounded, err);
     }
     if (!rc)
         rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
@@ -620,10 +642,10 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         float *y[2] = {cb->hg, cb->hu};
         const int64_t ld[2] = {F, F};
         const struct mfk_q8 *q8 = q8_for(cb, 2, w, T);
-        rc = mfk_rmsnorm(c, cb->x, E, NULL, 0, L->ffn_norm, cb->xb, xbw, T, E, hp->rms_eps, q8,
-                         err);
+        int rounded;
+        rc = norm_rounded(cb, L->ffn_norm, xbw, T, 2, w, q8, &rounded, err);
         if (!rc)
-            rc = matmul_n(cb, 2, tg, w, cb->xb, xbw, T, y, ld, 0, q8, err);
+            rc = matmul_n(cb, 2, tg, w, cb->xb, xbw, T, y, ld, 0, q8, rounded, err);
     }
     if (!rc) {
         const struct mfk_weight *w = &L->w[MODEL_W_DOWN];

@@ -171,6 +171,17 @@ int cuda_plan_swiglu_rounded(enum ggml_type t, int32_t T, int32_t gemm_min, int 
     return from > 0 && T >= from && t != GGML_TYPE_F32 && !adapters;
 }
 
+int cuda_plan_norm_rounded(int n, const enum ggml_type *types, int32_t T, int32_t gemm_min, int mmq)
+{
+    for (int i = 0; i < n; i++) {
+        const int32_t from = cuda_plan_gemm_from(types[i], gemm_min, mmq);
+        if (from <= 0 || T < from || types[i] == GGML_TYPE_F32 ||
+            (types[i] == GGML_TYPE_F16) != (types[0] == GGML_TYPE_F16))
+            return 0;
+    }
+    return n > 0;
+}
+
 int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct mf_err *err)
 {
     if (!v || !*v)

@@ -110,6 +110,14 @@ int cuda_plan_q8_input(int n, const enum ggml_type *types, int64_t ne0, int32_t 
 int cuda_plan_swiglu_rounded(enum ggml_type t, int32_t T, int32_t gemm_min, int mmq,
                              int adapters);
 
+/* 1 when RMSNorm should write its output rounded for the tensor-core GEMM
+ * too (mfk_rmsnorm_rounded, mfk_gemm_rounded) for the n weights it feeds:
+ * every one takes the GEMM at T tokens (cuda_plan_gemm_from) and rounds its
+ * input the same way (none F32; all F16, fp16, or none, bf16). Adapters do
+ * not matter: the float output is still written. */
+int cuda_plan_norm_rounded(int n, const enum ggml_type *types, int32_t T, int32_t gemm_min,
+                           int mmq);
+
 /* Splits of each context for mfk_attention's T tokens on a device of sms
  * multiprocessors, max_ctx the longest context: 1 (none) when T x n_head_kv
  * blocks already fill the multiprocessors, or when a context has fewer than

@@ -576,6 +576,37 @@ static void test_norm_swiglu(int64_t n)
             report("rmsnorm residual written back", rel_err(xc, refx, rows * n) < 1e-7,
                    "rel err", rel_err(xc, refx, rows * n), 1e-7);
     }
+    /* the rounded copy (mfk_rmsnorm_rounded): mfk_round_half's bytes of y,
+     * y itself unchanged */
+    uint16_t *dh = dalloc(rows * n * 2 + 16), *dh2 = dalloc(rows * n * 2);
+    uint16_t *h = malloc(rows * n * 2), *h2 = malloc(rows * n * 2);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        h2d(dx, x, rows * ld * 4);
+        CK(mfk_rmsnorm(ctx, dx, ld, NULL, 0, dg, dy, ld, rows, n, 1e-5f, NULL, &err));
+        d2h(xo, dy, rows * ld * 4);
+        poison(dy, rows * ld * 4);
+        poison(dh, rows * n * 2);
+        CK(mfk_rmsnorm_rounded(ctx, dx, ld, NULL, 0, dg, dy, ld, rows, n, 1e-5f, NULL, dh, bf16,
+                               &err));
+        CK(mfk_round_half(ctx, dy, ld, rows, n, dh2, bf16, &err));
+        d2h(y, dy, rows * ld * 4);
+        d2h(h, dh, rows * n * 2);
+        d2h(h2, dh2, rows * n * 2);
+        int same = 1;
+        for (int k = 0; k < rows; k++)
+            same &= memcmp(y + k * ld, xo + k * ld, n * 4) == 0;
+        char name[80];
+        snprintf(name, sizeof name, "rmsnorm rounded to %s (n %lld) = mfk_round_half's",
+                 bf16 ? "bf16" : "fp16", (long long)n);
+        report(name, same && memcmp(h, h2, rows * n * 2) == 0, "equal",
+               same && memcmp(h, h2, rows * n * 2) == 0, 1);
+    }
+    struct mf_err why = {0};
+    const int rc = mfk_rmsnorm_rounded(ctx, dx, ld, NULL, 0, dg, dy, ld, rows, n, 1e-5f, NULL,
+                                       (uint8_t *)dh + 2, 1, &why);
+    report("rmsnorm: a misaligned rounded copy refused", rc == MF_EINVAL, "rc", rc, MF_EINVAL);
+    free(h), free(h2);
+    mfk_free(dh), mfk_free(dh2);
     /* swiglu */
     for (int k = 0; k < rows; k++)
         for (int64_t i = 0; i < n; i++) {

@@ -212,6 +212,17 @@ static void test_gemm_min(void **state)
     assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, CUDA_PLAN_MMQ_MAX, 5, 1, 0)); /* mmq.cu */
     assert_true(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, CUDA_PLAN_MMQ_MAX + 1, 5, 1, 0));
     assert_false(cuda_plan_swiglu_rounded(GGML_TYPE_Q4_K, 2048, 0, 1, 0)); /* no GEMM */
+
+    assert_true(cuda_plan_norm_rounded(3, qkv, 64, 5, 1));                 /* qgemm.cu, bf16 */
+    assert_false(cuda_plan_norm_rounded(3, qkv, CUDA_PLAN_MMQ_MAX, 5, 1)); /* Q4_K on mmq.cu */
+    assert_false(cuda_plan_norm_rounded(3, qkv, 1, 5, 1));                 /* decode: GEMV */
+    assert_false(cuda_plan_norm_rounded(3, qkv, 2048, 0, 1));              /* no GEMM */
+    const enum ggml_type mixed[2] = {GGML_TYPE_BF16, GGML_TYPE_F16};
+    assert_false(cuda_plan_norm_rounded(2, mixed, 2048, 5, 1)); /* bf16 and fp16 inputs */
+    assert_true(cuda_plan_norm_rounded(1, mixed + 1, 2048, 5, 1));
+    const enum ggml_type f32[2] = {GGML_TYPE_BF16, GGML_TYPE_F32};
+    assert_false(cuda_plan_norm_rounded(2, f32, 2048, 5, 1)); /* a float input */
+    assert_false(cuda_plan_norm_rounded(0, f32, 2048, 5, 1));
 }
 
 static void test_step(void **state)

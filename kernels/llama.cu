@@ -328,6 +328,13 @@ template <> __device__ __forceinline__ __half to_half<__half>(float v)
     return __float2half_rn(v);
 }
 
+/* v's four values rounded to H at o (8-byte aligned), one 8-byte store. */
+template <typename H> __device__ __forceinline__ void store_half4(H *o, float4 v)
+{
+    __align__(8) H h[4] = {to_half<H>(v.x), to_half<H>(v.y), to_half<H>(v.z), to_half<H>(v.w)};
+    *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(h);
+}
+
 /* The rows of k_rows rounded to bf16 (or fp16), packed: the GEMM's A. */
 template <int TY, typename H>
 __global__ void k_rows_half(const uint8_t *w, uint64_t rb, int64_t ne0, int64_t r0, H *out)
@@ -383,9 +390,7 @@ __global__ void k_round(const float *x, int64_t ldx, int64_t ne0, H *out)
     const float *xr = x + t * ldx;
     H *o = out + t * ne0;
     if (V == 4 && e + 4 <= ne0) {
-        const float4 v = *reinterpret_cast<const float4 *>(xr + e);
-        __align__(8) H h[4] = {to_half<H>(v.x), to_half<H>(v.y), to_half<H>(v.z), to_half<H>(v.w)};
-        *reinterpret_cast<uint2 *>(o + e) = *reinterpret_cast<const uint2 *>(h);
+        store_half4(o + e, *reinterpret_cast<const float4 *>(xr + e));
         return;
     }
     for (int64_t i = e; i < e + V && i < ne0; i++)
@@ -460,10 +465,6 @@ __device__ __forceinline__ void q8_store4(float4 v, int64_t i, int8_t *q, float 
 #define NORM_THREADS 1024
 #define NORM_VEC 4 /* float4s a thread keeps in registers: rows up to 16384 in one pass */
 
-/* One block per row; a thread loads its float4s once (adding the residual
- * and writing it back), the sum of squares meets in shared memory, then the
- * kept values are scaled. Rows longer than NORM_THREADS * NORM_VEC * 4 are
- * reread from memory for the part past that. */
 /* o, the output's float4 i, where it goes: y, the 8-bit copy, the rounded
  * copy (yh: bf16 or fp16 packed n apart). */
 __device__ __forceinline__ void norm_store(float4 o, int64_t i, float4 *yr, int8_t *qq, float *qd,
@@ -472,23 +473,17 @@ __device__ __forceinline__ void norm_store(float4 o, int64_t i, float4 *yr, int8
     yr[i] = o;
     if (qq)
         q8_store4(o, i, qq, qd, qs);
-    if (!yh)
-        return;
     const int64_t e = (int64_t)blockIdx.x * n + 4 * i;
-    if (bf16) {
-        __align__(8)
-            __nv_bfloat16 h[4] = {to_half<__nv_bfloat16>(o.x), to_half<__nv_bfloat16>(o.y),
-                                  to_half<__nv_bfloat16>(o.z), to_half<__nv_bfloat16>(o.w)};
-        *reinterpret_cast<uint2 *>(static_cast<__nv_bfloat16 *>(yh) + e) =
-            *reinterpret_cast<const uint2 *>(h);
-    } else {
-        __align__(8) __half h[4] = {to_half<__half>(o.x), to_half<__half>(o.y),
-                                    to_half<__half>(o.z), to_half<__half>(o.w)};
-        *reinterpret_cast<uint2 *>(static_cast<__half *>(yh) + e) =
-            *reinterpret_cast<const uint2 *>(h);
-    }
+    if (yh && bf16)
+        store_half4(static_cast<__nv_bfloat16 *>(yh) + e, o);
+    else if (yh)
+        store_half4(static_cast<__half *>(yh) + e, o);
 }
 
+/* One block per row; a thread loads its float4s once (adding the residual
+ * and writing it back), the sum of squares meets in shared memory, then the
+ * kept values are scaled. Rows longer than NORM_THREADS * NORM_VEC * 4 are
+ * reread from memory for the part past that. */
 __global__ void __launch_bounds__(NORM_THREADS)
     k_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *g, float *y,
               int64_t ldy, int64_t n, float eps, struct mfk_q8 q8, void *yh, int bf16)
@@ -1284,9 +1279,8 @@ __global__ void k_swiglu_half(const float *g, const float *u, int64_t ld, int64_
         if constexpr (V == 4) {
             const float4 x = reinterpret_cast<const float4 *>(g + row * ld)[i];
             const float4 v = reinterpret_cast<const float4 *>(u + row * ld)[i];
-            __align__(8) H h[4] = {to_half<H>(silu_mul(x.x, v.x)), to_half<H>(silu_mul(x.y, v.y)),
-                                   to_half<H>(silu_mul(x.z, v.z)), to_half<H>(silu_mul(x.w, v.w))};
-            *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(h);
+            store_half4(o, make_float4(silu_mul(x.x, v.x), silu_mul(x.y, v.y), silu_mul(x.z, v.z),
+                                       silu_mul(x.w, v.w)));
         } else {
             *o = to_half<H>(silu_mul(g[row * ld + i], u[row * ld + i]));
         }

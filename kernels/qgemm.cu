@@ -94,7 +94,8 @@ namespace cg = cooperative_groups;
 template <int TY> struct qg_type;
 template <> struct qg_type<GGML_TYPE_Q4_K> {
     static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16, MB = 2;
-    /* Bulk copies for the weights, and for the tokens too from 64 (NN 8).
+    /* Bulk copies for the weights, and for the tokens too from 33 tokens
+     * (NN 8: the 64-token kernel).
      * H200, us, cp.async alone / weights by bulk / both: 14336 x 4096 at
      * 16 tokens 33.1 / 30.2 / 30.7, at 64 46.4 / 42.3 / 40.7; 4096 x
      * 14336 at 16 45.8 / 42.7 / 47.6, at 64 61.4 / 61.2 / 58.4
@@ -617,14 +618,15 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
         sb.zero(smem);
         __syncthreads();
     }
-    auto load = [&](int i, bool weights) { /* stage s0 + i into buffer i % P */
-                                           uint8_t *dst = smem + (i % C::P) * C::STAGE;
-                                           if (weights ? BW : BX)
-                                               sb.load(dst, bar + i % C::P, s0 + i, weights);
-                                           else if (weights)
-                                               sg.load_w(dst, s0 + i);
-                                           else
-                                               sg.load_x(dst, s0 + i, ne0);
+    /* stage s0 + i into buffer i % P: its weight rows, or its token rows */
+    auto load = [&](int i, bool weights) {
+        uint8_t *dst = smem + (i % C::P) * C::STAGE;
+        if (weights ? BW : BX)
+            sb.load(dst, bar + i % C::P, s0 + i, weights);
+        else if (weights)
+            sg.load_w(dst, s0 + i);
+        else
+            sg.load_x(dst, s0 + i, ne0);
     };
     for (int i = 0; i < C::P - 1; i++) /* weights only: before the wait for the input */
         if (i < n)

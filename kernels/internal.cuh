@@ -17,11 +17,13 @@
 
 cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
 
-/* Where a launch goes: the context's stream, and whether kernels may be
- * launched programmatically dependent (PDL, sm_90: mfk_ctx_pdl). */
+/* Where a launch goes: the context's stream, whether kernels may be
+ * launched programmatically dependent (PDL, sm_90: mfk_ctx_pdl), and the
+ * device's multiprocessors (grids sized to stay resident). */
 struct mfk_q {
     cudaStream_t st;
     int pdl;
+    int sms;
 };
 struct mfk_q mfk_queue(struct mfk_ctx *c); /* mem.cu */
 
@@ -247,6 +249,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
                  "}\n" ::"r"(b),
                  "r"(parity)
                  : "memory");
+#endif
+}
+
+/* Orders this thread's earlier ordinary accesses to shared memory before
+ * its later bulk copies into it (the generic and the async proxy). */
+__device__ __forceinline__ void fence_proxy_async()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 

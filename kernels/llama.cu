@@ -701,7 +701,9 @@ struct gemv_many {
     float *y[3];
     int64_t ne1[3], ldy[3];
     uint64_t rb[3];
-    unsigned b0[4];
+    unsigned b0[4]; /* first block of each weight (k_gemv_q4k, k_gemv_q6k) */
+    unsigned tk[4]; /* first warp task (R rows) of each weight (k_gemv_ring) */
+    int ring;       /* 1: k_gemv_ring takes them (ring_ok) */
 };
 
 /* The R rows of a warp from r0; rows past ne1 read the last one (their
@@ -745,6 +747,15 @@ __device__ __forceinline__ int many_pick(const gemv_many &m, int64_t *r0)
     return k;
 }
 
+/* 16 weight bytes from k_gemv_ring's shared copy (SH) or from memory. */
+template <bool SH> __device__ __forceinline__ uint4 ldw16(const uint8_t *p)
+{
+    if constexpr (SH)
+        return *reinterpret_cast<const uint4 *>(p);
+    else
+        return __ldg(reinterpret_cast<const uint4 *>(p));
+}
+
 /* The scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K super-block
  * (h: d, dmin and the 12 packed 6-bit scales), a byte each in the low two
  * bytes of *sc and *mn: q4k_scale_min's bits without its branch. The shift
@@ -756,6 +767,60 @@ __device__ __forceinline__ void q4k_pair(const uint4 &h, int sh, bool hi, uint32
     const uint32_t u0 = h.y >> sh, u1 = h.z >> sh, u2 = h.w >> sh;
     *sc = hi ? (u2 & 0x0F0Fu) | ((u0 & 0xC0C0u) >> 2) : u0 & 0x3F3Fu;
     *mn = hi ? ((u2 >> 4) & 0x0F0Fu) | ((u1 & 0xC0C0u) >> 2) : u1 & 0x3F3Fu;
+}
+
+/* Super-block sb of the warp's R rows against tokens t0..t0 + nc - 1, added
+ * to acc: k_gemv_q4k's step, lane group p of the super-block, which lies
+ * off bytes into each row (in memory, or in k_gemv_ring's copy when SH). */
+template <bool SH, int R, int NB>
+__device__ __forceinline__ void q4k_step(const uint8_t *const (&row)[R], int off, int sb, int p,
+                                         int sh, bool hi, const int8_t *__restrict__ xq,
+                                         const float *__restrict__ xd, const float *__restrict__ xs,
+                                         int64_t ne0, int nd, int t0, int nc, float (&acc)[R][NB])
+{
+    uint32_t qw[R][8];
+    float dlo[R], dhi[R], mlo[R], mhi[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const uint8_t *b = row[i] + off;
+        const uint4 hd = ldw16<SH>(b);
+        const uint4 q0 = ldw16<SH>(b + 16 + 32 * p);
+        const uint4 q1 = ldw16<SH>(b + 32 + 32 * p);
+        uint32_t sc, mn;
+        q4k_pair(hd, sh, hi, &sc, &mn);
+        const float d = h2f((uint16_t)(hd.x & 0xFFFF)), dm = h2f((uint16_t)(hd.x >> 16));
+        dlo[i] = d * (float)(sc & 0xFF), dhi[i] = d * (float)(sc >> 8);
+        mlo[i] = dm * (float)(mn & 0xFF), mhi[i] = dm * (float)(mn >> 8);
+        qw[i][0] = q0.x, qw[i][1] = q0.y, qw[i][2] = q0.z, qw[i][3] = q0.w;
+        qw[i][4] = q1.x, qw[i][5] = q1.y, qw[i][6] = q1.z, qw[i][7] = q1.w;
+    }
+    const int e = 256 * sb + 64 * p, blk = 8 * sb + 2 * p;
+#pragma unroll
+    for (int cc = 0; cc < NB; cc++) {
+        if (cc < nc) {
+            const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0 + e;
+            const int4 xa = __ldg(reinterpret_cast<const int4 *>(xt));
+            const int4 xb = __ldg(reinterpret_cast<const int4 *>(xt + 16));
+            const int4 xc = __ldg(reinterpret_cast<const int4 *>(xt + 32));
+            const int4 xe = __ldg(reinterpret_cast<const int4 *>(xt + 48));
+            const int xl[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+            const int xh[8] = {xc.x, xc.y, xc.z, xc.w, xe.x, xe.y, xe.z, xe.w};
+            const int64_t o = (int64_t)(t0 + cc) * nd + blk; /* even: 8-byte aligned */
+            const float2 xdp = __ldg(reinterpret_cast<const float2 *>(xd + o));
+            const float2 xsp = __ldg(reinterpret_cast<const float2 *>(xs + o));
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                int slo = 0, shi = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    slo = __dp4a((int)(qw[i][k] & 0x0F0F0F0Fu), xl[k], slo);
+                    shi = __dp4a((int)((qw[i][k] >> 4) & 0x0F0F0F0Fu), xh[k], shi);
+                }
+                acc[i][cc] += xdp.x * dlo[i] * (float)slo + xdp.y * dhi[i] * (float)shi -
+                              (mlo[i] * xsp.x + mhi[i] * xsp.y);
+            }
+        }
+    }
 }
 
 /* Q4_K weights against the 8-bit activations of k_quant_act: four nibbles
@@ -797,51 +862,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             for (int cc = 0; cc < NB; cc++)
                 acc[i][cc] = 0.0f;
 #pragma unroll UNROLL
-        for (int sb = lane >> 2; sb < nsb; sb += 8) {
-            uint32_t qw[R][8];
-            float dlo[R], dhi[R], mlo[R], mhi[R];
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                const uint8_t *b = row[i] + 144 * sb;
-                const uint4 hd = __ldg(reinterpret_cast<const uint4 *>(b));
-                const uint4 q0 = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 32 * p));
-                const uint4 q1 = __ldg(reinterpret_cast<const uint4 *>(b + 32 + 32 * p));
-                uint32_t sc, mn;
-                q4k_pair(hd, sh, hi, &sc, &mn);
-                const float d = h2f((uint16_t)(hd.x & 0xFFFF)), dm = h2f((uint16_t)(hd.x >> 16));
-                dlo[i] = d * (float)(sc & 0xFF), dhi[i] = d * (float)(sc >> 8);
-                mlo[i] = dm * (float)(mn & 0xFF), mhi[i] = dm * (float)(mn >> 8);
-                qw[i][0] = q0.x, qw[i][1] = q0.y, qw[i][2] = q0.z, qw[i][3] = q0.w;
-                qw[i][4] = q1.x, qw[i][5] = q1.y, qw[i][6] = q1.z, qw[i][7] = q1.w;
-            }
-            const int e = 256 * sb + 64 * p, blk = 8 * sb + 2 * p;
-#pragma unroll
-            for (int cc = 0; cc < NB; cc++) {
-                if (cc < nc) {
-                    const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0 + e;
-                    const int4 xa = __ldg(reinterpret_cast<const int4 *>(xt));
-                    const int4 xb = __ldg(reinterpret_cast<const int4 *>(xt + 16));
-                    const int4 xc = __ldg(reinterpret_cast<const int4 *>(xt + 32));
-                    const int4 xe = __ldg(reinterpret_cast<const int4 *>(xt + 48));
-                    const int xl[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-                    const int xh[8] = {xc.x, xc.y, xc.z, xc.w, xe.x, xe.y, xe.z, xe.w};
-                    const int64_t o = (int64_t)(t0 + cc) * nd + blk; /* even: 8-byte aligned */
-                    const float2 xdp = __ldg(reinterpret_cast<const float2 *>(xd + o));
-                    const float2 xsp = __ldg(reinterpret_cast<const float2 *>(xs + o));
-#pragma unroll
-                    for (int i = 0; i < R; i++) {
-                        int slo = 0, shi = 0;
-#pragma unroll
-                        for (int k = 0; k < 8; k++) {
-                            slo = __dp4a((int)(qw[i][k] & 0x0F0F0F0Fu), xl[k], slo);
-                            shi = __dp4a((int)((qw[i][k] >> 4) & 0x0F0F0F0Fu), xh[k], shi);
-                        }
-                        acc[i][cc] += xdp.x * dlo[i] * (float)slo + xdp.y * dhi[i] * (float)shi -
-                                      (mlo[i] * xsp.x + mhi[i] * xsp.y);
-                    }
-                }
-            }
-        }
+        for (int sb = lane >> 2; sb < nsb; sb += 8)
+            q4k_step<false, R, NB>(row, 144 * sb, sb, p, sh, hi, xq, xd, xs, ne0, nd, t0, nc, acc);
         gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
     }
 }
@@ -849,18 +871,72 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 /* 16 bytes at a 2-byte aligned address as four words: five aligned 4-byte
  * loads and funnel shifts, not eight 2-byte loads (Q6_K super-blocks are
  * 210 bytes). Reads up to 2 bytes before p and 4 past the 16 bytes; the
- * callers' ranges leave room inside the weight. */
-__device__ __forceinline__ void ld16x4(const uint8_t *p, uint32_t v[4])
+ * callers' ranges leave room inside the weight (or k_gemv_ring's copy, SH). */
+template <bool SH> __device__ __forceinline__ void ld16x4(const uint8_t *p, uint32_t v[4])
 {
     const uint32_t *a = reinterpret_cast<const uint32_t *>((uintptr_t)p & ~(uintptr_t)3);
     const unsigned sh = ((unsigned)(uintptr_t)p & 2u) * 8u;
     uint32_t w[5];
 #pragma unroll
     for (int k = 0; k < 5; k++)
-        w[k] = __ldg(a + k);
+        w[k] = SH ? a[k] : __ldg(a + k);
 #pragma unroll
     for (int k = 0; k < 4; k++)
         v[k] = __funnelshift_r(w[k], w[k + 1], sh);
+}
+
+/* Super-block sb of the warp's R rows against tokens t0..t0 + nc - 1, added
+ * to acc: k_gemv_q6k's step, lane part (c, kp, l0) of the super-block, which
+ * lies off bytes into each row (in memory, or in k_gemv_ring's copy when SH). */
+template <bool SH, int R, int NB>
+__device__ __forceinline__ void q6k_step(const uint8_t *const (&row)[R], size_t off, int sb, int c,
+                                         int kp, int l0, const int8_t *__restrict__ xq,
+                                         const float *__restrict__ xd, int64_t ne0, int64_t nd,
+                                         int t0, int nc, float (&acc)[R][NB])
+{
+    int qlo[R][4], qhi[R][4];
+    float dlo[R], dhi[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const uint8_t *b = row[i] + off;
+        const float d = h2f(ld16(b + 208));
+        dlo[i] = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * kp];
+        dhi[i] = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * (kp + 2)];
+        uint32_t lw[4], hw[4];
+        ld16x4<SH>(b + 64 * c + 32 * kp + l0, lw);
+        ld16x4<SH>(b + 128 + 32 * c + l0, hw);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t lo = (lw[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * kp)) & 0x03030303u) << 4);
+            const uint32_t hi =
+                ((lw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * kp + 4)) & 0x03030303u) << 4);
+            qlo[i][k] = (int)__vsub4(lo, 0x20202020u);
+            qhi[i][k] = (int)__vsub4(hi, 0x20202020u);
+        }
+    }
+    const int elo = sb * 256 + 128 * c + 32 * kp + l0, ehi = elo + 64;
+#pragma unroll
+    for (int cc = 0; cc < NB; cc++) {
+        if (cc < nc) {
+            const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0;
+            const int4 xl4 = __ldg(reinterpret_cast<const int4 *>(xt + elo));
+            const int4 xh4 = __ldg(reinterpret_cast<const int4 *>(xt + ehi));
+            const int xl[4] = {xl4.x, xl4.y, xl4.z, xl4.w};
+            const int xh[4] = {xh4.x, xh4.y, xh4.z, xh4.w};
+            const float *dt = xd + (int64_t)(t0 + cc) * nd;
+            const float xdl = __ldg(dt + elo / 32), xdh = __ldg(dt + ehi / 32);
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                int slo = 0, shi = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    slo = __dp4a(qlo[i][k], xl[k], slo);
+                    shi = __dp4a(qhi[i][k], xh[k], shi);
+                }
+                acc[i][cc] += xdl * dlo[i] * (float)slo + xdh * dhi[i] * (float)shi;
+            }
+        }
+    }
 }
 
 /* Q6_K weights against the same 8-bit activations: a lane takes 16
@@ -899,54 +975,167 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             for (int cc = 0; cc < NB; cc++)
                 acc[i][cc] = 0.0f;
 #pragma unroll UNROLL
-        for (int sb = lane >> 3; sb < nsb; sb += 4) {
-            int qlo[R][4], qhi[R][4];
-            float dlo[R], dhi[R];
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                const uint8_t *b = row[i] + (size_t)sb * 210;
-                const float d = h2f(ld16(b + 208));
-                dlo[i] = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * kp];
-                dhi[i] = d * (float)(int8_t)b[192 + 8 * c + (l0 >> 4) + 2 * (kp + 2)];
-                uint32_t lw[4], hw[4];
-                ld16x4(b + 64 * c + 32 * kp + l0, lw);
-                ld16x4(b + 128 + 32 * c + l0, hw);
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const uint32_t lo =
-                        (lw[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * kp)) & 0x03030303u) << 4);
-                    const uint32_t hi = ((lw[k] >> 4) & 0x0F0F0F0Fu) |
-                                        (((hw[k] >> (2 * kp + 4)) & 0x03030303u) << 4);
-                    qlo[i][k] = (int)__vsub4(lo, 0x20202020u);
-                    qhi[i][k] = (int)__vsub4(hi, 0x20202020u);
-                }
-            }
-            const int elo = sb * 256 + 128 * c + 32 * kp + l0, ehi = elo + 64;
-#pragma unroll
-            for (int cc = 0; cc < NB; cc++) {
-                if (cc < nc) {
-                    const int8_t *xt = xq + (int64_t)(t0 + cc) * ne0;
-                    const int4 xl4 = __ldg(reinterpret_cast<const int4 *>(xt + elo));
-                    const int4 xh4 = __ldg(reinterpret_cast<const int4 *>(xt + ehi));
-                    const int xl[4] = {xl4.x, xl4.y, xl4.z, xl4.w};
-                    const int xh[4] = {xh4.x, xh4.y, xh4.z, xh4.w};
-                    const float *dt = xd + (int64_t)(t0 + cc) * nd;
-                    const float xdl = __ldg(dt + elo / 32), xdh = __ldg(dt + ehi / 32);
-#pragma unroll
-                    for (int i = 0; i < R; i++) {
-                        int slo = 0, shi = 0;
-#pragma unroll
-                        for (int k = 0; k < 4; k++) {
-                            slo = __dp4a(qlo[i][k], xl[k], slo);
-                            shi = __dp4a(qhi[i][k], xh[k], shi);
-                        }
-                        acc[i][cc] += xdl * dlo[i] * (float)slo + xdh * dhi[i] * (float)shi;
-                    }
-                }
-            }
-        }
+        for (int sb = lane >> 3; sb < nsb; sb += 4)
+            q6k_step<false, R, NB>(row, (size_t)sb * 210, sb, c, kp, l0, xq, xd, ne0, nd, t0, nc,
+                                   acc);
         gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
     }
+}
+
+/* The Q4_K / Q6_K GEMV of small batches (GEMV_RING_MIN to GEMV_RING_NB
+ * tokens): a grid of GEMV_RING_BLOCKS blocks a multiprocessor whose warps
+ * take every W-th task (R rows of one weight; W the grid's warps) and
+ * stream their rows through
+ * a ring of S units in shared memory, GEMV_CH super-blocks of each row a
+ * unit, which the copy engine fills (cp.async.bulk) S - 1 units ahead of
+ * the one being computed. The kernels above give each warp one task: their
+ * blocks load, compute and exit in waves that each wait out the memory
+ * latency with DRAM idle between them (Q4_K 14336 x 4096 at 1 token ran at
+ * 56% of the copy bandwidth); here the next rows' bytes are in flight while
+ * a warp computes, and the first units are requested before the
+ * programmatic wait (no kernel writes weights). Rows must be 16-byte
+ * aligned copies: ring_ok. H200, Llama-3-8B Q4_K_M decode: batch 2 519 ->
+ * 543 tokens/s, batch 4 742 -> 768; batch 1 343 either way (its products
+ * alone: 4096 x 4096 faster, the 14336-row and 14336-wide ones slower), so
+ * one token keeps the kernels above. */
+#define GEMV_CH 8            /* super-blocks of a row in a ring unit */
+#define GEMV_RING_BYTES 5120 /* a warp's ring, at most */
+#define GEMV_RING_BLOCKS 4   /* resident blocks a multiprocessor (64 registers) */
+#define GEMV_RING_MIN 2      /* tokens: below and past GEMV_RING_NB, the kernels above */
+#define GEMV_RING_NB 4
+#ifndef GEMV_RING
+#define GEMV_RING 1 /* 0: the kernels above only (for measuring) */
+#endif
+
+template <int TY, int R> struct ring_cfg {
+    static constexpr int SBB = TY == GGML_TYPE_Q4_K ? 144 : 210; /* super-block bytes */
+    static constexpr int ROWB = GEMV_CH * SBB;                   /* a row's part of a unit */
+    static constexpr int UNIT = R * ROWB;
+    static constexpr int S = GEMV_RING_BYTES / UNIT; /* units in the ring (2 at least) */
+};
+
+template <int TY, int NB, int R>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_RING_BLOCKS)
+    k_gemv_ring(const gemv_many m, int64_t ne0, const int8_t *__restrict__ xq,
+                const float *__restrict__ xd, const float *__restrict__ xs, int nt, int add)
+{
+    using C = ring_cfg<TY, R>;
+    constexpr int S = C::S;
+    static_assert(S >= 2, "a ring of one unit cannot overlap");
+    __shared__ __align__(16) uint8_t ring[GEMV_WARPS][S][C::UNIT];
+    __shared__ uint64_t bar[GEMV_WARPS][S];
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const unsigned W = gridDim.x * GEMV_WARPS, gw = blockIdx.x * GEMV_WARPS + wp, T = m.tk[3];
+    if (gw >= T)
+        return;
+    const int nsb = (int)(ne0 >> 8), nch = (nsb + GEMV_CH - 1) / GEMV_CH;
+    const int ntask = (int)((T - 1 - gw) / W) + 1, npass = (nt + NB - 1) / NB;
+    const int total = npass * ntask * nch; /* units this warp streams */
+    /* lane 0, the producer: the next unit's task, chunk and ring slot */
+    int pi = 0, pj = 0, pu = 0;
+    auto issue = [&]() {
+        const unsigned t = gw + (unsigned)pi * W;
+        const int k = t >= m.tk[1] ? (t >= m.tk[2] ? 2 : 1) : 0;
+        const int64_t r0 = (int64_t)(t - m.tk[k]) * R;
+        const int n = nsb - pj * GEMV_CH < GEMV_CH ? nsb - pj * GEMV_CH : GEMV_CH;
+        const uint32_t bytes = (uint32_t)(n * C::SBB);
+        uint64_t *b = &bar[wp][pu % S];
+        mbar_arrive_tx(b, R * bytes);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const int64_t r = r0 + i < m.ne1[k] ? r0 + i : m.ne1[k] - 1;
+            bulk_copy(&ring[wp][pu % S][i * C::ROWB],
+                      m.w[k] + (uint64_t)r * m.rb[k] + (size_t)pj * C::ROWB, bytes, b);
+        }
+        pu++;
+        if (++pj == nch) {
+            pj = 0;
+            if (++pi == ntask)
+                pi = 0;
+        }
+    };
+    if (lane == 0) {
+        for (int s = 0; s < S; s++)
+            mbar_init(&bar[wp][s], 1);
+        mbar_init_fence();
+        for (int s = 0; s < S && s < total; s++)
+            issue();
+    }
+    __syncwarp();
+    pdl_start();
+    const int nd = (int)(ne0 >> 5);
+    /* Q4_K: lane group p of super-block lane / 4 of a unit; Q6_K: part
+     * (c, kp, l0) of super-blocks lane / 8 and lane / 8 + 4 */
+    const int p = lane & 3, sh = 16 * (p & 1), j8 = lane & 7;
+    const bool hi = p >= 2;
+    const int c = j8 >> 2, kp = (j8 >> 1) & 1, l0 = (j8 & 1) * 16;
+    float acc[R][NB];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++)
+            acc[i][cc] = 0.0f;
+    int ci = 0, cj = 0, cpass = 0, k = 0;
+    int64_t r0 = 0;
+    for (int u = 0; u < total; u++) {
+        const int s = u % S;
+        if (cj == 0) {
+            const unsigned t = gw + (unsigned)ci * W;
+            k = t >= m.tk[1] ? (t >= m.tk[2] ? 2 : 1) : 0;
+            r0 = (int64_t)(t - m.tk[k]) * R;
+        }
+        const int t0 = cpass * NB, nc = nt - t0 < NB ? nt - t0 : NB, sb0 = cj * GEMV_CH;
+        const uint8_t *srow[R];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            srow[i] = &ring[wp][s][i * C::ROWB];
+        mbar_wait(&bar[wp][s], (uint32_t)(u / S) & 1);
+        if constexpr (TY == GGML_TYPE_Q4_K) {
+            const int q = lane >> 2;
+            if (sb0 + q < nsb)
+                q4k_step<true, R, NB>(srow, 144 * q, sb0 + q, p, sh, hi, xq, xd, xs, ne0, nd, t0,
+                                      nc, acc);
+        } else {
+#pragma unroll
+            for (int q = lane >> 3; q < GEMV_CH; q += 4)
+                q6k_step<true, R, NB>(srow, (size_t)210 * q, sb0 + q, c, kp, l0, xq, xd, ne0, nd,
+                                      t0, nc, acc);
+        }
+        if (++cj == nch) {
+            gemv_store<R, NB>(acc, lane, t0, nc, r0, m.ne1[k], m.y[k], m.ldy[k], add);
+#pragma unroll
+            for (int i = 0; i < R; i++)
+#pragma unroll
+                for (int cc = 0; cc < NB; cc++)
+                    acc[i][cc] = 0.0f;
+            cj = 0;
+            if (++ci == ntask)
+                ci = 0, cpass++;
+        }
+        __syncwarp(); /* the slot is read: refill it */
+        if (lane == 0 && u + S < total) {
+            fence_proxy_async();
+            issue();
+        }
+    }
+}
+
+/* 1 when k_gemv_ring takes m's weights (n of them, of type ty, R rows a
+ * warp) for nt tokens: its units are whole super-blocks copied in 16-byte
+ * multiples from 16-byte aligned rows (a Q6_K row must be a multiple of 8
+ * super-blocks), and its ring must hold two units. */
+static int ring_ok(const gemv_many &m, int n, int ty, int64_t ne0, int R, int nt)
+{
+    const int sbb = ty == GGML_TYPE_Q4_K ? 144 : 210;
+    if (!GEMV_RING || nt < GEMV_RING_MIN || nt > GEMV_RING_NB ||
+        GEMV_RING_BYTES / (R * GEMV_CH * sbb) < 2)
+        return 0;
+    if (ty == GGML_TYPE_Q6_K && (ne0 / 256) % GEMV_CH)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (((uintptr_t)m.w[i] & 15) || (m.rb[i] & 15))
+            return 0;
+    return 1;
 }
 
 /* The Q4_K / Q6_K GEMV over m's weights (grid: all their blocks), NB
@@ -955,6 +1144,15 @@ template <int TY, int NB, int R>
 static void gemv_int_launch(const mfk_q &q, const gemv_many &m, int64_t ne0, const int8_t *xq,
                             const float *xd, const float *xs, int nt, int add)
 {
+    if constexpr (NB >= GEMV_RING_MIN && NB <= GEMV_RING_NB && ring_cfg<TY, R>::S >= 2) {
+        if (m.ring) {
+            const unsigned need = (m.tk[3] + GEMV_WARPS - 1) / GEMV_WARPS;
+            const unsigned most = (unsigned)(q.sms > 0 ? q.sms : 1) * GEMV_RING_BLOCKS;
+            mfk_go(q, need < most ? need : most, GEMV_WARPS * 32, 0, k_gemv_ring<TY, NB, R>, m, ne0,
+                   xq, xd, xs, nt, add);
+            return;
+        }
+    }
     if (TY == GGML_TYPE_Q4_K)
         mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R>, m, ne0, xq, xd, xs, nt, add);
     else
@@ -989,19 +1187,21 @@ static int gemv_int_group(const mfk_q &q, int n, const struct mfk_weight *const 
                           int nt, int add)
 {
     const int pair = w[0]->ne1 >= GEMV_Q4K_PAIRS; /* x read once for two rows */
+    const int R = pair ? 2 : 1;
     gemv_many m = {};
-    unsigned nb = 0;
+    unsigned nb = 0, nk = 0;
     int k = 0;
     for (; k < n && k < 3 && w[k]->type == w[0]->type && (w[k]->ne1 >= GEMV_Q4K_PAIRS) == pair;
          k++) {
         m.w[k] = (const uint8_t *)w[k]->data, m.rb[k] = w[k]->row_bytes;
-        m.ne1[k] = w[k]->ne1, m.y[k] = y[k], m.ldy[k] = ldy[k], m.b0[k] = nb;
-        const int64_t rows = (int64_t)GEMV_WARPS * (pair ? 2 : 1);
-        nb += (unsigned)((w[k]->ne1 + rows - 1) / rows);
+        m.ne1[k] = w[k]->ne1, m.y[k] = y[k], m.ldy[k] = ldy[k], m.b0[k] = nb, m.tk[k] = nk;
+        nb += (unsigned)((w[k]->ne1 + GEMV_WARPS * R - 1) / (GEMV_WARPS * R));
+        nk += (unsigned)((w[k]->ne1 + R - 1) / R);
     }
     for (int i = k; i < 4; i++)
-        m.b0[i] = nb;
+        m.b0[i] = nb, m.tk[i] = nk;
     const int64_t ne0 = w[0]->ne0;
+    m.ring = ring_ok(m, k, w[0]->type, ne0, R, nt);
     if (w[0]->type == GGML_TYPE_Q4_K && pair)
         gemv_int_nb<GGML_TYPE_Q4_K, 2>(q, m, ne0, xq, xd, xs, nt, add);
     else if (w[0]->type == GGML_TYPE_Q4_K)

@@ -239,7 +239,7 @@ cudaStream_t mfk_stream(struct mfk_ctx *c)
 
 struct mfk_q mfk_queue(struct mfk_ctx *c)
 {
-    return mfk_q{c->stream, c->pdl};
+    return mfk_q{c->stream, c->pdl, c->qgemm.sms};
 }
 
 struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c)

@@ -137,6 +137,27 @@ static float round_act(enum ggml_type t, float x)
 
 /* ---- weights: dequantize, embedding, gemv -------------------------------- */
 
+/* xa[c][i]: the activations x (nt rows of ne0, ldx apart) as the GEMV meets
+ * them for weights of type t: rounded to F16/BF16 for those weights; for
+ * Q4_K and Q6_K quantized to 8 bits per 32 (d = max|x| / 127, q =
+ * rint(x / d)), which the kernel promises to do exactly so. */
+static void act_ref(enum ggml_type t, const float *x, int64_t ldx, int nt, int64_t ne0, double *xa)
+{
+    const int q8 = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
+    for (int c = 0; c < nt; c++)
+        for (int64_t o = 0; o < ne0; o += 32) {
+            float amax = 0, d;
+            for (int e = 0; e < 32; e++)
+                amax = fmaxf(amax, fabsf(x[c * ldx + o + e]));
+            d = amax / 127.0f;
+            for (int e = 0; e < 32; e++) {
+                float v = x[c * ldx + o + e];
+                xa[c * ne0 + o + e] =
+                    q8 ? (double)d * (amax > 0 ? (int)rintf(v / d) : 0) : (double)round_act(t, v);
+            }
+        }
+}
+
 /* mfk_gemm (tensor cores, cuBLAS) against the dequantized weights: x
  * rounded to bf16 (fp16 for F16 weights; F32 stays float), sums in double;
  * the loose bound covers the weights' own rounding to bf16 after
@@ -476,23 +497,8 @@ static void test_type(enum ggml_type t)
             x[i] = frand();
         for (int64_t i = 0; i < nt * ldy; i++)
             y0[i] = frand();
-        /* the activations as the kernel uses them: rounded to F16/BF16 for
-         * those weights; for Q4_K and Q6_K quantized to 8 bits per 32 (d = max|x| /
-         * 127, q = rint(x / d)), which the kernel promises to do exactly so */
         double *xa = malloc((size_t)(nt * ne0) * 8);
-        for (int c = 0; c < nt; c++)
-            for (int64_t o = 0; o < ne0; o += 32) {
-                float amax = 0, d;
-                for (int e = 0; e < 32; e++)
-                    amax = fmaxf(amax, fabsf(x[c * ldx + o + e]));
-                d = amax / 127.0f;
-                for (int e = 0; e < 32; e++) {
-                    float v = x[c * ldx + o + e];
-                    const int q8 = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
-                    xa[c * ne0 + o + e] = q8 ? (double)d * (amax > 0 ? (int)rintf(v / d) : 0)
-                                             : (double)round_act(t, v);
-                }
-            }
+        act_ref(t, x, ldx, nt, ne0, xa);
         const double bound = 1e-5; /* measured up to 1.3e-7 */
         for (int add = 0; add < 2; add++) {
             for (int c = 0; c < nt; c++)
@@ -1231,6 +1237,70 @@ static void test_gemv_groups(void)
         mfk_free(dw[i]), mfk_free(dy[i]), mfk_free(dr[i]);
     mfk_free(dx);
     free(x), free(src);
+}
+
+/* The Q4_K and Q6_K GEMVs of decode (llama.cu's k_gemv_ring) stream rows
+ * through shared memory 8 super-blocks at a time, each warp several rows in
+ * turn: rows of whole and partial units, one and two rows a warp (8192 rows
+ * and more), more rows than the grid's warps, against the float64 product
+ * of the dequantized weights, the output poisoned first. Two rows a warp
+ * of Q6_K take the one-row-a-warp kernel (the ring would hold one unit);
+ * test_type's 8448-wide rows cover a Q6_K row the ring cannot copy (33
+ * super-blocks: rows not 16-byte aligned). */
+static void test_gemv_ring(void)
+{
+    static const struct {
+        enum ggml_type t;
+        int64_t ne0, ne1;
+    } cs[] = {{GGML_TYPE_Q4_K, 4352, 20000}, {GGML_TYPE_Q4_K, 2048, 8000},
+              {GGML_TYPE_Q4_K, 4096, 300},   {GGML_TYPE_Q6_K, 6144, 300},
+              {GGML_TYPE_Q6_K, 2048, 8000},  {GGML_TYPE_Q6_K, 4096, 8195}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const enum ggml_type t = cs[k].t;
+        const int64_t ne0 = cs[k].ne0, ne1 = cs[k].ne1;
+        uint64_t rb;
+        ggml_type_row_size(t, (uint64_t)ne0, &rb);
+        float *src = malloc((size_t)ne0 * 4), *deq = malloc((size_t)(ne0 * ne1) * 4);
+        uint8_t *q = malloc(rb * (size_t)ne1);
+        for (int64_t r = 0; r < ne1; r++) {
+            for (int64_t e = 0; e < ne0; e++)
+                src[e] = frand() * 0.05f;
+            CK(quant_quantize_row(t, src, q + r * rb, ne0, &err));
+            CK(quant_dequantize_row(t, q + r * rb, deq + r * ne0, ne0, &err));
+        }
+        void *dw = dalloc(rb * (size_t)ne1);
+        h2d(dw, q, rb * (size_t)ne1);
+        const struct mfk_weight w = {
+            .data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+        for (int nt = 2; nt <= 4; nt += 2) { /* the ring's token counts */
+            float *x = malloc((size_t)(nt * ne0) * 4), *y = malloc((size_t)(nt * ne1) * 4);
+            double *xa = malloc((size_t)(nt * ne0) * 8), *ref = malloc((size_t)(nt * ne1) * 8);
+            for (int64_t i = 0; i < nt * ne0; i++)
+                x[i] = frand();
+            act_ref(t, x, ne0, nt, ne0, xa);
+            for (int c = 0; c < nt; c++)
+                for (int64_t r = 0; r < ne1; r++) {
+                    double sum = 0;
+                    for (int64_t i = 0; i < ne0; i++)
+                        sum += (double)deq[r * ne0 + i] * xa[c * ne0 + i];
+                    ref[c * ne1 + r] = sum;
+                }
+            float *dx = dalloc((size_t)(nt * ne0) * 4), *dy = dalloc((size_t)(nt * ne1) * 4);
+            h2d(dx, x, (size_t)(nt * ne0) * 4);
+            poison(dy, (size_t)(nt * ne1) * 4);
+            CK(mfk_gemv(ctx, &w, dx, ne0, nt, dy, ne1, 0, &err));
+            d2h(y, dy, (size_t)(nt * ne1) * 4);
+            const double e = rel_err(y, ref, (size_t)(nt * ne1)), bound = 1e-5;
+            char name[80];
+            snprintf(name, sizeof name, "gemv ring %s %lldx%lld nt=%d", ggml_type_name(t),
+                     (long long)ne1, (long long)ne0, nt);
+            report(name, e < bound, "rel err", e, bound);
+            mfk_free(dx), mfk_free(dy);
+            free(x), free(y), free(xa), free(ref);
+        }
+        mfk_free(dw);
+        free(src), free(deq), free(q);
+    }
 }
 
 /* mfk_gemv_n refuses weights of different widths and unaligned input. */
@@ -2073,6 +2143,7 @@ int main(int argc, char **argv)
         test_argmax();
         test_gemv_refusals();
         test_gemv_groups();
+        test_gemv_ring();
     }
     for (int i = 1; want[5] && i < argc; i++) {
         char lpath[4096];

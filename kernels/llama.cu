@@ -1001,10 +1001,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #define GEMV_CH 8            /* super-blocks of a row in a ring unit */
 #define GEMV_RING_BYTES 5120 /* a warp's ring, at most */
 #define GEMV_RING_BLOCKS 4   /* resident blocks a multiprocessor (64 registers) */
-#define GEMV_RING_MIN 2      /* tokens: below and past GEMV_RING_NB, the kernels above */
+#ifndef GEMV_RING_MIN
+#define GEMV_RING_MIN 2 /* tokens: below and past GEMV_RING_NB, the kernels above */
+#endif
 #define GEMV_RING_NB 4
 #ifndef GEMV_RING
-#define GEMV_RING 1 /* 0: the kernels above only (for measuring) */
+#define GEMV_RING 1 /* 0: the kernels above only (GEMV_RING and GEMV_RING_MIN: for measuring) */
 #endif
 
 template <int TY, int R> struct ring_cfg {

@@ -45,6 +45,27 @@ extern "C" {
  * 78% busy, DRAM 41%); smaller ones keep a warp per row, or too few blocks
  * run (4096 rows in pairs: 268 against 281 tokens/s, H200 Q4_K_M batch 1). */
 #define GEMV_Q4K_PAIRS 8192
+/* At one token, the products of one row a warp (fewer than GEMV_Q4K_PAIRS
+ * rows) with rows of GEMV_SPLIT_MIN elements and more share each row out
+ * among GEMV_SPLIT warps of a block, each taking every GEMV_SPLIT-th group
+ * of super-blocks, their sums added in a fixed order: a row's loads are
+ * GEMV_SPLIT chains instead of one, and the grid has GEMV_SPLIT times the
+ * warps (Llama-3-8B's 4096-row products filled 0.78 of a wave). Q4_K rows
+ * wider than GEMV_SPLIT_Q4K_MAX keep one warp: the 4096 x 14336 down
+ * product ran 16.9 us split against 15.0 (its Q6_K form 20.2 against 21.5).
+ * H200, Llama-3-8B Q4_K_M batch 1, alternating runs: 348-354 tokens/s
+ * against 340-346 unsplit; 347-350 with the Q4_K down product split too,
+ * 341-342 with the down products alone split, 334-337 with 4 warps a row
+ * (bench/results/cuda-split-h200-2026-12-02/). */
+#ifndef GEMV_SPLIT
+#define GEMV_SPLIT 2
+#endif
+#ifndef GEMV_SPLIT_MIN
+#define GEMV_SPLIT_MIN 4096
+#endif
+#ifndef GEMV_SPLIT_Q4K_MAX
+#define GEMV_SPLIT_Q4K_MAX 8192
+#endif
 
 /* ------------------------------------------------------------------------
  * Block decoding (8 elements at a time)
@@ -702,6 +723,7 @@ struct gemv_many {
     int64_t ne1[3], ldy[3];
     uint64_t rb[3];
     unsigned b0[4]; /* first block of each weight (k_gemv_q4k, k_gemv_q6k) */
+    int ks;         /* warps a row (GEMV_SPLIT or 1) of k_gemv_q4k, k_gemv_q6k */
     unsigned tk[4]; /* first warp task (R rows) of each weight (k_gemv_ring) */
     int ring;       /* 1: k_gemv_ring takes them (ring_ok) */
 };
@@ -717,6 +739,14 @@ __device__ __forceinline__ void gemv_rows(const uint8_t *w, uint64_t rb, int64_t
         row[i] = w + (uint64_t)(r0 + i < ne1 ? r0 + i : ne1 - 1) * rb;
 }
 
+/* v summed over the warp's lanes (every lane gets the sum). */
+__device__ __forceinline__ float lane_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* The warp's sums of rows r0.. for tokens t0..t0 + nc - 1, reduced over
  * its lanes and stored (add: added) by lane 0; rows past ne1 dropped. */
 template <int R, int NB>
@@ -728,9 +758,7 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[R][NB], int lane, 
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int cc = 0; cc < NB; cc++) {
-            float sum = acc[i][cc];
-            for (int o = 16; o > 0; o >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            const float sum = lane_sum(acc[i][cc]);
             if (lane == 0 && cc < nc && r0 + i < ne1) {
                 float *out = y + (int64_t)(t0 + cc) * ldy + r0 + i;
                 *out = add ? *out + sum : sum;
@@ -738,13 +766,56 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[R][NB], int lane, 
         }
 }
 
-/* This block's weight and first row (R rows a warp). */
-template <int R>
-__device__ __forceinline__ int many_pick(const gemv_many &m, int64_t *r0)
+/* Which of gemv_many's weights holds item i (a block or a task), given
+ * each weight's first item (first[1], first[2]; first[0] is 0). */
+__device__ __forceinline__ int many_which(unsigned i, const unsigned (&first)[4])
 {
-    const int k = blockIdx.x >= m.b0[1] ? (blockIdx.x >= m.b0[2] ? 2 : 1) : 0;
-    *r0 = ((int64_t)(blockIdx.x - m.b0[k]) * GEMV_WARPS + (threadIdx.x >> 5)) * R;
+    return i >= first[1] ? (i >= first[2] ? 2 : 1) : 0;
+}
+
+/* This warp's weight and first row (R rows a task, KS warps a task). */
+template <int R, int KS> __device__ __forceinline__ int many_pick(const gemv_many &m, int64_t *r0)
+{
+    const int k = many_which(blockIdx.x, m.b0);
+    *r0 = ((int64_t)(blockIdx.x - m.b0[k]) * (GEMV_WARPS / KS) + (threadIdx.x >> 5) / KS) * R;
     return k;
+}
+
+/* gemv_store for KS warps a task (KS > 1): each warp's sums reduced over
+ * its lanes into red, then the task's first warp adds its partners' in
+ * warp order and stores. Every warp of the block must call it (live 0:
+ * the task's rows lie past the weight). */
+template <int R, int NB, int KS>
+__device__ __forceinline__ void gemv_store_split(const float (&acc)[R][NB], float (*red)[R][NB],
+                                                 int lane, bool live, int t0, int nc, int64_t r0,
+                                                 int64_t ne1, float *y, int64_t ldy, int add)
+{
+    const int wp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int cc = 0; cc < NB; cc++) {
+            const float sum = lane_sum(acc[i][cc]);
+            if (lane == 0)
+                red[wp][i][cc] = sum;
+        }
+    __syncthreads();
+    if (live && lane == 0 && wp % KS == 0) {
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int cc = 0; cc < NB; cc++) {
+                float sum = red[wp][i][cc];
+#pragma unroll
+                for (int j = 1; j < KS; j++)
+                    sum += red[wp + j][i][cc];
+                if (cc < nc && r0 + i < ne1) {
+                    float *out = y + (int64_t)(t0 + cc) * ldy + r0 + i;
+                    *out = add ? *out + sum : sum;
+                }
+            }
+    }
+    __syncthreads(); /* red is read before the next pass writes it */
 }
 
 /* 16 weight bytes from k_gemv_ring's shared copy (SH) or from memory. */
@@ -834,18 +905,21 @@ __device__ __forceinline__ void q4k_step(const uint8_t *const (&row)[R], int off
  * branch on p in every scale decode, the mins' sums by dp4a): 255 warp
  * instructions per 512 bytes, the schedulers 66% busy at 33% of DRAM
  * (ncu, H200). */
-template <int NB, int R>
+template <int NB, int R, int KS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_q4k(const gemv_many m, int64_t ne0, const int8_t *__restrict__ xq,
                const float *__restrict__ xd, const float *__restrict__ xs, int nt, int add)
 {
+    __shared__ float red[KS > 1 ? GEMV_WARPS : 1][R][NB];
     int64_t r0;
-    const int wk = many_pick<R>(m, &r0), lane = threadIdx.x & 31;
+    const int wk = many_pick<R, KS>(m, &r0), lane = threadIdx.x & 31;
+    const int part = (threadIdx.x >> 5) % KS;
     const uint8_t *w = m.w[wk];
     const uint64_t rb = m.rb[wk];
     const int64_t ne1 = m.ne1[wk], ldy = m.ldy[wk];
     float *y = m.y[wk];
-    if (r0 >= ne1)
+    const bool live = r0 < ne1;
+    if (KS == 1 && !live)
         return;
     const uint8_t *row[R];
     gemv_rows<R>(w, rb, r0, ne1, row);
@@ -862,9 +936,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             for (int cc = 0; cc < NB; cc++)
                 acc[i][cc] = 0.0f;
 #pragma unroll UNROLL
-        for (int sb = lane >> 2; sb < nsb; sb += 8)
+        for (int sb = (lane >> 2) + 8 * part; live && sb < nsb; sb += 8 * KS)
             q4k_step<false, R, NB>(row, 144 * sb, sb, p, sh, hi, xq, xd, xs, ne0, nd, t0, nc, acc);
-        gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
+        if constexpr (KS > 1)
+            gemv_store_split<R, NB, KS>(acc, red, lane, live, t0, nc, r0, ne1, y, ldy, add);
+        else
+            gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
     }
 }
 
@@ -946,18 +1023,21 @@ __device__ __forceinline__ void q6k_step(const uint8_t *const (&row)[R], size_t 
  * bytes in one dp4a; each 16 elements have one int8 scale. 8 lanes cover a
  * super-block, a warp 4 of them a step, R rows at once (the input read once
  * for them). */
-template <int NB, int R>
+template <int NB, int R, int KS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_q6k(const gemv_many m, int64_t ne0, const int8_t *__restrict__ xq,
                const float *__restrict__ xd, int nt, int add)
 {
+    __shared__ float red[KS > 1 ? GEMV_WARPS : 1][R][NB];
     int64_t r0;
-    const int wk = many_pick<R>(m, &r0), lane = threadIdx.x & 31;
+    const int wk = many_pick<R, KS>(m, &r0), lane = threadIdx.x & 31;
+    const int part = (threadIdx.x >> 5) % KS;
     const uint8_t *w = m.w[wk];
     const uint64_t rb = m.rb[wk];
     const int64_t ne1 = m.ne1[wk], ldy = m.ldy[wk];
     float *y = m.y[wk];
-    if (r0 >= ne1)
+    const bool live = r0 < ne1;
+    if (KS == 1 && !live)
         return;
     const uint8_t *row[R];
     gemv_rows<R>(w, rb, r0, ne1, row);
@@ -975,10 +1055,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             for (int cc = 0; cc < NB; cc++)
                 acc[i][cc] = 0.0f;
 #pragma unroll UNROLL
-        for (int sb = lane >> 3; sb < nsb; sb += 4)
+        for (int sb = (lane >> 3) + 4 * part; live && sb < nsb; sb += 4 * KS)
             q6k_step<false, R, NB>(row, (size_t)sb * 210, sb, c, kp, l0, xq, xd, ne0, nd, t0, nc,
                                    acc);
-        gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
+        if constexpr (KS > 1)
+            gemv_store_split<R, NB, KS>(acc, red, lane, live, t0, nc, r0, ne1, y, ldy, add);
+        else
+            gemv_store<R, NB>(acc, lane, t0, nc, r0, ne1, y, ldy, add);
     }
 }
 
@@ -1037,7 +1120,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_RING_BLOCKS)
     int pi = 0, pj = 0, pu = 0;
     auto issue = [&]() {
         const unsigned t = gw + (unsigned)pi * W;
-        const int k = t >= m.tk[1] ? (t >= m.tk[2] ? 2 : 1) : 0;
+        const int k = many_which(t, m.tk);
         const int64_t r0 = (int64_t)(t - m.tk[k]) * R;
         const int n = nsb - pj * GEMV_CH < GEMV_CH ? nsb - pj * GEMV_CH : GEMV_CH;
         const uint32_t bytes = (uint32_t)(n * C::SBB);
@@ -1083,7 +1166,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_RING_BLOCKS)
         const int s = u % S;
         if (cj == 0) {
             const unsigned t = gw + (unsigned)ci * W;
-            k = t >= m.tk[1] ? (t >= m.tk[2] ? 2 : 1) : 0;
+            k = many_which(t, m.tk);
             r0 = (int64_t)(t - m.tk[k]) * R;
         }
         const int t0 = cpass * NB, nc = nt - t0 < NB ? nt - t0 : NB, sb0 = cj * GEMV_CH;
@@ -1155,10 +1238,21 @@ static void gemv_int_launch(const mfk_q &q, const gemv_many &m, int64_t ne0, con
             return;
         }
     }
+    if constexpr (NB == 1 && R == 1 && GEMV_SPLIT > 1) {
+        if (m.ks == GEMV_SPLIT) {
+            if (TY == GGML_TYPE_Q4_K)
+                mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R, GEMV_SPLIT>, m, ne0, xq,
+                       xd, xs, nt, add);
+            else
+                mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q6k<NB, R, GEMV_SPLIT>, m, ne0, xq,
+                       xd, nt, add);
+            return;
+        }
+    }
     if (TY == GGML_TYPE_Q4_K)
-        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R>, m, ne0, xq, xd, xs, nt, add);
+        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R, 1>, m, ne0, xq, xd, xs, nt, add);
     else
-        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q6k<NB, R>, m, ne0, xq, xd, nt, add);
+        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q6k<NB, R, 1>, m, ne0, xq, xd, nt, add);
 }
 
 template <int TY, int R>
@@ -1182,6 +1276,14 @@ static int int_gemv(const struct mfk_weight *w, int nt)
     return (w->type == GGML_TYPE_Q4_K && nt < MFK_MMQ_MIN) || w->type == GGML_TYPE_Q6_K;
 }
 
+/* Warps a row of k_gemv_q4k / k_gemv_q6k for w at nt tokens (pair: two
+ * rows a warp): GEMV_SPLIT or 1, as measured (GEMV_SPLIT_MIN above). */
+static int gemv_split(const struct mfk_weight *w, int pair, int nt)
+{
+    const int wide = w->type == GGML_TYPE_Q4_K && w->ne0 > GEMV_SPLIT_Q4K_MAX;
+    return !pair && nt == 1 && w->ne0 >= GEMV_SPLIT_MIN && !wide ? GEMV_SPLIT : 1;
+}
+
 /* Launches the integer GEMV for w[0] and those after it of the same type
  * and rows-a-warp (at most three); returns how many it took. */
 static int gemv_int_group(const mfk_q &q, int n, const struct mfk_weight *const *w, float *const *y,
@@ -1191,13 +1293,15 @@ static int gemv_int_group(const mfk_q &q, int n, const struct mfk_weight *const 
     const int pair = w[0]->ne1 >= GEMV_Q4K_PAIRS; /* x read once for two rows */
     const int R = pair ? 2 : 1;
     gemv_many m = {};
+    m.ks = gemv_split(w[0], pair, nt);
     unsigned nb = 0, nk = 0;
     int k = 0;
     for (; k < n && k < 3 && w[k]->type == w[0]->type && (w[k]->ne1 >= GEMV_Q4K_PAIRS) == pair;
          k++) {
         m.w[k] = (const uint8_t *)w[k]->data, m.rb[k] = w[k]->row_bytes;
         m.ne1[k] = w[k]->ne1, m.y[k] = y[k], m.ldy[k] = ldy[k], m.b0[k] = nb, m.tk[k] = nk;
-        nb += (unsigned)((w[k]->ne1 + GEMV_WARPS * R - 1) / (GEMV_WARPS * R));
+        const int64_t per = GEMV_WARPS / m.ks * R; /* rows a block */
+        nb += (unsigned)((w[k]->ne1 + per - 1) / per);
         nk += (unsigned)((w[k]->ne1 + R - 1) / R);
     }
     for (int i = k; i < 4; i++)

@@ -158,6 +158,47 @@ static void act_ref(enum ggml_type t, const float *x, int64_t ldx, int nt, int64
         }
 }
 
+/* mfk_gemv of w (deq: its values, row after row) at nt tokens of random
+ * input (rows ldx apart, ldy for the output) against the float64 product
+ * with the activations' reference (act_ref), within 1e-5 (measured up to
+ * 1.3e-7); add: y starts as random values the product is added to, else
+ * poisoned (every element must be written). */
+static void gemv_check(const char *name, const struct mfk_weight *w, const float *deq, int nt,
+                       int64_t ldx, int64_t ldy, int add)
+{
+    const enum ggml_type t = (enum ggml_type)w->type;
+    const int64_t ne0 = w->ne0, ne1 = w->ne1;
+    float *x = malloc((size_t)(nt * ldx) * 4), *y0 = malloc((size_t)(nt * ldy) * 4);
+    float *y = malloc((size_t)(nt * ldy) * 4), *yc = malloc((size_t)(nt * ne1) * 4);
+    double *xa = malloc((size_t)(nt * ne0) * 8), *ref = malloc((size_t)(nt * ne1) * 8);
+    for (int64_t i = 0; i < nt * ldx; i++)
+        x[i] = frand();
+    for (int64_t i = 0; i < nt * ldy; i++)
+        y0[i] = frand();
+    act_ref(t, x, ldx, nt, ne0, xa);
+    for (int c = 0; c < nt; c++)
+        for (int64_t r = 0; r < ne1; r++) {
+            double sum = add ? (double)y0[c * ldy + r] : 0.0;
+            for (int64_t i = 0; i < ne0; i++)
+                sum += (double)deq[r * ne0 + i] * xa[c * ne0 + i];
+            ref[c * ne1 + r] = sum;
+        }
+    float *dx = dalloc((size_t)(nt * ldx) * 4), *dy = dalloc((size_t)(nt * ldy) * 4);
+    h2d(dx, x, (size_t)(nt * ldx) * 4);
+    if (add)
+        h2d(dy, y0, (size_t)(nt * ldy) * 4);
+    else
+        poison(dy, (size_t)(nt * ldy) * 4);
+    CK(mfk_gemv(ctx, w, dx, ldx, nt, dy, ldy, add, &err));
+    d2h(y, dy, (size_t)(nt * ldy) * 4);
+    for (int c = 0; c < nt; c++)
+        memcpy(yc + c * ne1, y + c * ldy, (size_t)ne1 * 4);
+    const double e = rel_err(yc, ref, (size_t)(nt * ne1)), bound = 1e-5;
+    report(name, e < bound, "rel err", e, bound);
+    mfk_free(dx), mfk_free(dy);
+    free(x), free(y0), free(y), free(yc), free(xa), free(ref);
+}
+
 /* mfk_gemm (tensor cores, cuBLAS) against the dequantized weights: x
  * rounded to bf16 (fp16 for F16 weights; F32 stays float), sums in double;
  * the loose bound covers the weights' own rounding to bf16 after
@@ -486,46 +527,12 @@ static void test_type(enum ggml_type t)
 
     /* gemv */
     static const int nts[] = {1, 3, 8, 11, 16, 17, 70, 130}; /* Q4_K from 5: mmq.cu, tiles past 16 */
-    for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
-        const int nt = nts[k];
-        const int64_t ldx = ne0 + 4, ldy = ne1 + 3;
-        float *x = malloc((size_t)(nt * ldx) * 4), *y0 = malloc((size_t)(nt * ldy) * 4);
-        float *y = malloc((size_t)(nt * ldy) * 4);
-        double *ref = malloc((size_t)(nt * ne1) * 8);
-        float *yc = malloc((size_t)(nt * ne1) * 4);
-        for (int64_t i = 0; i < nt * ldx; i++)
-            x[i] = frand();
-        for (int64_t i = 0; i < nt * ldy; i++)
-            y0[i] = frand();
-        double *xa = malloc((size_t)(nt * ne0) * 8);
-        act_ref(t, x, ldx, nt, ne0, xa);
-        const double bound = 1e-5; /* measured up to 1.3e-7 */
+    for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++)
         for (int add = 0; add < 2; add++) {
-            for (int c = 0; c < nt; c++)
-                for (int64_t r = 0; r < ne1; r++) {
-                    double s = add ? (double)y0[c * ldy + r] : 0.0;
-                    for (int64_t i = 0; i < ne0; i++)
-                        s += (double)deq[r * ne0 + i] * xa[c * ne0 + i];
-                    ref[c * ne1 + r] = s;
-                }
-            float *dx = dalloc((size_t)(nt * ldx) * 4), *dy = dalloc((size_t)(nt * ldy) * 4);
-            h2d(dx, x, (size_t)(nt * ldx) * 4);
-            if (add)
-                h2d(dy, y0, (size_t)(nt * ldy) * 4);
-            else
-                poison(dy, (size_t)(nt * ldy) * 4);
-            CK(mfk_gemv(ctx, &w, dx, ldx, nt, dy, ldy, add, &err));
-            d2h(y, dy, (size_t)(nt * ldy) * 4);
-            for (int c = 0; c < nt; c++)
-                memcpy(yc + c * ne1, y + c * ldy, (size_t)ne1 * 4);
-            double e = rel_err(yc, ref, (size_t)(nt * ne1));
-            snprintf(name, sizeof name, "gemv %s nt=%d%s", ggml_type_name(t), nt, add ? " add" : "");
-            report(name, e < bound, "rel err", e, bound);
-            mfk_free(dx);
-            mfk_free(dy);
+            snprintf(name, sizeof name, "gemv %s nt=%d%s", ggml_type_name(t), nts[k],
+                     add ? " add" : "");
+            gemv_check(name, &w, deq, nts[k], ne0 + 4, ne1 + 3, add);
         }
-        free(x), free(y0), free(y), free(ref), free(yc), free(xa);
-    }
     test_gemm(&w, t, deq);
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K)
         test_qgemm(t);
@@ -1239,6 +1246,35 @@ static void test_gemv_groups(void)
     free(x), free(src);
 }
 
+/* mfk_gemv of a random t weight, ne1 rows of ne0, at each of the n token
+ * counts nts[] (gemv_check, rows packed). */
+static void gemv_vs_ref(const char *what, enum ggml_type t, int64_t ne0, int64_t ne1,
+                        const int *nts, int n, int add)
+{
+    uint64_t rb;
+    ggml_type_row_size(t, (uint64_t)ne0, &rb);
+    float *src = malloc((size_t)ne0 * 4), *deq = malloc((size_t)(ne0 * ne1) * 4);
+    uint8_t *q = malloc(rb * (size_t)ne1);
+    for (int64_t r = 0; r < ne1; r++) {
+        for (int64_t e = 0; e < ne0; e++)
+            src[e] = frand() * 0.05f;
+        CK(quant_quantize_row(t, src, q + r * rb, ne0, &err));
+        CK(quant_dequantize_row(t, q + r * rb, deq + r * ne0, ne0, &err));
+    }
+    void *dw = dalloc(rb * (size_t)ne1);
+    h2d(dw, q, rb * (size_t)ne1);
+    const struct mfk_weight w = {
+        .data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+    for (int k = 0; k < n; k++) {
+        char name[96];
+        snprintf(name, sizeof name, "gemv %s %s %lldx%lld nt=%d%s", what, ggml_type_name(t),
+                 (long long)ne1, (long long)ne0, nts[k], add ? " add" : "");
+        gemv_check(name, &w, deq, nts[k], ne0, ne1, add);
+    }
+    mfk_free(dw);
+    free(src), free(deq), free(q);
+}
+
 /* The Q4_K and Q6_K GEMVs of decode (llama.cu's k_gemv_ring) stream rows
  * through shared memory 8 super-blocks at a time, each warp several rows in
  * turn: rows of whole and partial units, one and two rows a warp (8192 rows
@@ -1255,52 +1291,31 @@ static void test_gemv_ring(void)
     } cs[] = {{GGML_TYPE_Q4_K, 4352, 20000}, {GGML_TYPE_Q4_K, 2048, 8000},
               {GGML_TYPE_Q4_K, 4096, 300},   {GGML_TYPE_Q6_K, 6144, 300},
               {GGML_TYPE_Q6_K, 2048, 8000},  {GGML_TYPE_Q6_K, 4096, 8195}};
-    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
-        const enum ggml_type t = cs[k].t;
-        const int64_t ne0 = cs[k].ne0, ne1 = cs[k].ne1;
-        uint64_t rb;
-        ggml_type_row_size(t, (uint64_t)ne0, &rb);
-        float *src = malloc((size_t)ne0 * 4), *deq = malloc((size_t)(ne0 * ne1) * 4);
-        uint8_t *q = malloc(rb * (size_t)ne1);
-        for (int64_t r = 0; r < ne1; r++) {
-            for (int64_t e = 0; e < ne0; e++)
-                src[e] = frand() * 0.05f;
-            CK(quant_quantize_row(t, src, q + r * rb, ne0, &err));
-            CK(quant_dequantize_row(t, q + r * rb, deq + r * ne0, ne0, &err));
-        }
-        void *dw = dalloc(rb * (size_t)ne1);
-        h2d(dw, q, rb * (size_t)ne1);
-        const struct mfk_weight w = {
-            .data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
-        for (int nt = 2; nt <= 4; nt += 2) { /* the ring's token counts */
-            float *x = malloc((size_t)(nt * ne0) * 4), *y = malloc((size_t)(nt * ne1) * 4);
-            double *xa = malloc((size_t)(nt * ne0) * 8), *ref = malloc((size_t)(nt * ne1) * 8);
-            for (int64_t i = 0; i < nt * ne0; i++)
-                x[i] = frand();
-            act_ref(t, x, ne0, nt, ne0, xa);
-            for (int c = 0; c < nt; c++)
-                for (int64_t r = 0; r < ne1; r++) {
-                    double sum = 0;
-                    for (int64_t i = 0; i < ne0; i++)
-                        sum += (double)deq[r * ne0 + i] * xa[c * ne0 + i];
-                    ref[c * ne1 + r] = sum;
-                }
-            float *dx = dalloc((size_t)(nt * ne0) * 4), *dy = dalloc((size_t)(nt * ne1) * 4);
-            h2d(dx, x, (size_t)(nt * ne0) * 4);
-            poison(dy, (size_t)(nt * ne1) * 4);
-            CK(mfk_gemv(ctx, &w, dx, ne0, nt, dy, ne1, 0, &err));
-            d2h(y, dy, (size_t)(nt * ne1) * 4);
-            const double e = rel_err(y, ref, (size_t)(nt * ne1)), bound = 1e-5;
-            char name[80];
-            snprintf(name, sizeof name, "gemv ring %s %lldx%lld nt=%d", ggml_type_name(t),
-                     (long long)ne1, (long long)ne0, nt);
-            report(name, e < bound, "rel err", e, bound);
-            mfk_free(dx), mfk_free(dy);
-            free(x), free(y), free(xa), free(ref);
-        }
-        mfk_free(dw);
-        free(src), free(deq), free(q);
-    }
+    static const int nts[] = {2, 4}; /* the ring's token counts */
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++)
+        gemv_vs_ref("ring", cs[k].t, cs[k].ne0, cs[k].ne1, nts, 2, 0);
+}
+
+/* The one-token GEMV of 4096-wide rows and more, GEMV_SPLIT warps a row
+ * (kernels/llama.cu; Q4_K up to 8192 wide): rows whose super-blocks the
+ * warps share evenly (4096, 8192 and 14336 wide) and unevenly (4352 and
+ * 8448: 17 and 33), row counts that leave the last block's last tasks
+ * past the weight (their warps still meet the block's barriers), and the
+ * residual add the o and down products make; Q4_K 14336 wide, which keeps
+ * one warp a row, beside them. */
+static void test_gemv_split(void)
+{
+    static const struct {
+        enum ggml_type t;
+        int64_t ne0, ne1;
+    } cs[] = {{GGML_TYPE_Q4_K, 4096, 4099},  {GGML_TYPE_Q4_K, 8192, 1001},
+              {GGML_TYPE_Q4_K, 4352, 1001},  {GGML_TYPE_Q4_K, 14336, 1001},
+              {GGML_TYPE_Q6_K, 14336, 4099}, {GGML_TYPE_Q6_K, 8448, 1001},
+              {GGML_TYPE_Q6_K, 4352, 1001}};
+    static const int one[] = {1};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++)
+        for (int add = 0; add <= 1; add++)
+            gemv_vs_ref("split", cs[k].t, cs[k].ne0, cs[k].ne1, one, 1, add);
 }
 
 /* mfk_gemv_n refuses weights of different widths and unaligned input. */
@@ -2144,6 +2159,7 @@ int main(int argc, char **argv)
         test_gemv_refusals();
         test_gemv_groups();
         test_gemv_ring();
+        test_gemv_split();
     }
     for (int i = 1; want[5] && i < argc; i++) {
         char lpath[4096];

@@ -52,7 +52,8 @@ extern "C" {
  * GEMV_SPLIT chains instead of one, and the grid has GEMV_SPLIT times the
  * warps (Llama-3-8B's 4096-row products filled 0.78 of a wave). Q4_K rows
  * wider than GEMV_SPLIT_Q4K_MAX keep one warp: the 4096 x 14336 down
- * product ran 16.9 us split against 15.0 (its Q6_K form 20.2 against 21.5).
+ * product ran 16.9 us split against 15.0 (its Q6_K form 20.2 against 21.5;
+ * one call).
  * H200, Llama-3-8B Q4_K_M batch 1, alternating runs: 348-354 tokens/s
  * against 340-346 unsplit; 347-350 with the Q4_K down product split too,
  * 341-342 with the down products alone split, 334-337 with 4 warps a row
@@ -1225,6 +1226,17 @@ static int ring_ok(const gemv_many &m, int n, int ty, int64_t ne0, int R, int nt
 
 /* The Q4_K / Q6_K GEMV over m's weights (grid: all their blocks), NB
  * tokens per pass over the weights, R rows a warp. */
+/* The one-task kernel of type TY for m, KS warps a row (m.b0's blocks). */
+template <int TY, int NB, int R, int KS>
+static void gemv_onetask(const mfk_q &q, const gemv_many &m, int64_t ne0, const int8_t *xq,
+                         const float *xd, const float *xs, int nt, int add)
+{
+    if (TY == GGML_TYPE_Q4_K)
+        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R, KS>, m, ne0, xq, xd, xs, nt, add);
+    else
+        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q6k<NB, R, KS>, m, ne0, xq, xd, nt, add);
+}
+
 template <int TY, int NB, int R>
 static void gemv_int_launch(const mfk_q &q, const gemv_many &m, int64_t ne0, const int8_t *xq,
                             const float *xd, const float *xs, int nt, int add)
@@ -1240,19 +1252,11 @@ static void gemv_int_launch(const mfk_q &q, const gemv_many &m, int64_t ne0, con
     }
     if constexpr (NB == 1 && R == 1 && GEMV_SPLIT > 1) {
         if (m.ks == GEMV_SPLIT) {
-            if (TY == GGML_TYPE_Q4_K)
-                mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R, GEMV_SPLIT>, m, ne0, xq,
-                       xd, xs, nt, add);
-            else
-                mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q6k<NB, R, GEMV_SPLIT>, m, ne0, xq,
-                       xd, nt, add);
+            gemv_onetask<TY, NB, R, GEMV_SPLIT>(q, m, ne0, xq, xd, xs, nt, add);
             return;
         }
     }
-    if (TY == GGML_TYPE_Q4_K)
-        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q4k<NB, R, 1>, m, ne0, xq, xd, xs, nt, add);
-    else
-        mfk_go(q, m.b0[3], GEMV_WARPS * 32, 0, k_gemv_q6k<NB, R, 1>, m, ne0, xq, xd, nt, add);
+    gemv_onetask<TY, NB, R, 1>(q, m, ne0, xq, xd, xs, nt, add);
 }
 
 template <int TY, int R>

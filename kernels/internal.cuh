@@ -105,14 +105,16 @@ int mfk_mmq_ready(struct mfk_ctx *c, struct mf_err *err);
 int *mfk_ctx_mmq_smem(struct mfk_ctx *c); /* mem.cu: 1 once raised */
 
 /* qgemm.cu's state in a context: the multiprocessors, the token limit
- * (mfk_ctx_qgemm), whether Q4_K is dequantized exactly (mfk_ctx_qgemm_exact)
- * and, per kernel instance, the largest cluster it runs in (0 until its
- * first launch raised its shared memory). */
+ * (mfk_ctx_qgemm), whether Q4_K is dequantized exactly (mfk_ctx_qgemm_exact),
+ * per kernel instance the largest cluster it runs in (0 until its first
+ * launch raised its shared memory), and the driver's tensor-map encoder
+ * (cuTensorMapEncodeTiled, NULL until the first Q4_K launch asks for it). */
 struct qg_state {
     int sms;
     int max_tokens;
     int exact;
     int cluster[6];
+    void *encode;
 };
 struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c); /* mem.cu */
 int mfk_ctx_att_cluster_on(const struct mfk_ctx *c);     /* mem.cu: mfk_ctx_att_cluster's */
@@ -270,6 +272,23 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "%2, [%3];\n" ::"r"(d),
                  "l"(src), "r"(bytes), "r"(b)
+                 : "memory");
+#endif
+}
+
+/* The box of a 2-D tensor map (map: the address of a __grid_constant__
+ * CUtensorMap) at element coordinates (x, y) into this block's shared dst
+ * (128-byte aligned), counted on bar; rows past the tensor's end arrive as
+ * zeros, and their bytes count. */
+__device__ __forceinline__ void tensor_copy_2d(void *dst, const void *map, int x, int y,
+                                               uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(d),
+                 "l"(map), "r"(x), "r"(y), "r"(b)
                  : "memory");
 #endif
 }

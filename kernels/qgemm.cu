@@ -26,10 +26,10 @@
  * each A fragment serves TN / 8), over its K-group's share of each stage.
  * A stage is the rows' super-blocks (Q4_K: one, 144 bytes a row; Q6_K: a
  * pair, 420 bytes, 4-byte aligned where one alone is not) and the tokens'
- * bf16 inputs for those columns, in a pipeline of 2 to 4 stages. Q4_K's
- * weight rows come by bulk copies (one a row, counted on the stage's
- * mbarrier; qg_bulk), and from 33 tokens its token rows too; the rest by
- * cp.async (qg_stager). The weights of the first stages are asked for
+ * bf16 inputs for those columns, in a pipeline of 2 to 4 stages. A stage
+ * of Q4_K's weight rows comes by one tensor-map copy (counted on the
+ * stage's mbarrier; qg_tma), and from 33 tokens its token rows too; the
+ * rest by cp.async (qg_stager). The weights of the first stages are asked for
  * before the wait on the previous kernel (programmatic launch: nothing
  * writes weights). When the tiles are too few to fill the multiprocessors,
  * K is split over a cluster of up to 8 blocks (mfk_qgemm_splits), whose
@@ -67,6 +67,8 @@
 #include <cstdint>
 
 #include <cooperative_groups.h>
+#include <cuda.h> /* CUtensorMap; the encoder comes through the runtime (qg_map) */
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -79,10 +81,15 @@ namespace cg = cooperative_groups;
 
 #define QG_THREADS 256
 #define QG_SMEM_MAX 232448 /* 227 KiB: a Hopper block's dynamic shared memory, at most */
-/* The parts of a stage that bulk copies bring (qg_bulk; QG_BULK_W: the
- * weight rows, QG_BULK_X: the token rows); the rest cp.async (qg_stager). */
-#define QG_BULK_W 1
-#define QG_BULK_X 2
+/* The parts of a stage that tensor-map copies bring (qg_tma; QG_TMA_W: the
+ * weight rows, QG_TMA_X: the token rows); the rest cp.async (qg_stager). */
+#define QG_TMA_W 1
+#define QG_TMA_X 2
+/* Q4_K's token rows by tensor map from kernels of this many n8 tiles (for
+ * measuring; 4: every Q4_K kernel, 8: the 64-token one, 16: none) */
+#ifndef QG_TMA_X_NN
+#define QG_TMA_X_NN 8
+#endif
 #define QG_MAGIC 8388608.0f /* 2^23: float(0x4B000000 | b) - QG_MAGIC = b, for b < 2^23 */
 
 /* Per type: rows a block (TM), K-groups (KG: TM / 32 x KG = 8 warps),
@@ -94,21 +101,23 @@ namespace cg = cooperative_groups;
 template <int TY> struct qg_type;
 template <> struct qg_type<GGML_TYPE_Q4_K> {
     static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16, MB = 2;
-    /* Bulk copies for the weights, and for the tokens too from 33 tokens
-     * (NN 8: the 64-token kernel).
-     * H200, us, cp.async alone / weights by bulk / both: 14336 x 4096 at
-     * 16 tokens 33.1 / 30.2 / 30.7, at 64 46.4 / 42.3 / 40.7; 4096 x
-     * 14336 at 16 45.8 / 42.7 / 47.6, at 64 61.4 / 61.2 / 58.4
-     * (bench/results/cuda-bulk-h200-2026-12-02). */
-    static constexpr int bulk(int nn)
+    /* A stage's weight rows by one tensor-map copy, and from 33 tokens its
+     * token rows too (NN 8: the 64-token kernel). H200, us, a bulk copy a
+     * row (739e7af) / by tensor map: 14336 x 4096 at 16 tokens 30.3 / 25.9,
+     * at 64 40.6 / 35.0; 4096 x 14336 at 16 43.3 / 35.4, at 64 59.4 / 47.0.
+     * The token rows by map at 32 and under too: 8-16 tokens slower (14336
+     * x 4096 at 8: 34.1 against 25.2; the box moves 32 rows, dead or not),
+     * 32 a little faster (bench/results/cuda-tma-h200-2026-12-03). */
+    static constexpr int tma(int nn)
     {
-        return nn >= 8 ? QG_BULK_W | QG_BULK_X : QG_BULK_W;
+        return nn >= QG_TMA_X_NN ? QG_TMA_W | QG_TMA_X : QG_TMA_W;
     }
 };
 template <> struct qg_type<GGML_TYPE_Q6_K> {
     static constexpr int TM = 64, KG = 4, SBS = 2, WROW = 420, WSTRIDE = 432, CP = 4, MB = 1;
-    /* 420-byte rows, 4-byte aligned: cp.async alone */
-    static constexpr int bulk(int)
+    /* 420-byte rows, 4-byte aligned: cp.async alone (a tensor map of them as
+     * 4-byte elements, 432-byte box rows, faulted: bench/results/cuda-tma-h200-2026-12-03) */
+    static constexpr int tma(int)
     {
         return 0;
     }
@@ -119,7 +128,7 @@ template <> struct qg_type<GGML_TYPE_Q6_K> {
 template <int TY, int NN> struct qg_cfg : qg_type<TY> {
     using T = qg_type<TY>;
     static constexpr int TN = 8 * NN;               /* tokens a block */
-    static constexpr int BULK = T::bulk(NN);        /* the parts bulk copies stage */
+    static constexpr int TMA = T::tma(NN);          /* the parts tensor maps stage */
     static constexpr int KSTAGE = 256 * T::SBS;     /* columns a stage */
     static constexpr int XSTRIDE = 2 * KSTAGE + 32; /* bytes between staged token rows */
     static constexpr int W_BYTES = T::TM * T::WSTRIDE, X_BYTES = TN * XSTRIDE;
@@ -130,11 +139,12 @@ template <int TY, int NN> struct qg_cfg : qg_type<TY> {
     static constexpr int PART = (T::KG - 1) * T::TM * TN * 4; /* the other K-groups' sums */
     static constexpr int EPI = PART + TN * TSTRIDE * 4;
     static constexpr int BARS = ((P * STAGE > EPI ? P * STAGE : EPI) + 7) / 8 * 8;
-    static constexpr int SMEM = BARS + (BULK ? 8 * P : 0); /* the stages' barriers last */
+    static constexpr int SMEM = BARS + (TMA ? 8 * P : 0); /* the stages' barriers last */
     static_assert(P >= 2 && SMEM <= BUDGET, "a double-buffered pipeline at least");
-    static_assert(!(BULK & QG_BULK_W) ||
-                      (T::WROW % 16 == 0 && T::WSTRIDE % 16 == 0 && STAGE % 16 == 0),
-                  "bulk copies move 16-byte multiples to 16-byte boundaries");
+    static_assert(!(TMA & QG_TMA_W) || T::WSTRIDE == T::WROW,
+                  "a tensor-map copy writes its box's rows densely");
+    static_assert(!TMA || (W_BYTES % 128 == 0 && STAGE % 128 == 0),
+                  "tensor-map copies land on 128-byte boundaries");
     static_assert(T::TM / 32 * T::KG == QG_THREADS / 32, "eight warps");
     static_assert(T::WROW % T::CP == 0 && XSTRIDE % 128 == 32, "copies and banks");
 };
@@ -435,55 +445,37 @@ template <class C> struct qg_stager {
     }
 };
 
-/* The bulk-copy staging (the parts C::BULK names): one copy a weight row
- * (even threads: row tid / 2) and one a token row (threads 4 t + 1) each
- * stage, counted on the stage's barrier, in place of qg_stager's 16-byte
- * copies and their address arithmetic (a sixth of the cp.async kernel's
- * instructions; its copies' shared-memory writes also conflicted two ways,
- * 38% excess wavefronts: ncu, H200). A bulk copy takes uniform operands,
- * so a warp issues its lanes' one at a time: the producers are spread
- * evenly over the warps. Only rows that exist are copied and arrive
- * (count); token rows past nt are zeroed once in every stage (zero), as
- * qg_stager's zero fill has them. */
-template <class C> struct qg_bulk {
-    static_assert(QG_THREADS >= 2 * C::TM && QG_THREADS >= 4 * C::TN, "a row a producer");
-    const uint8_t *src; /* this thread's row, stage 0 */
-    uint32_t dst;       /* its offset within a stage */
-    uint32_t bytes;     /* a stage's bytes of it, also the step between stages */
-    bool live, weight, gap;
+/* The tensor-map staging (the parts C::TMA names): thread 0 copies a
+ * stage's weight rows (the box of TM rows x WROW bytes at the block's first
+ * row) and thread 32 its token rows (TN rows of XSTRIDE bytes: the map sees
+ * the input as 8-byte elements, so a box row takes the stage's 2 KSTAGE
+ * bytes and the next 32, which land in the row's bank padding and are never
+ * read), each counted on the stage's barrier. One instruction a stage in
+ * place of qg_stager's 16-byte copies and their address arithmetic (a sixth
+ * of the cp.async kernel's instructions, their shared-memory writes
+ * conflicting two ways), or of a bulk copy a row, which a warp issues one
+ * lane at a time (uniform operands). Rows past the weight's or the step's
+ * end arrive as zeros. */
+template <class C> struct qg_tma {
+    const CUtensorMap *map;
+    uint32_t dst;   /* the part's offset within a stage */
+    uint32_t bytes; /* a stage's bytes of it */
+    int step, y;    /* the box's first column (elements) a stage further, its first row */
+    bool live, weight;
 
-    __device__ __forceinline__ qg_bulk(const uint8_t *wb, uint64_t rb, int64_t row0, int64_t ne1,
-                                       const __nv_bfloat16 *xb, int64_t ne0, int tok0, int nt,
-                                       int tid)
+    __device__ __forceinline__ qg_tma(const CUtensorMap *wmap, const CUtensorMap *xmap, int64_t row0,
+                                      int tok0, int tid)
     {
-        const int r = tid >> 1, t = tid >> 2;
-        weight = (C::BULK & QG_BULK_W) && !(tid & 1);
-        const bool tok = (C::BULK & QG_BULK_X) && (tid & 3) == 1 && t < C::TN;
-        live = weight ? row0 + r < ne1 : tok && tok0 + t < nt;
-        gap = tok && !live;
-        if (weight) {
-            src = wb + (uint64_t)(live ? row0 + r : 0) * rb;
-            dst = (uint32_t)(r * C::WSTRIDE), bytes = C::WROW;
-        } else {
-            src = reinterpret_cast<const uint8_t *>(xb + (int64_t)(live ? tok0 + t : 0) * ne0);
-            dst = (uint32_t)(C::W_BYTES + (tok ? t : 0) * C::XSTRIDE), bytes = 2 * C::KSTAGE;
-        }
+        weight = (C::TMA & QG_TMA_W) && tid == 0;
+        live = weight || ((C::TMA & QG_TMA_X) && tid == 32);
+        map = weight ? wmap : xmap;
+        dst = weight ? 0 : C::W_BYTES;
+        bytes = weight ? C::TM * C::WROW : C::TN * C::XSTRIDE;
+        step = weight ? C::WROW : 2 * C::KSTAGE / 8;
+        y = weight ? (int)row0 : tok0;
     }
     /* the arrivals a stage's barrier counts */
-    static __device__ __forceinline__ int count(int64_t row0, int64_t ne1, int tok0, int nt)
-    {
-        const int64_t r = ne1 - row0 < C::TM ? ne1 - row0 : C::TM;
-        const int t = nt - tok0 < C::TN ? nt - tok0 : C::TN;
-        return ((C::BULK & QG_BULK_W) ? (int)r : 0) + ((C::BULK & QG_BULK_X) ? t : 0);
-    }
-    __device__ __forceinline__ void zero(uint8_t *smem) const
-    {
-        if (gap)
-            for (int p = 0; p < C::P; p++)
-                for (uint32_t k = 0; k < bytes; k += 16)
-                    *reinterpret_cast<uint4 *>(smem + p * C::STAGE + dst + k) =
-                        make_uint4(0, 0, 0, 0);
-    }
+    static constexpr int COUNT = ((C::TMA & QG_TMA_W) ? 1 : 0) + ((C::TMA & QG_TMA_X) ? 1 : 0);
     /* stage st into the stage at dst0, counted on bar; `weights`: the
      * weight rows (before the wait for the input) or the token rows */
     __device__ __forceinline__ void load(uint8_t *dst0, uint64_t *bar, int st, bool weights) const
@@ -491,7 +483,7 @@ template <class C> struct qg_bulk {
         if (!live || weight != weights)
             return;
         mbar_arrive_tx(bar, bytes);
-        bulk_copy(dst0 + dst, src + (uint64_t)st * bytes, bytes, bar);
+        tensor_copy_2d(dst0 + dst, map, st * step, y, bar);
     }
 };
 
@@ -569,13 +561,14 @@ __device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t 
  * x[t]) (+ y[t][r] when add). x: bf16 [nt][ne0]. */
 template <int TY, int NN, bool FAST>
 __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
-    k_qgemm(const uint8_t *__restrict__ w, uint64_t rb, int64_t ne0, int64_t ne1,
-            const __nv_bfloat16 *__restrict__ x, int nt, float *y, int64_t ldy, float alpha,
+    k_qgemm(const uint8_t *__restrict__ w, const __grid_constant__ CUtensorMap wmap, uint64_t rb,
+            int64_t ne0, int64_t ne1, const __nv_bfloat16 *__restrict__ x,
+            const __grid_constant__ CUtensorMap xmap, int nt, float *y, int64_t ldy, float alpha,
             int add, int splits)
 {
     using C = qg_cfg<TY, NN>;
     constexpr int RW = C::TM / 32; /* row warps */
-    extern __shared__ __align__(16) uint8_t smem[];
+    extern __shared__ __align__(128) uint8_t smem[]; /* 128: a tensor-map copy's destination */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int rw = warp % RW, kg = warp / RW;
     const int tile = blockIdx.x / splits, rank = blockIdx.x % splits;
@@ -603,26 +596,24 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
             qg_slice_q6k<NN, false>(acc, st, xg, rw, kg, g, qd);
     };
     /* Stage i waits for its cp.async copies (each thread its own, then the
-     * block's barrier) and its bulk copies (the stage's mbarrier). */
-    constexpr bool BW = C::BULK & QG_BULK_W, BX = C::BULK & QG_BULK_X;
+     * block's barrier) and its tensor-map copies (the stage's mbarrier). */
+    constexpr bool TW = C::TMA & QG_TMA_W, TX = C::TMA & QG_TMA_X;
     uint64_t *bar = reinterpret_cast<uint64_t *>(smem + C::BARS);
     const qg_stager<C> sg(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
-    const qg_bulk<C> sb(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
-    if constexpr (C::BULK != 0) {
+    const qg_tma<C> tm(&wmap, &xmap, row0, tok0, tid);
+    if constexpr (C::TMA != 0) {
         if (tid == 0) {
-            const int count = qg_bulk<C>::count(row0, ne1, tok0, nt);
             for (int p = 0; p < C::P; p++)
-                mbar_init(bar + p, count);
+                mbar_init(bar + p, qg_tma<C>::COUNT);
             mbar_init_fence();
         }
-        sb.zero(smem);
         __syncthreads();
     }
     /* stage s0 + i into buffer i % P: its weight rows, or its token rows */
     auto load = [&](int i, bool weights) {
         uint8_t *dst = smem + (i % C::P) * C::STAGE;
-        if (weights ? BW : BX)
-            sb.load(dst, bar + i % C::P, s0 + i, weights);
+        if (weights ? TW : TX)
+            tm.load(dst, bar + i % C::P, s0 + i, weights);
         else if (weights)
             sg.load_w(dst, s0 + i);
         else
@@ -644,7 +635,7 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
         if (nx < n)
             load(nx, true), load(nx, false);
         cp_commit();
-        if constexpr (C::BULK != 0)
+        if constexpr (C::TMA != 0)
             mbar_wait(bar + i % C::P, (uint32_t)(i / C::P) & 1);
         slice(i);
     }
@@ -688,6 +679,44 @@ static int qg_ready(struct mfk_ctx *c, int k, K fn, int smem, int *cluster, stru
     return 0;
 }
 
+/* A 2-D tensor map of `rows` rows of `cols` elements (`elem` bytes each,
+ * `pitch` bytes apart) at base, its box `box_cols` x `box_rows`; the
+ * driver's encoder fetched through the runtime once a context, so nothing
+ * links libcuda itself. `what` names the tensor in an error. */
+static int qg_map(struct mfk_ctx *c, CUtensorMap *map, const void *base, int elem, uint64_t cols,
+                  uint64_t rows, uint64_t pitch, uint32_t box_cols, uint32_t box_rows,
+                  const char *what, struct mf_err *err)
+{
+    struct qg_state *s = mfk_ctx_qgemm_state(c);
+    if (!s->encode) {
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+        void *fn = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !fn) {
+            cudaGetLastError();
+            return mf_err_set(err, MF_EUNSUPPORTED,
+                              "CUDA qgemm: the driver has no cuTensorMapEncodeTiled "
+                              "(tensor maps need a CUDA 12 driver)");
+        }
+        s->encode = fn;
+    }
+    const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch};
+    const cuuint32_t box[2] = {box_cols, box_rows}, step[2] = {1, 1};
+    const CUresult r = ((PFN_cuTensorMapEncodeTiled_v12000)s->encode)(
+        map, elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 2,
+        (void *)base, dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return mf_err_set(err, MF_EINVAL,
+                          "CUDA qgemm: no tensor map for the %s (%llu rows of %llu bytes, "
+                          "%llu apart): driver error %d",
+                          what, (unsigned long long)rows, (unsigned long long)(cols * elem),
+                          (unsigned long long)pitch, (int)r);
+    return 0;
+}
+
 /* Launches k_qgemm<TY, NN, FAST> (instance k of the context's) for w x x. */
 template <int TY, int NN, bool FAST = false>
 static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const __nv_bfloat16 *x,
@@ -696,6 +725,13 @@ static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const
     using C = qg_cfg<TY, NN>;
     int cluster = 1;
     int rc = qg_ready(c, k, k_qgemm<TY, NN, FAST>, C::SMEM, &cluster, err);
+    CUtensorMap wmap = {}, xmap = {};
+    if (!rc && (C::TMA & QG_TMA_W))
+        rc = qg_map(c, &wmap, w->data, 1, w->row_bytes, (uint64_t)w->ne1, w->row_bytes, C::WROW,
+                    C::TM, "weight", err);
+    if (!rc && (C::TMA & QG_TMA_X)) /* 8-byte elements: a box row of XSTRIDE bytes */
+        rc = qg_map(c, &xmap, x, 8, (uint64_t)w->ne0 / 4, (uint64_t)nt, (uint64_t)w->ne0 * 2,
+                    C::XSTRIDE / 8, C::TN, "input", err);
     if (rc)
         return rc;
     const mfk_q q = mfk_queue(c);
@@ -704,8 +740,8 @@ static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const
                                         C::MB * mfk_ctx_qgemm_state(c)->sms, cluster);
     mfk_go_cluster(q, dim3((unsigned)(row_tiles * splits), (unsigned)tok_tiles, 1), QG_THREADS,
                    C::SMEM, dim3((unsigned)splits, 1, 1), k_qgemm<TY, NN, FAST>,
-                   (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, x, nt, y, ldy, alpha,
-                   add, splits);
+                   (const uint8_t *)w->data, wmap, w->row_bytes, w->ne0, w->ne1, x, xmap, nt, y,
+                   ldy, alpha, add, splits);
     return mfk_launched("qgemm", err);
 }
 

@@ -28,8 +28,8 @@
  * pair, 420 bytes, 4-byte aligned where one alone is not) and the tokens'
  * bf16 inputs for those columns, in a pipeline of 2 to 4 stages. A stage
  * of Q4_K's weight rows comes by one tensor-map copy (counted on the
- * stage's mbarrier; qg_tma), and from 33 tokens its token rows too; the
- * rest by cp.async (qg_stager). The weights of the first stages are asked for
+ * stage's mbarrier; qg_tma), its token rows by another; Q6_K's by
+ * cp.async (qg_stager). The weights of the first stages are asked for
  * before the wait on the previous kernel (programmatic launch: nothing
  * writes weights). When the tiles are too few to fill the multiprocessors,
  * K is split over a cluster of up to 8 blocks (mfk_qgemm_splits), whose
@@ -88,7 +88,7 @@ namespace cg = cooperative_groups;
 /* Q4_K's token rows by tensor map from kernels of this many n8 tiles (for
  * measuring; 4: every Q4_K kernel, 8: the 64-token one, 16: none) */
 #ifndef QG_TMA_X_NN
-#define QG_TMA_X_NN 8
+#define QG_TMA_X_NN 4
 #endif
 #define QG_MAGIC 8388608.0f /* 2^23: float(0x4B000000 | b) - QG_MAGIC = b, for b < 2^23 */
 
@@ -101,13 +101,14 @@ namespace cg = cooperative_groups;
 template <int TY> struct qg_type;
 template <> struct qg_type<GGML_TYPE_Q4_K> {
     static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16, MB = 2;
-    /* A stage's weight rows by one tensor-map copy, and from 33 tokens its
-     * token rows too (NN 8: the 64-token kernel). H200, us, a bulk copy a
-     * row (739e7af) / by tensor map: 14336 x 4096 at 16 tokens 30.3 / 25.9,
-     * at 64 40.6 / 35.0; 4096 x 14336 at 16 43.3 / 35.4, at 64 59.4 / 47.0.
-     * The token rows by map at 32 and under too: 8-16 tokens slower (14336
-     * x 4096 at 8: 34.1 against 25.2; the box moves 32 rows, dead or not),
-     * 32 a little faster (bench/results/cuda-tma-h200-2026-12-03). */
+    /* A stage's weight rows by one tensor-map copy, and its token rows by
+     * another. H200, us, a bulk copy a row (739e7af) / by tensor map, the
+     * tokens by cp.async up to 32 and by map from 33: 14336 x 4096 at 16
+     * tokens 30.3 / 25.9, at 64 40.6 / 35.0; 4096 x 14336 at 16 43.3 /
+     * 35.4, at 64 59.4 / 47.0. The tokens by map at 32 and under too, their
+     * box cut to the step's rows (x_rows): decode batch 16 +0.2-1.3%, 32
+     * +1.0-1.7% in alternating runs, though the 1024 x 4096 product alone
+     * is 1-2 us slower (bench/results/cuda-tma-h200-2026-12-03). */
     static constexpr int tma(int nn)
     {
         return nn >= QG_TMA_X_NN ? QG_TMA_W | QG_TMA_X : QG_TMA_W;
@@ -115,8 +116,10 @@ template <> struct qg_type<GGML_TYPE_Q4_K> {
 };
 template <> struct qg_type<GGML_TYPE_Q6_K> {
     static constexpr int TM = 64, KG = 4, SBS = 2, WROW = 420, WSTRIDE = 432, CP = 4, MB = 1;
-    /* 420-byte rows, 4-byte aligned: cp.async alone (a tensor map of them as
-     * 4-byte elements, 432-byte box rows, faulted: bench/results/cuda-tma-h200-2026-12-03) */
+    /* 420-byte rows, 4-byte aligned: cp.async alone. A tensor map of them as
+     * 4-byte elements (432-byte box rows) faulted, illegal instruction in
+     * every thread, not traced; its odd stages start off 16-byte boundaries
+     * (bench/results/cuda-tma-h200-2026-12-03). */
     static constexpr int tma(int)
     {
         return 0;
@@ -447,15 +450,15 @@ template <class C> struct qg_stager {
 
 /* The tensor-map staging (the parts C::TMA names): thread 0 copies a
  * stage's weight rows (the box of TM rows x WROW bytes at the block's first
- * row) and thread 32 its token rows (TN rows of XSTRIDE bytes: the map sees
+ * row) and thread 32 its token rows (x_rows of XSTRIDE bytes: the map sees
  * the input as 8-byte elements, so a box row takes the stage's 2 KSTAGE
  * bytes and the next 32, which land in the row's bank padding and are never
  * read), each counted on the stage's barrier. One instruction a stage in
  * place of qg_stager's 16-byte copies and their address arithmetic (a sixth
  * of the cp.async kernel's instructions, their shared-memory writes
  * conflicting two ways), or of a bulk copy a row, which a warp issues one
- * lane at a time (uniform operands). Rows past the weight's or the step's
- * end arrive as zeros. */
+ * lane at a time (uniform operands). A box's rows past the weight's or
+ * the step's end arrive as zeros. */
 template <class C> struct qg_tma {
     const CUtensorMap *map;
     uint32_t dst;   /* the part's offset within a stage */
@@ -463,16 +466,24 @@ template <class C> struct qg_tma {
     int step, y;    /* the box's first column (elements) a stage further, its first row */
     bool live, weight;
 
-    __device__ __forceinline__ qg_tma(const CUtensorMap *wmap, const CUtensorMap *xmap, int64_t row0,
-                                      int tok0, int tid)
+    __device__ __forceinline__ qg_tma(const CUtensorMap *wmap, const CUtensorMap *xmap,
+                                      int64_t row0, int tok0, int nt, int tid)
     {
         weight = (C::TMA & QG_TMA_W) && tid == 0;
         live = weight || ((C::TMA & QG_TMA_X) && tid == 32);
         map = weight ? wmap : xmap;
         dst = weight ? 0 : C::W_BYTES;
-        bytes = weight ? C::TM * C::WROW : C::TN * C::XSTRIDE;
+        bytes = weight ? C::TM * C::WROW : (uint32_t)x_rows(nt) * C::XSTRIDE;
         step = weight ? C::WROW : 2 * C::KSTAGE / 8;
         y = weight ? (int)row0 : tok0;
+    }
+    /* The token rows a box moves: the step's, rounded up to whole n8 tiles,
+     * up to a block's (qg_launch encodes the map with the same). The rest
+     * of the stage's TN rows keep what they held: each token's sums read
+     * only its own row, and no dead token's is stored. */
+    static __host__ __device__ __forceinline__ int x_rows(int nt)
+    {
+        return (nt + 7) / 8 * 8 < C::TN ? (nt + 7) / 8 * 8 : C::TN;
     }
     /* the arrivals a stage's barrier counts */
     static constexpr int COUNT = ((C::TMA & QG_TMA_W) ? 1 : 0) + ((C::TMA & QG_TMA_X) ? 1 : 0);
@@ -600,7 +611,7 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
     constexpr bool TW = C::TMA & QG_TMA_W, TX = C::TMA & QG_TMA_X;
     uint64_t *bar = reinterpret_cast<uint64_t *>(smem + C::BARS);
     const qg_stager<C> sg(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
-    const qg_tma<C> tm(&wmap, &xmap, row0, tok0, tid);
+    const qg_tma<C> tm(&wmap, &xmap, row0, tok0, nt, tid);
     if constexpr (C::TMA != 0) {
         if (tid == 0) {
             for (int p = 0; p < C::P; p++)
@@ -731,7 +742,7 @@ static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const
                     C::TM, "weight", err);
     if (!rc && (C::TMA & QG_TMA_X)) /* 8-byte elements: a box row of XSTRIDE bytes */
         rc = qg_map(c, &xmap, x, 8, (uint64_t)w->ne0 / 4, (uint64_t)nt, (uint64_t)w->ne0 * 2,
-                    C::XSTRIDE / 8, C::TN, "input", err);
+                    C::XSTRIDE / 8, (uint32_t)qg_tma<C>::x_rows(nt), "input", err);
     if (rc)
         return rc;
     const mfk_q q = mfk_queue(c);

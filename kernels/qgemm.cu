@@ -690,10 +690,13 @@ static int qg_ready(struct mfk_ctx *c, int k, K fn, int smem, int *cluster, stru
     return 0;
 }
 
-/* A 2-D tensor map of `rows` rows of `cols` elements (`elem` bytes each,
- * `pitch` bytes apart) at base, its box `box_cols` x `box_rows`; the
- * driver's encoder fetched through the runtime once a context, so nothing
- * links libcuda itself. `what` names the tensor in an error. */
+/* A 2-D tensor map of `rows` rows of `cols` elements (`elem` bytes each: 1,
+ * the weights' bytes, or 8, the input seen as 8-byte units; `pitch` bytes
+ * apart) at base, its box `box_cols` x `box_rows`; the driver's encoder
+ * fetched through the runtime once a context, so nothing links libcuda
+ * itself. `what` names the tensor in an error. Encoded on every launch: a
+ * host-side call, captured once where a CUDA graph records the step; the
+ * weight map could be kept with the weight if eager steps show its cost. */
 static int qg_map(struct mfk_ctx *c, CUtensorMap *map, const void *base, int elem, uint64_t cols,
                   uint64_t rows, uint64_t pitch, uint32_t box_cols, uint32_t box_rows,
                   const char *what, struct mf_err *err)

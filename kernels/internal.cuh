@@ -113,7 +113,7 @@ struct qg_state {
     int sms;
     int max_tokens;
     int exact;
-    int cluster[6];
+    int cluster[8]; /* per k_qgemm instance (qg_launch's k) */
     void *encode;
 };
 struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c); /* mem.cu */

@@ -27,9 +27,10 @@
  * A stage is the rows' super-blocks (Q4_K: one, 144 bytes a row; Q6_K: a
  * pair, 420 bytes, 4-byte aligned where one alone is not) and the tokens'
  * bf16 inputs for those columns, in a pipeline of 2 to 4 stages. A stage
- * of Q4_K's weight rows comes by one tensor-map copy (counted on the
- * stage's mbarrier; qg_tma), its token rows by another; Q6_K's by
- * cp.async (qg_stager). The weights of the first stages are asked for
+ * of weight rows comes by one tensor-map copy (counted on the stage's
+ * mbarrier; qg_tma), its token rows by another; Q6_K rows not a multiple
+ * of 16 bytes apart (K not a multiple of 2048) by cp.async (qg_stager).
+ * The weights of the first stages are asked for
  * before the wait on the previous kernel (programmatic launch: nothing
  * writes weights). When the tiles are too few to fill the multiprocessors,
  * K is split over a cluster of up to 8 blocks (mfk_qgemm_splits), whose
@@ -90,17 +91,24 @@ namespace cg = cooperative_groups;
 #ifndef QG_TMA_X_NN
 #define QG_TMA_X_NN 4
 #endif
+/* Q6_K's stages by tensor map where its rows allow (for measuring; 0: by
+ * cp.async alone) */
+#ifndef QG_TMA_Q6K
+#define QG_TMA_Q6K 1
+#endif
 #define QG_MAGIC 8388608.0f /* 2^23: float(0x4B000000 | b) - QG_MAGIC = b, for b < 2^23 */
 
 /* Per type: rows a block (TM), K-groups (KG: TM / 32 x KG = 8 warps),
  * super-blocks a stage (SBS), staged bytes a row (WROW), their stride in
  * shared memory (WSTRIDE: a multiple of 4 words plus 4 or 12, so the eight
- * rows of a fragment load land on distinct banks), the copy size, and the
- * blocks a multiprocessor runs at once (MB: Q4_K fits two in 128 registers
- * and two 53 KiB stages each; Q6_K's 95 KiB stages allow one). */
+ * rows of a fragment load land on distinct banks), the cp.async copy size,
+ * the element size of the weight's tensor map (WE), and the blocks a
+ * multiprocessor runs at once (MB: Q4_K fits two in 128 registers and two
+ * 53 KiB stages each; Q6_K's 95 KiB stages allow one). */
 template <int TY> struct qg_type;
 template <> struct qg_type<GGML_TYPE_Q4_K> {
     static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16, MB = 2;
+    static constexpr int WE = 1;
     /* A stage's weight rows by one tensor-map copy, and its token rows by
      * another. H200, us, a bulk copy a row (739e7af) / by tensor map, the
      * tokens by cp.async up to 32 and by map from 33: 14336 x 4096 at 16
@@ -116,22 +124,25 @@ template <> struct qg_type<GGML_TYPE_Q4_K> {
 };
 template <> struct qg_type<GGML_TYPE_Q6_K> {
     static constexpr int TM = 64, KG = 4, SBS = 2, WROW = 420, WSTRIDE = 432, CP = 4, MB = 1;
-    /* 420-byte rows, 4-byte aligned: cp.async alone. A tensor map of them as
-     * 4-byte elements (432-byte box rows) faulted, illegal instruction in
-     * every thread, not traced; its odd stages start off 16-byte boundaries
-     * (bench/results/cuda-tma-h200-2026-12-03). */
-    static constexpr int tma(int)
+    static constexpr int WE = 4;
+    /* A stage's 420 bytes a row start 4 (st & 3) bytes past a 16-byte
+     * boundary, where a tensor-map box may not start (a box at st * 105
+     * words faulted: illegal instruction in every thread): the box of 108
+     * words starts at the boundary below, and the slice reads its rows
+     * 4 (st & 3) bytes in (qg_tma::shift). Rows must be a multiple of 16
+     * bytes apart (mfk_qgemm: 2048 columns); others keep cp.async. */
+    static constexpr int tma(int nn)
     {
-        return 0;
+        return !QG_TMA_Q6K ? 0 : nn >= QG_TMA_X_NN ? QG_TMA_W | QG_TMA_X : QG_TMA_W;
     }
 };
 
 /* A kernel's shapes: NN n8 tiles of tokens, T::MB blocks a multiprocessor
- * sharing its shared memory. */
-template <int TY, int NN> struct qg_cfg : qg_type<TY> {
+ * sharing its shared memory; MAP: tensor maps where the type takes them. */
+template <int TY, int NN, bool MAP = true> struct qg_cfg : qg_type<TY> {
     using T = qg_type<TY>;
     static constexpr int TN = 8 * NN;               /* tokens a block */
-    static constexpr int TMA = T::tma(NN);          /* the parts tensor maps stage */
+    static constexpr int TMA = MAP ? T::tma(NN) : 0; /* the parts tensor maps stage */
     static constexpr int KSTAGE = 256 * T::SBS;     /* columns a stage */
     static constexpr int XSTRIDE = 2 * KSTAGE + 32; /* bytes between staged token rows */
     static constexpr int W_BYTES = T::TM * T::WSTRIDE, X_BYTES = TN * XSTRIDE;
@@ -144,8 +155,11 @@ template <int TY, int NN> struct qg_cfg : qg_type<TY> {
     static constexpr int BARS = ((P * STAGE > EPI ? P * STAGE : EPI) + 7) / 8 * 8;
     static constexpr int SMEM = BARS + (TMA ? 8 * P : 0); /* the stages' barriers last */
     static_assert(P >= 2 && SMEM <= BUDGET, "a double-buffered pipeline at least");
-    static_assert(!(TMA & QG_TMA_W) || T::WSTRIDE == T::WROW,
-                  "a tensor-map copy writes its box's rows densely");
+    static_assert(!(TMA & QG_TMA_W) ||
+                      (T::WSTRIDE % 16 == 0 && T::WSTRIDE % T::WE == 0 && T::WROW % T::WE == 0 &&
+                       T::WSTRIDE >= T::WROW + (T::WROW % 16 ? 16 - T::WE : 0)),
+                  "a box row of WSTRIDE bytes holds a stage's row from the 16-byte boundary "
+                  "below it");
     static_assert(!TMA || (W_BYTES % 128 == 0 && STAGE % 128 == 0),
                   "tensor-map copies land on 128-byte boundaries");
     static_assert(T::TM / 32 * T::KG == QG_THREADS / 32, "eight warps");
@@ -453,7 +467,8 @@ template <class C> struct qg_stager {
  * row) and thread 32 its token rows (x_rows of XSTRIDE bytes: the map sees
  * the input as 8-byte elements, so a box row takes the stage's 2 KSTAGE
  * bytes and the next 32, which land in the row's bank padding and are never
- * read), each counted on the stage's barrier. One instruction a stage in
+ * read), each counted on the stage's barrier. A weight box starts on a
+ * 16-byte boundary, up to 12 bytes before the stage (Q6_K: shift). One instruction a stage in
  * place of qg_stager's 16-byte copies and their address arithmetic (a sixth
  * of the cp.async kernel's instructions, their shared-memory writes
  * conflicting two ways), or of a bulk copy a row, which a warp issues one
@@ -473,9 +488,17 @@ template <class C> struct qg_tma {
         live = weight || ((C::TMA & QG_TMA_X) && tid == 32);
         map = weight ? wmap : xmap;
         dst = weight ? 0 : C::W_BYTES;
-        bytes = weight ? C::TM * C::WROW : (uint32_t)x_rows(nt) * C::XSTRIDE;
-        step = weight ? C::WROW : 2 * C::KSTAGE / 8;
+        bytes = weight ? C::TM * C::WSTRIDE : (uint32_t)x_rows(nt) * C::XSTRIDE;
+        step = weight ? C::WROW / C::WE : 2 * C::KSTAGE / 8;
         y = weight ? (int)row0 : tok0;
+    }
+    /* Where stage st's weight bytes start in a staged row: a box starts on
+     * a 16-byte boundary of the row, at or below the stage's first byte. */
+    static __device__ __forceinline__ int shift(int st)
+    {
+        if constexpr (!(C::TMA & QG_TMA_W) || C::WROW % 16 == 0)
+            return 0;
+        return (int)((uint32_t)st * C::WROW % 16);
     }
     /* The token rows a box moves: the step's, rounded up to whole n8 tiles,
      * up to a block's (qg_launch encodes the map with the same). The rest
@@ -494,7 +517,10 @@ template <class C> struct qg_tma {
         if (!live || weight != weights)
             return;
         mbar_arrive_tx(bar, bytes);
-        tensor_copy_2d(dst0 + dst, map, st * step, y, bar);
+        int x = st * step;
+        if constexpr ((C::TMA & QG_TMA_W) && C::WROW % 16)
+            x -= weight ? shift(st) / C::WE : 0;
+        tensor_copy_2d(dst0 + dst, map, x, y, bar);
     }
 };
 
@@ -570,14 +596,14 @@ __device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t 
 /* grid (row tiles x splits, token tiles), a cluster of `splits` blocks
  * along x (the K ranges of one row tile); y[t][r] = alpha * (row r of w .
  * x[t]) (+ y[t][r] when add). x: bf16 [nt][ne0]. */
-template <int TY, int NN, bool FAST>
+template <int TY, int NN, bool FAST, bool MAP>
 __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
     k_qgemm(const uint8_t *__restrict__ w, const __grid_constant__ CUtensorMap wmap, uint64_t rb,
             int64_t ne0, int64_t ne1, const __nv_bfloat16 *__restrict__ x,
             const __grid_constant__ CUtensorMap xmap, int nt, float *y, int64_t ldy, float alpha,
             int add, int splits)
 {
-    using C = qg_cfg<TY, NN>;
+    using C = qg_cfg<TY, NN, MAP>;
     constexpr int RW = C::TM / 32; /* row warps */
     extern __shared__ __align__(128) uint8_t smem[]; /* 128: a tensor-map copy's destination */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
@@ -599,12 +625,13 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
     auto slice = [&](int i) {
         const uint8_t *st = smem + (i % C::P) * C::STAGE;
         const uint8_t *xg = st + C::W_BYTES + g * C::XSTRIDE + 8 * qd;
+        const uint8_t *ws = st + qg_tma<C>::shift(s0 + i);
         if constexpr (TY == GGML_TYPE_Q4_K)
-            qg_slice_q4k<NN, FAST>(acc, st, xg, rw, kg, g, qd);
+            qg_slice_q4k<NN, FAST>(acc, ws, xg, rw, kg, g, qd);
         else if (kg >> 1)
-            qg_slice_q6k<NN, true>(acc, st, xg, rw, kg, g, qd);
+            qg_slice_q6k<NN, true>(acc, ws, xg, rw, kg, g, qd);
         else
-            qg_slice_q6k<NN, false>(acc, st, xg, rw, kg, g, qd);
+            qg_slice_q6k<NN, false>(acc, ws, xg, rw, kg, g, qd);
     };
     /* Stage i waits for its cp.async copies (each thread its own, then the
      * block's barrier) and its tensor-map copies (the stage's mbarrier). */
@@ -690,8 +717,8 @@ static int qg_ready(struct mfk_ctx *c, int k, K fn, int smem, int *cluster, stru
     return 0;
 }
 
-/* A 2-D tensor map of `rows` rows of `cols` elements (`elem` bytes each: 1,
- * the weights' bytes, or 8, the input seen as 8-byte units; `pitch` bytes
+/* A 2-D tensor map of `rows` rows of `cols` elements (`elem` bytes each: 1
+ * or 4, the weights' bytes or words, or 8, the input seen as 8-byte units; `pitch` bytes
  * apart) at base, its box `box_cols` x `box_rows`; the driver's encoder
  * fetched through the runtime once a context, so nothing links libcuda
  * itself. `what` names the tensor in an error. Encoded on every launch: a
@@ -718,8 +745,11 @@ static int qg_map(struct mfk_ctx *c, CUtensorMap *map, const void *base, int ele
     const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch};
     const cuuint32_t box[2] = {box_cols, box_rows}, step[2] = {1, 1};
     const CUresult r = ((PFN_cuTensorMapEncodeTiled_v12000)s->encode)(
-        map, elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 2,
-        (void *)base, dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        map,
+        elem == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+        : elem == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                    : CU_TENSOR_MAP_DATA_TYPE_UINT64,
+        2, (void *)base, dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
@@ -731,18 +761,19 @@ static int qg_map(struct mfk_ctx *c, CUtensorMap *map, const void *base, int ele
     return 0;
 }
 
-/* Launches k_qgemm<TY, NN, FAST> (instance k of the context's) for w x x. */
-template <int TY, int NN, bool FAST = false>
+/* Launches k_qgemm<TY, NN, FAST, MAP> (instance k of the context's) for w x x. */
+template <int TY, int NN, bool FAST = false, bool MAP = true>
 static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const __nv_bfloat16 *x,
                      int nt, float *y, int64_t ldy, float alpha, int add, struct mf_err *err)
 {
-    using C = qg_cfg<TY, NN>;
+    using C = qg_cfg<TY, NN, MAP>;
+    const auto fn = k_qgemm<TY, NN, FAST, MAP>;
     int cluster = 1;
-    int rc = qg_ready(c, k, k_qgemm<TY, NN, FAST>, C::SMEM, &cluster, err);
+    int rc = qg_ready(c, k, fn, C::SMEM, &cluster, err);
     CUtensorMap wmap = {}, xmap = {};
-    if (!rc && (C::TMA & QG_TMA_W))
-        rc = qg_map(c, &wmap, w->data, 1, w->row_bytes, (uint64_t)w->ne1, w->row_bytes, C::WROW,
-                    C::TM, "weight", err);
+    if (!rc && (C::TMA & QG_TMA_W)) /* a box row of WSTRIDE bytes */
+        rc = qg_map(c, &wmap, w->data, C::WE, w->row_bytes / C::WE, (uint64_t)w->ne1, w->row_bytes,
+                    C::WSTRIDE / C::WE, C::TM, "weight", err);
     if (!rc && (C::TMA & QG_TMA_X)) /* 8-byte elements: a box row of XSTRIDE bytes */
         rc = qg_map(c, &xmap, x, 8, (uint64_t)w->ne0 / 4, (uint64_t)nt, (uint64_t)w->ne0 * 2,
                     C::XSTRIDE / 8, (uint32_t)qg_tma<C>::x_rows(nt), "input", err);
@@ -753,9 +784,8 @@ static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const
     const int splits = mfk_qgemm_splits(row_tiles, tok_tiles, (int)(w->ne0 / C::KSTAGE),
                                         C::MB * mfk_ctx_qgemm_state(c)->sms, cluster);
     mfk_go_cluster(q, dim3((unsigned)(row_tiles * splits), (unsigned)tok_tiles, 1), QG_THREADS,
-                   C::SMEM, dim3((unsigned)splits, 1, 1), k_qgemm<TY, NN, FAST>,
-                   (const uint8_t *)w->data, wmap, w->row_bytes, w->ne0, w->ne1, x, xmap, nt, y,
-                   ldy, alpha, add, splits);
+                   C::SMEM, dim3((unsigned)splits, 1, 1), fn, (const uint8_t *)w->data, wmap,
+                   w->row_bytes, w->ne0, w->ne1, x, xmap, nt, y, ldy, alpha, add, splits);
     return mfk_launched("qgemm", err);
 }
 
@@ -790,6 +820,11 @@ extern "C" int mfk_qgemm(struct mfk_ctx *c, const struct mfk_weight *w, const vo
         return nt <= 32
                    ? qg_launch<GGML_TYPE_Q4_K, 4, true>(c, 4, w, xb, nt, y, ldy, alpha, add, err)
                    : qg_launch<GGML_TYPE_Q4_K, 8, true>(c, 5, w, xb, nt, y, ldy, alpha, add, err);
-    return nt <= 32 ? qg_launch<GGML_TYPE_Q6_K, 4>(c, 2, w, xb, nt, y, ldy, alpha, add, err)
-                    : qg_launch<GGML_TYPE_Q6_K, 8>(c, 3, w, xb, nt, y, ldy, alpha, add, err);
+    if (w->row_bytes % 16) /* no tensor map of rows so apart: cp.async */
+        return nt <= 32 ? qg_launch<GGML_TYPE_Q6_K, 4, false, false>(c, 2, w, xb, nt, y, ldy, alpha,
+                                                                     add, err)
+                        : qg_launch<GGML_TYPE_Q6_K, 8, false, false>(c, 3, w, xb, nt, y, ldy, alpha,
+                                                                     add, err);
+    return nt <= 32 ? qg_launch<GGML_TYPE_Q6_K, 4>(c, 6, w, xb, nt, y, ldy, alpha, add, err)
+                    : qg_launch<GGML_TYPE_Q6_K, 8>(c, 7, w, xb, nt, y, ldy, alpha, add, err);
 }

@@ -376,9 +376,10 @@ __global__ void __maxnreg__(FL_MAX_REGS)
  * sums meet in shared memory, each warp's sum rescaled in double to the
  * common max and added in warp order, and after the second the warps'
  * partial P V are added in warp order. grid (n_tiles, n_head_kv); tiles of
- * more than one token are k_flash's (return). NW is 4, or 8 when the grid
- * leaves multiprocessors idle (small batches: mfk_attention_tiles' warps);
- * 3 and 1 blocks a multiprocessor keep the registers unspilled. */
+ * more than one token are k_flash's (return). NW is 3, 4, 6 or 8
+ * (mfk_attention_tiles' warps, which cuda_plan_dec_warps picks so that the
+ * grid's blocks come in whole waves); 12 / NW blocks a multiprocessor, 12
+ * warps, keep the registers unspilled and the stages within its memory. */
 template <int HD, bool Q8, int NW>
 __global__ void __launch_bounds__(NW * 32, 12 / NW)
     k_flash_dec(struct mfk_kv_shape s, int32_t layer, const int32_t *tiles, const float *q,
@@ -791,12 +792,12 @@ static int flash_launch(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t
                toff, tables, kv, out, ldo, decode);
         rc = mfk_launched("attention (tiles)", err);
     }
-    if (decode && !rc)
-        rc = warps == 8 ? dec_launch<HD, Q8, 8>(c, s, layer, grid, tiles, q, ldq, pos, toff, tables,
-                                                kv, out, ldo, err)
-                        : dec_launch<HD, Q8, 4>(c, s, layer, grid, tiles, q, ldq, pos, toff, tables,
-                                                kv, out, ldo, err);
-    return rc;
+    if (!decode || rc)
+        return rc;
+#define DEC(NW)                                                                                    \
+    dec_launch<HD, Q8, NW>(c, s, layer, grid, tiles, q, ldq, pos, toff, tables, kv, out, ldo, err)
+    return warps == 3 ? DEC(3) : warps == 4 ? DEC(4) : warps == 6 ? DEC(6) : DEC(8);
+#undef DEC
 }
 
 template <bool Q8>
@@ -829,10 +830,11 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
 {
     if (n_tiles <= 0)
         return 0;
-    if (decode < 0 || decode > 2 || (decode && warps != 4 && warps != 8))
+    if (decode < 0 || decode > 2 ||
+        (decode && warps != 3 && warps != 4 && warps != 6 && warps != 8))
         return mf_err_set(err, MF_EINVAL,
-                          "CUDA attention: decode %d (0, 1 or 2) with %d warps (4 or 8)", decode,
-                          warps);
+                          "CUDA attention: decode %d (0, 1 or 2) with %d warps (3, 4, 6 or 8)",
+                          decode, warps);
     if (s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->head_dim <= 0 || s->head_dim % 16 ||
         s->head_dim > FA_MAX_DIM)
         return mf_err_set(err, MF_EUNSUPPORTED,

@@ -335,9 +335,9 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
  * decode (head_dim 64 and 128; others ignore it): 0, every tile through the
  * prefill kernel; 1, 1-token tiles through the decode kernel and the rest
  * through the prefill kernel; 2, every tile has 1 token (decode kernel
- * only). warps: the decode kernel's warps a block, 4 or 8 (8 when the grid
- * would leave multiprocessors idle: runtime/cuda_plan.c's
- * cuda_plan_dec_warps). */
+ * only). warps: the decode kernel's warps a block, 3, 4, 6 or 8 (12 / warps
+ * blocks a multiprocessor; runtime/cuda_plan.c's cuda_plan_dec_warps picks
+ * them for the grid). */
 int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
                         const int32_t *pos, const int32_t *toff, const int32_t *tables,

@@ -306,7 +306,19 @@ int cuda_plan_tiles_decode(const struct cuda_step_plan *p)
 
 int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head_kv, int32_t sms)
 {
-    return (int64_t)n_tiles * n_head_kv <= sms ? 8 : 4;
+    static const int nws[] = {3, 4, 6, 8};
+    const int64_t blocks = (int64_t)n_tiles * n_head_kv;
+    int64_t best_waves = 0;
+    int best = 0;
+    /* a block's time goes as 1 / warps; the least waves / warps wins,
+     * ties to the fewer warps (the fewer blocks a warp's share rounds up) */
+    for (int i = 0; i < (int)(sizeof nws / sizeof nws[0]); i++) {
+        const int64_t slots = (int64_t)(sms > 0 ? sms : 1) * (12 / nws[i]);
+        const int64_t waves = (blocks + slots - 1) / slots;
+        if (!best || waves * best < best_waves * nws[i])
+            best = nws[i], best_waves = waves;
+    }
+    return best;
 }
 
 int32_t cuda_plan_lora_groups(const struct cuda_lora_rows *seqs, int32_t n_seqs, int32_t n_loras,

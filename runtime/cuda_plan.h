@@ -217,10 +217,12 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
  * tiles share the step (both kernels). */
 int cuda_plan_tiles_decode(const struct cuda_step_plan *p);
 
-/* mfk_attention_tiles' warps: 8 when the decode kernel's grid (n_tiles x
- * n_head_kv blocks) fits on the sms multiprocessors, else 4 (H200,
- * Llama-3-8B, batch 16: 1,655 -> 1,714 tokens/s; batch 32 and more: 4 win,
- * 3,000 against 2,966 at 32, 6,996 against 6,713 at 128). */
+/* mfk_attention_tiles' warps for the decode kernel's grid of n_tiles x
+ * n_head_kv blocks on sms multiprocessors: 3, 4, 6 or 8, each 12 warps a
+ * multiprocessor (12 / warps blocks), whichever leaves the fewest waves
+ * for a block's share of the context (waves / warps). Llama-3-8B, 8 KV
+ * heads on an H200's 132: 8 up to batch 16, 6 at 17-33, 4 at 34-49, 3 at
+ * 50-66 (batch 64's 512 blocks in one wave instead of 1.3 of 4 warps). */
 int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head_kv, int32_t sms);
 
 /* Fills buf (p->bytes, from cuda_plan_step_size) with the step's arrays.

@@ -1056,9 +1056,10 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
     /* 1-token tiles (decode): every token alone through the decode kernel
      * (decode 2), then the first sequence's in runs of 16 and the others
      * alone (decode 1: both kernels, each skipping the other's tiles); the
-     * decode kernel in 4 and 8 warps */
-    for (int dw = 0; dw < 4; dw++) {
-        const int decode = 2 - dw / 2, warps = dw & 1 ? 8 : 4;
+     * decode kernel in each of its warp counts */
+    static const int dec_warps[] = {3, 4, 6, 8};
+    for (int dw = 0; dw < 8; dw++) {
+        const int decode = 2 - dw / 4, warps = dec_warps[dw & 3];
         int32_t *tiles = malloc(2 * T * 4), ntl = 0, *dtiles = dalloc(2 * T * 4);
         for (int sq = 0, t = 0; sq < 3; t += nnew[sq], sq++) {
             const int run = decode == 1 && sq == 0 ? 16 : 1;
@@ -1078,13 +1079,13 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                  "attention decode tiles%s, decode %d, %d warps (%d/%d heads, hd %d, ctx %d)",
                  q8 ? " 8-bit" : "", decode, warps, n_head, n_head_kv, hd, max_ctx);
         report(name, e < 1e-4, "rel err", e, 1e-4);
-        if (dw == 3) {
+        if (dw == 7) {
             int r = mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv,
                                         dout, qd, 3, 4, &err);
             report("attention tiles: decode 3 refused", r == MF_EINVAL, "rc", r, MF_EINVAL);
             r = mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv,
-                                    dout, qd, 1, 6, &err);
-            report("attention tiles: 6 decode warps refused", r == MF_EINVAL, "rc", r, MF_EINVAL);
+                                    dout, qd, 1, 5, &err);
+            report("attention tiles: 5 decode warps refused", r == MF_EINVAL, "rc", r, MF_EINVAL);
         }
         free(tiles);
         mfk_free(dtiles);

@@ -706,12 +706,20 @@ static void test_decode_tiles_small(void **state)
     cuda_plan_step_size(&m, &bt, 100000, 1, &p);
     assert_int_equal(p.dtiles, 1);
 
+    /* 12 / warps blocks a multiprocessor; the fewest waves / warps */
     assert_int_equal(cuda_plan_dec_warps(1, 8, 132), 8);
-    assert_int_equal(cuda_plan_dec_warps(16, 8, 132), 8); /* 128 blocks */
-    assert_int_equal(cuda_plan_dec_warps(17, 8, 132), 4);
+    assert_int_equal(cuda_plan_dec_warps(16, 8, 132), 8);  /* 128 blocks: one wave */
+    assert_int_equal(cuda_plan_dec_warps(17, 8, 132), 6);  /* 136: one of 264 */
+    assert_int_equal(cuda_plan_dec_warps(33, 8, 132), 6);  /* 264 */
+    assert_int_equal(cuda_plan_dec_warps(34, 8, 132), 4);  /* 272: one of 396 */
+    assert_int_equal(cuda_plan_dec_warps(64, 8, 132), 3);  /* 512: one of 528 */
+    assert_int_equal(cuda_plan_dec_warps(67, 8, 132), 4);  /* 536: two of 3, one of 4 */
+    assert_int_equal(cuda_plan_dec_warps(99, 8, 132), 4);  /* 792: two waves of either */
+    assert_int_equal(cuda_plan_dec_warps(100, 8, 132), 3); /* 800: three of 4, two of 3 */
     assert_int_equal(cuda_plan_dec_warps(132, 1, 132), 8);
-    assert_int_equal(cuda_plan_dec_warps(133, 1, 132), 4);
-    assert_int_equal(cuda_plan_dec_warps(1 << 30, 64, 132), 4); /* no overflow */
+    assert_int_equal(cuda_plan_dec_warps(133, 1, 132), 6);
+    assert_int_equal(cuda_plan_dec_warps(16, 8, 0), 3);         /* 0 multiprocessors taken as 1 */
+    assert_int_equal(cuda_plan_dec_warps(1 << 30, 64, 132), 6); /* no overflow */
 }
 
 /* Plans packed for mfk_sample: fields and offsets, and every plan the

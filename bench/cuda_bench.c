@@ -21,7 +21,8 @@
  *      own (tensor-core GEMM past MFC_CUDA_GEMM_MIN tokens): tokens/s, and
  *      the matrix flop/s (2 x weights x tokens) against gemm_peak's;
  *   4. for each batch B: B sequences, each with a 512-token context of its
- *      own (prefilled four at a step, untimed), decode 32 steps;
+ *      own (CUDA_BENCH_CTX; prefilled 2048 tokens a step, untimed), decode
+ *      32 steps;
  *      tokens/s over the wall clock of those steps (host planning, copies
  *      and logits included), and the roofline: bytes a step must read
  *      (every weight except the embedding table, B embedding rows, B
@@ -42,6 +43,10 @@
  * 128-512, greedy, no early stop) through the backend with continuous
  * batching, at most SEQS at once: the issue's offline run; see offline_bench.
  * tests/gpu/hf_offline.py runs the same requests through transformers.
+ *
+ * CUDA_BENCH_CTX=N gives step 4's contexts N tokens (16 to 2048, rounded
+ * down to a multiple of 16) instead of 512; past 2016 the 32 steps take
+ * them beyond CUDA_PLAN_DECODE_TILES_CTX, onto the per-token kernel.
  *
  * CUDA_BENCH_KV=q8 runs either with the 8-bit KV arena (BACKEND_KV_Q8).
  * Logits land in backend_host_alloc's memory, as mfc-serve's engine has
@@ -822,8 +827,9 @@ int main(int argc, char **argv)
         max_b = batches[i] > max_b ? batches[i] : max_b;
     const char *ev = getenv("CUDA_BENCH_STEPS");
     const int STEPS = int_arg(ev, 1, STEPS_MAX, STEPS_MAX);
+    const int ctx = int_arg(getenv("CUDA_BENCH_CTX"), 16, PREFILL, CTX) / 16 * 16;
     const int do_long = !(getenv("CUDA_BENCH_LONG") && strcmp(getenv("CUDA_BENCH_LONG"), "0") == 0);
-    int32_t per_seq = (CTX + STEPS_MAX) / 16 + 1 - CTX / 16; /* private tail blocks */
+    int32_t per_seq = (ctx + STEPS_MAX) / 16 + 1 - ctx / 16; /* private tail blocks */
     const char *cv = getenv("CUDA_BENCH_CONTEXTS");
     if (cv && strcmp(cv, "shared") != 0 && strcmp(cv, "distinct") != 0) {
         fprintf(stderr, "cuda_bench: CUDA_BENCH_CONTEXTS must be shared or distinct, not %s\n", cv);
@@ -831,7 +837,7 @@ int main(int argc, char **argv)
     }
     const int shared = cv && strcmp(cv, "shared") == 0;
     const int32_t n_ctx = shared ? 1 : max_b; /* prompt contexts in the arena */
-    int32_t n_blocks_need = n_ctx * (CTX / 16) + max_b * per_seq + PREFILL / 16;
+    int32_t n_blocks_need = n_ctx * (ctx / 16) + max_b * per_seq + PREFILL / 16;
     struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = PREFILL, .max_seqs = MAX_B};
     cfg.kv_bytes = (uint64_t)n_blocks_need * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
@@ -845,15 +851,16 @@ int main(int argc, char **argv)
 
     /* sequence b: its context's blocks (context 0's when shared), then its
      * private tail; the long prefill's blocks come after all of them */
-    int32_t *toks = malloc((CTX + STEPS_MAX) * sizeof *toks);
-    for (int i = 0; i < CTX + STEPS_MAX; i++)
+    int32_t *toks = malloc((ctx + STEPS_MAX) * sizeof *toks);
+    for (int i = 0; i < ctx + STEPS_MAX; i++)
         toks[i] = (int32_t)((i * 7919) % s->n_vocab);
-    int32_t table[MAX_B][CTX / 16 + 8];
+    const int32_t tw = ctx / 16 + 8; /* a sequence's table entries */
+    int32_t *table = malloc((size_t)MAX_B * tw * sizeof *table);
     for (int b = 0; b < max_b; b++) {
-        for (int k = 0; k < CTX / 16; k++)
-            table[b][k] = (shared ? 0 : b) * (CTX / 16) + k;
+        for (int k = 0; k < ctx / 16; k++)
+            table[b * tw + k] = (shared ? 0 : b) * (ctx / 16) + k;
         for (int k = 0; k < per_seq; k++)
-            table[b][CTX / 16 + k] = n_ctx * (CTX / 16) + b * per_seq + k;
+            table[b * tw + ctx / 16 + k] = n_ctx * (ctx / 16) + b * per_seq + k;
     }
     /* the engine's logits buffer comes from backend_host_alloc (pinned);
      * CUDA_BENCH_PAGEABLE=1 times malloc's instead, for the difference */
@@ -862,10 +869,10 @@ int main(int argc, char **argv)
     float *logits = pageable ? malloc(lbytes) : backend_host_alloc(be, lbytes);
     struct batch_seq bs[MAX_B];
     bs[0] = (struct batch_seq){.tokens = toks,
-                               .n_tokens = CTX,
+                               .n_tokens = ctx,
                                .n_past = 0,
-                               .block_table = table[0],
-                               .n_blocks = CTX / 16,
+                               .block_table = table,
+                               .n_blocks = ctx / 16,
                                .want_logits = 1};
     struct batch bt = {.n_seqs = 1, .seqs = bs, .logits = logits};
     if (backend_step(be, &bt, &err)) /* warm-up (module load) */
@@ -879,7 +886,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < PREFILL; i++)
         ptoks[i] = (int32_t)((i * 104729) % s->n_vocab);
     for (int k = 0; k < PREFILL / 16; k++)
-        ptable[k] = n_ctx * (CTX / 16) + max_b * per_seq + k;
+        ptable[k] = n_ctx * (ctx / 16) + max_b * per_seq + k;
     double t_long = 0;
     for (int rep = 0; do_long && rep < 2; rep++) {
         struct batch_seq ps = {.tokens = ptoks,
@@ -894,15 +901,15 @@ int main(int argc, char **argv)
             die("long prefill", &err);
         t_long = now_s() - t0;
     }
-    /* the other sequences' contexts, PREFILL / CTX of them a step, untimed */
-    for (int b0 = 1; b0 < n_ctx; b0 += PREFILL / CTX) {
-        int n = n_ctx - b0 < PREFILL / CTX ? n_ctx - b0 : PREFILL / CTX;
+    /* the other sequences' contexts, PREFILL / ctx of them a step, untimed */
+    for (int b0 = 1; b0 < n_ctx; b0 += PREFILL / ctx) {
+        int n = n_ctx - b0 < PREFILL / ctx ? n_ctx - b0 : PREFILL / ctx;
         for (int j = 0; j < n; j++)
             bs[j] = (struct batch_seq){.tokens = toks,
-                                       .n_tokens = CTX,
+                                       .n_tokens = ctx,
                                        .n_past = 0,
-                                       .block_table = table[b0 + j],
-                                       .n_blocks = CTX / 16,
+                                       .block_table = table + (b0 + j) * tw,
+                                       .n_blocks = ctx / 16,
                                        .want_logits = 1};
         bt.n_seqs = n;
         if (backend_step(be, &bt, &err))
@@ -921,7 +928,7 @@ int main(int argc, char **argv)
     printf("tensor-core GEMM from %d tokens per step (MFC_CUDA_GEMM_MIN; 0: GEMV only); "
            "Q4_K from %d (MFC_CUDA_MMQ, mmq.cu below)\n",
            st.gemm_min, st.gemm_from_q4k);
-    printf("prefill %d tokens: %.3f s = %.0f tokens/s\n", CTX, t_prefill, CTX / t_prefill);
+    printf("prefill %d tokens: %.3f s = %.0f tokens/s\n", ctx, t_prefill, ctx / t_prefill);
     if (do_long) {
         double flops = 2.0 * (double)n_params(m) * PREFILL / t_long;
         printf("prefill %d tokens: %.3f s = %.0f tokens/s; matrices %.0f TFLOP/s = %.0f%% of the "
@@ -929,8 +936,8 @@ int main(int argc, char **argv)
                PREFILL, t_long, PREFILL / t_long, flops / 1e12, peak > 0 ? 100 * flops / peak : 0,
                peak / 1e12);
     }
-    printf("decode: %s (CUDA_BENCH_CONTEXTS)\n", shared ? "the batch shares one 512-token context"
-                                                      : "each sequence has a 512-token context");
+    printf("decode: %s %d-token context (CUDA_BENCH_CONTEXTS, CUDA_BENCH_CTX)\n",
+           shared ? "the batch shares one" : "each sequence has a", ctx);
     printf(
         "| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
@@ -941,11 +948,11 @@ int main(int argc, char **argv)
         for (int rep = -1; rep < STEPS; rep++) { /* rep -1: warm-up step, not timed */
             int step = rep < 0 ? 0 : rep;
             for (int b = 0; b < B; b++)
-                bs[b] = (struct batch_seq){.tokens = toks + CTX + step,
+                bs[b] = (struct batch_seq){.tokens = toks + ctx + step,
                                            .n_tokens = 1,
-                                           .n_past = CTX + step,
-                                           .block_table = table[b],
-                                           .n_blocks = CTX / 16 + per_seq,
+                                           .n_past = ctx + step,
+                                           .block_table = table + b * tw,
+                                           .n_blocks = ctx / 16 + per_seq,
                                            .want_logits = 1};
             bt.n_seqs = B;
             t0 = now_s();
@@ -956,15 +963,16 @@ int main(int argc, char **argv)
         }
         double ms = dt / STEPS * 1e3;
         double bytes = (double)mat_bytes + (double)B * embd_row +
-                       (double)B * (CTX + STEPS / 2) * (double)kv_tok;
+                       (double)B * (ctx + STEPS / 2) * (double)kv_tok;
         double roof = bytes / bw * 1e3; /* bytes over the copy's traffic rate */
-        printf("| %s | %s | %d | %d | %.1f | %.3f | %.3f | %.0f%% |\n", s->name, argv[2], B, CTX,
+        printf("| %s | %s | %d | %d | %.1f | %.3f | %.3f | %.0f%% |\n", s->name, argv[2], B, ctx,
                B / (ms * 1e-3), ms, roof, 100 * roof / ms);
     }
     if (pageable)
         free(logits);
     else
         backend_host_free(be, logits);
+    free(table);
     backend_free(be);
     return 0;
 }

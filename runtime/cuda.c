@@ -53,6 +53,7 @@ struct cuda_graph_slot {
     int32_t T, ctx, splits; /* padded tokens, attention context cap and splits; T 0: empty */
     int32_t dtiles;         /* the step's decode tiles (p->dtiles): a context's length
                                decides them at small batches */
+    int32_t dwarps;         /* and their kernel's warps (p->dwarps), which it decides too */
     struct mfk_graph *g;   /* NULL with failed set */
     int failed;
     uint64_t used;         /* cb->gclock at the last use */
@@ -623,8 +624,7 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd,
-                                 cuda_plan_tiles_decode(p),
-                                 cuda_plan_dec_warps(p->n_tiles, hp->n_head_kv, cb->sms), err);
+                                 cuda_plan_tiles_decode(p), p->dwarps, err);
     /* every token through the split attention: its combine writes the
      * output projection's 8-bit input too */
     const struct mfk_weight *wo = &L->w[MODEL_W_O];
@@ -770,7 +770,8 @@ static struct cuda_graph_slot *graph_slot(struct cuda_backend *cb, const struct 
     }
     for (int i = 0; i < GRAPH_SLOTS; i++) {
         struct cuda_graph_slot *g = &cb->gslots[i];
-        if (g->T == p->T && g->ctx == p->att_cap && g->splits == splits && g->dtiles == p->dtiles) {
+        if (g->T == p->T && g->ctx == p->att_cap && g->splits == splits && g->dtiles == p->dtiles &&
+            g->dwarps == p->dwarps) {
             *hit = 1;
             g->used = ++cb->gclock;
             return g;
@@ -779,8 +780,12 @@ static struct cuda_graph_slot *graph_slot(struct cuda_backend *cb, const struct 
             v = g;
     }
     mfk_graph_free(v->g);
-    *v = (struct cuda_graph_slot){
-        .T = p->T, .ctx = p->att_cap, .splits = splits, .dtiles = p->dtiles, .used = ++cb->gclock};
+    *v = (struct cuda_graph_slot){.T = p->T,
+                                  .ctx = p->att_cap,
+                                  .splits = splits,
+                                  .dtiles = p->dtiles,
+                                  .dwarps = p->dwarps,
+                                  .used = ++cb->gclock};
     *hit = 0;
     return v;
 }
@@ -856,6 +861,9 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
                                              : cb->cfg.max_tokens);
     if (tg)
         cuda_plan_step_pad(cb->m, &p, tg, cb->pad_blk);
+    p.dwarps = !p.dtiles ? 0
+                         : cuda_plan_dec_warps(p.n_tiles, hp->n_head, hp->n_head_kv, hp->head_dim,
+                                               p.dtile_ctx, cb->sms);
     splits = cb->att_split
                  ? cuda_plan_att_splits(p.n_single, hp->n_head_kv, cb->sms, p.single_ctx)
                  : 1;

@@ -288,6 +288,7 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
                           p->single_ctx <= CUDA_PLAN_DECODE_TILES_CTX))) {
         /* a 1-token tile each */
         p->dtiles = 1;
+        p->dtile_ctx = p->single_ctx;
         p->n_tiles += p->n_single;
         p->n_single = p->single_ctx = 0;
     }
@@ -304,19 +305,29 @@ int cuda_plan_tiles_decode(const struct cuda_step_plan *p)
     return !p->dtiles ? 0 : p->n_long ? 1 : 2;
 }
 
-int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head_kv, int32_t sms)
+int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                        int32_t ctx, int32_t sms)
 {
     static const int nws[] = {3, 4, 6, 8};
-    const int64_t blocks = (int64_t)n_tiles * n_head_kv;
-    int64_t best_waves = 0;
+    const int64_t blocks = (int64_t)n_tiles * (n_head_kv > 0 ? n_head_kv : 1);
+    const int64_t nblk = ctx > 0 ? ((int64_t)ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS : 1;
+    const int64_t ratio = n_head_kv > 0 ? n_head / n_head_kv : 1, rows = ratio < 16 ? ratio : 16;
+    int64_t best_cost = 0;
     int best = 0;
-    /* a block's time goes as 1 / warps; the least waves / warps wins,
-     * ties to the fewer warps (the fewer blocks a warp's share rounds up) */
+    /* A block's time goes as a warp's share of the context's KV blocks,
+     * twice that when the share's scores overflow k_flash_dec's stash
+     * (share x rows x 16 floats in head_dim x 16: the second walk reads
+     * the keys again and repeats their products: H200, batch 64 of 1536
+     * and 2000 tokens, 3 warps without it lost 2-3% to 4 with it, and 6
+     * with it, two waves, won 8-10%). The least waves x cost wins, ties to
+     * the fewer warps. */
     for (int i = 0; i < (int)(sizeof nws / sizeof nws[0]); i++) {
         const int64_t slots = (int64_t)(sms > 0 ? sms : 1) * (12 / nws[i]);
-        const int64_t waves = (blocks + slots - 1) / slots;
-        if (!best || waves * best < best_waves * nws[i])
-            best = nws[i], best_waves = waves;
+        const int64_t share = (nblk + nws[i] - 1) / nws[i];
+        const int64_t cost =
+            (blocks + slots - 1) / slots * share * (share * rows <= head_dim ? 1 : 2);
+        if (!best || cost < best_cost)
+            best = nws[i], best_cost = cost;
     }
     return best;
 }

@@ -181,6 +181,9 @@ struct cuda_step_plan {
     int32_t n_long;     /* of those, the tiles of tiled sequences (the others: a
                            one-at-a-time token each, dtiles) */
     int32_t dtiles;     /* 1: one-at-a-time tokens take 1-token tiles */
+    int32_t dtile_ctx;  /* largest position + 1 among those (dtiles) */
+    int32_t dwarps;     /* the decode kernel's warps (cuda_plan_dec_warps, set by
+                           the backend once the step is padded); 0 without dtiles */
     int32_t n_single;   /* tokens attended one at a time */
     int32_t single_ctx; /* largest position + 1 among those */
     int32_t single_cap; /* the cap the step was sized with */
@@ -218,12 +221,16 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
 int cuda_plan_tiles_decode(const struct cuda_step_plan *p);
 
 /* mfk_attention_tiles' warps for the decode kernel's grid of n_tiles x
- * n_head_kv blocks on sms multiprocessors: 3, 4, 6 or 8, each 12 warps a
- * multiprocessor (12 / warps blocks), whichever leaves the fewest waves
- * for a block's share of the context (waves / warps). Llama-3-8B, 8 KV
- * heads on an H200's 132: 8 up to batch 16, 6 at 17-33, 4 at 34-49, 3 at
- * 50-66 (batch 64's 512 blocks in one wave instead of 1.3 of 4 warps). */
-int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head_kv, int32_t sms);
+ * n_head_kv blocks on sms multiprocessors, contexts up to ctx tokens:
+ * 3, 4, 6 or 8, each 12 warps a multiprocessor (12 / warps blocks),
+ * whichever leaves the fewest waves x a warp's share of the context (see
+ * the stash in cuda_plan.c). Llama-3-8B, 8 KV heads on an H200's 132,
+ * 512-token contexts: 8 up to batch 16, 6 at 17-33, 4 at 34-49, 3 at 50-66
+ * (batch 64's 512 blocks in one wave instead of 1.3 of 4 warps); past
+ * 1536 tokens batch 64 takes 6, whose share keeps the stash. A recorded
+ * step's warps are part of its graph's shape. */
+int cuda_plan_dec_warps(int32_t n_tiles, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                        int32_t ctx, int32_t sms);
 
 /* Fills buf (p->bytes, from cuda_plan_step_size) with the step's arrays.
  * The RoPE angles are computed as the CPU backend computes them (theta

@@ -706,20 +706,33 @@ static void test_decode_tiles_small(void **state)
     cuda_plan_step_size(&m, &bt, 100000, 1, &p);
     assert_int_equal(p.dtiles, 1);
 
-    /* 12 / warps blocks a multiprocessor; the fewest waves / warps */
-    assert_int_equal(cuda_plan_dec_warps(1, 8, 132), 8);
-    assert_int_equal(cuda_plan_dec_warps(16, 8, 132), 8);  /* 128 blocks: one wave */
-    assert_int_equal(cuda_plan_dec_warps(17, 8, 132), 6);  /* 136: one of 264 */
-    assert_int_equal(cuda_plan_dec_warps(33, 8, 132), 6);  /* 264 */
-    assert_int_equal(cuda_plan_dec_warps(34, 8, 132), 4);  /* 272: one of 396 */
-    assert_int_equal(cuda_plan_dec_warps(64, 8, 132), 3);  /* 512: one of 528 */
-    assert_int_equal(cuda_plan_dec_warps(67, 8, 132), 4);  /* 536: two of 3, one of 4 */
-    assert_int_equal(cuda_plan_dec_warps(99, 8, 132), 4);  /* 792: two waves of either */
-    assert_int_equal(cuda_plan_dec_warps(100, 8, 132), 3); /* 800: three of 4, two of 3 */
-    assert_int_equal(cuda_plan_dec_warps(132, 1, 132), 8);
-    assert_int_equal(cuda_plan_dec_warps(133, 1, 132), 6);
-    assert_int_equal(cuda_plan_dec_warps(16, 8, 0), 3);         /* 0 multiprocessors taken as 1 */
-    assert_int_equal(cuda_plan_dec_warps(1 << 30, 64, 132), 6); /* no overflow */
+    /* Llama-3-8B's heads (32 over 8 KV heads of 128), 12 / warps blocks a
+     * multiprocessor: 512-token contexts (32 KV blocks), by waves x share */
+#define DW(tiles, ctx, sms) cuda_plan_dec_warps(tiles, 32, 8, 128, ctx, sms)
+    assert_int_equal(DW(1, 512, 132), 8);
+    assert_int_equal(DW(16, 512, 132), 8);  /* 128 blocks: one wave of 8 warps (share 4) */
+    assert_int_equal(DW(17, 512, 132), 6);  /* 136: one of 264 (share 6) */
+    assert_int_equal(DW(33, 512, 132), 6);  /* 264 */
+    assert_int_equal(DW(34, 512, 132), 4);  /* 272: one of 396 (share 8) */
+    assert_int_equal(DW(64, 512, 132), 3);  /* 512: one of 528 (share 11) */
+    assert_int_equal(DW(67, 512, 132), 4);  /* 536: two of 528, one of 792 */
+    assert_int_equal(DW(100, 512, 132), 3); /* 800: three of 396, two of 528 */
+    /* a share of 32 blocks x 4 rows fills the stash (128 x 16 floats);
+     * past it a share costs twice */
+    assert_int_equal(DW(64, 1536, 132), 3); /* 96 blocks: 32 a warp of 3 */
+    assert_int_equal(DW(64, 1537, 132), 6); /* 97: 3 overflow; two waves of 17 */
+    assert_int_equal(DW(64, 2000, 132), 6);
+    assert_int_equal(DW(64, 8192, 132), 3); /* no count keeps it: 171 against 6's 2 x 86 */
+    assert_int_equal(DW(40, 24, 132), 3);   /* one wave and one block a warp: a tie, the fewest */
+    /* 16 query heads a KV head (a pass's rows): 3 warps' share of 11 overflows */
+    assert_int_equal(cuda_plan_dec_warps(64, 128, 8, 128, 512, 132), 6);
+    assert_int_equal(cuda_plan_dec_warps(64, 128, 8, 128, 128, 132), 3);
+    assert_int_equal(cuda_plan_dec_warps(132, 8, 1, 128, 512, 132), 8);
+    assert_int_equal(cuda_plan_dec_warps(133, 8, 1, 128, 512, 132), 6);
+    assert_int_equal(DW(16, 512, 0), 4);            /* 0 multiprocessors taken as 1 */
+    assert_int_equal(DW(1 << 30, 1 << 30, 132), 4); /* no overflow */
+    assert_int_equal(cuda_plan_dec_warps(4, 8, 0, 128, 0, 132), 3); /* no KV heads, no context */
+#undef DW
 }
 
 /* Plans packed for mfk_sample: fields and offsets, and every plan the

@@ -4,7 +4,8 @@
  *
  *   cuda_bench SHAPE TYPE [BATCH...]
  *   cuda_bench gemv -|TYPE (GEMV alone, Llama-3-8B shapes, at 1-8 tokens)
- *   cuda_bench qgemm -|TYPE   (Q4_K/Q6_K products of 8-128 tokens on each path)
+ *   cuda_bench qgemm -|TYPE   (Q4_K/Q6_K products of 8-128 tokens on each path,
+ *                             stream-K too; Q4_K's q+k+v and gate+up in one launch)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
  *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
@@ -395,13 +396,15 @@ static void copies_free(void *w[4])
  * launch more than the kernel): the mean of 32 calls after 4 of warm-up,
  * rotating over the 4 weight copies so that L2 never holds the weight.
  * path 0 mfk_gemm with qgemm.cu, 1 mfk_gemm dequantizing for cuBLAS, 2
- * mfk_gemv (Q4_K: mmq.cu from 5 tokens). */
+ * mfk_gemv (Q4_K: mmq.cu from 5 tokens), 3 qgemm.cu's stream-K grid
+ * (mfk_ctx_qgemm_sk 2). */
 static float product_ms(struct mfk_ctx *c, struct mfk_weight *mw, void *const *w, int path,
                         const float *x, int nt, float *y, void *scratch, size_t sb)
 {
     struct mf_err err = {0};
     float ms;
-    if (mfk_ctx_qgemm(c, path == 0 ? MFK_QGEMM_MAX_TOKENS : 0, &err))
+    if (mfk_ctx_qgemm(c, path == 0 || path == 3 ? MFK_QGEMM_MAX_TOKENS : 0, &err) ||
+        mfk_ctx_qgemm_sk(c, path == 3 ? 2 : 0, &err))
         die("qgemm bench", &err);
     for (int i = 0; i < 36; i++) {
         if (i == 4 && mfk_timer_start(c, &err))
@@ -417,13 +420,80 @@ static float product_ms(struct mfk_ctx *c, struct mfk_weight *mw, void *const *w
     return ms / 32;
 }
 
+/* Llama-3-8B's Q4_K products of one input, q + k + v (4096, 1024 and 1024
+ * rows) and gate + up (14336 each), 4096 wide, through mfk_gemm_n at 16,
+ * 32 and 64 tokens: a launch a product on the clustered grid
+ * (mfk_ctx_qgemm_sk 0) against one stream-K launch (1); microseconds for
+ * the group (its input's rounding included, as in a step), the mean of 32
+ * calls after 4, rotating over 4 copies of each weight. */
+static void group_bench(struct mfk_ctx *c, double bw, const float *x, float *y)
+{
+    static const int64_t groups[2][3] = {{4096, 1024, 1024}, {14336, 14336, 0}};
+    static const char *names[2] = {"q+k+v", "gate+up"};
+    static const int nts[] = {16, 32, 64};
+    struct mf_err err = {0};
+    printf("\n| group | tokens | launches | us | weight GB/s | of copy |\n"
+           "|---|---:|---|---:|---:|---:|\n");
+    if (mfk_ctx_qgemm(c, MFK_QGEMM_MAX_TOKENS, &err))
+        die("qgemm group bench", &err);
+    for (int gi = 0; gi < 2; gi++) {
+        const int n = groups[gi][2] ? 3 : 2;
+        void *w[3][4];
+        struct mfk_weight mw[3];
+        const struct mfk_weight *wp[3];
+        float *ys[3];
+        int64_t ld[3], off = 0;
+        size_t bytes = 0, sb = 0;
+        for (int k = 0; k < n; k++) {
+            uint64_t rb;
+            bytes +=
+                copies_new(c, "qgemm group bench", GGML_TYPE_Q4_K, 4096, groups[gi][k], w[k], &rb);
+            mw[k] = (struct mfk_weight){
+                .type = GGML_TYPE_Q4_K, .ne0 = 4096, .ne1 = groups[gi][k], .row_bytes = rb};
+            wp[k] = &mw[k], ys[k] = y + off, ld[k] = groups[gi][k];
+            off += 64 * groups[gi][k];
+            if (mfk_gemm_scratch(&mw[k], 64) > sb)
+                sb = mfk_gemm_scratch(&mw[k], 64);
+        }
+        void *scratch;
+        if (mfk_malloc(c, sb, &scratch, &err))
+            die("qgemm group bench", &err);
+        for (size_t ni = 0; ni < sizeof nts / sizeof nts[0]; ni++)
+            for (int sk = 0; sk < 2; sk++) {
+                float ms;
+                if (mfk_ctx_qgemm_sk(c, sk, &err))
+                    die("qgemm group bench", &err);
+                for (int i = 0; i < 36; i++) {
+                    if (i == 4 && mfk_timer_start(c, &err))
+                        die("qgemm group bench", &err);
+                    for (int k = 0; k < n; k++)
+                        mw[k].data = w[k][i & 3];
+                    if (mfk_gemm_n(c, n, wp, x, 4096, nts[ni], ys, ld, 0, scratch, sb, &err))
+                        die("qgemm group bench", &err);
+                }
+                if (mfk_timer_ms(c, &ms, &err))
+                    die("qgemm group bench", &err);
+                ms /= 32;
+                const double gbs = (double)bytes / (ms * 1e-3) / 1e9;
+                printf("| %s | %d | %s | %.1f | %.0f | %.0f%% |\n", names[gi], nts[ni],
+                       sk ? "one (stream-K)" : "a product (clustered)", ms * 1e3, gbs,
+                       100 * gbs * 1e9 / bw);
+            }
+        for (int k = 0; k < n; k++)
+            copies_free(w[k]);
+        mfk_free(scratch);
+    }
+    if (mfk_ctx_qgemm_sk(c, 0, &err))
+        die("qgemm group bench", &err);
+}
+
 /* cuda_bench qgemm -: Llama-3-8B's product shapes in Q4_K and Q6_K at a
  * decode step's token counts, each path's microseconds and the weight
  * bytes' rate against the copy bandwidth (the floor a step of them has). */
 static void qgemm_bench(double bw, const char *only_type)
 {
     static const int nts[] = {8, 16, 32, 64, 128};
-    static const char *paths[] = {"qgemm", "dequant+cuBLAS", "gemv/mmq"};
+    static const char *paths[] = {"qgemm", "dequant+cuBLAS", "gemv/mmq", "qgemm stream-K"};
     struct mf_err err = {0};
     float *x, *y;
     struct mfk_ctx *c = table_ctx("qgemm bench", (size_t)128 * 14336 * 4, &x, &y);
@@ -458,10 +528,12 @@ static void qgemm_bench(double bw, const char *only_type)
             if (mfk_malloc(c, sb, &scratch, &err))
                 die("qgemm bench", &err);
             for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++)
-                for (int p = 0; p < 3; p++) {
+                for (int p = 0; p < 4; p++) {
                     if (p == 2 && ts[ti] == GGML_TYPE_Q6_K && nts[k] > 8)
                         continue; /* the Q6_K GEMV is not a contender past 8 */
-                    if (one && (p > 0 || nts[k] != otok))
+                    if (p == 3 && nts[k] > MFK_QGEMM_MAX_TOKENS)
+                        continue;
+                    if (one && (p % 3 || nts[k] != otok))
                         continue;
                     const float ms =
                         product_ms(c, &mw, w, p, x, nts[k], y, scratch, sb);
@@ -473,6 +545,8 @@ static void qgemm_bench(double bw, const char *only_type)
             copies_free(w);
             mfk_free(scratch);
         }
+    if (!one && type_wanted(only_type, GGML_TYPE_Q4_K))
+        group_bench(c, bw, x, y);
     mfk_free(x), mfk_free(y);
     mfk_ctx_free(c);
 }

@@ -279,6 +279,37 @@ extern "C" int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const 
     return rc ? rc : gemm_products(c, w, x, ldx, nt, y, ldy, alpha, add, scratch, err);
 }
 
+/* How many of w[0 .. n) from the first on mfk_qgemm_n takes in one
+ * launch at nt tokens (mfk_ctx_qgemm_sk on; one type and width, each going
+ * to qgemm.cu, no bf16 copies), up to MFK_QGEMM_GROUP_MAX; 1 for a lone
+ * product. */
+static int qgemm_group(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, int32_t nt)
+{
+    if (!mfk_ctx_qgemm_state(c)->sk || !mfk_qgemm_takes(c, w[0], nt))
+        return 1;
+    int m = 1;
+    while (m < n && m < MFK_QGEMM_GROUP_MAX && mfk_qgemm_takes(c, w[m], nt) &&
+           w[m]->type == w[0]->type && w[m]->ne0 == w[0]->ne0)
+        m++;
+    return m;
+}
+
+/* The products of w[0 .. n) with the input already rounded into the
+ * scratch (F32 weights: x itself), consecutive ones qgemm.cu takes alike
+ * in one launch (qgemm_group). */
+static int gemm_products_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w,
+                           const float *x, int64_t ldx, int32_t nt, float *const *y,
+                           const int64_t *ldy, int add, void *scratch, struct mf_err *err)
+{
+    int rc = 0;
+    for (int i = 0, m; !rc && i < n; i += m) {
+        m = qgemm_group(c, n - i, w + i, nt);
+        rc = m > 1 ? mfk_qgemm_n(c, m, w + i, scratch, nt, y + i, ldy + i, 1.0f, add, err)
+                   : gemm_products(c, w[i], x, ldx, nt, y[i], ldy[i], 1.0f, add, scratch, err);
+    }
+    return rc;
+}
+
 extern "C" int mfk_gemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w,
                           const float *x, int64_t ldx, int32_t nt, float *const *y,
                           const int64_t *ldy, int add, void *scratch, size_t scratch_bytes,
@@ -292,14 +323,34 @@ extern "C" int mfk_gemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *con
         if (!rc && w[i]->ne0 != w[0]->ne0)
             rc = mf_err_set(err, MF_EINVAL, "CUDA gemm: weights of one input differ in width");
     }
-    for (int i = 0; !rc && i < n; i++) {
-        /* the scratch's rounded x serves every following weight of its kind */
-        if (rounding(w[i]) && (i == 0 || rounding(w[i]) != rounding(w[i - 1])))
+    /* the scratch's rounded x serves every following weight of its kind */
+    for (int i = 0, j; !rc && i < n; i = j) {
+        for (j = i + 1; j < n && rounding(w[j]) == rounding(w[i]); j++)
+            ;
+        if (rounding(w[i]))
             rc = mfk_round_half(c, x, ldx, nt, w[i]->ne0, scratch, rounding(w[i]) == 2, err);
         if (!rc)
-            rc = gemm_products(c, w[i], x, ldx, nt, y[i], ldy[i], 1.0f, add, scratch, err);
+            rc = gemm_products_n(c, j - i, w + i, x, ldx, nt, y + i, ldy + i, add, scratch, err);
     }
     return rc;
+}
+
+extern "C" int mfk_gemm_rounded_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w,
+                                  int32_t nt, float *const *y, const int64_t *ldy, int add,
+                                  void *scratch, size_t scratch_bytes, struct mf_err *err)
+{
+    int rc = 0;
+    if (nt <= 0)
+        return 0;
+    for (int i = 0; !rc && i < n; i++) {
+        rc = gemm_check(c, w[i], nt, scratch, scratch_bytes, err);
+        if (!rc && !rounding(w[i]))
+            rc = mf_err_set(err, MF_EINVAL, "CUDA gemm: F32 weights take a float input");
+        if (!rc && (w[i]->ne0 != w[0]->ne0 || rounding(w[i]) != rounding(w[0])))
+            rc = mf_err_set(err, MF_EINVAL,
+                            "CUDA gemm: weights of one rounded input differ in width or rounding");
+    }
+    return rc ? rc : gemm_products_n(c, n, w, NULL, 0, nt, y, ldy, add, scratch, err);
 }
 
 extern "C" int mfk_gemm_rounding(const struct mfk_weight *w)

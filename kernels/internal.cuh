@@ -108,14 +108,24 @@ int *mfk_ctx_mmq_smem(struct mfk_ctx *c); /* mem.cu: 1 once raised */
  * (mfk_ctx_qgemm), whether Q4_K is dequantized exactly (mfk_ctx_qgemm_exact),
  * per kernel instance the largest cluster it runs in (0 until its first
  * launch raised its shared memory), and the driver's tensor-map encoder
- * (cuTensorMapEncodeTiled, NULL until the first Q4_K launch asks for it). */
+ * (cuTensorMapEncodeTiled, NULL until the first Q4_K launch asks for it).
+ * Stream-K (mfk_ctx_qgemm_sk): off, on or every product (0, 1, 2), per
+ * k_qgemm_sk instance whether its shared memory was raised, the partial
+ * tiles (two a block of the largest grid, 2 x 2 sms, QG_SK_TILE_FLOATS
+ * each) and a counter a tile (MFK_QGEMM_SK_TILES; zero between launches:
+ * the last block of a tile puts it back). */
 struct qg_state {
     int sms;
     int max_tokens;
     int exact;
     int cluster[8]; /* per k_qgemm instance (qg_launch's k) */
     void *encode;
+    int sk;
+    int sk_ready[8]; /* per k_qgemm_sk instance */
+    float *sk_part;
+    unsigned *sk_count;
 };
+#define QG_SK_TILE_FLOATS (128 * 64) /* a partial tile, at most: Q4_K's 128 rows x 64 tokens */
 struct qg_state *mfk_ctx_qgemm_state(struct mfk_ctx *c); /* mem.cu */
 int mfk_ctx_att_cluster_on(const struct mfk_ctx *c);     /* mem.cu: mfk_ctx_att_cluster's */
 

@@ -238,6 +238,12 @@ int mfk_gemm_rounded(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt, 
 int mfk_gemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, const float *x,
                int64_t ldx, int32_t nt, float *const *y, const int64_t *ldy, int add,
                void *scratch, size_t scratch_bytes, struct mf_err *err);
+/* mfk_gemm_rounded for n weights of one input that all round it alike
+ * (mfk_gemm_rounding). With mfk_ctx_qgemm_sk on, mfk_gemm_n and this give
+ * consecutive weights qgemm.cu takes alike one launch (mfk_qgemm_n). */
+int mfk_gemm_rounded_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, int32_t nt,
+                       float *const *y, const int64_t *ldy, int add, void *scratch,
+                       size_t scratch_bytes, struct mf_err *err);
 /* The same with y = alpha * W x (+ y when add): LoRA's expand, whose B has
  * rank columns (F32/F16/BF16 weights may have any width here). */
 int mfk_gemm_ex(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
@@ -268,6 +274,23 @@ int mfk_qgemm_takes(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt);
  * aligned (mfk_gemm's rounded input). */
 int mfk_qgemm(struct mfk_ctx *c, const struct mfk_weight *w, const void *x, int32_t nt,
               float *y, int64_t ldy, float alpha, int add, struct mf_err *err);
+/* on 1: qgemm.cu's products run stream-K where its plan says so
+ * (mfk_qgemm_sk_blocks, below), and mfk_gemm_n / mfk_gemm_rounded_n give
+ * consecutive products of one input that qgemm.cu takes alike (one type and
+ * width) one launch (mfk_qgemm_n); 2: the same with every product
+ * stream-K (for tests and measuring); 0 (the default): the clustered grid,
+ * a launch a product. The first call that turns it on takes the partial
+ * tiles' device memory (2 x 2 x multiprocessors x 32 KiB, 16.5 MiB on an
+ * H200) and their counters: MF_ENOMEM when the memory is not there. */
+int mfk_ctx_qgemm_sk(struct mfk_ctx *c, int on, struct mf_err *err);
+#define MFK_QGEMM_GROUP_MAX 3 /* products of one stream-K launch, at most */
+/* y[i] = alpha W[i] x (+ y[i] when add) for n (1 to MFK_QGEMM_GROUP_MAX)
+ * weights that mfk_qgemm takes at nt, all of one type and width, in one
+ * stream-K launch; needs mfk_ctx_qgemm_sk on. MF_EINVAL otherwise, with
+ * nothing written. */
+int mfk_qgemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, const void *x,
+                int32_t nt, float *const *y, const int64_t *ldy, float alpha, int add,
+                struct mf_err *err);
 
 /* The K split of a qgemm.cu launch: row_tiles x token_tiles blocks of
  * n_stages stages each; when they are fewer than the sms multiprocessors,
@@ -284,6 +307,75 @@ static inline int mfk_qgemm_splits(int64_t row_tiles, int64_t token_tiles, int n
            2 * 2 * s <= n_stages)
         s *= 2;
     return s;
+}
+
+/* Stream-K (mfk_ctx_qgemm_sk): instead of a grid of tiles x splits, a grid
+ * of at most one block a place (the blocks the device runs at once) whose
+ * blocks share the launch's tiles x n_stages iterations evenly, block b
+ * taking iterations [iters b / blocks, iters (b + 1) / blocks) in tile
+ * order. A tile cut between blocks is summed by the last of them to
+ * finish, from partial tiles in device memory added in block order, so the
+ * result does not depend on timing. It evens out what the clustered grid
+ * leaves idle (gate and up of Llama-3-8B at 64 tokens: 224 blocks on 264
+ * places) and lets the products of one input (q, k, v; gate, up) share one
+ * launch (mfk_qgemm_n). */
+#define MFK_QGEMM_SK_TILES 4096 /* tiles a stream-K launch takes, at most (its counters) */
+#define MFK_QGEMM_SK_MIN 2      /* iterations a block, at least */
+#define MFK_QGEMM_SK_SEGS 8     /* blocks sharing a tile, at most */
+/* a lone product whose clustered grid fills this % of its waves' places stays clustered */
+#define MFK_QGEMM_SK_FILL 90
+#ifdef __CUDACC__
+#define MFK_HD __host__ __device__
+#else
+#define MFK_HD
+#endif
+
+/* The blocks of a stream-K launch of `tiles` tiles (row tiles x token
+ * tiles) of n_stages stages on `places`, or 0 where the clustered grid
+ * (mfk_qgemm_splits with max_split) serves: too many tiles, or a lone
+ * product whose grid fills MFK_QGEMM_SK_FILL % of its waves or has as
+ * many blocks. `grouped`: several products in one launch, which only
+ * stream-K takes. */
+static inline int mfk_qgemm_sk_blocks(int64_t tiles, int n_stages, int places, int max_split,
+                                      int grouped)
+{
+    if (tiles < 1 || n_stages < 1 || places < 1 || tiles > MFK_QGEMM_SK_TILES)
+        return 0;
+    int64_t g = tiles * n_stages / MFK_QGEMM_SK_MIN;
+    if (g > places)
+        g = places;
+    if (g > tiles * MFK_QGEMM_SK_SEGS)
+        g = tiles * MFK_QGEMM_SK_SEGS;
+    if (g < 1)
+        g = 1;
+    if (!grouped) { /* and not where it would cut the work as the clusters do */
+        const int64_t blocks = tiles * mfk_qgemm_splits(tiles, 1, n_stages, places, max_split);
+        const int64_t waves = (blocks + places - 1) / places;
+        if (blocks * 100 >= waves * places * MFK_QGEMM_SK_FILL || g <= blocks)
+            return 0;
+    }
+    return (int)g;
+}
+
+/* Block b's first iteration of iters shared by `blocks` (b = blocks: the end). */
+static inline MFK_HD int64_t mfk_sk_start(int64_t iters, int blocks, int b)
+{
+    return iters * b / blocks;
+}
+
+/* The block whose share holds iteration i. */
+static inline MFK_HD int mfk_sk_owner(int64_t iters, int blocks, int64_t i)
+{
+    return (int)(((i + 1) * blocks - 1) / iters);
+}
+
+/* Where block b keeps its partial sums of the tile whose first iteration
+ * is `first`: slot 2 b for the tile its share starts in, 2 b + 1 for the
+ * one it ends in (a share cuts at most those two; the tiles between are
+ * whole and stored directly). */
+static inline MFK_HD int mfk_sk_slot(int64_t iters, int blocks, int b, int64_t first)
+{
+    return 2 * b + (mfk_sk_start(iters, blocks, b) >= first ? 0 : 1);
 }
 
 /* Shape of the paged KV arena (runtime/backend.h layout, F16 elements:

@@ -94,6 +94,8 @@ extern "C" void mfk_ctx_free(struct mfk_ctx *c)
     mfk_blas_free(c->blas);
     if (c->scratch)
         cudaFree(c->scratch);
+    mfk_free(c->qgemm.sk_part);
+    mfk_free(c->qgemm.sk_count);
     for (int i = 0; i < 2; i++) {
         if (c->stage[i])
             cudaFreeHost(c->stage[i]);
@@ -258,6 +260,27 @@ extern "C" int mfk_ctx_qgemm(struct mfk_ctx *c, int32_t max_tokens, struct mf_er
 extern "C" void mfk_ctx_qgemm_exact(struct mfk_ctx *c, int on)
 {
     c->qgemm.exact = on != 0;
+}
+
+extern "C" int mfk_ctx_qgemm_sk(struct mfk_ctx *c, int on, struct mf_err *err)
+{
+    struct qg_state *s = &c->qgemm;
+    if (on && !s->sk_part) { /* the counters zeroed in stream order, before any launch */
+        const size_t part = (size_t)2 * 2 * (size_t)s->sms * QG_SK_TILE_FLOATS * sizeof(float);
+        const size_t count = (size_t)MFK_QGEMM_SK_TILES * sizeof(unsigned);
+        int rc = mfk_malloc(c, part, (void **)&s->sk_part, err);
+        if (!rc)
+            rc = mfk_malloc(c, count, (void **)&s->sk_count, err);
+        if (!rc)
+            rc = ck(cudaMemsetAsync(s->sk_count, 0, count, c->stream), "cudaMemsetAsync", err);
+        if (rc) {
+            mfk_free(s->sk_part), mfk_free(s->sk_count);
+            s->sk_part = nullptr, s->sk_count = nullptr;
+            return rc;
+        }
+    }
+    s->sk = on < 0 ? 0 : on > 2 ? 2 : on;
+    return 0;
 }
 
 int *mfk_ctx_mmq_smem(struct mfk_ctx *c)

@@ -65,6 +65,7 @@
 #include "kernels/kernels.h"
 #include "kernels/internal.cuh"
 
+#include <climits>
 #include <cstdint>
 
 #include <cooperative_groups.h>
@@ -524,20 +525,106 @@ template <class C> struct qg_tma {
     }
 };
 
-/* The end of a block: its K-groups' sums (acc: the lane's m16 tiles at
- * tile rows rb0 and rb1, kg and rw its K-group and row warp) added to
- * K-group 0's in K-group order into the block's tile T[token][row], then
- * the cluster's tiles added in rank order, each block storing its share of
- * the rows (float4s of the tile). Called after the pipeline drained: the
+/* A block's sums, zeroed before a run (and before the staging is set up,
+ * which keeps k_qgemm's code as it was measured). */
+template <int NN> __device__ __forceinline__ void qg_zero(float (&acc)[2][NN][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int k = 0; k < NN; k++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mt][k][e] = 0.0f;
+}
+
+/* The stages' mbarriers (where tensor maps copy), once a block before its
+ * first copy. */
+template <class C> __device__ __forceinline__ void qg_bars(uint64_t *bar)
+{
+    if constexpr (C::TMA != 0) {
+        if (threadIdx.x == 0) {
+            for (int p = 0; p < C::P; p++)
+                mbar_init(bar + p, qg_tma<C>::COUNT);
+            mbar_init_fence();
+        }
+        __syncthreads();
+    }
+}
+
+/* Stages s0 .. s0 + n - 1 of one tile added into acc through the
+ * ring of C::P stage buffers from ring position q (the stages the block ran
+ * before: which buffer comes next, and its barrier's phase). wait() runs
+ * once the first stages' weights are asked for: the programmatic wait, in
+ * a block's first run (nothing writes weights). Stage i waits for its
+ * cp.async copies (each thread its own, then the block's barrier) and its
+ * tensor-map copies (the stage's mbarrier). Ends drained, after a
+ * barrier: the stages' shared memory is free. */
+template <int TY, int NN, bool FAST, class C, class WAIT>
+__device__ __forceinline__ void qg_run(float (&acc)[2][NN][4], uint8_t *smem, uint64_t *bar,
+                                       const qg_stager<C> &sg, const qg_tma<C> &tm, int64_t ne0,
+                                       int s0, int n, int q, int rw, int kg, int g, int qd,
+                                       WAIT wait)
+{
+
+    auto slice = [&](int i) {
+        const uint8_t *st = smem + ((q + i) % C::P) * C::STAGE;
+        const uint8_t *xg = st + C::W_BYTES + g * C::XSTRIDE + 8 * qd;
+        const uint8_t *ws = st + qg_tma<C>::shift(s0 + i);
+        if constexpr (TY == GGML_TYPE_Q4_K)
+            qg_slice_q4k<NN, FAST>(acc, ws, xg, rw, kg, g, qd);
+        else if (kg >> 1)
+            qg_slice_q6k<NN, true>(acc, ws, xg, rw, kg, g, qd);
+        else
+            qg_slice_q6k<NN, false>(acc, ws, xg, rw, kg, g, qd);
+    };
+    constexpr bool TW = C::TMA & QG_TMA_W, TX = C::TMA & QG_TMA_X;
+    /* stage s0 + i into buffer (q + i) % P: its weight rows, or its token rows */
+    auto load = [&](int i, bool weights) {
+        uint8_t *dst = smem + ((q + i) % C::P) * C::STAGE;
+        if (weights ? TW : TX)
+            tm.load(dst, bar + (q + i) % C::P, s0 + i, weights);
+        else if (weights)
+            sg.load_w(dst, s0 + i);
+        else
+            sg.load_x(dst, s0 + i, ne0);
+    };
+    for (int i = 0; i < C::P - 1; i++) /* weights only: before the wait for the input */
+        if (i < n)
+            load(i, true);
+    wait();
+    for (int i = 0; i < C::P - 1; i++) {
+        if (i < n)
+            load(i, false);
+        cp_commit();
+    }
+    for (int i = 0; i < n; i++) {
+        cp_wait<C::P - 2>();
+        __syncthreads(); /* stage i's cp.async landed; stage i - 1 is done with */
+        const int nx = i + C::P - 1;
+        if (nx < n)
+            load(nx, true), load(nx, false);
+        cp_commit();
+        if constexpr (C::TMA != 0)
+            mbar_wait(bar + (q + i) % C::P, (uint32_t)((q + i) / C::P) & 1);
+        slice(i);
+    }
+    cp_wait<0>();
+    __syncthreads(); /* the stages are free for the epilogue */
+}
+
+/* A block's K-groups' sums (acc: the lane's m16 tiles at tile rows rb0
+ * and rb1, kg and rw its K-group and row warp) added to K-group 0's in
+ * K-group order into the block's tile T[token][row], which it returns
+ * (shared memory past the other K-groups' sums; K-group 0's threads wrote
+ * it, and no barrier follows). Called after the pipeline drained: the
  * stages' shared memory is reused. */
 template <class C, int NN>
-__device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t *smem, int kg,
-                                          int rw, int rb0, int rb1, int lane, int64_t row0,
-                                          int64_t ne1, int tok0, int nt, float *y, int64_t ldy,
-                                          float alpha, int add, int rank, int splits)
+__device__ __forceinline__ float *qg_reduce(const float (&acc)[2][NN][4], uint8_t *smem, int kg,
+                                            int rw, int rb0, int rb1, int lane)
 {
     constexpr int RW = C::TM / 32, NA = 2 * NN * 4; /* row warps; sums a lane keeps */
-    const int g = lane >> 2, qd = lane & 3, tid = threadIdx.x;
+    const int g = lane >> 2, qd = lane & 3;
     float *part = reinterpret_cast<float *>(smem);
     float *T = reinterpret_cast<float *>(smem + C::PART);
     if (kg > 0)
@@ -562,7 +649,34 @@ __device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t 
                         v += part[(((o - 1) * RW + rw) * NA + (mt * NN + k) * 4 + e) * 32 + lane];
                     T[(8 * k + 2 * qd + (e & 1)) * C::TSTRIDE + (mt ? rb1 : rb0) + g + 8 * (e >> 1)] = v;
                 }
+    return T;
+}
 
+/* Rows row0 + r .. + 3 of token t of a finished tile (sums s) into y:
+ * alpha s (+ y when add); rows from ne1 on are not the weight's. */
+__device__ __forceinline__ void qg_put(float4 s, int t, int r, int64_t row0, int64_t ne1, float *y,
+                                       int64_t ldy, float alpha, int add)
+{
+    const float v[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        if (row0 + r + e < ne1) {
+            float *out = y + (int64_t)t * ldy + row0 + r + e;
+            *out = add ? *out + alpha * v[e] : alpha * v[e];
+        }
+}
+
+/* The end of a clustered block: its tile (qg_reduce), then the cluster's
+ * tiles added in rank order, each block storing its share of the rows
+ * (float4s of the tile). */
+template <class C, int NN>
+__device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t *smem, int kg,
+                                          int rw, int rb0, int rb1, int lane, int64_t row0,
+                                          int64_t ne1, int tok0, int nt, float *y, int64_t ldy,
+                                          float alpha, int add, int rank, int splits)
+{
+    const int tid = threadIdx.x;
+    const float *T = qg_reduce<C, NN>(acc, smem, kg, rw, rb0, rb1, lane);
     cg::cluster_group cl = cg::this_cluster();
     if (splits > 1)
         cl.sync();
@@ -580,18 +694,11 @@ __device__ __forceinline__ void qg_finish(const float (&acc)[2][NN][4], uint8_t 
             const float4 u = *reinterpret_cast<const float4 *>(cl.map_shared_rank(src, o));
             s.x += u.x, s.y += u.y, s.z += u.z, s.w += u.w;
         }
-        const float v[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (row0 + r + e < ne1) {
-                float *out = y + (int64_t)t * ldy + row0 + r + e;
-                *out = add ? *out + alpha * v[e] : alpha * v[e];
-            }
+        qg_put(s, t, r, row0, ne1, y, ldy, alpha, add);
     }
     if (splits > 1)
         cl.sync(); /* no block leaves while another reads its tile */
 }
-
 
 /* grid (row tiles x splits, token tiles), a cluster of `splits` blocks
  * along x (the K ranges of one row tile); y[t][r] = alpha * (row r of w .
@@ -614,74 +721,160 @@ __global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
     const int s0 = (int)((int64_t)ns * rank / splits);
     const int n = (int)((int64_t)ns * (rank + 1) / splits) - s0;
     float acc[2][NN][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int k = 0; k < NN; k++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[mt][k][e] = 0.0f;
-
-    auto slice = [&](int i) {
-        const uint8_t *st = smem + (i % C::P) * C::STAGE;
-        const uint8_t *xg = st + C::W_BYTES + g * C::XSTRIDE + 8 * qd;
-        const uint8_t *ws = st + qg_tma<C>::shift(s0 + i);
-        if constexpr (TY == GGML_TYPE_Q4_K)
-            qg_slice_q4k<NN, FAST>(acc, ws, xg, rw, kg, g, qd);
-        else if (kg >> 1)
-            qg_slice_q6k<NN, true>(acc, ws, xg, rw, kg, g, qd);
-        else
-            qg_slice_q6k<NN, false>(acc, ws, xg, rw, kg, g, qd);
-    };
-    /* Stage i waits for its cp.async copies (each thread its own, then the
-     * block's barrier) and its tensor-map copies (the stage's mbarrier). */
-    constexpr bool TW = C::TMA & QG_TMA_W, TX = C::TMA & QG_TMA_X;
+    qg_zero(acc);
     uint64_t *bar = reinterpret_cast<uint64_t *>(smem + C::BARS);
     const qg_stager<C> sg(w, rb, row0, ne1, x, ne0, tok0, nt, tid);
     const qg_tma<C> tm(&wmap, &xmap, row0, tok0, nt, tid);
-    if constexpr (C::TMA != 0) {
-        if (tid == 0) {
-            for (int p = 0; p < C::P; p++)
-                mbar_init(bar + p, qg_tma<C>::COUNT);
-            mbar_init_fence();
+    qg_bars<C>(bar);
+    qg_run<TY, NN, FAST>(acc, smem, bar, sg, tm, ne0, s0, n, 0, rw, kg, g, qd, [] { pdl_start(); });
+
+    qg_finish<C, NN>(acc, smem, kg, rw, 32 * rw, 32 * rw + 16, lane, row0, ne1, tok0, nt, y, ldy,
+                     alpha, add, rank, splits);
+}
+
+/* ------------------------------------------------------------------------
+ * Stream-K (mfk_ctx_qgemm_sk; the plan in kernels.h, mfk_qgemm_sk_blocks)
+ * ---------------------------------------------------------------------- */
+
+/* The end of a stream-K block's run over stages of one tile (its sums T,
+ * qg_reduce's, after a barrier). A whole tile is stored. A shared one goes
+ * to the block's slot of the partial tiles (mfk_sk_slot; the step's tokens
+ * only), and the last of the tile's blocks to count itself adds every
+ * slot in block order, stores, and puts the tile's counter back to 0 for
+ * the next launch: the sum's order is fixed whichever block ends last.
+ * `first`: the tile's first iteration; its blocks are those owning its
+ * first and last (b0, b1). A block past b0 starts its share in the tile
+ * (slot 2 b); b0's slot is 2 b0, or 2 b0 + 1 where its share began in an
+ * earlier tile. */
+template <class C>
+__device__ __forceinline__ void
+qg_sk_store(const float *T, bool whole, float4 *part, unsigned *count, int64_t tile, int64_t first,
+            int ns, int64_t iters, int b, int64_t row0, int64_t ne1, int tok0, int nt, float *y,
+            int64_t ldy, float alpha, int add)
+{
+    constexpr int R4 = C::TM / 4, SLOT = QG_SK_TILE_FLOATS / 4;
+    static_assert(C::TN * C::TM <= QG_SK_TILE_FLOATS, "a tile fits a slot");
+    const int tid = threadIdx.x, blocks = (int)gridDim.x;
+    const int live = (nt - tok0 < C::TN ? nt - tok0 : C::TN) * R4; /* the step's tokens */
+    if (whole) {
+        for (int f = tid; f < live; f += QG_THREADS) {
+            const int tk = f / R4, r = (f - tk * R4) * 4;
+            qg_put(*reinterpret_cast<const float4 *>(T + tk * C::TSTRIDE + r), tok0 + tk, r, row0,
+                   ne1, y, ldy, alpha, add);
         }
+        return;
+    }
+    float4 *mine = part + (size_t)mfk_sk_slot(iters, blocks, b, first) * SLOT;
+    for (int f = tid; f < live; f += QG_THREADS) {
+        const int tk = f / R4, r = (f - tk * R4) * 4;
+        __stcg(mine + f, *reinterpret_cast<const float4 *>(T + tk * C::TSTRIDE + r));
+    }
+    __threadfence(); /* this thread's partial sums device-wide before the tile's count */
+    const int b0 = mfk_sk_owner(iters, blocks, first);
+    const int b1 = mfk_sk_owner(iters, blocks, first + ns - 1);
+    int last = 0;
+    __syncthreads();
+    if (tid == 0)
+        last = atomicAdd(count + tile, 1u) == (unsigned)(b1 - b0);
+    if (!__syncthreads_or(last))
+        return;
+    __threadfence(); /* the other blocks' partial sums, counted before ours */
+    const float4 *p0 = part + (size_t)mfk_sk_slot(iters, blocks, b0, first) * SLOT;
+    for (int f = tid; f < live; f += QG_THREADS) {
+        float4 s = __ldcg(p0 + f);
+        for (int o = b0 + 1; o <= b1; o++) {
+            const float4 u = __ldcg(part + (size_t)(2 * o) * SLOT + f);
+            s.x += u.x, s.y += u.y, s.z += u.z, s.w += u.w;
+        }
+        const int tk = f / R4;
+        qg_put(s, tok0 + tk, (f - tk * R4) * 4, row0, ne1, y, ldy, alpha, add);
+    }
+    if (tid == 0)
+        count[tile] = 0;
+}
+
+/* The products of a stream-K launch (mfk_qgemm_n: weights of one type and
+ * width against one input), their row tiles one after another: each
+ * weight's tensor map, bytes, rows and output, and end[j], the row tiles of
+ * weights 0 .. j (INT_MAX past the last weight). */
+struct qg_sk_group {
+    CUtensorMap wmap[MFK_QGEMM_GROUP_MAX];
+    const uint8_t *w[MFK_QGEMM_GROUP_MAX];
+    float *y[MFK_QGEMM_GROUP_MAX];
+    int64_t ne1[MFK_QGEMM_GROUP_MAX], ldy[MFK_QGEMM_GROUP_MAX];
+    int end[MFK_QGEMM_GROUP_MAX];
+};
+
+/* grid (blocks): the group's tiles (row tile major, token tile minor) x
+ * their ne0 / KSTAGE stages are `iters` iterations, block b taking its
+ * share (mfk_sk_start) tile by tile: each run of a tile's stages through
+ * the same pipeline as k_qgemm (qg_run: the ring's position carries over,
+ * the first run's weights come before the programmatic wait), its
+ * K-groups' sums into the tile (qg_reduce), then qg_sk_store. y[t][r] =
+ * alpha * (row r of w . x[t]) (+ y[t][r] when add), per weight of gr. */
+template <int TY, int NN, bool FAST, bool MAP>
+__global__ void __launch_bounds__(QG_THREADS, qg_type<TY>::MB)
+    k_qgemm_sk(const __grid_constant__ qg_sk_group gr, uint64_t rb, int64_t ne0,
+               const __nv_bfloat16 *__restrict__ x, const __grid_constant__ CUtensorMap xmap,
+               int nt, int64_t iters, float alpha, int add, float4 *part, unsigned *count)
+{
+    using C = qg_cfg<TY, NN, MAP>;
+    constexpr int RW = C::TM / 32;                   /* row warps */
+    extern __shared__ __align__(128) uint8_t smem[]; /* 128: a tensor-map copy's destination */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int rw = warp % RW, kg = warp / RW, b = (int)blockIdx.x;
+    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + C::BARS);
+    qg_bars<C>(bar);
+    /* Where iteration i of the block's share (which ends at i1) falls: its
+     * tile (row tile rt of weight j, row0 in it; token tile tok0), the
+     * stage in it, and how many of the share are left in it. Worked out
+     * again after each run, and the share's position kept in shared memory
+     * through it, rather than held in registers the pipeline uses. */
+    struct at {
+        int i1, ns, tile, s0, n, j, tok0;
+        int64_t row0;
+        __device__ at(const qg_sk_group &gr, int64_t ne0, int nt, int64_t iters, int b, int i)
+        {
+            ns = (int)(ne0 / C::KSTAGE), i1 = (int)mfk_sk_start(iters, (int)gridDim.x, b + 1);
+            tile = i / ns, s0 = i - tile * ns, n = i1 - i < ns - s0 ? i1 - i : ns - s0;
+            const int tok_tiles = (nt + C::TN - 1) / C::TN, rt = tile / tok_tiles;
+            tok0 = (tile - rt * tok_tiles) * C::TN;
+            j = 0;
+#pragma unroll
+            for (int k = 0; k < MFK_QGEMM_GROUP_MAX - 1; k++)
+                j += rt >= gr.end[k];
+            row0 = (int64_t)(rt - (j ? gr.end[j - 1] : 0)) * C::TM;
+        }
+    };
+    __shared__ int pos[2]; /* the share's next iteration, the stages run (the ring's position) */
+    if (tid == 0)
+        pos[0] = (int)mfk_sk_start(iters, (int)gridDim.x, b), pos[1] = 0;
+    __syncthreads();
+    for (;;) {
+        const int i = pos[0], q = pos[1];
+        at w(gr, ne0, nt, iters, b, i);
+        if (i >= w.i1)
+            break;
+        float acc[2][NN][4];
+        qg_zero(acc);
+        const qg_stager<C> sg(gr.w[w.j], rb, w.row0, gr.ne1[w.j], x, ne0, w.tok0, nt, tid);
+        const qg_tma<C> tm(&gr.wmap[w.j], &xmap, w.row0, w.tok0, nt, tid);
+        qg_run<TY, NN, FAST>(acc, smem, bar, sg, tm, ne0, w.s0, w.n, q, rw, kg, g, qd, [q] {
+            if (q == 0)
+                pdl_start();
+        });
+        const float *T = qg_reduce<C, NN>(acc, smem, kg, rw, 32 * rw, 32 * rw + 16, lane);
+        __syncthreads();
+        const int i2 = pos[0];
+        const at v(gr, ne0, nt, iters, b, i2);
+        qg_sk_store<C>(T, v.n == v.ns, part, count, v.tile, (int64_t)v.tile * v.ns, v.ns, iters, b,
+                       v.row0, gr.ne1[v.j], v.tok0, nt, gr.y[v.j], gr.ldy[v.j], alpha, add);
+        fence_proxy_async(); /* the tile's shared-memory writes before the next run's copies */
+        __syncthreads();
+        if (tid == 0)
+            pos[0] = i2 + v.n, pos[1] += v.n;
         __syncthreads();
     }
-    /* stage s0 + i into buffer i % P: its weight rows, or its token rows */
-    auto load = [&](int i, bool weights) {
-        uint8_t *dst = smem + (i % C::P) * C::STAGE;
-        if (weights ? TW : TX)
-            tm.load(dst, bar + i % C::P, s0 + i, weights);
-        else if (weights)
-            sg.load_w(dst, s0 + i);
-        else
-            sg.load_x(dst, s0 + i, ne0);
-    };
-    for (int i = 0; i < C::P - 1; i++) /* weights only: before the wait for the input */
-        if (i < n)
-            load(i, true);
-    pdl_start();
-    for (int i = 0; i < C::P - 1; i++) {
-        if (i < n)
-            load(i, false);
-        cp_commit();
-    }
-    for (int i = 0; i < n; i++) {
-        cp_wait<C::P - 2>();
-        __syncthreads(); /* stage i's cp.async landed; stage i - 1 is done with */
-        const int nx = i + C::P - 1;
-        if (nx < n)
-            load(nx, true), load(nx, false);
-        cp_commit();
-        if constexpr (C::TMA != 0)
-            mbar_wait(bar + i % C::P, (uint32_t)(i / C::P) & 1);
-        slice(i);
-    }
-    cp_wait<0>();
-    __syncthreads(); /* the stages are free for the epilogue */
-
-    qg_finish<C, NN>(acc, smem, kg, rw, 32 * rw, 32 * rw + 16, lane, row0, ne1, tok0, nt, y,
-                     ldy, alpha, add, rank, splits);
 }
 
 /* ------------------------------------------------------------------------
@@ -761,22 +954,33 @@ static int qg_map(struct mfk_ctx *c, CUtensorMap *map, const void *base, int ele
     return 0;
 }
 
-/* Launches k_qgemm<TY, NN, FAST, MAP> (instance k of the context's) for w x x. */
-template <int TY, int NN, bool FAST = false, bool MAP = true>
-static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const __nv_bfloat16 *x,
-                     int nt, float *y, int64_t ldy, float alpha, int add, struct mf_err *err)
+/* The weight's and the input's tensor maps (where the instance copies by
+ * them): the weight's a box of TM rows of WSTRIDE bytes, the input's of
+ * x_rows(nt) token rows of XSTRIDE bytes (8-byte elements). */
+template <class C>
+static int qg_maps(struct mfk_ctx *c, const struct mfk_weight *w, const __nv_bfloat16 *x, int nt,
+                   CUtensorMap *wmap, CUtensorMap *xmap, struct mf_err *err)
+{
+    int rc = 0;
+    if (wmap && (C::TMA & QG_TMA_W))
+        rc = qg_map(c, wmap, w->data, C::WE, w->row_bytes / C::WE, (uint64_t)w->ne1, w->row_bytes,
+                    C::WSTRIDE / C::WE, C::TM, "weight", err);
+    if (!rc && xmap && (C::TMA & QG_TMA_X))
+        rc = qg_map(c, xmap, x, 8, (uint64_t)w->ne0 / 4, (uint64_t)nt, (uint64_t)w->ne0 * 2,
+                    C::XSTRIDE / 8, (uint32_t)qg_tma<C>::x_rows(nt), "input", err);
+    return rc;
+}
+
+/* w x x on k_qgemm<TY, NN, FAST, MAP>'s clustered grid (cluster: the
+ * largest the device runs it in). */
+template <int TY, int NN, bool FAST, bool MAP>
+static int qg_launch_one(struct mfk_ctx *c, int cluster, const struct mfk_weight *w,
+                         const __nv_bfloat16 *x, int nt, float *y, int64_t ldy, float alpha,
+                         int add, struct mf_err *err)
 {
     using C = qg_cfg<TY, NN, MAP>;
-    const auto fn = k_qgemm<TY, NN, FAST, MAP>;
-    int cluster = 1;
-    int rc = qg_ready(c, k, fn, C::SMEM, &cluster, err);
     CUtensorMap wmap = {}, xmap = {};
-    if (!rc && (C::TMA & QG_TMA_W)) /* a box row of WSTRIDE bytes */
-        rc = qg_map(c, &wmap, w->data, C::WE, w->row_bytes / C::WE, (uint64_t)w->ne1, w->row_bytes,
-                    C::WSTRIDE / C::WE, C::TM, "weight", err);
-    if (!rc && (C::TMA & QG_TMA_X)) /* 8-byte elements: a box row of XSTRIDE bytes */
-        rc = qg_map(c, &xmap, x, 8, (uint64_t)w->ne0 / 4, (uint64_t)nt, (uint64_t)w->ne0 * 2,
-                    C::XSTRIDE / 8, (uint32_t)qg_tma<C>::x_rows(nt), "input", err);
+    int rc = qg_maps<C>(c, w, x, nt, &wmap, &xmap, err);
     if (rc)
         return rc;
     const mfk_q q = mfk_queue(c);
@@ -784,9 +988,82 @@ static int qg_launch(struct mfk_ctx *c, int k, const struct mfk_weight *w, const
     const int splits = mfk_qgemm_splits(row_tiles, tok_tiles, (int)(w->ne0 / C::KSTAGE),
                                         C::MB * mfk_ctx_qgemm_state(c)->sms, cluster);
     mfk_go_cluster(q, dim3((unsigned)(row_tiles * splits), (unsigned)tok_tiles, 1), QG_THREADS,
-                   C::SMEM, dim3((unsigned)splits, 1, 1), fn, (const uint8_t *)w->data, wmap,
-                   w->row_bytes, w->ne0, w->ne1, x, xmap, nt, y, ldy, alpha, add, splits);
+                   C::SMEM, dim3((unsigned)splits, 1, 1), k_qgemm<TY, NN, FAST, MAP>,
+                   (const uint8_t *)w->data, wmap, w->row_bytes, w->ne0, w->ne1, x, xmap, nt, y,
+                   ldy, alpha, add, splits);
     return mfk_launched("qgemm", err);
+}
+
+/* w[0 .. n) x x as one stream-K grid of `blocks` blocks on
+ * k_qgemm_sk<TY, NN, FAST, MAP> (instance k of the context's); row_tiles:
+ * the weights' together. */
+template <int TY, int NN, bool FAST, bool MAP>
+static int qg_launch_sk(struct mfk_ctx *c, int k, int n, const struct mfk_weight *const *w,
+                        const __nv_bfloat16 *x, int nt, float *const *y, const int64_t *ldy,
+                        float alpha, int add, int64_t row_tiles, int blocks, struct mf_err *err)
+{
+    using C = qg_cfg<TY, NN, MAP>;
+    const auto fn = k_qgemm_sk<TY, NN, FAST, MAP>;
+    struct qg_state *s = mfk_ctx_qgemm_state(c);
+    int rc = s->sk_ready[k] ? 0 : mfk_raise_smem((const void *)fn, (size_t)C::SMEM, "qgemm", err);
+    if (rc)
+        return rc;
+    s->sk_ready[k] = 1;
+    qg_sk_group gr = {};
+    CUtensorMap xmap = {};
+    int end = 0;
+    for (int i = 0; i < MFK_QGEMM_GROUP_MAX; i++) {
+        gr.end[i] = INT_MAX;
+        if (i >= n || rc)
+            continue;
+        rc = qg_maps<C>(c, w[i], x, nt, &gr.wmap[i], i == 0 ? &xmap : nullptr, err);
+        gr.w[i] = (const uint8_t *)w[i]->data, gr.y[i] = y[i];
+        gr.ne1[i] = w[i]->ne1, gr.ldy[i] = ldy[i];
+        gr.end[i] = end += (int)((w[i]->ne1 + C::TM - 1) / C::TM);
+    }
+    if (rc)
+        return rc;
+    const int64_t iters = row_tiles * ((nt + C::TN - 1) / C::TN) * (w[0]->ne0 / C::KSTAGE);
+    mfk_go(mfk_queue(c), dim3((unsigned)blocks, 1, 1), QG_THREADS, C::SMEM, fn, gr, w[0]->row_bytes,
+           w[0]->ne0, x, xmap, nt, iters, alpha, add, reinterpret_cast<float4 *>(s->sk_part),
+           s->sk_count);
+    return mfk_launched("qgemm", err);
+}
+
+/* w[0 .. n) x x (weights of one type and width) on instance k of the
+ * context's kernels, k_qgemm<TY, NN, FAST, MAP> and its stream-K twin:
+ * stream-K where the context has it on and mfk_qgemm_sk_blocks says so
+ * (always for n > 1, or with mfk_ctx_qgemm_sk 2, while the tiles fit its
+ * counters), else the clustered grid, a launch a weight. */
+template <int TY, int NN, bool FAST = false, bool MAP = true>
+static int qg_launch(struct mfk_ctx *c, int k, int n, const struct mfk_weight *const *w,
+                     const __nv_bfloat16 *x, int nt, float *const *y, const int64_t *ldy,
+                     float alpha, int add, struct mf_err *err)
+{
+    using C = qg_cfg<TY, NN, MAP>;
+    const struct qg_state *s = mfk_ctx_qgemm_state(c);
+    int cluster = 1;
+    int rc = qg_ready(c, k, k_qgemm<TY, NN, FAST, MAP>, C::SMEM, &cluster, err);
+    if (rc)
+        return rc;
+    int64_t row_tiles = 0;
+    for (int i = 0; i < n; i++)
+        row_tiles += (w[i]->ne1 + C::TM - 1) / C::TM;
+    const int blocks = s->sk ? mfk_qgemm_sk_blocks(row_tiles * ((nt + C::TN - 1) / C::TN),
+                                                   (int)(w[0]->ne0 / C::KSTAGE), C::MB * s->sms,
+                                                   cluster, n > 1 || s->sk == 2)
+                             : 0;
+    if (blocks > 0)
+        return qg_launch_sk<TY, NN, FAST, MAP>(c, k, n, w, x, nt, y, ldy, alpha, add, row_tiles,
+                                               blocks, err);
+    if (n > 1) /* more tiles than stream-K's counters: each on its own */
+        for (int i = 0; !rc && i < n; i++)
+            rc = qg_launch<TY, NN, FAST, MAP>(c, k, 1, w + i, x, nt, y + i, ldy + i, alpha, add,
+                                              err);
+    else
+        rc = qg_launch_one<TY, NN, FAST, MAP>(c, cluster, w[0], x, nt, y[0], ldy[0], alpha, add,
+                                              err);
+    return rc;
 }
 
 extern "C" int mfk_qgemm_takes(struct mfk_ctx *c, const struct mfk_weight *w, int32_t nt)
@@ -801,30 +1078,66 @@ extern "C" int mfk_qgemm_takes(struct mfk_ctx *c, const struct mfk_weight *w, in
     return 0;
 }
 
+/* MF_EINVAL for a weight or input mfk_qgemm does not take, naming it. */
+static int qg_refuse(const struct mfk_weight *w, int32_t nt, struct mf_err *err)
+{
+    return mf_err_set(err, MF_EINVAL,
+                      "CUDA qgemm: takes Q4_K rows of a multiple of 256 or Q6_K of 512, "
+                      "16-byte aligned, up to the context's token limit; not a %s weight of "
+                      "%lld x %lld at %d tokens",
+                      ggml_type_name((uint32_t)w->type), (long long)w->ne1, (long long)w->ne0,
+                      (int)nt);
+}
+
+/* w[0 .. n) (checked: one type and width, each taken) x x on the instance
+ * of their type, the step's tokens (32 a block up to 32, else 64) and the
+ * context's Q4_K arithmetic; Q6_K rows not a multiple of 16 bytes apart
+ * have no tensor map: cp.async. */
+static int qg_dispatch(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, const void *x,
+                       int32_t nt, float *const *y, const int64_t *ldy, float alpha, int add,
+                       struct mf_err *err)
+{
+    const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
+    const int exact = mfk_ctx_qgemm_state(c)->exact, small = nt <= 32;
+#define QG_GO(k, ...) qg_launch<__VA_ARGS__>(c, k, n, w, xb, nt, y, ldy, alpha, add, err)
+    if (w[0]->type == GGML_TYPE_Q4_K && exact)
+        return small ? QG_GO(0, GGML_TYPE_Q4_K, 4) : QG_GO(1, GGML_TYPE_Q4_K, 8);
+    if (w[0]->type == GGML_TYPE_Q4_K)
+        return small ? QG_GO(4, GGML_TYPE_Q4_K, 4, true) : QG_GO(5, GGML_TYPE_Q4_K, 8, true);
+    if (w[0]->row_bytes % 16)
+        return small ? QG_GO(2, GGML_TYPE_Q6_K, 4, false, false)
+                     : QG_GO(3, GGML_TYPE_Q6_K, 8, false, false);
+    return small ? QG_GO(6, GGML_TYPE_Q6_K, 4) : QG_GO(7, GGML_TYPE_Q6_K, 8);
+#undef QG_GO
+}
+
 extern "C" int mfk_qgemm(struct mfk_ctx *c, const struct mfk_weight *w, const void *x, int32_t nt,
                          float *y, int64_t ldy, float alpha, int add, struct mf_err *err)
 {
     if (!mfk_qgemm_takes(c, w, nt) || ((uintptr_t)x & 15))
+        return qg_refuse(w, nt, err);
+    return qg_dispatch(c, 1, &w, x, nt, &y, &ldy, alpha, add, err);
+}
+
+extern "C" int mfk_qgemm_n(struct mfk_ctx *c, int n, const struct mfk_weight *const *w,
+                           const void *x, int32_t nt, float *const *y, const int64_t *ldy,
+                           float alpha, int add, struct mf_err *err)
+{
+    if (!mfk_ctx_qgemm_state(c)->sk)
         return mf_err_set(err, MF_EINVAL,
-                          "CUDA qgemm: takes Q4_K rows of a multiple of 256 or Q6_K of 512, "
-                          "16-byte aligned, up to the context's token limit; not a %s weight of "
-                          "%lld x %lld at %d tokens",
-                          ggml_type_name((uint32_t)w->type), (long long)w->ne1, (long long)w->ne0,
-                          (int)nt);
-    const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
-    const int exact = mfk_ctx_qgemm_state(c)->exact;
-    if (w->type == GGML_TYPE_Q4_K && exact)
-        return nt <= 32 ? qg_launch<GGML_TYPE_Q4_K, 4>(c, 0, w, xb, nt, y, ldy, alpha, add, err)
-                        : qg_launch<GGML_TYPE_Q4_K, 8>(c, 1, w, xb, nt, y, ldy, alpha, add, err);
-    if (w->type == GGML_TYPE_Q4_K)
-        return nt <= 32
-                   ? qg_launch<GGML_TYPE_Q4_K, 4, true>(c, 4, w, xb, nt, y, ldy, alpha, add, err)
-                   : qg_launch<GGML_TYPE_Q4_K, 8, true>(c, 5, w, xb, nt, y, ldy, alpha, add, err);
-    if (w->row_bytes % 16) /* no tensor map of rows so apart: cp.async */
-        return nt <= 32 ? qg_launch<GGML_TYPE_Q6_K, 4, false, false>(c, 2, w, xb, nt, y, ldy, alpha,
-                                                                     add, err)
-                        : qg_launch<GGML_TYPE_Q6_K, 8, false, false>(c, 3, w, xb, nt, y, ldy, alpha,
-                                                                     add, err);
-    return nt <= 32 ? qg_launch<GGML_TYPE_Q6_K, 4>(c, 6, w, xb, nt, y, ldy, alpha, add, err)
-                    : qg_launch<GGML_TYPE_Q6_K, 8>(c, 7, w, xb, nt, y, ldy, alpha, add, err);
+                          "CUDA qgemm: products in one launch need stream-K (mfk_ctx_qgemm_sk)");
+    if (n < 1 || n > MFK_QGEMM_GROUP_MAX)
+        return mf_err_set(err, MF_EINVAL, "CUDA qgemm: %d products in one launch, not 1 to %d", n,
+                          MFK_QGEMM_GROUP_MAX);
+    for (int i = 0; i < n; i++) {
+        if (!mfk_qgemm_takes(c, w[i], nt) || ((uintptr_t)x & 15))
+            return qg_refuse(w[i], nt, err);
+        if (w[i]->type != w[0]->type || w[i]->ne0 != w[0]->ne0)
+            return mf_err_set(err, MF_EINVAL,
+                              "CUDA qgemm: products in one launch share a type and a width; "
+                              "%s x %lld after %s x %lld",
+                              ggml_type_name((uint32_t)w[i]->type), (long long)w[i]->ne0,
+                              ggml_type_name((uint32_t)w[0]->type), (long long)w[0]->ne0);
+    }
+    return qg_dispatch(c, n, w, x, nt, y, ldy, alpha, add, err);
 }

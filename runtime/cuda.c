@@ -379,9 +379,9 @@ static int matmul_n(struct cuda_backend *cb, int n, const int32_t *target,
         else
             gw[ng] = w[i], gy[ng] = y[i], gld[ng++] = ldy[i];
     }
-    for (int i = 0; rounded && !rc && i < nt; i++)
-        rc = mfk_gemm_rounded(cb->ctx, tw[i], T, ty[i], tld[i], add, cb->gscratch,
-                              cb->gscratch_bytes, err);
+    if (nt && rounded)
+        rc = mfk_gemm_rounded_n(cb->ctx, nt, tw, T, ty, tld, add, cb->gscratch, cb->gscratch_bytes,
+                                err);
     if (nt && !rounded)
         rc = mfk_gemm_n(cb->ctx, nt, tw, x, ldx, T, ty, tld, add, cb->gscratch,
                         cb->gscratch_bytes, err);
@@ -421,7 +421,7 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
                        struct backend **out, struct mf_err *err)
 {
     struct cuda_backend *cb;
-    int rc, n = 0, qexact = 0;
+    int rc, n = 0, qexact = 0, qsk = 0;
 
     *out = NULL;
     if (cfg->kv_type != BACKEND_KV_F16 && cfg->kv_type != BACKEND_KV_Q8)
@@ -484,6 +484,10 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
                               err);
     if (!rc)
         mfk_ctx_qgemm_exact(cb->ctx, qexact);
+    if (!rc)
+        rc = cuda_plan_switch("MFC_CUDA_QGEMM_SK", getenv("MFC_CUDA_QGEMM_SK"), 0, &qsk, err);
+    if (!rc)
+        rc = mfk_ctx_qgemm_sk(cb->ctx, qsk, err);
     if (!rc) {
         int32_t qmax = 0;
         rc = cuda_plan_qgemm_max(getenv("MFC_CUDA_QGEMM_MAX"), &qmax, err);

@@ -13,7 +13,8 @@
  *                          those weights, 8-bit per 32 for Q4_K and Q6_K),
  *                          nt = 1, 3, 8, 11, add on/off
  *   qgemm (Q4_K, Q6_K)     < 1e-5 against bf16 weights and input, every K
- *                          split, repeatable bit for bit; Q4_K in bf16
+ *                          split and stream-K, products of one input in one
+ *                          launch, repeatable bit for bit; Q4_K in bf16
  *                          arithmetic (the default) < 1e-2
  *   rmsnorm (+residual)    < 1e-6;  swiglu < 1e-6
  *   rope + paged K/V store q < 1e-6; every stored fp16 within 1 ulp, the rest
@@ -312,13 +313,242 @@ static void test_gemm(const struct mfk_weight *w, enum ggml_type t, const float 
     mfk_ctx_qgemm_exact(ctx, 0);
 }
 
+/* A weight of random rows quantized to t on the device, and *deq its rows
+ * as the tensor cores take them (dequantized, rounded to bf16). */
+static struct mfk_weight qweight_new(enum ggml_type t, int64_t ne0, int64_t ne1, float **deq)
+{
+    uint64_t rb;
+    ggml_type_row_size(t, (uint64_t)ne0, &rb);
+    float *src = malloc((size_t)ne0 * 4);
+    uint8_t *q = malloc((size_t)rb * (size_t)ne1);
+    *deq = malloc((size_t)(ne0 * ne1) * 4);
+    for (int64_t r = 0; r < ne1; r++) {
+        for (int64_t i = 0; i < ne0; i++)
+            src[i] = frand() * 0.05f;
+        CK(quant_quantize_row(t, src, q + r * rb, ne0, &err));
+        CK(quant_dequantize_row(t, q + r * rb, *deq + r * ne0, ne0, &err));
+        for (int64_t i = 0; i < ne0; i++) /* as the kernel feeds the tensor cores */
+            (*deq)[r * ne0 + i] = round_act(GGML_TYPE_BF16, (*deq)[r * ne0 + i]);
+    }
+    void *dw = dalloc((size_t)rb * (size_t)ne1);
+    h2d(dw, q, (size_t)rb * (size_t)ne1);
+    free(src), free(q);
+    return (struct mfk_weight){.data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+}
+
+/* Products of one input in one stream-K launch (mfk_qgemm_n): three
+ * weights of 1040, 300 and 17 rows (tiles cut across the weights' ends),
+ * 4096 wide (Q6_K by tensor map) and 1536 (Q6_K by cp.async), at 9, 33, 64
+ * and 100 tokens (two token tiles), each output against the double
+ * reference (1e-5; Q4_K's bf16 arithmetic 1e-2), poisoned first with the
+ * rows past each weight's end left poisoned, repeated for the same bits,
+ * with alpha and add; through mfk_gemm_n too (a Q4_K pair and a Q6_K
+ * weight: one launch for the pair), against the clustered grid's. Then
+ * what it refuses, outputs untouched: stream-K off, 0 or 4 products,
+ * mixed types or widths, more tokens than the limit, an unaligned input. */
+static void test_qgemm_group(enum ggml_type t)
+{
+    static const int64_t rows[3] = {1040, 300, 17}, widths[2] = {4096, 1536};
+    static const int nts[] = {9, 33, 64, 100};
+    char name[128];
+    CK(mfk_ctx_qgemm(ctx, 128, &err));
+    CK(mfk_ctx_qgemm_sk(ctx, 1, &err));
+    for (int exact = 1; exact >= (t == GGML_TYPE_Q4_K ? 0 : 1); exact--)
+        for (int wi = 0; wi < 2; wi++) {
+            const int64_t ne0 = widths[wi];
+            const char *how = exact ? "" : " (bf16 arithmetic)";
+            const double bound = exact ? 1e-5 : 1e-2;
+            mfk_ctx_qgemm_exact(ctx, exact);
+            struct mfk_weight w[3];
+            const struct mfk_weight *wp[3];
+            float *deq[3];
+            for (int k = 0; k < 3; k++)
+                w[k] = qweight_new(t, ne0, rows[k], &deq[k]), wp[k] = &w[k];
+            for (size_t ni = 0; ni < sizeof nts / sizeof nts[0]; ni++) {
+                const int nt = nts[ni];
+                const int64_t ldx = ne0 + 4;
+                float *x = malloc((size_t)(nt * ldx) * 4), *dx = dalloc((size_t)(nt * ldx) * 4);
+                for (int64_t i = 0; i < nt * ldx; i++)
+                    x[i] = frand();
+                h2d(dx, x, (size_t)(nt * ldx) * 4);
+                void *dxb = dalloc((size_t)(nt * ne0) * 2); /* the input as mfk_gemm rounds it */
+                CK(mfk_round_half(ctx, dx, ldx, nt, ne0, dxb, 1, &err));
+                float *dy[3], *y[3], *y2[3], *y0[3];
+                int64_t ldy[3];
+                double *ref[3];
+                for (int k = 0; k < 3; k++) {
+                    ldy[k] = rows[k] + 5;
+                    const size_t n = (size_t)(nt * ldy[k]);
+                    dy[k] = dalloc(n * 4), y[k] = malloc(n * 4), y2[k] = malloc(n * 4);
+                    y0[k] = malloc(n * 4), ref[k] = malloc((size_t)(nt * rows[k]) * 8);
+                    for (size_t i = 0; i < n; i++)
+                        y0[k][i] = frand();
+                    for (int c = 0; c < nt; c++)
+                        for (int64_t r = 0; r < rows[k]; r++) {
+                            double sum = 0;
+                            for (int64_t i = 0; i < ne0; i++)
+                                sum += (double)deq[k][r * ne0 + i] *
+                                       round_act(GGML_TYPE_BF16, x[c * ldx + i]);
+                            ref[k][c * rows[k] + r] = sum;
+                        }
+                }
+                for (int pass = 0; pass < 3; pass++) { /* plain, again, alpha + add */
+                    for (int k = 0; k < 3; k++) {
+                        if (pass == 2)
+                            h2d(dy[k], y0[k], (size_t)(nt * ldy[k]) * 4);
+                        else
+                            poison(dy[k], (size_t)(nt * ldy[k]) * 4);
+                    }
+                    CK(mfk_qgemm_n(ctx, 3, wp, dxb, nt, dy, ldy, pass == 2 ? 0.75f : 1.0f,
+                                   pass == 2, &err));
+                    for (int k = 0; k < 3; k++)
+                        d2h(pass == 1 ? y2[k] : y[k], dy[k], (size_t)(nt * ldy[k]) * 4);
+                    for (int k = 0; k < 3; k++) {
+                        const char *lbl = pass == 1   ? " repeats bit for bit"
+                                          : pass == 2 ? " alpha add"
+                                                      : "";
+                        snprintf(name, sizeof name, "qgemm group %s%s %lld of %lldx%lld nt=%d%s",
+                                 ggml_type_name(t), how, (long long)rows[k],
+                                 (long long)(rows[0] + rows[1] + rows[2]), (long long)ne0, nt, lbl);
+                        if (pass == 1) {
+                            const int same = memcmp(y[k], y2[k], (size_t)(nt * ldy[k]) * 4) == 0;
+                            report(name, same, "equal", same, 1);
+                            continue;
+                        }
+                        double num = 0, den = 0;
+                        int untouched = 1;
+                        for (int c = 0; c < nt; c++) {
+                            for (int64_t r = 0; r < rows[k]; r++) {
+                                const double want = pass == 2 ? (double)y0[k][c * ldy[k] + r] +
+                                                                    0.75 * ref[k][c * rows[k] + r]
+                                                              : ref[k][c * rows[k] + r];
+                                const double d = (double)y[k][c * ldy[k] + r] - want;
+                                num += d * d, den += want * want;
+                            }
+                            for (int64_t r = rows[k]; r < ldy[k]; r++) /* past the weight */
+                                untouched &= pass == 2
+                                                 ? y[k][c * ldy[k] + r] == y0[k][c * ldy[k] + r]
+                                                 : isnan(y[k][c * ldy[k] + r]);
+                        }
+                        const double e = den > 0 ? sqrt(num / den) : INFINITY;
+                        report(name, e < bound && untouched, untouched ? "rel err" : "gap written",
+                               e, bound);
+                    }
+                }
+                /* mfk_gemm_n: the first two (one launch) and a Q6_K or Q4_K third
+                 * (its own), against the clustered grid's products */
+                if (exact && ni == 2) {
+                    const enum ggml_type other =
+                        t == GGML_TYPE_Q4_K ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+                    float *od;
+                    struct mfk_weight ow = qweight_new(other, ne0, 300, &od);
+                    const struct mfk_weight *mw[3] = {&w[0], &w[1], &ow};
+                    float *my[3] = {dy[0], dy[1], dy[2]}, *cmp[2][3];
+                    const int64_t mld[3] = {ldy[0], ldy[1], 305};
+                    size_t sb = 0;
+                    for (int k = 0; k < 3; k++)
+                        if (mfk_gemm_scratch(mw[k], nt) > sb)
+                            sb = mfk_gemm_scratch(mw[k], nt);
+                    void *scratch = dalloc(sb);
+                    float *d3 = dalloc((size_t)(nt * 305) * 4);
+                    my[2] = d3;
+                    for (int sk = 0; sk < 2; sk++) {
+                        CK(mfk_ctx_qgemm_sk(ctx, sk, &err));
+                        for (int k = 0; k < 3; k++)
+                            poison(my[k], (size_t)(nt * mld[k]) * 4);
+                        CK(mfk_gemm_n(ctx, 3, mw, dx, ldx, nt, my, mld, 0, scratch, sb, &err));
+                        for (int k = 0; k < 3; k++) {
+                            cmp[sk][k] = malloc((size_t)(nt * mld[k]) * 4);
+                            d2h(cmp[sk][k], my[k], (size_t)(nt * mld[k]) * 4);
+                        }
+                    }
+                    double worst = 0;
+                    for (int k = 0; k < 3; k++) {
+                        double num = 0, den = 0;
+                        for (int c = 0; c < nt; c++)
+                            for (int64_t r = 0; r < (k < 2 ? rows[k] : 300); r++) {
+                                const double a = cmp[1][k][c * mld[k] + r],
+                                             b = cmp[0][k][c * mld[k] + r];
+                                num += (a - b) * (a - b), den += b * b;
+                            }
+                        const double e = den > 0 ? sqrt(num / den) : INFINITY;
+                        worst = e > worst || isnan(e) ? e : worst;
+                        free(cmp[0][k]), free(cmp[1][k]);
+                    }
+                    snprintf(name, sizeof name,
+                             "qgemm group %s: mfk_gemm_n stream-K ~ clustered %lld wide nt=%d",
+                             ggml_type_name(t), (long long)ne0, nt);
+                    report(name, worst < 1e-5, "rel err", worst, 1e-5);
+                    CK(mfk_ctx_qgemm_sk(ctx, 1, &err));
+                    mfk_free(scratch), mfk_free(d3), mfk_free((void *)ow.data), free(od);
+                }
+                for (int k = 0; k < 3; k++)
+                    mfk_free(dy[k]), free(y[k]), free(y2[k]), free(y0[k]), free(ref[k]);
+                mfk_free(dx), mfk_free(dxb), free(x);
+            }
+            for (int k = 0; k < 3; k++)
+                mfk_free((void *)w[k].data), free(deq[k]);
+        }
+
+    /* refusals: MF_EINVAL, nothing written */
+    struct mf_err why;
+    float *deq;
+    const int64_t ne0 = 1024;
+    struct mfk_weight a = qweight_new(t, ne0, 40, &deq), b = a, wide = a, q8 = a;
+    const enum ggml_type other = t == GGML_TYPE_Q4_K ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+    free(deq);
+    b.type = (int)other;
+    ggml_type_row_size(other, (uint64_t)ne0, &b.row_bytes);
+    wide.ne0 = 512, wide.row_bytes = a.row_bytes / 2;
+    q8.type = GGML_TYPE_Q8_0;
+    void *bx = dalloc((size_t)ne0 * 2 * 80 + 16);
+    float *by = dalloc(40 * 80 * 4), yh[8], yg[8];
+    CK(mfk_memset(ctx, bx, 0, (size_t)ne0 * 2 * 80 + 16, &err));
+    for (int i = 0; i < 8; i++)
+        yh[i] = (float)i + 0.5f;
+    float *ys[4] = {by, by, by, by};
+    const int64_t lds[4] = {40, 40, 40, 40};
+    const struct {
+        const char *what;
+        const struct mfk_weight *w[4];
+        int n, nt, sk;
+        const void *x;
+    } refused[] = {
+        {"stream-K off", {&a, &a}, 2, 8, 0, bx},
+        {"no products", {&a}, 0, 8, 1, bx},
+        {"four products", {&a, &a, &a, &a}, 4, 8, 1, bx},
+        {"mixed types", {&a, &b}, 2, 8, 1, bx},
+        {"mixed widths", {&a, &wide}, 2, 8, 1, bx},
+        {"a Q8_0 weight", {&a, &q8}, 2, 8, 1, bx},
+        {"past the token limit", {&a, &a}, 2, MFK_QGEMM_MAX_TOKENS + 1, 1, bx},
+        {"an unaligned input", {&a, &a}, 2, 8, 1, (const uint8_t *)bx + 2},
+    };
+    CK(mfk_ctx_qgemm(ctx, MFK_QGEMM_MAX_TOKENS, &err));
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        h2d(by, yh, sizeof yh);
+        CK(mfk_ctx_qgemm_sk(ctx, refused[i].sk, &err));
+        int rc = mfk_qgemm_n(ctx, refused[i].n, refused[i].w, refused[i].x, refused[i].nt, ys, lds,
+                             1.0f, 0, &why);
+        d2h(yg, by, sizeof yg);
+        snprintf(name, sizeof name, "qgemm group %s refuses %s, y untouched", ggml_type_name(t),
+                 refused[i].what);
+        report(name, rc == MF_EINVAL && memcmp(yg, yh, sizeof yh) == 0 && strstr(why.msg, "qgemm"),
+               "rc", rc, MF_EINVAL);
+    }
+    CK(mfk_ctx_qgemm_sk(ctx, 0, &err));
+    mfk_ctx_qgemm_exact(ctx, 0);
+    mfk_free((void *)a.data), mfk_free(bx), mfk_free(by);
+}
+
 /* qgemm.cu (mfk_gemm's Q4_K/Q6_K products of a few dozen tokens, the
  * weights dequantized in registers) against the bf16-rounded weights and
  * input in double: only the fp32 summation remains (1e-5). The shapes
  * reach every K split (none for 17,000 rows, 2, 4 and 8 clusters for the
  * others) and token widths 32 and 64, in part-filled tiles; each product is
  * checked to have gone to qgemm, poisoned first, repeated for the same bits
- * (its sums have a fixed order), with add and with alpha (mfk_gemm_ex). */
+ * (its sums have a fixed order), with add and with alpha (mfk_gemm_ex);
+ * each on the clustered grid and on stream-K (mfk_ctx_qgemm_sk 2, where
+ * even a tile whose blocks are all its own goes: 17,000 rows at 512). */
 static void test_qgemm(enum ggml_type t)
 {
     static const struct {
@@ -344,22 +574,8 @@ static void test_qgemm(enum ggml_type t)
             const double bound = exact ? 1e-5 : 1e-2; /* measured 4.2e-3 (H200) */
             mfk_ctx_qgemm_exact(ctx, exact);
             const int64_t ne0 = shapes[si].ne0, ne1 = shapes[si].ne1;
-            uint64_t rb;
-            ggml_type_row_size(t, (uint64_t)ne0, &rb);
-            float *src = malloc((size_t)ne0 * 4), *deq = malloc((size_t)(ne0 * ne1) * 4);
-            uint8_t *q = malloc((size_t)rb * (size_t)ne1);
-            for (int64_t r = 0; r < ne1; r++) {
-                for (int64_t i = 0; i < ne0; i++)
-                    src[i] = frand() * 0.05f;
-                CK(quant_quantize_row(t, src, q + r * rb, ne0, &err));
-                CK(quant_dequantize_row(t, q + r * rb, deq + r * ne0, ne0, &err));
-                for (int64_t i = 0; i < ne0; i++) /* as the kernel feeds the tensor cores */
-                    deq[r * ne0 + i] = round_act(GGML_TYPE_BF16, deq[r * ne0 + i]);
-            }
-            void *dw = dalloc((size_t)rb * (size_t)ne1);
-            h2d(dw, q, (size_t)rb * (size_t)ne1);
-            struct mfk_weight w = {
-                .data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+            float *deq;
+            struct mfk_weight w = qweight_new(t, ne0, ne1, &deq);
             for (int k = 0; shapes[si].nts[k]; k++) {
                 const int nt = shapes[si].nts[k];
                 const int64_t ldx = ne0 + 4, ldy = ne1 + 3;
@@ -393,40 +609,47 @@ static void test_qgemm(enum ggml_type t)
                          (long long)ne1, (long long)ne0, nt);
                 report(name, mfk_qgemm_takes(ctx, &w, nt), "taken", mfk_qgemm_takes(ctx, &w, nt),
                        1);
-                for (int pass = 0; pass < 3; pass++) { /* plain, plain again, alpha + add */
-                    if (pass == 2)
+                /* plain, plain again, alpha + add; the clustered grid, then
+                 * stream-K (mfk_ctx_qgemm_sk 2: every product) */
+                for (int pass = 0; pass < 6; pass++) {
+                    const char *sk = pass >= 3 ? " stream-K" : "";
+                    if (pass % 3 == 0)
+                        CK(mfk_ctx_qgemm_sk(ctx, pass ? 2 : 0, &err));
+                    if (pass % 3 == 2)
                         h2d(dy, y0, (size_t)(nt * ldy) * 4);
                     else
                         poison(dy, (size_t)(nt * ldy) * 4);
-                    CK(mfk_gemm_ex(ctx, &w, dx, ldx, nt, dy, ldy, pass == 2 ? 0.75f : 1.0f,
-                                   pass == 2, scratch, sb, &err));
-                    d2h(pass == 1 ? y2 : y, dy, (size_t)(nt * ldy) * 4);
-                    if (pass == 1) {
+                    CK(mfk_gemm_ex(ctx, &w, dx, ldx, nt, dy, ldy, pass % 3 == 2 ? 0.75f : 1.0f,
+                                   pass % 3 == 2, scratch, sb, &err));
+                    d2h(pass % 3 == 1 ? y2 : y, dy, (size_t)(nt * ldy) * 4);
+                    if (pass % 3 == 1) {
                         int same = 1;
                         for (int c = 0; c < nt; c++)
                             same &= memcmp(y + c * ldy, y2 + c * ldy, (size_t)ne1 * 4) == 0;
                         snprintf(name, sizeof name,
-                                 "qgemm %s%s %lldx%lld nt=%d repeats bit for bit",
-                                 ggml_type_name(t), how, (long long)ne1, (long long)ne0, nt);
+                                 "qgemm %s%s%s %lldx%lld nt=%d repeats bit for bit",
+                                 ggml_type_name(t), how, sk, (long long)ne1, (long long)ne0, nt);
                         report(name, same, "equal", same, 1);
                         continue;
                     }
                     for (int c = 0; c < nt; c++)
                         memcpy(yc + c * ne1, y + c * ldy, (size_t)ne1 * 4);
-                    double e = rel_err(yc, pass == 2 ? refa : ref, (size_t)(nt * ne1));
-                    snprintf(name, sizeof name, "qgemm %s%s %lldx%lld nt=%d%s", ggml_type_name(t),
-                             how, (long long)ne1, (long long)ne0, nt,
-                             pass == 2 ? " alpha add" : "");
+                    double e = rel_err(yc, pass % 3 == 2 ? refa : ref, (size_t)(nt * ne1));
+                    snprintf(name, sizeof name, "qgemm %s%s%s %lldx%lld nt=%d%s", ggml_type_name(t),
+                             how, sk, (long long)ne1, (long long)ne0, nt,
+                             pass % 3 == 2 ? " alpha add" : "");
                     report(name, e < bound, "rel err", e, bound);
                 }
                 mfk_free(dx), mfk_free(dy), mfk_free(scratch);
                 free(x), free(y0), free(y), free(y2), free(yc), free(ref), free(refa), free(xr);
             }
-            mfk_free(dw);
-            free(src), free(deq), free(q);
+            mfk_free((void *)w.data);
+            free(deq);
         }
     CK(mfk_ctx_qgemm(ctx, MFK_QGEMM_MAX_TOKENS, &err));
+    CK(mfk_ctx_qgemm_sk(ctx, 0, &err));
     mfk_ctx_qgemm_exact(ctx, 0);
+    test_qgemm_group(t);
 
     /* what it cannot take is refused with MF_EINVAL, y left as it was: a
      * type it has no kernel for, rows not a multiple of its super-blocks
@@ -1969,6 +2192,32 @@ static int twin_run(struct backend *a, struct backend *b, const struct model *m,
     return rc;
 }
 
+/* Two backends of m with n_blocks KV blocks: *on with the switch `var` at
+ * 1 and steps recorded as graphs, *off with it at 0 and eager steps. */
+static void open_switched(const struct model *m, int32_t n_blocks, const char *var,
+                          struct backend **on, struct backend **off)
+{
+    setenv(var, "1", 1);
+    *on = open_gpu(m, n_blocks, "1", "1");
+    setenv(var, "0", 1);
+    *off = open_gpu(m, n_blocks, "0", "1");
+    unsetenv(var);
+}
+
+/* A twin run's two checks: logits within the model's bound ("WHAT BASE
+ * logits LOGITS"), greedy tokens alike or tied ("... greedy tokens TOKENS"). */
+static void twin_report(const char *what, const char *base, const char *logits, const char *tokens,
+                        const struct model *m, const struct twin *tw)
+{
+    char name[200];
+    snprintf(name, sizeof name, "%s %s logits %s", what, base, logits);
+    report(name, tw->worst < model_bound(m), "rel err", tw->worst, model_bound(m));
+    snprintf(name, sizeof name, "%s %s greedy tokens %s (%d of %d, %d tie(s))", what, base, tokens,
+             tw->same, tw->total, tw->ties);
+    report(name, tw->same + tw->ties == tw->total, "differ",
+           (double)(tw->total - tw->same - tw->ties), 0);
+}
+
 /* Past CUDA_PLAN_DECODE_TILES decode tokens a step, each takes a tile
  * of the tensor-core kernel (k_flash) instead of the per-token kernel: 40
  * sequences from 20-token prompts decode 4 steps as one recorded graph (the
@@ -1981,22 +2230,13 @@ static void test_decode_tiles(const char *path)
     const char *base = base_name(path);
     if (!(m = open_or_report(path, "decode tiles")))
         return;
-    setenv("MFC_CUDA_DECODE_TILES", "1", 1);
-    struct backend *tb = open_gpu(m, 40 * 3 + 1, "1", "1");
-    setenv("MFC_CUDA_DECODE_TILES", "0", 1);
-    struct backend *ob = open_gpu(m, 40 * 3 + 1, "0", "1");
-    unsetenv("MFC_CUDA_DECODE_TILES");
+    struct backend *tb, *ob;
+    open_switched(m, 40 * 3 + 1, "MFC_CUDA_DECODE_TILES", &tb, &ob);
     struct twin tw = {.ns = 40, .nb = 3, .prompt = 20, .steps = 4, .tail_from = 4, .tail_ns = 37};
     if (twin_run(tb, ob, m, "decode tiles", &tw) == 0) {
         struct cuda_upload_stats st;
         cuda_backend_stats(tb, &st);
-        snprintf(name, sizeof name, "decode tiles %s logits = per-token kernel", base);
-        report(name, tw.worst < model_bound(m), "rel err", tw.worst, model_bound(m));
-        snprintf(name, sizeof name,
-                 "decode tiles %s greedy tokens = per-token (%d of %d, %d tie(s))", base, tw.same,
-                 tw.total, tw.ties);
-        report(name, tw.same + tw.ties == tw.total, "differ",
-               (double)(tw.total - tw.same - tw.ties), 0);
+        twin_report("decode tiles", base, "= per-token kernel", "= per-token", m, &tw);
         snprintf(name, sizeof name, "decode tiles %s: steps recorded as graphs", base);
         report(name,
                st.graph_records == 1 && st.graph_replays == (uint64_t)tw.steps - 1 &&
@@ -2005,6 +2245,28 @@ static void test_decode_tiles(const char *path)
     }
     backend_free(tb);
     backend_free(ob);
+    model_close(m);
+}
+
+/* MFC_CUDA_QGEMM_SK=1 (qgemm.cu's products stream-K where its plan says
+ * so, and those of one input that it takes alike in one launch) against
+ * the clustered grid: 12 sequences from 20-token prompts decode 6 steps
+ * (12 then 10 tokens: qgemm.cu's Q4_K and Q6_K steps), recorded as graphs
+ * against eager steps; logits within the model's bound, greedy tokens alike
+ * or tied. */
+static void test_qgemm_sk_model(const char *path)
+{
+    struct model *m;
+    const char *base = base_name(path);
+    if (!(m = open_or_report(path, "qgemm stream-K")))
+        return;
+    struct backend *sb, *cb;
+    open_switched(m, 12 * 3 + 1, "MFC_CUDA_QGEMM_SK", &sb, &cb);
+    struct twin tw = {.ns = 12, .nb = 3, .prompt = 20, .steps = 6, .tail_from = 4, .tail_ns = 10};
+    if (twin_run(sb, cb, m, "qgemm stream-K", &tw) == 0)
+        twin_report("qgemm stream-K", base, "~ clustered", "= clustered", m, &tw);
+    backend_free(sb);
+    backend_free(cb);
     model_close(m);
 }
 
@@ -2188,6 +2450,7 @@ int main(int argc, char **argv)
         test_graphs(argv[i]);
         test_decode_tiles(argv[i]);
         test_bf16_weights(argv[i]);
+        test_qgemm_sk_model(argv[i]);
         if (strstr(argv[i], "-f16.gguf"))
             test_kv8(argv[i]);
         if (lora_beside(argv[i], lpath, sizeof lpath))

@@ -835,6 +835,127 @@ static void test_qgemm_plan(void **state)
     assert_int_equal(mfk_qgemm_splits(3, 1, 3, 132, 8), 1); /* too few stages to share */
 }
 
+/* Stream-K's plan (mfk_qgemm_sk_blocks) for Llama-3-8B at 64 tokens on an
+ * H200 (132 SMs; Q4_K two blocks a multiprocessor, 264 places, Q6_K one):
+ * gate/up alone (112 tiles, 16 stages: 224 clustered blocks, 85% of a
+ * wave) on every place; q/o (256 blocks), the Q4_K down (256) and the
+ * Q6_K down (128) and output (2004 tiles, 95%) stay clustered; k/v alone
+ * (64 clustered blocks) too, since stream-K would cut their work the same
+ * way; products sharing a launch always stream-K, while their tiles fit
+ * the counters. */
+static void test_qgemm_sk_plan(void **state)
+{
+    (void)state;
+    assert_int_equal(mfk_qgemm_sk_blocks(112, 16, 264, 8, 0), 264); /* gate, up */
+    assert_int_equal(mfk_qgemm_sk_blocks(32, 16, 264, 8, 0), 0);    /* q, o */
+    assert_int_equal(mfk_qgemm_sk_blocks(8, 16, 264, 8, 0), 0);     /* k, v */
+    assert_int_equal(mfk_qgemm_sk_blocks(32, 56, 264, 8, 0), 0);    /* Q4_K down */
+    assert_int_equal(mfk_qgemm_sk_blocks(64, 28, 132, 8, 0), 0);    /* Q6_K down */
+    assert_int_equal(mfk_qgemm_sk_blocks(16, 8, 132, 8, 0), 0);     /* Q6_K v */
+    assert_int_equal(mfk_qgemm_sk_blocks(2004, 8, 132, 8, 0), 0);   /* Q6_K output */
+    assert_int_equal(mfk_qgemm_sk_blocks(48, 16, 264, 8, 1), 264);  /* q + k + v */
+    assert_int_equal(mfk_qgemm_sk_blocks(40, 16, 264, 8, 1), 264);  /* q + k (v Q6_K) */
+    assert_int_equal(mfk_qgemm_sk_blocks(224, 16, 264, 8, 1), 264); /* gate + up */
+    /* 2 iterations a block at least, 8 blocks a tile at most, 1 block */
+    assert_int_equal(mfk_qgemm_sk_blocks(3, 2, 264, 8, 1), 3);
+    assert_int_equal(mfk_qgemm_sk_blocks(2, 100, 264, 8, 1), 16);
+    assert_int_equal(mfk_qgemm_sk_blocks(1, 1, 264, 8, 1), 1);
+    /* without clusters a lone product's grid is its tiles */
+    assert_int_equal(mfk_qgemm_sk_blocks(32, 16, 264, 1, 0), 256);
+    /* past the counters, no places, nothing to do */
+    assert_int_equal(mfk_qgemm_sk_blocks(MFK_QGEMM_SK_TILES + 1, 16, 264, 8, 1), 0);
+    assert_int_equal(mfk_qgemm_sk_blocks(MFK_QGEMM_SK_TILES, 16, 264, 8, 1), 264);
+    assert_int_equal(mfk_qgemm_sk_blocks(10, 16, 0, 8, 1), 0);
+    assert_int_equal(mfk_qgemm_sk_blocks(0, 16, 264, 8, 1), 0);
+    assert_int_equal(mfk_qgemm_sk_blocks(10, 0, 264, 8, 1), 0);
+}
+
+/* The bookkeeping k_qgemm_sk runs on, walked here as its blocks walk it:
+ * every iteration of every tile done once, a tile's runs in block order
+ * from its first stage to its last, a run of a whole tile exactly where
+ * one block holds the tile, every cut tile's blocks those mfk_sk_owner
+ * names with distinct slots below 2 x blocks (the store's shortcut: 2 b
+ * past the first block), and each block cutting at most two tiles, the
+ * first as slot 2 b and the last as 2 b + 1. */
+static void check_sk_walk(int64_t tiles, int ns, int blocks)
+{
+    const int64_t iters = tiles * ns;
+    int *done = calloc((size_t)iters, sizeof *done);
+    int64_t *next = calloc((size_t)tiles, sizeof *next); /* a tile's next stage */
+    int *prev = malloc((size_t)tiles * sizeof *prev);    /* its last block so far */
+    int *runs = calloc((size_t)tiles, sizeof *runs);
+    char *slot = calloc((size_t)(2 * blocks), 1);
+    assert_non_null(done), assert_non_null(next), assert_non_null(prev);
+    assert_non_null(runs), assert_non_null(slot);
+    for (int64_t t = 0; t < tiles; t++)
+        prev[t] = -1;
+    for (int b = 0; b < blocks; b++) {
+        const int64_t i0 = mfk_sk_start(iters, blocks, b), i1 = mfk_sk_start(iters, blocks, b + 1);
+        if (blocks <= iters)
+            assert_true(i1 > i0);
+        int cut = 0;
+        for (int64_t i = i0; i < i1;) {
+            const int64_t tile = i / ns, first = tile * ns;
+            const int s0 = (int)(i - first), n = (int)(i1 - i < ns - s0 ? i1 - i : ns - s0);
+            assert_int_equal(s0, next[tile]); /* in order, from stage 0 */
+            assert_true(b > prev[tile]);
+            for (int k = 0; k < n; k++)
+                done[i + k]++;
+            const int b0 = mfk_sk_owner(iters, blocks, first);
+            const int b1 = mfk_sk_owner(iters, blocks, first + ns - 1);
+            assert_true(b0 <= b && b <= b1);
+            assert_int_equal(mfk_sk_owner(iters, blocks, i), b);
+            assert_int_equal(n == ns, b0 == b1); /* whole tiles are one block's */
+            if (n < ns) {
+                const int sl = mfk_sk_slot(iters, blocks, b, first);
+                assert_true(sl >= 0 && sl < 2 * blocks);
+                assert_int_equal(slot[sl], 0);
+                slot[sl] = 1;
+                if (b > b0)
+                    assert_int_equal(sl, 2 * b);
+                assert_int_equal(sl, i == i0 ? 2 * b : 2 * b + 1);
+                cut++;
+            }
+            next[tile] += n, prev[tile] = b, runs[tile]++;
+            i += n;
+        }
+        assert_true(cut <= 2);
+    }
+    for (int64_t i = 0; i < iters; i++)
+        assert_int_equal(done[i], 1);
+    for (int64_t t = 0; t < tiles; t++) {
+        assert_int_equal(next[t], ns);
+        assert_int_equal(runs[t], mfk_sk_owner(iters, blocks, t * ns + ns - 1) -
+                                      mfk_sk_owner(iters, blocks, t * ns) + 1);
+    }
+    free(done), free(next), free(prev), free(runs), free(slot);
+}
+
+static void test_qgemm_sk_walk(void **state)
+{
+    (void)state;
+    /* Llama-3-8B's launches at 64 tokens, then odd shapes, then what the
+     * plan gives for random ones */
+    check_sk_walk(112, 16, 264);
+    check_sk_walk(224, 16, 264);
+    check_sk_walk(48, 16, 264);
+    check_sk_walk(40, 16, 264);
+    check_sk_walk(1, 1, 1);
+    check_sk_walk(1, 16, 8);
+    check_sk_walk(3, 2, 3);
+    check_sk_walk(7, 5, 13);
+    check_sk_walk(4096, 56, 264);
+    srand(11);
+    for (int k = 0; k < 300; k++) {
+        const int64_t tiles = 1 + rand() % 600;
+        const int ns = 1 + rand() % 60, places = 1 + rand() % 300;
+        const int blocks = mfk_qgemm_sk_blocks(tiles, ns, places, 8, 1);
+        assert_true(blocks >= 1 && blocks <= places);
+        assert_true(blocks <= tiles * MFK_QGEMM_SK_SEGS);
+        check_sk_walk(tiles, ns, blocks);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -843,6 +964,8 @@ int main(void)
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_gemm_min),
         cmocka_unit_test(test_qgemm_plan),
+        cmocka_unit_test(test_qgemm_sk_plan),
+        cmocka_unit_test(test_qgemm_sk_walk),
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_no_device),
         cmocka_unit_test(test_kv8_bytes),

@@ -20,7 +20,7 @@ TESTS += tests/unit/test_cuda_host
 ## GPU host (never part of make check); here they are only linked, when possible.
 EXTRA_DIST += tests/gpu/run tests/gpu/models tests/gpu/test_cuda.c tests/gpu/test_sample.c \
 	tests/gpu/ncu_summary.py \
-	tests/gpu/profile tests/gpu/hf_offline.py \
+	tests/gpu/profile tests/gpu/ab tests/gpu/hf_offline.py \
 	bench/cuda_bench.c
 if HAVE_CUDA_RUNTIME
 noinst_PROGRAMS += tests/gpu/test_cuda tests/gpu/test_sample bench/cuda_bench

@@ -339,7 +339,8 @@ static inline int mfk_qgemm_splits(int64_t row_tiles, int64_t token_tiles, int n
 static inline int mfk_qgemm_sk_blocks(int64_t tiles, int n_stages, int places, int max_split,
                                       int grouped)
 {
-    if (tiles < 1 || n_stages < 1 || places < 1 || tiles > MFK_QGEMM_SK_TILES)
+    if (tiles < 1 || n_stages < 1 || places < 1 || tiles > MFK_QGEMM_SK_TILES ||
+        tiles * n_stages > INT32_MAX) /* the kernel counts iterations in an int */
         return 0;
     int64_t g = tiles * n_stages / MFK_QGEMM_SK_MIN;
     if (g > places)

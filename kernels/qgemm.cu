@@ -566,7 +566,6 @@ __device__ __forceinline__ void qg_run(float (&acc)[2][NN][4], uint8_t *smem, ui
                                        int s0, int n, int q, int rw, int kg, int g, int qd,
                                        WAIT wait)
 {
-
     auto slice = [&](int i) {
         const uint8_t *st = smem + ((q + i) % C::P) * C::STAGE;
         const uint8_t *xg = st + C::W_BYTES + g * C::XSTRIDE + 8 * qd;

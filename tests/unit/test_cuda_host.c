@@ -868,6 +868,7 @@ static void test_qgemm_sk_plan(void **state)
     assert_int_equal(mfk_qgemm_sk_blocks(10, 16, 0, 8, 1), 0);
     assert_int_equal(mfk_qgemm_sk_blocks(0, 16, 264, 8, 1), 0);
     assert_int_equal(mfk_qgemm_sk_blocks(10, 0, 264, 8, 1), 0);
+    assert_int_equal(mfk_qgemm_sk_blocks(4096, 1 << 20, 264, 8, 1), 0); /* 2^32 iterations */
 }
 
 /* The bookkeeping k_qgemm_sk runs on, walked here as its blocks walk it:

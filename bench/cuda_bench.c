@@ -68,9 +68,9 @@
 #include "common/num.h"
 #include "common/quant.h"
 #include "kernels/kernels.h"
-#include "runtime/backend.h"
-#include "runtime/cuda.h"
-#include "runtime/model.h"
+#include "runtime/engine/backend.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/model/model.h"
 
 #define CTX 512
 #define STEPS_MAX                                                                                  \

@@ -1,6 +1,6 @@
 /*
  * cpu.h: run-time x86 feature checks shared by every SIMD dispatcher
- * (common/quant.c, runtime/cpu_dot.c), so gcc 12 and clang 14 builds agree.
+ * (common/quant.c, runtime/cpu/cpu_dot.c), so gcc 12 and clang 14 builds agree.
  */
 #ifndef MF_CPU_H
 #define MF_CPU_H

@@ -9,8 +9,8 @@
  * tensor's dtype known, shape product * element size == end - begin, ranges
  * inside the data and not overlapping. Nothing is trusted before that.
  *
- * Used by PEFT adapter conversion (compiler/lora_*) and Hugging Face import
- * (compiler/hf_*). A sharded checkpoint is several files: the caller opens
+ * Used by PEFT adapter conversion (convert/lora_*) and Hugging Face import
+ * (convert/hf_*). A sharded checkpoint is several files: the caller opens
  * each shard (model.safetensors.index.json says which holds what).
  */
 #ifndef MFC_SAFETENSORS_H

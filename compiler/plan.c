@@ -3,7 +3,7 @@
  *
  * Owns the nodes, their names and argument objects and the resolved sources;
  * borrows nothing from the modelfile after plan_build returns (every string
- * is copied). Does not execute anything (compiler/exec.c does) and does not
+ * is copied). Does not execute anything (exec/exec.c does) and does not
  * open the store.
  *
  * Invariants: node ids are a topological order (inputs are created first);

@@ -2,7 +2,7 @@
  * plan.h: the build planner: a parsed Modelfile becomes a DAG of typed steps.
  *
  * Nodes are created inputs first, so node ids are a topological order (every
- * input id is smaller than the node's id); the executor (compiler/exec.h)
+ * input id is smaller than the node's id); the executor (exec/exec.h)
  * relies on it. A plan touches the file system only to stat sources
  * (fetch_resolve); nothing is read or fetched until exec_run.
  *
@@ -37,9 +37,9 @@
 #include <jansson.h>
 
 #include "common/err.h"
-#include "compiler/fetch.h"
+#include "fetch/fetch.h"
 #include "compiler/modelfile.h"
-#include "compiler/store.h"
+#include "store/store.h"
 
 enum plan_op {
     PLAN_SOURCE,   /* bring a FROM/ADAPTER/DRAFT source into the store */

@@ -7,10 +7,10 @@
  * CPU's F16 path exactly (q and the weights rounded to fp16, the sum in
  * double). When that grid would leave most multiprocessors idle (batch 1
  * has 8 blocks for 132 SMs), each context is split over several blocks
- * instead (the caller's splits, runtime/cuda_plan.c's
+ * instead (the caller's splits, runtime/cuda/cuda_plan.c's
  * cuda_plan_att_splits).
  *
- * runtime/cuda_plan.c decides which tokens take which path.
+ * runtime/cuda/cuda_plan.c decides which tokens take which path.
  */
 #include "kernels/kernels.h"
 #include "kernels/internal.cuh"

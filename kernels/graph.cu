@@ -6,7 +6,7 @@
  * of the step. The caller records a step with mfk_capture_begin/_end and
  * replays it with mfk_graph_launch for later steps of the same shape: the
  * graph keeps every kernel's arguments, so what changes between steps must
- * live in device memory the kernels read (runtime/cuda.c's step arrays).
+ * live in device memory the kernels read (runtime/cuda/cuda.c's step arrays).
  *
  * Recording is thread-local (cudaStreamCaptureModeThreadLocal): a call
  * that may not be recorded (a synchronisation, an allocation) fails, the

@@ -13,7 +13,7 @@
 
 #include "kernels/kernels.h"
 
-#define KVB 16 /* KV_BLOCK_TOKENS (runtime/batch.h) */
+#define KVB 16 /* KV_BLOCK_TOKENS (runtime/model/batch.h) */
 
 cudaStream_t mfk_stream(struct mfk_ctx *c); /* mem.cu */
 

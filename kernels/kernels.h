@@ -5,7 +5,7 @@
  * code and fill a struct mf_err; they never abort the process. Every CUDA
  * call is checked, and every launch is followed by a check of the launch
  * error, so a failure surfaces as MF_EIO naming the kernel, not as a hang.
- * The runtime's CUDA backend (runtime/cuda.c) and tests/gpu, bench/cuda are
+ * The runtime's CUDA backend (runtime/cuda/cuda.c) and tests/gpu, bench/cuda are
  * the callers; nothing here knows about models or batches.
  *
  * Work is queued on the stream of an mfk_ctx (one per backend) and runs in
@@ -379,7 +379,7 @@ static inline MFK_HD int mfk_sk_slot(int64_t iters, int blocks, int b, int64_t f
     return 2 * b + (mfk_sk_start(iters, blocks, b) >= first ? 0 : 1);
 }
 
-/* Shape of the paged KV arena (runtime/backend.h layout, F16 elements:
+/* Shape of the paged KV arena (runtime/engine/backend.h layout, F16 elements:
  * keys [head_dim][16] per block and head, values [16][head_dim]). q8: the
  * 8-bit arena instead (BACKEND_KV_Q8): the same two layouts in int8, each
  * followed by 16 float scales, one per slot (the token's absmax over the
@@ -408,7 +408,7 @@ int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
  * fp16 before P.V. out[t] gets n_head * head_dim floats. max_ctx bounds
  * pos+1 (it sizes shared memory; MF_EUNSUPPORTED when the scores do not
  * fit). splits > 1 divides each context over that many blocks
- * (FlashDecoding-style, three launches: runtime/cuda_plan.c's
+ * (FlashDecoding-style, three launches: runtime/cuda/cuda_plan.c's
  * cuda_plan_att_splits says when that pays); the result is the unsplit one
  * up to the rounding of the softmax sum's rescaling. 1 to 4096. With
  * splits > 1 and q8 non-NULL, each output row's 8-bit form (rows of
@@ -429,7 +429,7 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
  * prefill kernel; 1, 1-token tiles through the decode kernel and the rest
  * through the prefill kernel; 2, every tile has 1 token (decode kernel
  * only). warps: the decode kernel's warps a block, 3, 4, 6 or 8 (12 / warps
- * blocks a multiprocessor; runtime/cuda_plan.c's cuda_plan_dec_warps picks
+ * blocks a multiprocessor; runtime/cuda/cuda_plan.c's cuda_plan_dec_warps picks
  * them for the grid). */
 int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
                         int32_t n_tiles, const int32_t *tiles, const float *q, int64_t ldq,
@@ -465,7 +465,7 @@ int mfk_scatter_add(struct mfk_ctx *c, const float *src, int64_t lds, const int3
 int mfk_argmax(struct mfk_ctx *c, const float *x, int64_t ldx, int32_t rows, int64_t n,
                int32_t *out, struct mf_err *err);
 
-/* One row's draw (runtime/sampler.h struct sampler_draw, whose contract
+/* One row's draw (runtime/engine/sampler.h struct sampler_draw, whose contract
  * this follows; the runtime copies it field by field). */
 struct mfk_draw {
     double u;          /* uniform [0, 1) */

@@ -4,7 +4,7 @@
  * block-format weights, RoPE fused with the paged K/V store, paged
  * attention (GQA-aware), SwiGLU, row gather and argmax.
  *
- * Numerics mirror the CPU backend (runtime/cpu_fwd.c, cpu_dot.c) where the
+ * Numerics mirror the CPU backend (runtime/cpu/cpu_fwd.c, cpu_dot.c) where the
  * CPU's choice is observable: dequantization is bit-exact with
  * common/quant.h (products and differences are rounded one at a time with
  * __fmul_rn/__fsub_rn, never contracted into an FMA), activations meet

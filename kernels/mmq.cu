@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(MMQ_KSPLIT * 32, 4)
  * The kernel is bound by its instructions: the int32 sums of each
  * sub-block take their two scales in floats, four operations for every
  * four products of an mma, so past 32 tokens dequantizing the weights to
- * bf16 for cuBLAS once a step costs less (runtime/cuda_plan.h).
+ * bf16 for cuBLAS once a step costs less (runtime/cuda/cuda_plan.h).
  * Stage layout (bytes): the tile's rows as they are (TM x 144; a row is 36
  * words, so the eight rows g of a fragment load land on distinct banks),
  * the tokens' 256 input bytes at a stride of 272 (68 words: again distinct

@@ -50,7 +50,7 @@
  * batch 16 1,696 -> 2,177 tokens/s, 32 2,979 -> 3,921, 64 4,311 -> 5,428
  * against mmq.cu and dequantization + cuBLAS; at 8 tokens mmq.cu stays
  * ahead (1,380 against 1,038) and past 64 cuBLAS on dequantized rows
- * (6,919 against 6,375-6,724 at 128), hence the limits (runtime/cuda_plan.h,
+ * (6,919 against 6,375-6,724 at 128), hence the limits (runtime/cuda/cuda_plan.h,
  * MFK_QGEMM_MAX_TOKENS). Still far from the weights' roofline: the gate
  * product (14336 x 4096) at 64 tokens takes 51 us, 15% of copy bandwidth;
  * ncu: 1.6 instructions a cycle, the tensor pipe 28% busy, the stalls

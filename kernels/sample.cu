@@ -1,5 +1,5 @@
 /*
- * sample.cu: the host sampler's chain (runtime/sampler.h) run where the
+ * sample.cu: the host sampler's chain (runtime/engine/sampler.h) run where the
  * logits are, so a step sends one id per sequence back instead of its
  * logits (33 MB for 64 sequences of Llama 3's vocabulary).
  *

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# build-from.bats: FROM and ADAPTER by name (compiler/source_ref.c): a local
+# build-from.bats: FROM and ADAPTER by name (fetch/source_ref.c): a local
 # mfc image (its weight layer reused as is, its SYSTEM/TEMPLATE/PARAMETERs
 # inherited as defaults), and registry references against the Debian
 # docker-registry on 127.0.0.1 with htpasswd auth: an mfc image pushed with

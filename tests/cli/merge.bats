@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # merge.bats: LoRA merging and quantize-on-build (docs/merge.md).
 # `mfc lora merge`: the merged model's logits equal the base's with the
-# same adapters applied at run time (runtime/lora.c through mfc-eval, an
+# same adapters applied at run time (runtime/model/lora.c through mfc-eval, an
 # independent implementation), errors name the tensor and both shapes and
 # leave no output. `mfc build`: a Modelfile with two named ADAPTERs and one
 # --merge gives two adapter layers and weights byte-identical to `mfc lora

@@ -1,6 +1,6 @@
 /*
  * fuzz_gguf.c: libFuzzer target for the GGUF reader (common/gguf.c) and the
- * inspect summary built on it (compiler/inspect.c).
+ * inspect summary built on it (common/inspect.c).
  *
  * Opens the input from memory (the same validation path as gguf_open), then
  * walks every KV through the typed getters, every array element (nested
@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 #include "common/gguf.h"
-#include "compiler/inspect.h"
+#include "common/inspect.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

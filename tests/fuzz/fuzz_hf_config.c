@@ -1,6 +1,6 @@
 /*
  * fuzz_hf_config.c: libFuzzer target for the Hugging Face importer's text
- * parsers (compiler/hf_config.c, compiler/hf_tokenizer.c).
+ * parsers (convert/hf_config.c, convert/hf_tokenizer.c).
  *
  * The input is up to four parts separated by NUL bytes: config.json,
  * tokenizer.json, tokenizer_config.json, chat_template.jinja (missing parts
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "common/gguf.h"
-#include "compiler/hf.h"
+#include "convert/hf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
- * fuzz_lora.c: libFuzzer target for the adapter check (compiler/lora_check.c)
- * and the PEFT conversion (compiler/lora_peft.c), with the input as the
+ * fuzz_lora.c: libFuzzer target for the adapter check (convert/lora_check.c)
+ * and the PEFT conversion (convert/lora_peft.c), with the input as the
  * adapter.
  *
  * A one-layer llama base (4 heads, 2 KV heads, every projection, token
@@ -22,7 +22,7 @@
 
 #include "common/file.h"
 #include "common/gguf.h"
-#include "compiler/lora.h"
+#include "convert/lora.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

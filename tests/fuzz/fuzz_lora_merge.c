@@ -1,6 +1,6 @@
 /*
  * fuzz_lora_merge.c: libFuzzer target for the adapter checks and the merge
- * of compiler/lora_merge.c, with the input as the GGUF LoRA.
+ * of convert/lora_merge.c, with the input as the GGUF LoRA.
  *
  * A small base (F32 and F16 matrices, a 1-D norm, the token embedding) is
  * written once into a temporary directory. Each input's first byte picks
@@ -19,7 +19,7 @@
 
 #include "common/gguf.h"
 #include "common/quant.h"
-#include "compiler/lora_merge.h"
+#include "convert/lora_merge.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_registry.c: libFuzzer target for the registry client's parsers of
- * untrusted text (compiler/registry.c, registry_auth.c): image references,
+ * untrusted text (registry/registry.c, registry_auth.c): image references,
  * WWW-Authenticate challenges, auth files, base64.
  *
  * Whatever a parser accepts is checked against what the client relies on
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "compiler/registry.h"
-#include "compiler/registry_int.h"
+#include "registry/registry.h"
+#include "registry/registry_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

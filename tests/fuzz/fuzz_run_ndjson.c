@@ -1,6 +1,6 @@
 /*
  * fuzz_run_ndjson.c: libFuzzer target for the NDJSON stream parser of
- * `mfc run` (compiler/run_client.c), fed mfc-serve's /api/chat answer in
+ * `mfc run` (cli/run_client.c), fed mfc-serve's /api/chat answer in
  * pieces cut where the first byte says. The text handed on must add up to
  * the reply it keeps, and a failure must name its cause.
  */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/run.h"
+#include "cli/run.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_run_tar.c: libFuzzer target for the tar reader of `mfc serve IMAGE`
- * (compiler/run_tar.c), which finds /models/model.gguf and the adapters in
+ * (cli/run_tar.c), which finds /models/model.gguf and the adapters in
  * layer blobs. Every entry it reports must lie where the input says:
  * a header inside the input, its data starting on a 512-byte record, a
  * NUL-terminated name without a leading "/" or "./".
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/run.h"
+#include "cli/run.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/sandbox.h"
+#include "exec/sandbox.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_sched.c: libFuzzer target for the scheduler and the KV block manager
- * (runtime/sched.c, runtime/kv.c), driven through the paged fake model.
+ * (runtime/engine/sched.c, runtime/engine/kv.c), driven through the paged fake model.
  *
  * The input is a program: five header bytes pick the pool size, batching
  * limits and hash width (down to 1 bit, so every lookup collides); then each
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sched.h"
+#include "runtime/engine/sched.h"
 #include "tests/unit/fake_model.c" /* one translation unit: the runner builds one file */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

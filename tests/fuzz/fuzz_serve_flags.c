@@ -1,6 +1,6 @@
 /*
  * fuzz_serve_flags.c: libFuzzer target for mfc-serve's command line
- * (serve_config_parse in runtime/serve_config.c), above all
+ * (serve_config_parse in runtime/serve/serve_config.c), above all
  * --adapter NAME=PATH[@OFFSET:SIZE], which `mfc serve` uses to point at an
  * adapter lying inside an image layer.
  *
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "runtime/serve.h"
+#include "runtime/serve/serve.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

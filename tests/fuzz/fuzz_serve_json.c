@@ -1,10 +1,10 @@
 /*
  * fuzz_serve_json.c: libFuzzer target for mfc-serve's untrusted inputs:
- * request bodies (runtime/serve_req.c, all four generation APIs) and
- * model.yaml text (serve_yaml_to_json in runtime/serve_config.c).
+ * request bodies (runtime/serve/serve_req.c, all four generation APIs) and
+ * model.yaml text (serve_yaml_to_json in runtime/serve/serve_config.c).
  *
  * The first input byte picks the parser (0-3: the API, 4: YAML, 5-7: the
- * embeddings APIs of runtime/serve_embed_req.c); the rest is the body. A
+ * embeddings APIs of runtime/serve/serve_embed_req.c); the rest is the body. A
  * parsed request must satisfy the documented ranges (n, stop count and
  * lengths, top_logprobs, token ids; embeddings: 1..SERVE_EMBED_MAX_INPUTS
  * inputs, each a non-empty text or token list, one kind per request); a
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/serve.h"
+#include "runtime/serve/serve.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_store_index.c: libFuzzer target for the store's validation of OCI
- * JSON read back from disk (compiler/store_oci.c): index.json, manifests and
+ * JSON read back from disk (store/store_oci.c): index.json, manifests and
  * indexes of every media type gc follows, and the digest and tag grammars.
  *
  * Each input goes through all parsers; whatever they accept is checked
@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "compiler/store.h"
+#include "store/store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -15,7 +15,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "runtime/template.h"
+#include "runtime/text/template.h"
 
 static struct tmpl_value *data;
 static struct tmpl_value *tools;

@@ -41,11 +41,11 @@
 #include "common/ggml_type.h"
 #include "common/quant.h"
 #include "kernels/kernels.h"
-#include "runtime/backend.h"
-#include "runtime/cuda.h"
-#include "runtime/cuda_plan.h"
-#include "runtime/lora.h"
-#include "runtime/model.h"
+#include "runtime/engine/backend.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_plan.h"
+#include "runtime/model/lora.h"
+#include "runtime/model/model.h"
 
 static int failures;
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

@@ -1,6 +1,6 @@
 /*
  * test_sample.c: the device's draw (kernels/sample.cu, mfk_sample) against
- * the host sampler (runtime/sampler.c) on the same logits, on a GPU host.
+ * the host sampler (runtime/engine/sampler.c) on the same logits, on a GPU host.
  *
  * For every case two samplers get the same parameters, seed and history:
  * the host one draws with sampler_sample, the other plans the draw
@@ -24,11 +24,11 @@
 #include <time.h>
 
 #include "kernels/kernels.h"
-#include "runtime/backend.h"
-#include "runtime/cuda.h"
-#include "runtime/cuda_plan.h"
-#include "runtime/model.h"
-#include "runtime/sampler.h"
+#include "runtime/engine/backend.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_plan.h"
+#include "runtime/model/model.h"
+#include "runtime/engine/sampler.h"
 
 #define ROWS 64
 

@@ -26,9 +26,9 @@
 
 #include "common/err.h"
 #include "common/num.h"
-#include "runtime/backend.h"
-#include "runtime/lora.h"
-#include "runtime/model.h"
+#include "runtime/engine/backend.h"
+#include "runtime/model/lora.h"
+#include "runtime/model/model.h"
 
 #define MAX_ADAPTERS 8
 #define MAX_TOKENS 65536

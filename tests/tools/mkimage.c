@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/layer.h"
-#include "compiler/oci.h"
-#include "compiler/store.h"
+#include "image/layer.h"
+#include "image/oci.h"
+#include "store/store.h"
 
 #define MAX_ADAPTERS 8
 

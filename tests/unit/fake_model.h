@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "runtime/batch.h"
+#include "runtime/model/batch.h"
 
 struct fake_model {
     int32_t n_vocab;   /* logits per row */

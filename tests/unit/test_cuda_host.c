@@ -1,6 +1,6 @@
 /*
  * test_cuda_host.c: the CUDA backend's host-side logic, which needs no GPU
- * (runtime/cuda_plan.h): weight placement, the KV budget from
+ * (runtime/cuda/cuda_plan.h): weight placement, the KV budget from
  * MFC_GPU_MEMORY_UTILIZATION, one step's bookkeeping; and that without a
  * GPU (or without CUDA in the build) the backend refuses to start with
  * MF_EUNSUPPORTED instead of failing later.
@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "runtime/backend.h"
-#include "runtime/cuda.h"
-#include "runtime/cuda_plan.h"
+#include "runtime/engine/backend.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_plan.h"
 
 #define GiB (1ull << 30)
 

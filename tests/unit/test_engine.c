@@ -1,5 +1,5 @@
 /*
- * test_engine.c: unit tests for runtime/engine.c over the paged fake model
+ * test_engine.c: unit tests for runtime/engine/engine.c over the paged fake model
  * (tests/unit/fake_model.c): batching invariance (concurrent greedy requests
  * give exactly their solo tokens), prefix-cache hit counts, preemption under
  * a cache too small for the load, cancellation and release mid-stream,
@@ -19,8 +19,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "runtime/engine.h"
-#include "runtime/tokenizer.h"
+#include "runtime/engine/engine.h"
+#include "runtime/text/tokenizer.h"
 #include "tests/unit/fake_model.h"
 
 #define VOCAB 512
@@ -524,7 +524,7 @@ static struct tok *small_vocab(const struct tok_str *texts, const int32_t *types
     return t;
 }
 
-/* runtime/sampler.h through engine_sampler_std: temperature 0 is the
+/* runtime/engine/sampler.h through engine_sampler_std: temperature 0 is the
  * greedy reference; logprobs reach the events. */
 static void test_std_sampler_greedy_logprobs(void **state)
 {

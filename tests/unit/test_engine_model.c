@@ -1,11 +1,11 @@
 /*
  * test_engine_model.c: the engine over the real model and CPU backend
- * (runtime/model.c, runtime/backend.h) on mkmodel's toy llama (2 layers,
+ * (runtime/model/model.c, runtime/engine/backend.h) on mkmodel's toy llama (2 layers,
  * 256 wide, vocab 512) and a rank-4 LoRA adapter: concurrent greedy
  * requests, mixed adapters, chunked prefill, prefix-cache hits and
  * preemption by recompute all give exactly the tokens each request gives
  * alone on a fresh engine, so K/V sharing and recompute are right with real
- * numerics; with runtime/sampler.h seeded sampling too. Skips when tests/tools/mkmodel has not been
+ * numerics; with runtime/engine/sampler.h seeded sampling too. Skips when tests/tools/mkmodel has not been
  * built.
  */
 #include <setjmp.h>
@@ -21,11 +21,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/backend.h"
-#include "runtime/engine.h"
-#include "runtime/lora.h"
-#include "runtime/model.h"
-#include "runtime/sampler.h"
+#include "runtime/engine/backend.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/lora.h"
+#include "runtime/model/model.h"
+#include "runtime/engine/sampler.h"
 
 #define MAX_OUT 32
 #define N_JOBS 6
@@ -45,7 +45,7 @@ struct job {
     int32_t prompt[96];        /* the prompt */
     int32_t n_prompt;          /* its length */
     int32_t use_lora;          /* 1: run with the adapter */
-    uint64_t seed;             /* nonzero: sample with runtime/sampler.h, this seed */
+    uint64_t seed;             /* nonzero: sample with runtime/engine/sampler.h, this seed */
     int32_t out[MAX_OUT];      /* tokens received */
     int32_t n_out;             /* count */
     struct engine_summary sum; /* the final summary */

@@ -1,5 +1,5 @@
 /*
- * test_fetch.c: unit tests for source resolution (compiler/fetch.c): the
+ * test_fetch.c: unit tests for source resolution (fetch/fetch.c): the
  * hf:// mapping and its validation, pins and --checksum, paths against the
  * base directory and ~, model names, and directory layouts. Downloads are
  * tested end to end in tests/cli/fetch.bats against a local server.
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "common/file.h"
-#include "compiler/fetch.h"
+#include "fetch/fetch.h"
 
 #define H "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
 #define W "486ea46224d1bb4fb680f34f7c9ad96a8f24ec88be73ea8e5a6c65260e9cb8a7"

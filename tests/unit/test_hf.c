@@ -1,5 +1,5 @@
 /*
- * test_hf.c: unit tests for the Hugging Face importer (compiler/hf*.c):
+ * test_hf.c: unit tests for the Hugging Face importer (convert/hf*.c):
  * config.json rules and errors, the llama3 rope factors, the q/k row
  * permutation against LlamaModel.permute's reshape/swapaxes, and tokenizer
  * JSON -> tokenizer.* keys (written through the GGUF writer and read back
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "common/gguf.h"
-#include "compiler/hf.h"
-#include "compiler/hf_int.h"
+#include "convert/hf.h"
+#include "convert/hf_int.h"
 
 #define CFG_BASE                                                                                   \
     "\"vocab_size\": 10, \"hidden_size\": 64, \"num_hidden_layers\": 2, "                          \

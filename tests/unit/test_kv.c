@@ -1,5 +1,5 @@
 /*
- * test_kv.c: unit tests for runtime/kv.c, the paged KV block manager:
+ * test_kv.c: unit tests for runtime/engine/kv.c, the paged KV block manager:
  * allocation and refcounts, exact prefix-hit accounting, partial blocks,
  * adapter isolation, LRU eviction order, hash collisions (with the hash cut
  * to one bit) and the memory budget. kv_check runs after every operation.
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/kv.h"
+#include "runtime/engine/kv.h"
 
 #define B KV_BLOCK_TOKENS
 

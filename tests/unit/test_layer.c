@@ -1,5 +1,5 @@
 /*
- * test_layer.c: unit tests for compiler/layer.c: two writes of the same
+ * test_layer.c: unit tests for image/layer.c: two writes of the same
  * entries give the same digest (plain and gzip), the tar holds what was
  * asked with fixed metadata, paths are checked, ldd output is parsed, the
  * runtime layer of a CUDA build carries the cuBLAS beside its libcudart, and
@@ -26,8 +26,8 @@
 
 #include "common/buf.h"
 #include "common/file.h"
-#include "compiler/layer.h"
-#include "compiler/store.h"
+#include "image/layer.h"
+#include "store/store.h"
 #include "tests/unit/tmpdir.h"
 
 struct fixture {

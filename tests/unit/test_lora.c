@@ -1,5 +1,5 @@
 /*
- * test_lora.c: unit tests for compiler/lora_check.c and lora_peft.c's name
+ * test_lora.c: unit tests for convert/lora_check.c and lora_peft.c's name
  * map.
  *
  * A base model and adapters are written with the GGUF writer into a temp
@@ -27,8 +27,8 @@
 #include "common/err.h"
 #include "common/file.h"
 #include "common/gguf.h"
-#include "compiler/exec_int.h"
-#include "compiler/lora.h"
+#include "exec/exec_int.h"
+#include "convert/lora.h"
 
 #define EMBD 32
 #define FF 48

@@ -1,5 +1,5 @@
 /*
- * test_lora_merge.c: unit tests for compiler/lora_merge.c. GGUF bases and
+ * test_lora_merge.c: unit tests for convert/lora_merge.c. GGUF bases and
  * LoRA adapters are written here with common/gguf.h's writer (seeded
  * values), merged, and every adapted tensor is compared with W + s·B·A
  * computed independently here in double: F32 within float rounding, F16,
@@ -29,7 +29,7 @@
 #include "common/file.h"
 #include "common/gguf.h"
 #include "common/quant.h"
-#include "compiler/lora_merge.h"
+#include "convert/lora_merge.h"
 #include "tests/unit/tmpdir.h"
 
 #define NE 256 /* base row length: one Q4_K/Q6_K block */

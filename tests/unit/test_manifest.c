@@ -1,5 +1,5 @@
 /*
- * test_manifest.c: compiler/manifest.c without the store: names from image
+ * test_manifest.c: cli/manifest.c without the store: names from image
  * references, the port an image config gives, option checks, and YAML that
  * libyaml's own parser reads back with the same scalars (strings that look
  * like numbers, booleans or ports stay strings; multi-line values survive).
@@ -14,7 +14,7 @@
 #include <cmocka.h>
 #include <yaml.h>
 
-#include "compiler/manifest.h"
+#include "cli/manifest.h"
 
 static void test_names(void **state)
 {

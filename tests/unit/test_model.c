@@ -1,6 +1,6 @@
 /*
  * test_model.c: unit tests for the model loader, the CPU backend and runtime
- * LoRA (runtime/model.c, cpu*.c, lora.c).
+ * LoRA (runtime/model/model.c, cpu*.c, lora.c).
  *
  * Models are written here with gguf_writer from seeded random weights (a
  * small llama with GQA, any weight type), so every refusal path can be
@@ -28,10 +28,10 @@
 
 #include "common/gguf.h"
 #include "common/quant.h"
-#include "runtime/backend.h"
-#include "runtime/cpu_int.h"
-#include "runtime/lora.h"
-#include "runtime/model.h"
+#include "runtime/engine/backend.h"
+#include "runtime/cpu/cpu_int.h"
+#include "runtime/model/lora.h"
+#include "runtime/model/model.h"
 
 /* ------------------------------------------------------------------------
  * Writing test models

@@ -1,5 +1,5 @@
 /*
- * test_oci.c: unit tests for compiler/oci.c: the config document (fields,
+ * test_oci.c: unit tests for image/oci.c: the config document (fields,
  * diff_ids, history), stable image digests, archive member checks, output
  * specs, and a docker archive round trip through oci_export / oci_load.
  */
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compiler/oci.h"
-#include "compiler/store.h"
+#include "image/oci.h"
+#include "store/store.h"
 #include "tests/unit/tmpdir.h"
 
 struct fixture {

@@ -1,5 +1,5 @@
 /*
- * test_progress.c: unit tests for progress output (compiler/progress.c):
+ * test_progress.c: unit tests for progress output (common/progress.c):
  * byte and rate formatting, plain lines and their throttling, JSON events,
  * and the tty redraw, all against a fake clock so nothing depends on timing.
  */
@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "compiler/progress.h"
+#include "common/progress.h"
 
 #define SEC 1000000000LL
 #define MIB (1024 * 1024)

@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "compiler/registry.h"
-#include "compiler/registry_int.h"
+#include "registry/registry.h"
+#include "registry/registry_int.h"
 
 struct ref_case {
     const char *in;     /* the reference */

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "compiler/run.h"
+#include "cli/run.h"
 
 /* ---- building tars in memory ---- */
 

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/sampler.h"
+#include "runtime/engine/sampler.h"
 
 /* Filters off: the draw sees the plain distribution. */
 static struct sampler_params plain(float temperature)

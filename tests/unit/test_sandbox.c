@@ -1,5 +1,5 @@
 /*
- * test_sandbox.c: the RUN sandbox (compiler/sandbox.h): bwrap's argv (the
+ * test_sandbox.c: the RUN sandbox (exec/sandbox.h): bwrap's argv (the
  * namespaces, the read-only base, the cleared environment, the order of
  * mounts, --share-net only when asked), the output tail kept for errors, and
  * running: exit status, timeout (the process group killed), a missing bwrap
@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "compiler/sandbox.h"
+#include "exec/sandbox.h"
 
 static const char *const sh_true[] = {"/bin/sh", "-c", "true"};
 

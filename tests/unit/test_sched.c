@@ -1,5 +1,5 @@
 /*
- * test_sched.c: unit tests for runtime/sched.c driven by the fake model
+ * test_sched.c: unit tests for runtime/engine/sched.c driven by the fake model
  * (tests/unit/fake_model.c): token budget and max_num_seqs every step,
  * decodes before prefills, exact chunked-prefill splits, preemption of the
  * newest with every request still producing its solo output, cancellation,
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/sched.h"
+#include "runtime/engine/sched.h"
 #include "tests/unit/fake_model.h"
 
 #define VOCAB 1000

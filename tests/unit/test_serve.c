@@ -1,7 +1,7 @@
 /*
- * test_serve.c: mfc-serve's settings (runtime/serve_config.c: model.yaml as
+ * test_serve.c: mfc-serve's settings (runtime/serve/serve_config.c: model.yaml as
  * plan_config.c writes it, MFC_* variables, flags and their precedence) and
- * request parsing (runtime/serve_req.c: the OpenAI and Ollama bodies, and
+ * request parsing (runtime/serve/serve_req.c: the OpenAI and Ollama bodies, and
  * the 400 messages that name the offending field).
  */
 #include <setjmp.h>
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <unistd.h>
 
-#include "runtime/serve.h"
+#include "runtime/serve/serve.h"
 
 /* ------------------------------------------------ a fake environment */
 

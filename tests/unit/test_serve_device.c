@@ -1,5 +1,5 @@
 /*
- * test_serve_device.c: mfc-serve's MFC_DEVICE decision (runtime/serve_device.c)
+ * test_serve_device.c: mfc-serve's MFC_DEVICE decision (runtime/serve/serve_device.c)
  * without a GPU: the visible GPU count is a parameter and the CUDA plan is
  * host-only, so every branch runs here. auto falls back to the CPU (with a
  * reason naming the tensor and type) when the plan refuses Q5_0/Q5_1
@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "runtime/model.h"
-#include "runtime/serve.h"
+#include "runtime/model/model.h"
+#include "runtime/serve/serve.h"
 
 static uint8_t blob[1 << 20]; /* stands in for the GGUF mapping */
 

@@ -1,5 +1,5 @@
 /*
- * test_source_ref.c: unit tests for compiler/source_ref.c: which layer of an
+ * test_source_ref.c: unit tests for fetch/source_ref.c: which layer of an
  * mfc image, a Docker Model Runner, ModelPack or Ollama manifest is the model
  * (or the adapter), ambiguity errors, where bare names go, and the YAML
  * reader for model.yaml.
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "compiler/source_ref.h"
+#include "fetch/source_ref.h"
 
 #define D(c) "\"sha256:" c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c "\""
 #define L(mt, d) "{\"mediaType\":\"" mt "\",\"digest\":" d ",\"size\":1}"

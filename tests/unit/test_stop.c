@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/stop.h"
+#include "runtime/engine/stop.h"
 
 struct run {
     char out[512]; /* everything released */

@@ -1,5 +1,5 @@
 /*
- * test_store.c: unit tests for the content store (compiler/store*.c): blobs
+ * test_store.c: unit tests for the content store (store/store*.c): blobs
  * in and out with digest checks, partial blobs, tags in index.json, the stat
  * cache, cache records, locking between processes, and garbage collection.
  * Each test gets a fresh store in a temporary directory.
@@ -23,8 +23,8 @@
 #include "common/file.h"
 #include "common/json.h"
 #include "common/sha256.h"
-#include "compiler/store.h"
-#include "compiler/store_int.h"
+#include "store/store.h"
+#include "store/store_int.h"
 #include "tests/unit/tmpdir.h"
 
 /* sha256("hello") and sha256("world") */

@@ -1,0 +1,26 @@
+### exec/: the build executor (a thread pool over the plan's nodes, cache
+### keys, CACHED hits) and its steps: fetch, convert, check, merge, RUN in a
+### bubblewrap sandbox, layers and the image; and their tests
+libmfc_compiler_a_SOURCES += \
+	exec/exec.c exec/exec.h exec/exec_int.h exec/exec_ops.c \
+	exec/exec_convert.c exec/exec_lora.c exec/exec_merge.c \
+	exec/exec_run.c exec/sandbox.c exec/sandbox.h
+libmfc_compiler_a_CFLAGS += $(YAML_CFLAGS)
+MFC_COMPILER_LIBS += $(YAML_LIBS) -lpthread
+
+check_PROGRAMS += tests/unit/test_sandbox
+tests_unit_test_sandbox_SOURCES = tests/unit/test_sandbox.c
+tests_unit_test_sandbox_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_sandbox_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_sandbox
+
+## build.bats: mfc build end to end; build-image.bats: what it makes, checked
+## with skopeo, umoci, podman; adapter-names.bats: an unnamed ADAPTER is named
+## after its file, through mfc-serve; run-sandbox.bats: RUN steps.
+TESTS += tests/cli/build.bats tests/cli/build-image.bats tests/cli/adapter-names.bats \
+	tests/cli/run-sandbox.bats
+EXTRA_DIST += tests/cli/build.bats tests/cli/build-image.bats tests/cli/adapter-names.bats \
+	tests/cli/run-sandbox.bats bench/build \
+	modelfiles/run-peft/Modelfile modelfiles/run-peft/README.md docs/run.md \
+	tests/fuzz/fuzz_sandbox.c tests/fuzz/corpus/sandbox/tail tests/fuzz/corpus/sandbox/spec \
+	tests/fuzz/corpus/sandbox/utf8

@@ -1,0 +1,130 @@
+/*
+ * sched.h: the continuous-batching scheduler (vLLM V1 style; design and the
+ * request state machine in sched.c).
+ *
+ * Each step: sched_schedule picks sequences and token counts into a struct
+ * batch (runtime/model/batch.h); the caller runs the model and samples; then
+ * sched_update takes the sampled tokens. Not thread-safe: one owner (the
+ * engine's step thread, under the engine's lock) calls everything.
+ */
+#ifndef MFC_SCHED_H
+#define MFC_SCHED_H
+
+#include <stdint.h>
+
+#include "common/err.h"
+#include "runtime/model/batch.h"
+#include "runtime/engine/kv.h"
+
+struct sched;
+struct sched_req;
+
+enum sched_state {
+    SCHED_WAITING,   /* queued, never ran */
+    SCHED_RUNNING,   /* holds KV blocks, scheduled each step */
+    SCHED_PREEMPTED, /* lost its blocks to an older request; queued at the front */
+    SCHED_FINISHED,  /* done; its blocks are released; free with sched_free_req */
+};
+
+enum sched_finish {
+    SCHED_FINISH_NONE,      /* not finished */
+    SCHED_FINISH_STOP,      /* end-of-sequence token or a stop string */
+    SCHED_FINISH_LENGTH,    /* max_tokens reached */
+    SCHED_FINISH_CANCELLED, /* the client went away or asked to stop */
+    SCHED_FINISH_ERROR,     /* the model step failed, or the consumer stalled */
+};
+
+struct sched_config {
+    int32_t max_num_seqs;           /* sequences per step (vLLM max_num_seqs) */
+    int32_t max_num_batched_tokens; /* token budget per step */
+    int32_t max_model_len;          /* context length: prompt + max_tokens, tokens;
+                                       clamped to what the KV cache holds */
+    int32_t max_waiting;            /* queued requests beyond which submit says overloaded */
+};
+
+struct sched_submit {
+    const int32_t *prompt;         /* borrowed: copied by sched_submit */
+    int32_t n_prompt;              /* >= 1 */
+    int32_t max_tokens;            /* tokens to generate; <= 0: up to max_model_len */
+    int32_t priority;              /* lower runs first; equal ones are FCFS */
+    const struct batch_lora *lora; /* adapters, copied; NULL: base model */
+    void *user;                    /* borrowed: returned by sched_req_user */
+};
+
+/* What one step computes. Every pointer is borrowed from the scheduler and
+ * valid until the next sched_update or sched_schedule. */
+struct sched_step {
+    struct batch batch;      /* seqs filled; batch.logits left NULL for the caller */
+    struct sched_req **reqs; /* reqs[i] is the request behind batch.seqs[i] */
+    int32_t n_logits;        /* sequences with want_logits: tokens sched_update wants */
+    int32_t n_tokens;        /* tokens scheduled, <= max_num_batched_tokens */
+    int32_t n_preempted;     /* requests preempted while building this step */
+};
+
+/* Lifecycle */
+
+/* Opens a scheduler over kv (borrowed; must outlive it). Returns 0 and
+ * *out, or MF_ERANGE/MF_ENOMEM with *out NULL. */
+int sched_open(struct sched **out, const struct sched_config *cfg, struct kv_cache *kv,
+               struct mf_err *err);
+/* Frees every request (finished or not) and their block tables. Accepts NULL. */
+void sched_close(struct sched *s);
+
+/* Requests */
+
+/* Queues a request in WAITING. Returns 0 and *out (owned by the scheduler,
+ * released by sched_free_req once FINISHED), or: MF_EINVAL (empty prompt, bad
+ * adapter count), MF_ERANGE (longer than the context or the whole KV cache:
+ * it could never run), MF_EBUSY (queue full: "overloaded", 429/503
+ * upstream), MF_ENOMEM. On error nothing is queued. */
+int sched_submit(struct sched *s, const struct sched_submit *in, struct sched_req **out,
+                 struct mf_err *err);
+/* Finishes a request now for why (STOP, CANCELLED, ERROR): it leaves the
+ * queues and its blocks are released. No-op on a FINISHED request. If it is
+ * in the current step, sched_update skips it. */
+void sched_finish(struct sched *s, struct sched_req *r, enum sched_finish why);
+/* Frees a FINISHED request; r is invalid afterwards. Accepts NULL. */
+void sched_free_req(struct sched *s, struct sched_req *r);
+/* A paused request is skipped by sched_schedule (it keeps its blocks); the
+ * engine pauses a request whose consumer is not reading. */
+void sched_set_paused(struct sched *s, struct sched_req *r, int paused);
+
+/* Steps */
+
+/* Builds the next step: running decodes first, then running prefill chunks,
+ * then (when nothing was preempted) waiting requests, FCFS by priority,
+ * while the token budget, max_num_seqs and the KV blocks allow. Preempts the
+ * newest (lowest priority) running request when blocks run out. An empty
+ * step (n_seqs 0) means nothing can run now. Can't fail. */
+void sched_schedule(struct sched *s, struct sched_step *step);
+/* Completes the step: every scheduled sequence has computed its tokens, and
+ * sampled[i] is the token drawn for the i-th sequence with want_logits
+ * (n_sampled == step->n_logits). Appends them, registers full blocks in the
+ * prefix cache and finishes requests that reach max_tokens (LENGTH). Returns
+ * 0, or MF_EINVAL when n_sampled does not match (nothing changes). */
+int sched_update(struct sched *s, const int32_t *sampled, int32_t n_sampled, struct mf_err *err);
+
+/* Inspection */
+
+uint64_t sched_req_id(const struct sched_req *r);
+void *sched_req_user(const struct sched_req *r);
+enum sched_state sched_req_state(const struct sched_req *r);
+enum sched_finish sched_req_finish(const struct sched_req *r);
+/* All tokens so far: prompt then output; valid until the next sched_update. */
+const int32_t *sched_req_tokens(const struct sched_req *r, int32_t *n_tokens);
+int32_t sched_req_n_prompt(const struct sched_req *r);
+int32_t sched_req_n_output(const struct sched_req *r);
+/* Prompt tokens found in the prefix cache on first admission. */
+int32_t sched_req_n_cached(const struct sched_req *r);
+int32_t sched_req_n_preemptions(const struct sched_req *r);
+
+void sched_counts(const struct sched *s, int32_t *n_running, int32_t *n_waiting);
+uint64_t sched_n_preemptions(const struct sched *s);
+/* Nonzero when a request is running or waiting and not paused. */
+int sched_has_work(const struct sched *s);
+/* kv_check plus the scheduler's own invariants (queue membership matches
+ * states, running requests hold blocks for their computed tokens). Returns 0
+ * or MF_EINTEGRITY with err filled. */
+int sched_check(const struct sched *s, struct mf_err *err);
+
+#endif

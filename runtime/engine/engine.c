@@ -47,7 +47,7 @@
 #include <time.h>
 
 #include "runtime/engine/stop.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define ENGINE_BUCKETS 1024      /* id table chains; ids are sequential */
 #define ENGINE_DEFAULT_EVENTS 64 /* per-request queue when the config says 0 */

@@ -27,7 +27,7 @@
 #include "runtime/engine/kv.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/engine/sched.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 struct engine;
 struct stop;

@@ -27,7 +27,7 @@
 #include "common/json.h"
 #include "config.h"
 #include "runtime/model/model.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define STREAM_BLOCK 4096
 #define PUMP_MS 50

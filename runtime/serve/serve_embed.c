@@ -33,7 +33,7 @@
 
 #include "runtime/engine/backend.h"
 #include "runtime/model/model.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 struct serve_embedder {
     pthread_mutex_t mu;   /* one embeddings request at a time; guards the rest */

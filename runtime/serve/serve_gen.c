@@ -22,8 +22,8 @@
 #include <time.h>
 
 #include "runtime/model/model.h"
-#include "runtime/text/template.h"
-#include "runtime/text/tokenizer.h"
+#include "text/template.h"
+#include "text/tokenizer.h"
 
 #define GEN_TEXT_MAX (64u << 20)
 

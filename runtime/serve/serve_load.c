@@ -31,8 +31,8 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/model.h"
-#include "runtime/text/template.h"
-#include "runtime/text/tokenizer.h"
+#include "text/template.h"
+#include "text/tokenizer.h"
 
 #define DEFAULT_CTX 4096 /* Ollama's num_ctx default */
 

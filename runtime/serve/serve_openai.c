@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "runtime/model/model.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 json_t *oai_error(const char *msg, const char *type, const char *param, const char *code)
 {

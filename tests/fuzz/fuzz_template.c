@@ -15,7 +15,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "runtime/text/template.h"
+#include "text/template.h"
 
 static struct tmpl_value *data;
 static struct tmpl_value *tools;

@@ -27,7 +27,7 @@
 
 #include "common/buf.h"
 #include "common/utf8.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define N_BPE 9
 

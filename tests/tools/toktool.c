@@ -27,7 +27,7 @@
 #include "common/gguf.h"
 #include "common/json.h"
 #include "common/num.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define MAX_INPUT ((size_t)1 << 30) /* bytes of a strings file or text */
 

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "runtime/engine/engine.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/unit/fake_model.h"
 
 #define VOCAB 512

@@ -23,7 +23,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "runtime/text/template.h"
+#include "text/template.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 

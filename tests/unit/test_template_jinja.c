@@ -27,7 +27,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "runtime/text/template.h"
+#include "text/template.h"
 
 #define BOS "<s>"
 #define EOS "</s>"

@@ -22,7 +22,7 @@
 #include "common/buf.h"
 #include "common/gguf.h"
 #include "common/utf8.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define SP "\xe2\x96\x81" /* U+2581, SPM's space */
 #define MAXV 600          /* tokens in a test vocabulary */

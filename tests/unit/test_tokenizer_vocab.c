@@ -31,7 +31,7 @@
 #include "common/json.h"
 #include "common/num.h"
 #include "common/utf8.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
 #define MAX_CASES 256

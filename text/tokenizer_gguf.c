@@ -8,7 +8,7 @@
  * llama.cpp's llama_vocab::impl::load, except that a special id outside the
  * vocabulary is an error here rather than a warning.
  */
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,9 +1,13 @@
-### runtime/text/: tokenizers (SentencePiece and byte-level BPE from GGUF
-### metadata, PCRE2 pre-tokenizers) and chat templates (Ollama TEMPLATE,
-### family detection from GGUF Jinja); and their tests
-libmfc_runtime_a_SOURCES += \
-	runtime/text/tokenizer.c runtime/text/tokenizer.h runtime/text/tokenizer_int.h \
-	runtime/text/tokenizer_spm.c runtime/text/tokenizer_bpe.c runtime/text/tokenizer_gguf.c
+### text/: tokenizers (SentencePiece and byte-level BPE from GGUF metadata,
+### PCRE2 pre-tokenizers) and chat templates (Ollama TEMPLATE, family detection
+### from GGUF Jinja), in libmfc_text: mfc-serve runs them, and mfc checks a
+### TEMPLATE and a draft model's tokenizer with the same code at build time
+noinst_LIBRARIES += libmfc_text.a
+libmfc_text_a_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS)
+MFC_TEXT_LIBS = libmfc_text.a $(PCRE2_LIBS)
+libmfc_text_a_SOURCES = \
+	text/tokenizer.c text/tokenizer.h text/tokenizer_int.h \
+	text/tokenizer_spm.c text/tokenizer_bpe.c text/tokenizer_gguf.c
 
 ## Unit tests: API, errors, streaming, special tokens (test_tokenizer), and
 ## every vocabulary's llama.cpp test vectors from $MFC_SHARED/data/vocab
@@ -40,10 +44,10 @@ bench-tokenizer: tests/tools/toktool$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
 	MFC_BUILDDIR='$(abs_top_builddir)' $(top_srcdir)/bench/tokenizer.sh
 
 ## Chat templates
-libmfc_runtime_a_SOURCES += \
-	runtime/text/template.c runtime/text/template.h runtime/text/template_int.h \
-	runtime/text/template_lex.c runtime/text/template_exec.c runtime/text/template_funcs.c \
-	runtime/text/template_value.c runtime/text/template_chat.c runtime/text/template_family.c
+libmfc_text_a_SOURCES += \
+	text/template.c text/template.h text/template_int.h \
+	text/template_lex.c text/template_exec.c text/template_funcs.c \
+	text/template_value.c text/template_chat.c text/template_family.c
 
 check_PROGRAMS += tests/unit/test_template_jinja
 tests_unit_test_template_jinja_SOURCES = tests/unit/test_template_jinja.c

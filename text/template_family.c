@@ -21,7 +21,7 @@
  * test_template_jinja checks all of it against @huggingface/jinja.
  * Tools are not rendered (.Tools is accepted and ignored).
  */
-#include "runtime/text/template.h"
+#include "text/template.h"
 
 #include <string.h>
 

@@ -16,7 +16,7 @@
  *     ends where the model's reply begins.
  * Owns nothing beyond one call; the chat's strings and values are borrowed.
  */
-#include "runtime/text/template_int.h"
+#include "text/template_int.h"
 
 #include <stdlib.h>
 #include <string.h>

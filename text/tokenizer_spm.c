@@ -21,7 +21,7 @@
  * Owns nothing: writes struct tok's byte_tok at init and uses the caller's
  * scratch when encoding.
  */
-#include "runtime/text/tokenizer_int.h"
+#include "text/tokenizer_int.h"
 
 #include <string.h>
 

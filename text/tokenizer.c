@@ -16,14 +16,14 @@
  * text once, mapped to its last id (llama.cpp's token_to_id[word] = i);
  * nothing is written after tok_new returns, so encode/decode are thread-safe.
  */
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/text/tokenizer_int.h"
+#include "text/tokenizer_int.h"
 
 #define TOK_MAX_TEXT ((size_t)256 << 20) /* bytes of one text to encode: keeps every
                                             symbol index of an SPM word in int32 */

@@ -12,7 +12,7 @@
  * %U %%) with flags, width and precision, and Go's %!verb(type=value)
  * complaints; floats do not exist here.
  */
-#include "runtime/text/template_int.h"
+#include "text/template_int.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

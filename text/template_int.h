@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/text/template.h"
+#include "text/template.h"
 
 /* ---- values ------------------------------------------------------------ */
 

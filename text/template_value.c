@@ -10,7 +10,7 @@
  * order); they differ only in how a missing key reads (nil versus an error)
  * and how they print.
  */
-#include "runtime/text/template_int.h"
+#include "text/template_int.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
  * Walk results: 0, or WALK_BREAK / WALK_CONTINUE travelling up to the
  * enclosing range, or a negative MF_E* code with err filled.
  */
-#include "runtime/text/template_int.h"
+#include "text/template_int.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -20,7 +20,7 @@
  * Owns the merge table and the compiled regexes of struct tok (freed by
  * tok_bpe_fini) and the match data in the caller's scratch.
  */
-#include "runtime/text/tokenizer_int.h"
+#include "text/tokenizer_int.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

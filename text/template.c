@@ -16,7 +16,7 @@
  * {{ .Response }} the way Ollama's deleteNode cuts it (template.go), which
  * shares the untouched leaves with root.
  */
-#include "runtime/text/template_int.h"
+#include "text/template_int.h"
 
 #include <ctype.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * tokenizer_int.h: internals shared by runtime/text/tokenizer*.c and the tokenizer
+ * tokenizer_int.h: internals shared by text/tokenizer*.c and the tokenizer
  * tests. Not an API: everything here may change with the implementation.
  *
  * tokenizer.c      build, vocabulary map, special-token partition, encode
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* Per-token flags kept next to the type (llama.cpp LLAMA_TOKEN_ATTR_*). */
 enum {

@@ -13,7 +13,7 @@
  * with star-slash right before "}}" (or " -}}"). Identifier characters beyond ASCII are accepted as
  * letters (Go asks unicode.IsLetter; no template in the wild depends on the gap).
  */
-#include "runtime/text/template_int.h"
+#include "text/template_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>

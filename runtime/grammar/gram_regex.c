@@ -58,6 +58,8 @@ static int put_cp(struct rx *x, uint32_t cp)
         return put(x, "\"\\\\r\"");
     if (cp < 0x20 || cp == 0x7F)
         return mf_buf_printf(x->out, x->err, "\"\\\\u%04X\"", cp);
+    if (cp >= 0x20 && cp < 0x7F)
+        return mf_buf_printf(x->out, x->err, "\"%c\"", (char)cp);
     return mf_buf_printf(x->out, x->err, "\"\\U%08X\"", cp);
 }
 
@@ -170,6 +172,8 @@ static int put_class_cp(struct rx *x, uint32_t cp)
 {
     if (cp == ']' || cp == '[' || cp == '-' || cp == '^' || cp == '\\' || cp == '"')
         return mf_buf_printf(x->out, x->err, "\\%c", (char)cp);
+    if (cp > 0x20 && cp < 0x7F)
+        return mf_buf_putc(x->out, (char)cp, x->err);
     return mf_buf_printf(x->out, x->err, "\\U%08X", cp);
 }
 

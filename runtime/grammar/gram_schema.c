@@ -155,16 +155,27 @@ static int gen(struct sc *c, const json_t *s, const char *ptr, int *rule);
 
 /* ---- integers --------------------------------------------------------------- */
 
-/* Fixed-length digit strings from x to y (same length, x <= y). */
+static int all_of(const char *s, size_t n, char c)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != c)
+            return 0;
+    return 1;
+}
+
+/* Fixed-length digit strings from x to y (same length, x <= y). Each level
+ * has at most one non-trivial side per bound, so the output grows with the
+ * square of the length, not exponentially. */
 static int digits_range(struct sc *c, const char *x, const char *y, size_t n)
 {
-    int rc;
+    int rc, alts = 0;
     if (n == 0)
         return 0;
     if (memcmp(x, y, n) == 0)
         return put_lit(c, x, n);
-    if (n == 1)
-        return mf_buf_printf(c->cur, c->err, "[%c-%c]", x[0], y[0]);
+    if (all_of(x + 1, n - 1, '0') && all_of(y + 1, n - 1, '9'))
+        return n > 1 ? mf_buf_printf(c->cur, c->err, "[%c-%c] [0-9]{%zu}", x[0], y[0], n - 1)
+                     : mf_buf_printf(c->cur, c->err, "[%c-%c]", x[0], y[0]);
     if (x[0] == y[0]) {
         if ((rc = mf_buf_printf(c->cur, c->err, "\"%c\" (", x[0])) ||
             (rc = digits_range(c, x + 1, y + 1, n - 1)))
@@ -174,16 +185,30 @@ static int digits_range(struct sc *c, const char *x, const char *y, size_t n)
     char nines[24], zeros[24];
     memset(nines, '9', n - 1);
     memset(zeros, '0', n - 1);
-    if ((rc = mf_buf_printf(c->cur, c->err, "( \"%c\" (", x[0])) ||
-        (rc = digits_range(c, x + 1, nines, n - 1)) || (rc = put(c, ")")))
+    char lo = x[0], hi = y[0];
+    if ((rc = put(c, "(")))
         return rc;
-    if (x[0] + 1 <= y[0] - 1 &&
-        (rc = mf_buf_printf(c->cur, c->err, " | [%c-%c] [0-9]{%zu}", x[0] + 1, y[0] - 1, n - 1)))
-        return rc;
-    if ((rc = mf_buf_printf(c->cur, c->err, " | \"%c\" (", y[0])) ||
-        (rc = digits_range(c, zeros, y + 1, n - 1)))
-        return rc;
-    return put(c, ") )");
+    if (!all_of(x + 1, n - 1, '0')) {
+        if ((rc = mf_buf_printf(c->cur, c->err, " \"%c\" (", x[0])) ||
+            (rc = digits_range(c, x + 1, nines, n - 1)) || (rc = put(c, ")")))
+            return rc;
+        lo++;
+        alts++;
+    }
+    if (!all_of(y + 1, n - 1, '9'))
+        hi--;
+    if (lo <= hi) {
+        if ((rc = mf_buf_printf(c->cur, c->err, "%s [%c-%c] [0-9]{%zu}", alts ? " |" : "", lo, hi,
+                                n - 1)))
+            return rc;
+        alts++;
+    }
+    if (!all_of(y + 1, n - 1, '9')) {
+        if ((rc = mf_buf_printf(c->cur, c->err, "%s \"%c\" (", alts ? " |" : "", y[0])) ||
+            (rc = digits_range(c, zeros, y + 1, n - 1)) || (rc = put(c, ")")))
+            return rc;
+    }
+    return put(c, " )");
 }
 
 /* Decimal strings without leading zeros for [a, b]; b < 0: unbounded. At
@@ -460,7 +485,7 @@ static int gen_object_props(struct sc *c, struct prop *ps, size_t n, int extra, 
         if (k == n) {
             rc = extra ? mf_buf_printf(c->cur, c->err, "( string \":\" space r%d r%d )?\n", extra,
                                        base + (int)(n + 1 + n))
-                       : put(c, "\n");
+                       : put(c, "\"\"\n");
             if (rc)
                 return rc;
             continue;
@@ -479,7 +504,7 @@ static int gen_object_props(struct sc *c, struct prop *ps, size_t n, int extra, 
         if (k == n) {
             rc = extra ? mf_buf_printf(c->cur, c->err, "( \",\" space string \":\" space r%d )*\n",
                                        extra)
-                       : put(c, "\n");
+                       : put(c, "\"\"\n");
             if (rc)
                 return rc;
             continue;

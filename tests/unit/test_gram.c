@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <regex.h>
 
 #include "runtime/grammar/gram.h"
 
@@ -264,13 +265,292 @@ static void test_mask_brute_force(void **state)
     free_vocab(&w);
 }
 
+/* ---- JSON Schema ---- */
+
+static struct gram *schema_gram(const char *schema_text, const struct gram_vocab *v)
+{
+    struct mf_err err = {0};
+    struct mf_buf src;
+    json_error_t je;
+    json_t *s = json_loads(schema_text, 0, &je);
+    assert_non_null(s);
+    mf_buf_init(&src, 1 << 22);
+    if (gram_schema_gbnf(s, "schema", &src, &err))
+        fail_msg("%s", err.msg);
+    struct gram *g = compile(src.data, v);
+    mf_buf_free(&src);
+    json_decref(s);
+    return g;
+}
+
+static int schema_error(const char *schema_text, const char *needle)
+{
+    struct mf_err err = {0};
+    struct mf_buf src;
+    json_t *s = json_loads(schema_text, 0, NULL);
+    assert_non_null(s);
+    mf_buf_init(&src, 1 << 22);
+    int rc = gram_schema_gbnf(s, "response_format.json_schema.schema", &src, &err);
+    if (!rc)
+        fail_msg("schema %s compiled", schema_text);
+    if (!strstr(err.msg, needle))
+        fail_msg("error '%s' lacks '%s'", err.msg, needle);
+    mf_buf_free(&src);
+    json_decref(s);
+    return rc;
+}
+
+static void test_schema_integers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *schema;
+        long lo, hi;
+    } cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":120}", -5, 120},
+        {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", 0, 0},
+        {"{\"type\":\"integer\",\"minimum\":7,\"maximum\":7}", 7, 7},
+        {"{\"type\":\"integer\",\"minimum\":-120,\"maximum\":-5}", -120, -5},
+        {"{\"type\":\"integer\",\"minimum\":1,\"maximum\":1000}", 1, 1000},
+        {"{\"type\":\"integer\",\"maximum\":15}", -100000, 15},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":99}", 100, 100000},
+        {"{\"type\":\"integer\",\"minimum\":-1234,\"exclusiveMaximum\":987}", -1234, 986},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        struct gram *g = schema_gram(cases[k].schema, NULL);
+        for (long i = -1500; i <= 1500; i++) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "%ld", i);
+            int in = i >= cases[k].lo && i <= cases[k].hi;
+            if ((match(g, buf) == 1) != in)
+                fail_msg("%s: %ld %s", cases[k].schema, i, in ? "rejected" : "accepted");
+        }
+        assert_int_equal(match(g, "007"), -1);
+        gram_unref(g);
+    }
+    struct gram *g = schema_gram("{\"type\":\"number\",\"minimum\":-2,\"maximum\":3}", NULL);
+    assert_int_equal(match(g, "2.75"), 1);
+    assert_int_equal(match(g, "3"), 1);
+    assert_int_equal(match(g, "3.5"), -1);
+    assert_int_equal(match(g, "-1.5"), 1);
+    assert_int_equal(match(g, "-2"), 1);
+    assert_int_equal(match(g, "-2.5"), -1);
+    assert_int_equal(match(g, "4"), -1);
+    gram_unref(g);
+}
+
+/* A validator for the keywords the test schema uses. */
+static int validate(const json_t *root, const json_t *s, const json_t *v);
+
+static int utf8_len(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static int validate(const json_t *root, const json_t *s, const json_t *v)
+{
+    const json_t *x;
+    if ((x = json_object_get(s, "$ref"))) {
+        const char *ref = json_string_value(x); /* "#/$defs/name" */
+        return validate(root, json_object_get(json_object_get(root, "$defs"), ref + 8), v);
+    }
+    if ((x = json_object_get(s, "const")) && !json_equal(x, v))
+        return 0;
+    if ((x = json_object_get(s, "enum"))) {
+        size_t i;
+        const json_t *e;
+        int any = 0;
+        json_array_foreach(x, i, e) any |= json_equal(e, v);
+        if (!any)
+            return 0;
+    }
+    if ((x = json_object_get(s, "anyOf"))) {
+        size_t i;
+        const json_t *e;
+        int any = 0;
+        json_array_foreach(x, i, e) any |= validate(root, e, v);
+        if (!any)
+            return 0;
+    }
+    if ((x = json_object_get(s, "type"))) {
+        int ok = 0;
+        for (size_t i = 0; i < (json_is_array(x) ? json_array_size(x) : 1); i++) {
+            const char *t = json_string_value(json_is_array(x) ? json_array_get(x, i) : x);
+            ok |= (!strcmp(t, "object") && json_is_object(v)) ||
+                  (!strcmp(t, "array") && json_is_array(v)) ||
+                  (!strcmp(t, "string") && json_is_string(v)) ||
+                  (!strcmp(t, "integer") && json_is_integer(v)) ||
+                  (!strcmp(t, "number") && json_is_number(v)) ||
+                  (!strcmp(t, "boolean") && json_is_boolean(v)) ||
+                  (!strcmp(t, "null") && json_is_null(v));
+        }
+        if (!ok)
+            return 0;
+    }
+    if (json_is_number(v)) {
+        double d = json_number_value(v);
+        if ((x = json_object_get(s, "minimum")) && d < json_number_value(x))
+            return 0;
+        if ((x = json_object_get(s, "maximum")) && d > json_number_value(x))
+            return 0;
+    }
+    if (json_is_string(v)) {
+        const char *str = json_string_value(v);
+        if ((x = json_object_get(s, "maxLength")) && utf8_len(str) > json_integer_value(x))
+            return 0;
+        if ((x = json_object_get(s, "minLength")) && utf8_len(str) < json_integer_value(x))
+            return 0;
+        if ((x = json_object_get(s, "pattern"))) {
+            regex_t re;
+            assert_int_equal(regcomp(&re, json_string_value(x), REG_EXTENDED | REG_NOSUB), 0);
+            int ok = regexec(&re, str, 0, NULL, 0) == 0;
+            regfree(&re);
+            if (!ok)
+                return 0;
+        }
+        if ((x = json_object_get(s, "format"))) {
+            int y, m, d;
+            char tail;
+            if (sscanf(str, "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3 || m < 1 || m > 12 || d < 1 ||
+                d > 31 || strlen(str) != 10)
+                return 0;
+        }
+    }
+    if (json_is_array(v)) {
+        if ((x = json_object_get(s, "maxItems")) &&
+            (json_int_t)json_array_size(v) > json_integer_value(x))
+            return 0;
+        if ((x = json_object_get(s, "minItems")) &&
+            (json_int_t)json_array_size(v) < json_integer_value(x))
+            return 0;
+        if ((x = json_object_get(s, "items"))) {
+            size_t i;
+            const json_t *e;
+            json_array_foreach(v, i, e) if (!validate(root, x, e)) return 0;
+        }
+    }
+    if (json_is_object(v) && json_object_get(s, "properties")) {
+        const json_t *props = json_object_get(s, "properties"), *req;
+        const char *key;
+        const json_t *e;
+        json_object_foreach((json_t *)v, key, e)
+        {
+            const json_t *ps = json_object_get(props, key);
+            if (!ps || !validate(root, ps, e))
+                return 0; /* additionalProperties absent: none generated */
+        }
+        if ((req = json_object_get(s, "required"))) {
+            size_t i;
+            json_array_foreach(req, i, e) if (!json_object_get(v, json_string_value(e))) return 0;
+        }
+    }
+    return 1;
+}
+
+static const char SCHEMA[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\",\"maxLength\":8},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":120},"
+    "\"score\":{\"type\":\"number\",\"minimum\":0,\"maximum\":10},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\\\"\",3,null]},\"maxItems\":3},"
+    "\"kind\":{\"const\":\"x\"},"
+    "\"opt\":{\"type\":[\"boolean\",\"null\"]},"
+    "\"day\":{\"type\":\"string\",\"format\":\"date\"},"
+    "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-[0-9]{3}(x|yz)?$\"},"
+    "\"nested\":{\"$ref\":\"#/$defs/node\"}},"
+    "\"required\":[\"name\",\"age\",\"score\",\"tags\",\"kind\",\"day\",\"code\"],"
+    "\"additionalProperties\":false,"
+    "\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{"
+    "\"v\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},"
+    "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":\"null\"}]}},"
+    "\"required\":[\"v\",\"next\"]}}}";
+
+static void test_schema_random_outputs(void **state)
+{
+    (void)state;
+    struct vocab w;
+    struct mf_err err = {0};
+    make_vocab(&w, "ab", 258); /* the 256 bytes, a control token, EOG */
+    struct gram *g = schema_gram(SCHEMA, w.v);
+    json_t *schema = json_loads(SCHEMA, 0, NULL);
+    int n_opt = 0;
+    for (int run = 0; run < 200; run++) {
+        char out[8192];
+        size_t n = 0;
+        uint32_t st = gram_start(g, &err);
+        for (;;) {
+            assert_true(n < sizeof out - 1);
+            int32_t t = pick(g, &w, st, rnd() % 4 == 0);
+            if (t < 0)
+                break;
+            out[n++] = (char)t;
+            st = gram_feed_token(g, st, t, &err);
+            assert_int_not_equal(st, GRAM_DEAD);
+        }
+        out[n] = 0;
+        assert_true(gram_accepting(g, st));
+        json_error_t je;
+        json_t *v = json_loads(out, JSON_DECODE_ANY, &je);
+        if (!v)
+            fail_msg("not JSON: %s (%s)", out, je.text);
+        if (!validate(schema, schema, v))
+            fail_msg("does not validate: %s", out);
+        n_opt += json_object_get(v, "opt") != NULL;
+        json_decref(v);
+    }
+    assert_true(n_opt > 0 && n_opt < 200); /* optional properties come and go */
+    json_decref(schema);
+    gram_unref(g);
+    free_vocab(&w);
+}
+
+static void test_schema_errors(void **state)
+{
+    (void)state;
+    assert_int_equal(schema_error("{\"type\":\"object\",\"properties\":{\"x\":{\"not\":{}}}}",
+                                  "keyword 'not' is not supported (at /properties/x)"),
+                     MF_EUNSUPPORTED);
+    schema_error("{\"type\":\"object\",\"properties\":{},\"required\":[\"a\"],"
+                 "\"additionalProperties\":false}",
+                 "required property 'a'");
+    schema_error("{\"$ref\":\"#/$defs/missing\"}", "points at nothing");
+    schema_error("{\"$ref\":\"http://x/y\"}", "only local references");
+    schema_error("{\"type\":\"strin\"}", "unknown type 'strin'");
+    schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer");
+    schema_error("{\"type\":\"string\",\"format\":\"email\"}", "format 'email'");
+    schema_error("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "lookaround");
+    schema_error("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreference");
+    schema_error("{\"type\":\"array\",\"minItems\":-1}", "non-negative integer");
+    schema_error("{\"uniqueItems\":true}", "'uniqueItems'");
+}
+
+static void test_json_mode(void **state)
+{
+    (void)state;
+    struct mf_buf src;
+    struct mf_err err = {0};
+    mf_buf_init(&src, 1 << 20);
+    assert_int_equal(gram_json_gbnf(1, &src, &err), 0);
+    struct gram *g = compile(src.data, NULL);
+    assert_int_equal(match(g, "{\"a\": [1, -2.5e+3, true, null, \"\\u00e9\\n\"], \"b\": {}}"), 1);
+    assert_int_equal(match(g, "[1]"), -1);
+    assert_int_equal(match(g, "{\"a\":01}"), -1);
+    assert_int_equal(match(g, "{\"a\":\"\x01\"}"), -1);
+    assert_int_equal(match(g, "{\"a\":"), 0);
+    gram_unref(g);
+    mf_buf_free(&src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gbnf_basics),
-        cmocka_unit_test(test_gbnf_utf8),
-        cmocka_unit_test(test_gbnf_errors),
-        cmocka_unit_test(test_mask_brute_force),
+        cmocka_unit_test(test_gbnf_basics),     cmocka_unit_test(test_gbnf_utf8),
+        cmocka_unit_test(test_gbnf_errors),     cmocka_unit_test(test_mask_brute_force),
+        cmocka_unit_test(test_schema_integers), cmocka_unit_test(test_schema_random_outputs),
+        cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_json_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,19 @@ int sampler_new(struct sampler **out, int32_t n_vocab, const struct sampler_para
 /* Accepts NULL. */
 void sampler_free(struct sampler *s);
 
+struct gram;
+
+/* Constrains s by grammar g (runtime/grammar/gram.h; s takes a reference):
+ * the first n_skip tokens accepted (the prompt) are not fed to it, every
+ * later one advances its state, and each draw sees only the tokens the
+ * state allows (the end-of-generation ones only where the grammar may
+ * end). A draw fails when the state allows nothing. Such a sampler draws
+ * on the host (sampler_draw_ok is 0). MF_ENOMEM, or g's error. */
+int sampler_set_grammar(struct sampler *s, struct gram *g, int32_t n_skip, struct mf_err *err);
+/* 0: no grammar; 1: *accepting set (1 when the output is a whole
+ * sentence); -1: the output left the grammar. */
+int sampler_grammar_state(const struct sampler *s, int *accepting);
+
 /* Adds a token to the penalty history (prompt tokens, then each sampled
  * token); only the last repeat_last_n are kept. Ignores ids out of range. */
 void sampler_accept(struct sampler *s, int32_t token);

@@ -66,6 +66,8 @@ struct gram;
 int gram_new(const char *src, size_t len, const struct gram_vocab *v, struct gram **out,
              struct mf_err *err);
 struct gram *gram_ref(struct gram *g);
+/* Tokens in the grammar's vocabulary (0 without one). */
+int32_t gram_n_vocab(const struct gram *g);
 /* Drops a reference; the last frees. Accepts NULL. */
 void gram_unref(struct gram *g);
 
@@ -116,6 +118,13 @@ void gram_stats(struct gram *g, struct gram_stats *out);
  * schema MF_EINVAL. */
 int gram_schema_gbnf(const json_t *schema, const char *where, struct mf_buf *out,
                      struct mf_err *err);
+/* The rules of gram_schema_gbnf alone, numbered from *next_rule + 1 (r<N>,
+ * p<N>; *next_rule is advanced), so several schemas share one grammar;
+ * *root_rule is the schema's rule. They use the shared JSON rules, which
+ * gram_json_shared appends (once per grammar). */
+int gram_schema_rules(const json_t *schema, const char *where, int *next_rule, int *root_rule,
+                      struct mf_buf *out, struct mf_err *err);
+int gram_json_shared(struct mf_buf *out, struct mf_err *err);
 /* GBNF for any JSON value (object_only: any JSON object), as JSON mode. */
 int gram_json_gbnf(int object_only, struct mf_buf *out, struct mf_err *err);
 

@@ -424,6 +424,11 @@ int gram_new(const char *src, size_t len, const struct gram_vocab *v, struct gra
     return 0;
 }
 
+int32_t gram_n_vocab(const struct gram *g)
+{
+    return g->v ? g->v->n_vocab : 0;
+}
+
 struct gram *gram_ref(struct gram *g)
 {
     atomic_fetch_add(&g->refs, 1);

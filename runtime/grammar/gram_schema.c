@@ -982,24 +982,44 @@ static int gen(struct sc *c, const json_t *s, const char *ptr, int *rule)
     return rc;
 }
 
-int gram_schema_gbnf(const json_t *schema, const char *where, struct mf_buf *out,
-                     struct mf_err *err)
+int gram_schema_rules(const json_t *schema, const char *where, int *next_rule, int *root_rule,
+                      struct mf_buf *out, struct mf_err *err)
 {
-    struct sc c = {.root = schema, .where = where, .err = err};
+    struct sc c = {.root = schema, .where = where, .err = err, .n_rules = *next_rule};
     int rule = 0, rc;
     mf_buf_init(&c.all, GBNF_MAX);
     c.cur = &c.all;
     rc = gen(&c, schema, "", &rule);
     if (!rc)
-        rc = mf_buf_printf(out, err, "root ::= r%d\n", rule);
-    if (!rc)
         rc = mf_buf_append(out, c.all.data, c.all.len, err);
-    if (!rc)
-        rc = mf_buf_puts(out, SHARED, err);
     mf_buf_free(&c.all);
     for (size_t i = 0; i < c.n_refs; i++)
         free(c.refs[i].ref);
     free(c.refs);
+    *next_rule = c.n_rules;
+    *root_rule = rule;
+    return rc;
+}
+
+int gram_json_shared(struct mf_buf *out, struct mf_err *err)
+{
+    return mf_buf_puts(out, SHARED, err);
+}
+
+int gram_schema_gbnf(const json_t *schema, const char *where, struct mf_buf *out,
+                     struct mf_err *err)
+{
+    int next = 0, rule = 0, rc;
+    struct mf_buf rules;
+    mf_buf_init(&rules, GBNF_MAX);
+    rc = gram_schema_rules(schema, where, &next, &rule, &rules, err);
+    if (!rc)
+        rc = mf_buf_printf(out, err, "root ::= r%d\n", rule);
+    if (!rc)
+        rc = mf_buf_append(out, rules.data, rules.len, err);
+    if (!rc)
+        rc = mf_buf_puts(out, SHARED, err);
+    mf_buf_free(&rules);
     return rc;
 }
 

@@ -2,14 +2,14 @@
 ## Settings and request parsing live in the runtime library (unit tests and
 ## fuzz_serve_json link them); the HTTP layer is mfc-serve's own.
 libmfc_runtime_a_SOURCES += runtime/serve/serve.h runtime/serve/serve_config.c runtime/serve/serve_req.c \
-	runtime/serve/serve_embed_req.c runtime/serve/serve_device.c
+	runtime/serve/serve_embed_req.c runtime/serve/serve_device.c runtime/serve/serve_tools.c
 
 ## mfc-serve sits at the top of the build dir: `mfc build` takes the
 ## mfc-serve next to mfc as the image's runtime layer.
 bin_PROGRAMS += mfc-serve
 mfc_serve_SOURCES = runtime/serve/serve_main.c runtime/serve/serve.c runtime/serve/serve_int.h \
 	runtime/serve/serve_load.c runtime/serve/serve_gen.c runtime/serve/serve_openai.c runtime/serve/serve_ollama.c \
-	runtime/serve/serve_metrics.c runtime/serve/serve_embed.c
+	runtime/serve/serve_metrics.c runtime/serve/serve_embed.c runtime/serve/serve_grammar.c
 mfc_serve_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(MHD_CFLAGS)
 mfc_serve_LDADD = $(MFC_RUNTIME_LIBS) $(MHD_LIBS) $(PTHREAD_LIBS)
 

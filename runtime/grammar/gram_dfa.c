@@ -38,7 +38,7 @@ struct dstate {
     uint32_t hash;
     uint8_t accept; /* the empty stack is in the set */
     uint8_t cont;   /* a non-empty stack is */
-    uint32_t *tr;   /* owned: 256 next states, UNKNOWN until computed; NULL: none yet */
+    uint32_t *tr;   /* owned: 256 next states, UNKNOWN until computed; NULL: dead */
     uint32_t *mask; /* owned: cached token mask, or NULL */
 };
 
@@ -62,7 +62,8 @@ struct gram {
     uint32_t seen_cap, gen;
     uint32_t *work, *acc; /* scratch lists */
     size_t cap_work, cap_acc;
-    uint32_t *walk; /* per trie depth: DFA state */
+    uint32_t *walk;           /* per trie depth: DFA state */
+    const uint32_t **walk_tr; /* per trie depth: that state's transitions */
     size_t mask_bytes;
     struct gram_stats stats;
     struct mf_err broken; /* a limit was hit: every later call fails with this */
@@ -317,13 +318,19 @@ static uint32_t intern_state(struct gram *g, uint32_t *set, size_t n)
             return g->shash[i];
         i = (i + 1) & (g->shash_cap - 1);
     }
-    if (g->n_st >= GRAM_MAX_STATES || pool_reserve(g, n))
+    uint32_t *tr = malloc(256 * sizeof *tr);
+    if (!tr || g->n_st >= GRAM_MAX_STATES || pool_reserve(g, n)) {
+        free(tr);
         return UNKNOWN;
+    }
+    memset(tr, 0xff, 256 * sizeof *tr);
     if (g->n_st == g->cap_st) {
         uint32_t c = g->cap_st * 2;
         struct dstate *ns = realloc(g->st, (size_t)c * sizeof *ns);
-        if (!ns)
+        if (!ns) {
+            free(tr);
             return UNKNOWN;
+        }
         g->st = ns;
         g->cap_st = c;
     }
@@ -333,6 +340,7 @@ static uint32_t intern_state(struct gram *g, uint32_t *set, size_t n)
     s->off = (uint32_t)g->n_pool;
     s->n = (uint32_t)n;
     s->hash = h;
+    s->tr = tr;
     s->accept = set[0] == 0;
     s->cont = set[n - 1] != 0;
     memcpy(g->pool + g->n_pool, set, n * sizeof *set);
@@ -345,12 +353,8 @@ static uint32_t intern_state(struct gram *g, uint32_t *set, size_t n)
 /* The state after byte b from state s (computed and stored on first use). */
 static uint32_t step_slow(struct gram *g, uint32_t s, unsigned b)
 {
-    if (!g->st[s].tr) {
-        uint32_t *tr = malloc(256 * sizeof *tr);
-        if (!tr)
-            return UNKNOWN;
-        memset(tr, 0xff, 256 * sizeof *tr);
-        g->st[s].tr = tr;
+    if (!g->st[s].tr) { /* the dead state: nothing leads out */
+        return GRAM_DEAD;
     }
     /* the candidate set is gathered in a private buffer: closure() reuses
        g->acc and the pool may move */
@@ -413,7 +417,8 @@ int gram_new(const char *src, size_t len, const struct gram_vocab *v, struct gra
     g->cap_st = 256;
     g->st = calloc(g->cap_st, sizeof *g->st);
     g->walk = v ? malloc(((size_t)v->max_depth + 2) * sizeof *g->walk) : NULL;
-    if (!g->nodes || !g->seen || !g->st || (v && !g->walk)) {
+    g->walk_tr = v ? malloc(((size_t)v->max_depth + 2) * sizeof *g->walk_tr) : NULL;
+    if (!g->nodes || !g->seen || !g->st || (v && (!g->walk || !g->walk_tr))) {
         gram_unref(g);
         return mf_err_set(err, MF_ENOMEM, "grammar: out of memory");
     }
@@ -452,6 +457,7 @@ void gram_unref(struct gram *g)
     free(g->work);
     free(g->acc);
     free(g->walk);
+    free(g->walk_tr);
     gram_rules_free(&g->r);
     pthread_mutex_destroy(&g->mu);
     free(g);
@@ -569,21 +575,33 @@ static int walk(struct gram *g, uint32_t s0, uint32_t *mask)
 {
     const struct gram_vocab *v = g->v;
     uint32_t *st = g->walk;
-    size_t visits = 0;
+    const uint32_t **tr = g->walk_tr; /* per depth: the state's transitions (never move) */
+    const uint8_t *byte = v->byte;
+    const uint16_t *depth = v->depth;
+    const uint32_t *next = v->next, *tok_off = v->tok_off;
+    const int32_t *tok_ids = v->tok_ids;
+    size_t visits = 0, n = v->n_nodes;
     st[0] = s0;
-    for (size_t i = 0; i < v->n_nodes;) {
-        uint32_t d = v->depth[i];
-        uint32_t t = step(g, st[d - 1], v->byte[i]);
+    tr[0] = g->st[s0].tr;
+    if (!tr[0])
+        return 0; /* dead: nothing */
+    for (size_t i = 0; i < n;) {
+        uint32_t d = depth[i];
+        uint32_t t = tr[d - 1][byte[i]];
         visits++;
+        if (t == UNKNOWN) {
+            t = step_slow(g, st[d - 1], byte[i]);
+            if (t == UNKNOWN)
+                return -1;
+        }
         if (t == GRAM_DEAD) {
-            i = v->next[i];
+            i = next[i];
             continue;
         }
-        if (t == UNKNOWN)
-            return -1;
         st[d] = t;
-        for (uint32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) {
-            uint32_t id = (uint32_t)v->tok_ids[k];
+        tr[d] = g->st[t].tr;
+        for (uint32_t k = tok_off[i], e = tok_off[i + 1]; k < e; k++) {
+            uint32_t id = (uint32_t)tok_ids[k];
             mask[id >> 5] |= 1u << (id & 31);
         }
         i++;

@@ -14,3 +14,16 @@ TESTS += tests/unit/test_gram
 ## Fuzzing: tests/fuzz/run builds fuzz_gbnf and fuzz_schema.
 EXTRA_DIST += tests/fuzz/fuzz_gbnf.c tests/fuzz/corpus/gbnf tests/fuzz/fuzz_schema.c \
 	tests/fuzz/corpus/schema
+
+## bench/grammar: a constrained decode step against an unconstrained one on
+## the CPU engine (`make bench-grammar`; bench/README.md has the figures)
+noinst_PROGRAMS += bench/grammar
+bench_grammar_SOURCES = bench/grammar.c
+bench_grammar_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+bench_grammar_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
+.PHONY: bench-grammar
+bench-grammar: bench/grammar$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
+	d=$${MFC_BENCH_DIR:-$$HOME/.cache/mfc-bench}; mkdir -p $$d; \
+	[ -f $$d/toy-llama3.gguf ] || ./tests/tools/mkmodel$(EXEEXT) -o $$d/toy-llama3.gguf \
+	    --preset toy --vocab-json $(top_srcdir)/../shared/data/vocab/llama3-tokenizer.json; \
+	./bench/grammar$(EXEEXT) $$d/toy-llama3.gguf

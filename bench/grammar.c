@@ -1,0 +1,293 @@
+/*
+ * grammar.c (bench/grammar): what constrained decoding costs on the CPU
+ * engine. One GGUF (mkmodel's toy shape with Llama 3's 128k vocabulary, the
+ * hard case for masks), the CPU backend, the engine, Ollama's sampler chain
+ * at temperature 1. For batch sizes B, B requests of T tokens each decode
+ * (ignore_eos, so every run makes B x T tokens) without a grammar, then
+ * with a JSON-schema grammar and with JSON mode: the first constrained pass
+ * on a fresh grammar (cold: every mask state is new) and a second pass over
+ * the same grammar object (warm: the masks are cached, as for an agent's
+ * repeated schema). Reports ms per engine step and the ratio to the
+ * unconstrained run, and the grammar's work counters. Not a test.
+ *
+ *   bench/grammar MODEL.gguf [--batch 1,64] [--tokens 64] [--threads 2] [--runs 3]
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/buf.h"
+#include "common/gguf.h"
+#include "runtime/engine/backend.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/sampler.h"
+#include "runtime/grammar/gram.h"
+#include "runtime/model/model.h"
+#include "text/tokenizer.h"
+
+static const char SCHEMA[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\",\"maxLength\":400},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":40}},"
+    "\"notes\":{\"type\":\"string\"}},"
+    "\"required\":[\"name\",\"age\",\"tags\",\"notes\"],\"additionalProperties\":false}";
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
+{
+    return backend_step(ctx, b, err);
+}
+
+struct run {
+    double s;        /* wall seconds */
+    uint64_t steps;  /* engine steps */
+    uint64_t tokens; /* tokens made */
+};
+
+/* B requests of T tokens; g NULL: unconstrained. */
+static int run_batch(struct engine *e, int32_t n_vocab, int B, int T, struct gram *g,
+                     uint64_t seed0, struct run *out)
+{
+    uint64_t ids[256];
+    struct engine_metrics m0, m1;
+    struct mf_err err = {0};
+    int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    engine_metrics(e, &m0);
+    double t0 = now();
+    for (int i = 0; i < B; i++) {
+        struct sampler_params sp;
+        struct sampler *smp;
+        sampler_params_default(&sp);
+        sp.temperature = 1.0f;
+        sp.seed = seed0 + (uint64_t)i;
+        prompt[7] = 100 + i; /* distinct prompts: no prefix-cache sharing effects */
+        if (sampler_new(&smp, n_vocab, &sp, &err) || (g && sampler_set_grammar(smp, g, 8, &err))) {
+            fprintf(stderr, "sampler: %s\n", err.msg);
+            return -1;
+        }
+        struct engine_request rq = {
+            .prompt = prompt, .n_prompt = 8, .max_tokens = T, .ignore_eos = 1, .sampling = smp};
+        if (engine_submit(e, &rq, &ids[i], &err)) {
+            fprintf(stderr, "submit: %s\n", err.msg);
+            return -1;
+        }
+    }
+    out->tokens = 0;
+    for (int i = 0; i < B; i++) {
+        for (;;) {
+            struct engine_event ev;
+            struct engine_summary sum;
+            if (engine_next(e, ids[i], -1, &ev, &sum, &err)) {
+                fprintf(stderr, "next: %s\n", err.msg);
+                return -1;
+            }
+            if (ev.token >= 0)
+                out->tokens++;
+            if (ev.finish != SCHED_FINISH_NONE) {
+                if (ev.finish == SCHED_FINISH_ERROR) {
+                    fprintf(stderr, "request failed: %s\n", sum.err.msg);
+                    return -1;
+                }
+                break;
+            }
+        }
+    }
+    out->s = now() - t0;
+    engine_metrics(e, &m1);
+    out->steps = m1.steps - m0.steps;
+    return 0;
+}
+
+static int new_grammar(const char *which, const struct gram_vocab *v, struct gram **g)
+{
+    struct mf_buf src;
+    struct mf_err err = {0};
+    int rc;
+    mf_buf_init(&src, 1 << 22);
+    if (!strcmp(which, "schema")) {
+        json_t *s = json_loads(SCHEMA, 0, NULL);
+        rc = gram_schema_gbnf(s, "schema", &src, &err);
+        json_decref(s);
+    } else {
+        rc = gram_json_gbnf(1, &src, &err);
+    }
+    if (!rc)
+        rc = gram_new(src.data, src.len, v, g, &err);
+    if (rc)
+        fprintf(stderr, "grammar: %s\n", err.msg);
+    mf_buf_free(&src);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL;
+    int batches[8] = {1, 64}, n_batches = 2, T = 64, threads = 2, runs = 3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            n_batches = 0;
+            for (char *p = argv[++i]; *p && n_batches < 8;) {
+                batches[n_batches++] = (int)strtol(p, &p, 10);
+                if (*p == ',')
+                    p++;
+            }
+        } else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+            T = (int)strtol(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = (int)strtol(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+            runs = (int)strtol(argv[++i], NULL, 10);
+        } else if (argv[i][0] != '-' && !path) {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "usage: bench/grammar MODEL.gguf [--batch 1,64] [--tokens N] "
+                            "[--threads N] [--runs N]\n");
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: bench/grammar MODEL.gguf [--batch 1,64] [--tokens N]\n");
+        return 2;
+    }
+    struct mf_err err = {0};
+    struct model *m = NULL;
+    struct tok *tok = NULL;
+    struct gram_vocab *v = NULL;
+    if (model_open(path, &m, &err) || tok_load_gguf(m->gf, &tok, &err) ||
+        gram_vocab_new(tok, &v, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    double tv = now();
+    gram_vocab_free(v);
+    gram_vocab_new(tok, &v, &err);
+    tv = now() - tv;
+    int maxb = 0;
+    for (int i = 0; i < n_batches; i++)
+        maxb = batches[i] > maxb ? batches[i] : maxb;
+    int32_t blocks = (int32_t)(maxb * ((8 + T) / 16 + 2));
+    struct backend_config bc = {
+        .n_threads = threads, .max_tokens = 512 > maxb ? 512 : maxb, .max_seqs = maxb};
+    struct backend *be = NULL;
+    int32_t n_blocks = 0;
+    bc.kv_bytes = (uint64_t)blocks * backend_kv_block_bytes(m, bc.kv_type);
+    if (backend_create(&cpu_backend_ops, m, &bc, &be, &err) ||
+        backend_kv_alloc(be, &n_blocks, &err)) {
+        fprintf(stderr, "backend: %s\n", err.msg);
+        return 1;
+    }
+    struct engine_config ec = {0};
+    ec.sched.max_num_seqs = maxb;
+    ec.sched.max_num_batched_tokens = bc.max_tokens;
+    ec.sched.max_model_len = 8 + T + 16;
+    ec.sched.max_waiting = 1024;
+    ec.n_kv_blocks = n_blocks;
+    struct engine_model em = {
+        .ctx = be, .n_vocab = (int32_t)m->hp.n_vocab, .n_loras = m->n_loras, .step = step_fn};
+    struct engine *e = NULL;
+    if (engine_open(&ec, &em, &engine_sampler_std, &e, &err)) {
+        fprintf(stderr, "engine: %s\n", err.msg);
+        return 1;
+    }
+    printf("model %s: vocab %d, embd %d, layers %d; vocabulary trie %zu nodes, built in %.0f ms; "
+           "%d threads, %d tokens per request, best of %d\n",
+           path, (int)m->hp.n_vocab, (int)m->hp.n_embd, (int)m->hp.n_layer, gram_vocab_nodes(v),
+           tv * 1e3, threads, T, runs);
+    { /* one mask on its own: the state inside a JSON string, fresh and again */
+        struct gram *g = NULL;
+        uint32_t *words = calloc(((size_t)gram_vocab_size(v) + 31) / 32, sizeof *words);
+        if (new_grammar("json", v, &g) || !words)
+            return 1;
+        uint32_t st = gram_start(g, &err);
+        st = gram_feed(g, st, "{\"key\": \"te", 11, &err);
+        for (int k = 0; k < 3; k++) {
+            struct gram_stats s0, s1;
+            struct gram *g2 = NULL;
+            new_grammar("json", v, &g2); /* a fresh grammar: transitions and masks cold */
+            uint32_t st2 = gram_feed(g2, gram_start(g2, &err), "{\"key\": \"te", 11, &err);
+            gram_stats(g2, &s0);
+            double t = now();
+            gram_mask(g2, st2, words, &err);
+            double cold = now() - t;
+            gram_stats(g2, &s1);
+            /* a new state of a grammar whose transitions are known: the walk alone */
+            gram_mask(g, st, words, &err);
+            uint32_t st3 = gram_feed(g, st, "x", 1, &err);
+            (void)st3;
+            struct gram *g3 = NULL;
+            new_grammar("json", v, &g3);
+            uint32_t a = gram_feed(g3, gram_start(g3, &err), "{\"key\": \"te", 11, &err);
+            uint32_t b = gram_feed(g3, gram_start(g3, &err), "{\"key\": [\"te", 12, &err);
+            gram_mask(g3, a, words, &err);
+            t = now();
+            gram_mask(g3, b, words, &err); /* same string state, other stack: new state, warm
+                                              transitions for the string part */
+            double walk = now() - t;
+            if (k == 2)
+                printf("one mask inside a JSON string: %.2f ms fresh (%" PRIu64
+                       " trie nodes visited, %.1f ns each), %.2f ms for a new state over known "
+                       "transitions\n",
+                       cold * 1e3, s1.trie_visits - s0.trie_visits,
+                       cold * 1e9 / (double)(s1.trie_visits - s0.trie_visits), walk * 1e3);
+            gram_unref(g2);
+            gram_unref(g3);
+        }
+        gram_unref(g);
+        free(words);
+    }
+    printf("| batch | grammar | pass | ms/step | x unconstrained | masks built | mask hits | "
+           "trie nodes visited |\n|---:|---|---|---:|---:|---:|---:|---:|\n");
+    for (int bi = 0; bi < n_batches; bi++) {
+        int B = batches[bi];
+        struct run base = {0}, r;
+        for (int k = 0; k < runs; k++) { /* unconstrained: best of runs */
+            if (run_batch(e, em.n_vocab, B, T, NULL, 1000 + (uint64_t)k, &r))
+                return 1;
+            if (k == 0 || r.s / (double)r.steps < base.s / (double)base.steps)
+                base = r;
+        }
+        double base_ms = base.s * 1e3 / (double)base.steps;
+        printf("| %d | none | - | %.3f | 1.00 | - | - | - |\n", B, base_ms);
+        const char *kinds[] = {"schema", "json"};
+        for (int ki = 0; ki < 2; ki++) {
+            struct gram *g = NULL;
+            if (new_grammar(kinds[ki], v, &g))
+                return 1;
+            for (int pass = 0; pass < 2; pass++) {
+                struct gram_stats s0, s1;
+                struct run best = {0};
+                int reps = pass == 0 ? 1 : runs; /* cold happens once per grammar */
+                gram_stats(g, &s0);
+                for (int k = 0; k < reps; k++) {
+                    if (run_batch(e, em.n_vocab, B, T, g, (pass ? 5000 : 1000) + 100 * (uint64_t)k,
+                                  &r))
+                        return 1;
+                    if (k == 0 || r.s / (double)r.steps < best.s / (double)best.steps)
+                        best = r;
+                }
+                gram_stats(g, &s1);
+                double ms = best.s * 1e3 / (double)best.steps;
+                printf("| %d | %s | %s | %.3f | %.2f | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " |\n",
+                       B, kinds[ki], pass ? "warm" : "cold", ms, ms / base_ms,
+                       s1.mask_builds - s0.mask_builds, s1.mask_hits - s0.mask_hits,
+                       s1.trie_visits - s0.trie_visits);
+            }
+            gram_unref(g);
+        }
+    }
+    engine_close(e);
+    backend_free(be);
+    gram_vocab_free(v);
+    tok_free(tok);
+    model_close(m);
+    return 0;
+}

@@ -17,10 +17,11 @@ check_PROGRAMS += tests/unit/test_serve
 tests_unit_test_serve_SOURCES = tests/unit/test_serve.c
 tests_unit_test_serve_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_serve_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
-TESTS += tests/unit/test_serve tests/cli/serve.bats tests/cli/serve-embed.bats tests/cli/structured.bats
+TESTS += tests/unit/test_serve tests/cli/serve.bats tests/cli/serve-embed.bats tests/cli/structured.bats \
+	tests/cli/context.bats
 EXTRA_DIST += tests/cli/serve.bats tests/fuzz/fuzz_serve_json.c tests/fuzz/corpus/serve_json \
 	tests/cli/serve-embed.bats tests/tools/llama-embed.mjs tests/tools/embed-client.mjs \
-	tests/cli/structured.bats tests/tools/node/structured-client.mjs
+	tests/cli/structured.bats tests/tools/node/structured-client.mjs tests/cli/context.bats
 
 ## MFC_DEVICE's decision (serve_device.c), without a GPU
 check_PROGRAMS += tests/unit/test_serve_device

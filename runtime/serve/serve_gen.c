@@ -72,8 +72,23 @@ static void on_notify(void *user)
 
 /* ---- prompt ---- */
 
-static int render_chat(struct serve_gen *g, const struct tmpl *t, struct mf_buf *text,
-                       struct mf_err *err)
+/* Messages of a chat that context truncation may drop: all but system
+ * messages and the last message. */
+static size_t droppable(const struct serve_gen *g)
+{
+    const struct serve_req *rq = &g->rq;
+    size_t n = json_array_size(g->s->cfg.messages), k = 0;
+    for (size_t i = 0; i < rq->n_msgs; i++)
+        k += strcmp(rq->msgs[i].role, "system") != 0;
+    k += n;
+    return k > 0 ? k - 1 : 0;
+}
+
+/* Renders the chat without its first `drop` non-system messages (the
+ * model.yaml MESSAGEs, then the request's): Ollama's truncation keeps the
+ * system prompt and the newest turns. */
+static int render_chat(struct serve_gen *g, const struct tmpl *t, size_t drop,
+                       struct mf_buf *text, struct mf_err *err)
 {
     struct serve *s = g->s;
     struct serve_req *rq = &g->rq;
@@ -103,11 +118,19 @@ static int render_chat(struct serve_gen *g, const struct tmpl *t, struct mf_buf 
             msgs[n++] = (struct tmpl_message){.role = "system", .content = s->cfg.system};
         for (size_t i = 0; i < n_cfg; i++) {
             json_t *m = json_array_get(s->cfg.messages, i);
+            const char *role = json_string_value(json_object_get(m, "role"));
+            if (drop && role && strcmp(role, "system")) {
+                drop--;
+                continue;
+            }
             msgs[n++] = (struct tmpl_message){
-                .role = json_string_value(json_object_get(m, "role")),
-                .content = json_string_value(json_object_get(m, "content"))};
+                .role = role, .content = json_string_value(json_object_get(m, "content"))};
         }
         for (size_t i = 0; i < rq->n_msgs; i++) {
+            if (drop && strcmp(rq->msgs[i].role, "system")) {
+                drop--;
+                continue;
+            }
             msgs[n++] = (struct tmpl_message){.role = rq->msgs[i].role,
                                               .content = rq->msgs[i].content,
                                               .tool_name = rq->msgs[i].tool_name};
@@ -137,8 +160,8 @@ static int render_chat(struct serve_gen *g, const struct tmpl *t, struct mf_buf 
     return rc;
 }
 
-/* Fills g->prompt. */
-static int build_prompt(struct serve_gen *g, struct mf_err *err)
+/* Fills g->prompt, rendering chats without their first `drop` messages. */
+static int build_prompt_drop(struct serve_gen *g, size_t drop, struct mf_err *err)
 {
     struct serve *s = g->s;
     struct serve_req *rq = &g->rq;
@@ -171,7 +194,7 @@ static int build_prompt(struct serve_gen *g, struct mf_err *err)
             t = own;
         }
         if (!rc)
-            rc = render_chat(g, t, &text, err);
+            rc = render_chat(g, t, drop, &text, err);
         if (rc && rc != MF_ENOMEM)
             rc = MF_EINVAL;
     }
@@ -197,6 +220,56 @@ static int build_prompt(struct serve_gen *g, struct mf_err *err)
                    "This model's maximum context length is %d tokens; the prompt is longer",
                    (int)s->n_ctx);
     return rc;
+}
+
+static int is_chat_api(const struct serve_gen *g)
+{
+    return g->rq.api == SERVE_OAI_CHAT || g->rq.api == SERVE_OLLAMA_CHAT;
+}
+
+/* Fills g->prompt. A chat longer than the context loses its oldest
+ * non-system messages, as few as make it fit (a binary search: fewer
+ * messages never make a longer prompt), as Ollama does; one whose last
+ * message alone does not fit is MF_ERANGE. */
+static int build_prompt(struct serve_gen *g, struct mf_err *err)
+{
+    int rc = build_prompt_drop(g, 0, err);
+    int32_t n_ctx = g->s->n_ctx;
+    if (!rc && (int64_t)g->prompt.n < n_ctx)
+        return 0;
+    if ((rc && rc != MF_ERANGE) || !is_chat_api(g) || droppable(g) == 0) {
+        if (!rc)
+            rc = mf_err_set(err, MF_ERANGE,
+                            "This model's maximum context length is %d tokens; the prompt has %zu",
+                            (int)n_ctx, g->prompt.n);
+        return rc;
+    }
+    size_t lo = 1, hi = droppable(g), best = 0;
+    while (lo <= hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        tok_ids_free(&g->prompt);
+        rc = build_prompt_drop(g, mid, err);
+        if (!rc && (int64_t)g->prompt.n < n_ctx) {
+            best = mid;
+            hi = mid - 1;
+        } else if (!rc || rc == MF_ERANGE) {
+            lo = mid + 1;
+        } else {
+            return rc;
+        }
+    }
+    tok_ids_free(&g->prompt);
+    if (!best)
+        return mf_err_set(err, MF_ERANGE,
+                          "This model's maximum context length is %d tokens; the last message "
+                          "(with the system prompt) does not fit in it",
+                          (int)n_ctx);
+    if ((rc = build_prompt_drop(g, best, err)))
+        return rc;
+    mf_log_info(&g->s->log, "chat longer than the context (%d tokens): dropped the oldest %zu "
+                            "message(s)",
+                (int)n_ctx, best);
+    return 0;
 }
 
 /* ---- sampling ---- */

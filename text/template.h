@@ -114,6 +114,7 @@ struct tmpl_message {
     const char *thinking;          /* may be NULL */
     struct tmpl_value *tool_calls; /* borrowed list, or NULL for none */
     const char *tool_name;         /* may be NULL */
+    const char *tool_call_id;      /* a tool result's call id; may be NULL */
 };
 
 struct tmpl_chat {

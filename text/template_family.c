@@ -19,7 +19,10 @@
  * prints today's date when the engine defines strftime_now and this one
  * prints its fallback, 26 Jul 2024, as Llama 3.1's does. The test
  * test_template_jinja checks all of it against @huggingface/jinja.
- * Tools are not rendered (.Tools is accepted and ignored).
+ * With tools (.Tools, assistant .ToolCalls, tool results), llama3.1, qwen2.5
+ * and mistral-nemo render what their Jinja renders for tools, arguments and
+ * results, through mfc's tojson (Jinja's tojson: Python's separators); the
+ * other families do not use .Tools, so a request with tools is refused.
  */
 #include "text/template.h"
 
@@ -36,19 +39,37 @@ static const char *const stops_llama3[] = {"<|start_header_id|>", "<|end_header_
 
 static const char tmpl_llama3_1[] =
     "{{- $skip := -1 }}\n"
-    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ "
-    "end }}{{ end }}{{ end -}}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ end }}{{ end }}{{ end -}}\n"
     "<|start_header_id|>system<|end_header_id|>\n"
     "\n"
-    "Cutting Knowledge Date: December 2023\n"
+    "{{ if .Tools }}Environment: ipython\n"
+    "{{ end }}Cutting Knowledge Date: December 2023\n"
     "Today Date: 26 Jul 2024\n"
     "\n"
     "{{ if eq $skip 0 }}{{ (index .Messages 0).Content }}{{ end }}<|eot_id|>\n"
+    "{{- $first := true }}\n"
     "{{- range $i, $m := .Messages }}\n"
-    "{{- if ne $i $skip }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n"
+    "{{- if eq $i $skip }}\n"
+    "{{- else if and $.Tools $first }}<|start_header_id|>user<|end_header_id|>\n"
+    "\n"
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n"
+    "\n"
+    "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n"
+    "\n"
+    "{{ range $.Tools }}{{ tojson . 4 }}\n"
+    "\n"
+    "{{ end }}{{ .Content }}<|eot_id|>\n"
+    "{{- else if .ToolCalls }}<|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    "{{ range .ToolCalls }}{\"name\": \"{{ .Function.Name }}\", \"parameters\": {{ tojson .Function.Arguments }}}{{ end }}<|eot_id|>\n"
+    "{{- else if eq .Role \"tool\" }}<|start_header_id|>ipython<|end_header_id|>\n"
+    "\n"
+    "{{ tojson .Content }}<|eot_id|>\n"
+    "{{- else }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n"
     "\n"
     "{{ .Content }}<|eot_id|>\n"
     "{{- end }}\n"
+    "{{- if ne $i $skip }}{{ $first = false }}{{ end }}\n"
     "{{- end }}<|start_header_id|>assistant<|end_header_id|>\n"
     "\n";
 
@@ -107,15 +128,53 @@ static const char *const stops_functionary_v3_2[] = {"<|start_header_id|>", "<|e
 static const char tmpl_qwen2_5[] =
     "{{- $skip := -1 }}\n"
     "{{- $sys := \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\" }}\n"
-    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ "
-    "$sys = .Content }}{{ end }}{{ end }}{{ end -}}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ $sys = .Content }}{{ end }}{{ end }}{{ end -}}\n"
     "<|im_start|>system\n"
-    "{{ $sys }}<|im_end|>\n"
-    "{{ range $i, $m := .Messages }}\n"
-    "{{- if ne $i $skip }}<|im_start|>{{ .Role }}\n"
+    "{{ $sys }}\n"
+    "{{- if .Tools }}\n"
+    "\n"
+    "# Tools\n"
+    "\n"
+    "You may call one or more functions to assist with the user query.\n"
+    "\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n"
+    "{{- range .Tools }}\n"
+    "{{ tojson . }}\n"
+    "{{- end }}\n"
+    "</tools>\n"
+    "\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call>\n"
+    "{{- end }}<|im_end|>\n"
+    "{{ $prev := \"\" }}\n"
+    "{{- range $i, $m := .Messages }}\n"
+    "{{- if and (eq $prev \"tool\") (ne .Role \"tool\") }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- if eq $i $skip }}\n"
+    "{{- else if eq .Role \"tool\" }}\n"
+    "{{- if ne $prev \"tool\" }}<|im_start|>user{{ end }}\n"
+    "<tool_response>\n"
+    "{{ .Content }}\n"
+    "</tool_response>\n"
+    "{{- else if and (eq .Role \"assistant\") .ToolCalls }}<|im_start|>assistant\n"
+    "{{- if .Content }}\n"
+    "{{ .Content }}\n"
+    "{{- end }}\n"
+    "{{- range .ToolCalls }}\n"
+    "<tool_call>\n"
+    "{\"name\": \"{{ .Function.Name }}\", \"arguments\": {{ tojson .Function.Arguments }}}\n"
+    "</tool_call>\n"
+    "{{- end }}<|im_end|>\n"
+    "{{ else }}<|im_start|>{{ .Role }}\n"
     "{{ .Content }}<|im_end|>\n"
     "{{ end }}\n"
-    "{{- end }}<|im_start|>assistant\n";
+    "{{- $prev = .Role }}\n"
+    "{{- end }}\n"
+    "{{- if eq $prev \"tool\" }}<|im_end|>\n"
+    "{{ end }}<|im_start|>assistant\n";
 
 static const char *const stops_qwen2_5[] = {"<|im_start|>", "<|im_end|>", NULL};
 
@@ -136,14 +195,18 @@ static const char *const stops_chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
 static const char tmpl_mistral_nemo[] =
     "{{- $sys := \"\" }}\n"
     "{{- $has := false }}\n"
-    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $sys = .Content "
-    "}}{{ $has = true }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $sys = .Content }}{{ $has = true }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- $lastuser := -1 }}\n"
+    "{{- range $i, $m := .Messages }}{{ if eq .Role \"user\" }}{{ $lastuser = $i }}{{ end }}{{ end }}\n"
     "{{- range $i, $m := .Messages }}\n"
-    "{{- if eq .Role \"user\" }}[INST]{{ if and $has (eq (len (slice $.Messages $i)) 1) }}{{ "
-    "$sys }}\n"
+    "{{- if eq .Role \"user\" }}\n"
+    "{{- if and $.Tools (eq $i $lastuser) }}[AVAILABLE_TOOLS][{{ range $k, $t := $.Tools }}{{ if $k }}, {{ end }}{\"type\": \"function\", \"function\": {\"name\": \"{{ .Function.Name }}\", \"description\": \"{{ .Function.Description }}\", \"parameters\": {{ tojson .Function.Parameters }}}}{{ end }}][/AVAILABLE_TOOLS]{{ end -}}\n"
+    "[INST]{{ if and $has (eq (len (slice $.Messages $i)) 1) }}{{ $sys }}\n"
     "\n"
     "{{ end }}{{ .Content }}[/INST]\n"
+    "{{- else if and (eq .Role \"assistant\") .ToolCalls }}[TOOL_CALLS][{{ range $k, $c := .ToolCalls }}{{ if $k }}, {{ end }}{\"name\": \"{{ .Function.Name }}\", \"arguments\": {{ tojson .Function.Arguments }}, \"id\": \"{{ .ID }}\"}{{ end }}]</s>\n"
     "{{- else if eq .Role \"assistant\" }}{{ .Content }}</s>\n"
+    "{{- else if eq .Role \"tool\" }}[TOOL_RESULTS]{\"content\": {{ .Content }}, \"call_id\": \"{{ .ToolCallID }}\"}[/TOOL_RESULTS]\n"
     "{{- end }}\n"
     "{{- end }}";
 

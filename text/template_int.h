@@ -179,6 +179,7 @@ enum tmpl_fn {
     FN_PRINTF,
     FN_PRINTLN,
     FN_JSON,
+    FN_TOJSON, /* mfc's: Jinja's tojson (Python's separators; optional indent) */
     FN_COUNT
 };
 

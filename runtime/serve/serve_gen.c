@@ -133,7 +133,8 @@ static int render_chat(struct serve_gen *g, const struct tmpl *t, size_t drop,
             }
             msgs[n++] = (struct tmpl_message){.role = rq->msgs[i].role,
                                               .content = rq->msgs[i].content,
-                                              .tool_name = rq->msgs[i].tool_name};
+                                              .tool_name = rq->msgs[i].tool_name,
+                                              .tool_call_id = rq->msgs[i].tool_call_id};
             if (rq->msgs[i].tool_calls && json_array_size(rq->msgs[i].tool_calls) &&
                 !(msgs[n - 1].tool_calls = serve_tool_calls_value(rq->msgs[i].tool_calls)))
                 rc = mf_err_set(err, MF_ENOMEM, "out of memory");

@@ -295,7 +295,8 @@ static int cmp_range(const void *a, const void *b)
 /* Sorts and merges; with neg, complements within the scalar values. */
 static int normalize(struct ranges *r, int neg)
 {
-    qsort(r->v, r->n, sizeof *r->v, cmp_range);
+    if (r->n)
+        qsort(r->v, r->n, sizeof *r->v, cmp_range);
     uint32_t k = 0;
     for (uint32_t i = 0; i < r->n; i++) {
         if (k && r->v[i].lo <= r->v[k - 1].hi + 1) {

@@ -90,6 +90,11 @@ static void test_gbnf_utf8(void **state)
     assert_int_equal(match(g, "a\\"), -1);
     gram_unref(g);
 
+    g = compile("root ::= [^] [^\\x00-\\x7F]\n", NULL); /* an empty negated class: any */
+    assert_int_equal(match(g, "a\xC3\xA9"), 1);
+    assert_int_equal(match(g, "ab"), -1);
+    gram_unref(g);
+
     g = compile("root ::= [α-γ] . \"\\u00e9\" [\\x41-\\x43]\n", NULL);
     assert_int_equal(match(g, "\xCE\xB2z\xC3\xA9"
                               "B"),

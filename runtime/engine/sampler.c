@@ -737,8 +737,7 @@ int sampler_survivors(struct sampler *s, const float *logits, int32_t *ids, floa
 
 int sampler_draw_ok(const struct sampler *s)
 {
-    return !s->gram && s->p.typical_p >= 1.0f && !s->p.logprobs &&
-           s->p.top_k <= SAMPLER_DRAW_MAX_TOP_K &&
+    return s->p.typical_p >= 1.0f && !s->p.logprobs && s->p.top_k <= SAMPLER_DRAW_MAX_TOP_K &&
            s->adjust_cap <= SAMPLER_DRAW_MAX_ADJUST;
 }
 
@@ -746,6 +745,14 @@ void sampler_draw_plan(struct sampler *s, struct sampler_draw *d)
 {
     assert(sampler_draw_ok(s));
     fill_draw(s, d);
+    if (s->gram) {
+        struct mf_err err;
+        /* a mask that fails (a state limit) bans everything: the device gives
+           the row back and the host's draw reports why */
+        if (grammar_mask(s, &err))
+            memset(s->mask, 0, ((size_t)s->n_vocab + 31) / 32 * sizeof *s->mask);
+        d->allow = s->mask;
+    }
     s->planned = 0;
     if (s->p.temperature > 0) {
         d->u = next_unit(s->rng);

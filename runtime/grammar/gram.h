@@ -108,6 +108,9 @@ struct gram_stats {
     uint64_t trie_visits; /* trie nodes visited by those walks */
 };
 void gram_stats(struct gram *g, struct gram_stats *out);
+/* Forgets every cached mask (states and transitions stay): benchmarks time
+ * a mask walk over known transitions with it. */
+void gram_drop_masks(struct gram *g);
 
 /* ---- JSON Schema ---- */
 

@@ -576,33 +576,33 @@ static int walk(struct gram *g, uint32_t s0, uint32_t *mask)
     const struct gram_vocab *v = g->v;
     uint32_t *st = g->walk;
     const uint32_t **tr = g->walk_tr; /* per depth: the state's transitions (never move) */
-    const uint8_t *byte = v->byte;
-    const uint16_t *depth = v->depth;
-    const uint32_t *next = v->next, *tok_off = v->tok_off;
-    const int32_t *tok_ids = v->tok_ids;
+    const struct gram_tnode *nodes = v->nodes;
     size_t visits = 0, n = v->n_nodes;
     st[0] = s0;
     tr[0] = g->st[s0].tr;
     if (!tr[0])
         return 0; /* dead: nothing */
     for (size_t i = 0; i < n;) {
-        uint32_t d = depth[i];
-        uint32_t t = tr[d - 1][byte[i]];
+        const struct gram_tnode nd = nodes[i];
+        uint32_t t = tr[nd.depth - 1][nd.byte];
         visits++;
         if (t == UNKNOWN) {
-            t = step_slow(g, st[d - 1], byte[i]);
+            t = step_slow(g, st[nd.depth - 1], nd.byte);
             if (t == UNKNOWN)
                 return -1;
         }
         if (t == GRAM_DEAD) {
-            i = next[i];
+            i = nd.next;
             continue;
         }
-        st[d] = t;
-        tr[d] = g->st[t].tr;
-        for (uint32_t k = tok_off[i], e = tok_off[i + 1]; k < e; k++) {
-            uint32_t id = (uint32_t)tok_ids[k];
-            mask[id >> 5] |= 1u << (id & 31);
+        st[nd.depth] = t;
+        tr[nd.depth] = g->st[t].tr;
+        if (nd.tok >= 0) {
+            mask[(uint32_t)nd.tok >> 5] |= 1u << (nd.tok & 31);
+            for (uint32_t k = v->tok_off[i] + 1; nd.more && k < v->tok_off[i + 1]; k++) {
+                uint32_t id = (uint32_t)v->tok_ids[k];
+                mask[id >> 5] |= 1u << (id & 31);
+            }
         }
         i++;
     }
@@ -687,6 +687,17 @@ int gram_apply(struct gram *g, uint32_t st, float *logits, int32_t n_vocab, stru
     }
     pthread_mutex_unlock(&g->mu);
     return m ? 0 : err->code;
+}
+
+void gram_drop_masks(struct gram *g)
+{
+    pthread_mutex_lock(&g->mu);
+    for (uint32_t i = 0; i < g->n_st; i++) {
+        free(g->st[i].mask);
+        g->st[i].mask = NULL;
+    }
+    g->mask_bytes = 0;
+    pthread_mutex_unlock(&g->mu);
 }
 
 void gram_stats(struct gram *g, struct gram_stats *out)

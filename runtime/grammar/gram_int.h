@@ -53,6 +53,15 @@ void gram_rules_free(struct gram_rules *r);
  * tokens whose bytes end there. */
 enum { GRAM_TOK_NEVER = 0, GRAM_TOK_TEXT = 1, GRAM_TOK_EOG = 2 };
 
+/* One trie node, packed for the mask walk's single forward pass. */
+struct gram_tnode {
+    uint32_t next;  /* the first node after this one's subtree */
+    int32_t tok;    /* a token whose bytes end here, or -1 */
+    uint16_t depth; /* 1 for the root's children */
+    uint8_t byte;   /* the byte leading here from the parent */
+    uint8_t more;   /* 1: more tokens end here (tok_off/tok_ids) */
+};
+
 struct gram_vocab {
     int32_t n_vocab;
     uint8_t *kind;       /* per token: GRAM_TOK_* */
@@ -67,4 +76,5 @@ struct gram_vocab {
     uint32_t *tok_off; /* n_nodes + 1 */
     int32_t *tok_ids;
     uint32_t max_depth;
+    struct gram_tnode *nodes; /* n_nodes, the same trie packed */
 };

@@ -6,7 +6,7 @@
  * compiled once under its own rule, so recursive schemas give recursive
  * rules. The shared JSON rules (value, object, string, ...) follow, fixed.
  * Every generated value ends with `space`, a bounded run of whitespace.
- * Numbers have at most 16 integer digits, 16 fraction digits and 3 exponent
+ * Numbers have at most 16 integer digits, 16 fraction digits and 2 exponent
  * digits, so every bounded schema has only finite outputs. Properties come
  * in the order `properties` lists them (required or optional);
  * additionalProperties absent means none (llama.cpp's reading), true or a
@@ -49,7 +49,7 @@ static const char *const SHARED =
     "string ::= \"\\\"\" char* \"\\\"\" space\n"
     "integral ::= \"0\" | [1-9] [0-9]{0,15}\n"
     "fraction ::= \".\" [0-9]{1,16}\n"
-    "exponent ::= [eE] [-+]? [0-9]{1,3}\n"
+    "exponent ::= [eE] [-+]? [0-9]{1,2}\n"
     "number ::= \"-\"? integral fraction? exponent? space\n"
     "integer ::= \"-\"? integral space\n"
     "boolean ::= (\"true\" | \"false\") space\n"

@@ -101,6 +101,16 @@ static int build_trie(struct gram_vocab *v, struct mf_err *err)
        key order fills each node's slice in turn */
     for (size_t k = 0; k < n_keys; k++)
         v->tok_ids[k] = keys[k].id;
+    v->nodes = malloc((n ? n : 1) * sizeof *v->nodes);
+    if (!v->nodes) {
+        rc = mf_err_set(err, MF_ENOMEM, "grammar vocabulary: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = v->tok_off[i], b = v->tok_off[i + 1];
+        v->nodes[i] = (struct gram_tnode){v->next[i], a < b ? v->tok_ids[a] : -1, v->depth[i],
+                                          v->byte[i], (uint8_t)(b - a > 1)};
+    }
 out:
     free(keys);
     free(open);
@@ -165,37 +175,6 @@ int gram_vocab_from_pieces(const char *const *pieces, const size_t *lens, const 
     return 0;
 }
 
-int gram_vocab_new(const struct tok *t, struct gram_vocab **out, struct mf_err *err)
-{
-    int32_t n = (int32_t)tok_n_vocab(t);
-    const char **pieces = calloc((size_t)n + 1, sizeof *pieces);
-    size_t *lens = calloc((size_t)n + 1, sizeof *lens);
-    uint8_t *eog = calloc((size_t)n + 1, 1);
-    int rc = 0;
-
-    *out = NULL;
-    if (!pieces || !lens || !eog) {
-        rc = mf_err_set(err, MF_ENOMEM, "grammar vocabulary: out of memory");
-        goto out;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        enum tok_type ty = tok_token_type(t, i);
-        eog[i] = (uint8_t)(tok_is_eog(t, i) != 0);
-        if (eog[i] || ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ty == TOK_TYPE_UNUSED)
-            continue;
-        if (tok_piece(t, i, 0, &pieces[i], &lens[i], err)) {
-            rc = err->code;
-            goto out;
-        }
-    }
-    rc = gram_vocab_from_pieces(pieces, lens, eog, n, out, err);
-out:
-    free(pieces);
-    free(lens);
-    free(eog);
-    return rc;
-}
-
 void gram_vocab_free(struct gram_vocab *v)
 {
     if (!v)
@@ -209,6 +188,7 @@ void gram_vocab_free(struct gram_vocab *v)
     free(v->next);
     free(v->tok_off);
     free(v->tok_ids);
+    free(v->nodes);
     free(v);
 }
 

@@ -2,7 +2,7 @@
 ### byte-level pushdown automaton, run as a lazy DFA with token masks per state
 ### over a trie of the vocabulary (docs/grammar.md); and its tests
 libmfc_runtime_a_SOURCES += runtime/grammar/gram.h runtime/grammar/gram_int.h \
-	runtime/grammar/gram_gbnf.c runtime/grammar/gram_dfa.c runtime/grammar/gram_vocab.c \
+	runtime/grammar/gram_gbnf.c runtime/grammar/gram_dfa.c runtime/grammar/gram_vocab.c runtime/grammar/gram_vocab_tok.c \
 	runtime/grammar/gram_schema.c runtime/grammar/gram_regex.c
 
 check_PROGRAMS += tests/unit/test_gram

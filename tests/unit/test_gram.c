@@ -15,6 +15,7 @@
 #include <cmocka.h>
 #include <regex.h>
 
+#include "runtime/engine/sampler.h"
 #include "runtime/grammar/gram.h"
 
 static struct gram *compile(const char *src, const struct gram_vocab *v)
@@ -549,6 +550,80 @@ static void test_json_mode(void **state)
     mf_buf_free(&src);
 }
 
+/* The sampler under a grammar: every drawn token is allowed, the end token
+ * comes only once the output is a sentence, the output parses; a device
+ * draw's plan carries the same mask. */
+static void test_sampler_grammar(void **state)
+{
+    (void)state;
+    struct vocab w;
+    struct mf_err err = {0};
+    struct mf_buf src;
+    make_vocab(&w, "{}[]\",:0123456789 .-truefalsn", 1200);
+    mf_buf_init(&src, 1 << 20);
+    assert_int_equal(gram_json_gbnf(1, &src, &err), 0);
+    struct gram *g = compile(src.data, w.v);
+    float *logits = malloc((size_t)w.n * sizeof *logits);
+    uint32_t *m = calloc(((size_t)w.n + 31) / 32, sizeof *m);
+    int ended = 0;
+    for (int run = 0; run < 30; run++) {
+        struct sampler_params p;
+        struct sampler *s;
+        char out[4096];
+        size_t n = 0;
+        sampler_params_default(&p);
+        p.temperature = 1.0f;
+        p.top_k = 0;
+        p.top_p = 1.0f;
+        p.repeat_penalty = 1.0f;
+        p.seed = 77 + (uint64_t)run;
+        assert_int_equal(sampler_new(&s, w.n, &p, &err), 0);
+        assert_int_equal(sampler_set_grammar(s, g, 2, &err), 0);
+        sampler_accept(s, 'x'); /* the prompt: not fed to the grammar */
+        sampler_accept(s, 'y');
+        assert_true(sampler_draw_ok(s));
+        uint32_t st = gram_start(g, &err);
+        for (int step = 0; step < 400; step++) {
+            struct sampler_draw d;
+            struct sampler_result r;
+            int acc = 0;
+            for (int32_t i = 0; i < w.n; i++) /* the end token is favoured: walks end */
+                logits[i] = w.eog[i] ? 3.0f : (float)(rnd() % 1000) / 250.0f;
+            sampler_draw_plan(s, &d);
+            assert_non_null(d.allow);
+            assert_int_equal(gram_mask(g, st, m, &err), 0);
+            assert_memory_equal(d.allow, m, ((size_t)w.n + 31) / 32 * sizeof *m);
+            assert_int_equal(sampler_sample(s, logits, &r, &err), 0);
+            assert_true((m[r.token >> 5] >> (r.token & 31)) & 1u);
+            assert_int_equal(sampler_grammar_state(s, &acc), 1);
+            if (w.eog[r.token]) {
+                assert_true(gram_accepting(g, st));
+                ended++;
+                break;
+            }
+            assert_true(n + w.lens[r.token] < sizeof out);
+            memcpy(out + n, w.pieces[r.token], w.lens[r.token]);
+            n += w.lens[r.token];
+            st = gram_feed_token(g, st, r.token, &err);
+            sampler_accept(s, r.token);
+        }
+        out[n] = 0;
+        if (gram_accepting(g, st)) {
+            json_t *v = json_loads(out, 0, NULL);
+            if (!json_is_object(v))
+                fail_msg("not a JSON object: %s", out);
+            json_decref(v);
+        }
+        sampler_free(s);
+    }
+    assert_true(ended > 10);
+    free(logits);
+    free(m);
+    gram_unref(g);
+    mf_buf_free(&src);
+    free_vocab(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -556,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_gbnf_errors),     cmocka_unit_test(test_mask_brute_force),
         cmocka_unit_test(test_schema_integers), cmocka_unit_test(test_schema_random_outputs),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_json_mode),
+        cmocka_unit_test(test_sampler_grammar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,6 +106,7 @@ struct gram_stats {
     uint64_t mask_builds; /* masks computed by a trie walk */
     uint64_t mask_hits;   /* masks served from the cache */
     uint64_t trie_visits; /* trie nodes visited by those walks */
+    uint64_t core_masks;  /* masks made from a core's (gram_dfa.c) and its unsure tokens */
 };
 void gram_stats(struct gram *g, struct gram_stats *out);
 /* Forgets every cached mask (states and transitions stay): benchmarks time

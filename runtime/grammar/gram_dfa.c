@@ -27,6 +27,9 @@
 #include "runtime/grammar/gram_int.h"
 
 #define UNKNOWN UINT32_MAX
+#define PLACE 1u          /* the stack node standing for an unknown context */
+#define CORE_FRAMES 3     /* stack nodes a core state keeps */
+#define CORE_MAX_UNSURE 8192 /* unsure tokens past which a core is not used */
 
 struct node {
     uint32_t pos, parent;
@@ -38,6 +41,13 @@ struct dstate {
     uint32_t hash;
     uint8_t accept; /* the empty stack is in the set */
     uint8_t cont;   /* a non-empty stack is */
+    uint8_t ctx;    /* a core state: the context (PLACE) is in the set */
+    uint8_t no_core; /* a core whose unsure tokens are too many to be worth it */
+    uint32_t core;  /* the state with every stack cut to CORE_FRAMES nodes; UNKNOWN
+                       until computed; itself when no stack is deeper */
+    uint32_t *unsure; /* owned, a core state's: trie node ranges [a, b) of tokens
+                         whose fate depends on the context */
+    uint32_t n_unsure; /* entries (2 per range) */
     uint32_t *tr;   /* owned: 256 next states, UNKNOWN until computed; NULL: dead */
     uint32_t *mask; /* owned: cached token mask, or NULL */
 };
@@ -64,6 +74,7 @@ struct gram {
     size_t cap_work, cap_acc;
     uint32_t *walk;           /* per trie depth: DFA state */
     const uint32_t **walk_tr; /* per trie depth: that state's transitions */
+    uint8_t *walk_ctx;        /* per trie depth: a core walk's path reached the context */
     size_t mask_bytes;
     struct gram_stats stats;
     struct mf_err broken; /* a limit was hit: every later call fails with this */
@@ -234,10 +245,14 @@ static int closure(struct gram *g, uint32_t id, uint32_t *off, uint32_t *n)
     int accept_seen = 0;
     while (n_work) {
         uint32_t x = g->work[--n_work];
-        if (x == 0) {
-            if (!accept_seen && list_push(&g->acc, &n_acc, &g->cap_acc, 0))
+        if (x == 0 || x == PLACE) { /* the sentence may end / the context goes on */
+            if (x == 0 && !accept_seen && list_push(&g->acc, &n_acc, &g->cap_acc, 0))
                 return -1;
-            accept_seen = 1;
+            if (x == PLACE && g->seen[PLACE] != g->gen &&
+                list_push(&g->acc, &n_acc, &g->cap_acc, PLACE))
+                return -1;
+            accept_seen |= x == 0;
+            g->seen[x] = g->gen;
             continue;
         }
         if (g->seen[x] == g->gen)
@@ -342,7 +357,9 @@ static uint32_t intern_state(struct gram *g, uint32_t *set, size_t n)
     s->hash = h;
     s->tr = tr;
     s->accept = set[0] == 0;
-    s->cont = set[n - 1] != 0;
+    s->cont = set[n - 1] > PLACE;
+    s->ctx = set[0] == PLACE || (n > 1 && set[1] == PLACE);
+    s->core = UNKNOWN;
     memcpy(g->pool + g->n_pool, set, n * sizeof *set);
     g->n_pool += n;
     g->shash[i] = id;
@@ -363,7 +380,7 @@ static uint32_t step_slow(struct gram *g, uint32_t s, unsigned b)
     uint32_t off = g->st[s].off, cnt = g->st[s].n, res = UNKNOWN;
     for (uint32_t i = 0; i < cnt; i++) {
         uint32_t id = g->pool[off + i], c_off, c_n;
-        if (!id)
+        if (id <= PLACE)
             continue;
         const struct gel *e = &g->r.el[g->nodes[id].pos];
         if (!gram_set_has(g->r.sets[e->v], b))
@@ -418,12 +435,14 @@ int gram_new(const char *src, size_t len, const struct gram_vocab *v, struct gra
     g->st = calloc(g->cap_st, sizeof *g->st);
     g->walk = v ? malloc(((size_t)v->max_depth + 2) * sizeof *g->walk) : NULL;
     g->walk_tr = v ? malloc(((size_t)v->max_depth + 2) * sizeof *g->walk_tr) : NULL;
-    if (!g->nodes || !g->seen || !g->st || (v && (!g->walk || !g->walk_tr))) {
+    g->walk_ctx = v ? malloc((size_t)v->max_depth + 2) : NULL;
+    if (!g->nodes || !g->seen || !g->st || (v && (!g->walk || !g->walk_tr || !g->walk_ctx))) {
         gram_unref(g);
         return mf_err_set(err, MF_ENOMEM, "grammar: out of memory");
     }
-    g->nodes[0] = (struct node){UNKNOWN, 0, UNKNOWN, 0}; /* the empty stack */
-    g->n_nodes = 1;
+    g->nodes[0] = (struct node){UNKNOWN, 0, UNKNOWN, 0};     /* the empty stack */
+    g->nodes[PLACE] = (struct node){UNKNOWN, 0, UNKNOWN, 0}; /* an unknown context */
+    g->n_nodes = 2;
     g->n_st = 1; /* state 0: dead */
     *out = g;
     return 0;
@@ -447,6 +466,7 @@ void gram_unref(struct gram *g)
     for (uint32_t i = 0; i < g->n_st; i++) {
         free(g->st[i].tr);
         free(g->st[i].mask);
+        free(g->st[i].unsure);
     }
     free(g->st);
     free(g->shash);
@@ -458,6 +478,7 @@ void gram_unref(struct gram *g)
     free(g->acc);
     free(g->walk);
     free(g->walk_tr);
+    free(g->walk_ctx);
     gram_rules_free(&g->r);
     pthread_mutex_destroy(&g->mu);
     free(g);
@@ -616,6 +637,178 @@ static int walk(struct gram *g, uint32_t s0, uint32_t *mask)
     return 0;
 }
 
+/* ---- cores: masks shared across contexts ------------------------------------------------
+ *
+ * Most tokens' fate is decided by the top few frames of the stacks (inside
+ * a string: the string's own rules), not by what encloses them. A state's
+ * core cuts every stack to CORE_FRAMES nodes over PLACE, a node standing
+ * for the context; popping into it yields the PLACE marker. A walk over the
+ * core gives the tokens allowed whatever the context (their bytes are used
+ * up inside the frames, or right as they pop) and, as trie node ranges, the
+ * "unsure" ones: dead in the core after a prefix reached the context. A
+ * state's mask is then its core's sure mask, plus each unsure token fed
+ * through the state itself. Cores are shared by every state with the same
+ * top frames: a string in one object and in another, at any depth. */
+
+/* node id cut to k frames over PLACE (the empty stack stays itself). */
+static uint32_t cut(struct gram *g, uint32_t id, int k)
+{
+    if (id <= PLACE)
+        return id;
+    if (k == 0)
+        return PLACE;
+    const struct node n = g->nodes[id];
+    uint32_t p = cut(g, n.parent, k - 1);
+    if (p == UNKNOWN)
+        return UNKNOWN;
+    if (p == n.parent)
+        return id;
+    uint32_t c = intern_node(g, n.pos, p);
+    return c ? c : UNKNOWN;
+}
+
+static uint32_t core_of(struct gram *g, uint32_t st)
+{
+    if (g->st[st].core != UNKNOWN)
+        return g->st[st].core;
+    uint32_t off = g->st[st].off, n = g->st[st].n;
+    uint32_t *set = malloc((n ? n : 1) * sizeof *set);
+    if (!set)
+        return UNKNOWN;
+    int same = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = g->pool[off + i];
+        set[i] = cut(g, id, CORE_FRAMES);
+        if (set[i] == UNKNOWN) {
+            free(set);
+            return UNKNOWN;
+        }
+        same &= set[i] == id;
+    }
+    uint32_t cs = same ? st : intern_state(g, set, n);
+    free(set);
+    if (cs != UNKNOWN) {
+        g->st[st].core = cs;
+        if (cs != st)
+            g->st[cs].core = cs;
+    }
+    return cs;
+}
+
+/* The sure mask of core state cs into mask and its unsure node ranges
+ * into g->st[cs].unsure. -1 on a limit or out of memory. */
+static int walk_core(struct gram *g, uint32_t cs, uint32_t *mask)
+{
+    const struct gram_vocab *v = g->v;
+    uint32_t *st = g->walk;
+    const uint32_t **tr = g->walk_tr;
+    uint8_t *ctx = g->walk_ctx; /* per depth: a state on the path held PLACE */
+    const struct gram_tnode *nodes = v->nodes;
+    size_t visits = 0, n = v->n_nodes, n_uns = 0, cap = 0, toks = 0;
+    uint32_t *uns = NULL;
+    st[0] = cs;
+    tr[0] = g->st[cs].tr;
+    ctx[0] = g->st[cs].ctx;
+    for (size_t i = 0; tr[0] && i < n;) {
+        const struct gram_tnode nd = nodes[i];
+        uint32_t t = tr[nd.depth - 1][nd.byte];
+        visits++;
+        if (t == UNKNOWN) {
+            t = step_slow(g, st[nd.depth - 1], nd.byte);
+            if (t == UNKNOWN) {
+                free(uns);
+                return -1;
+            }
+        }
+        if (t == GRAM_DEAD) {
+            if (ctx[nd.depth - 1]) { /* the context might have taken this byte */
+                if (list_push(&uns, &n_uns, &cap, (uint32_t)i) ||
+                    list_push(&uns, &n_uns, &cap, nd.next)) {
+                    free(uns);
+                    return -1;
+                }
+                toks += v->tok_off[nd.next] - v->tok_off[i];
+            }
+            i = nd.next;
+            continue;
+        }
+        st[nd.depth] = t;
+        tr[nd.depth] = g->st[t].tr;
+        ctx[nd.depth] = ctx[nd.depth - 1] | g->st[t].ctx;
+        if (nd.tok >= 0) {
+            mask[(uint32_t)nd.tok >> 5] |= 1u << (nd.tok & 31);
+            for (uint32_t k = v->tok_off[i] + 1; nd.more && k < v->tok_off[i + 1]; k++) {
+                uint32_t id = (uint32_t)v->tok_ids[k];
+                mask[id >> 5] |= 1u << (id & 31);
+            }
+        }
+        i++;
+    }
+    g->stats.trie_visits += visits;
+    free(g->st[cs].unsure);
+    g->st[cs].unsure = uns;
+    g->st[cs].n_unsure = (uint32_t)n_uns;
+    g->st[cs].no_core = toks > CORE_MAX_UNSURE || g->st[cs].ctx;
+    return 0;
+}
+
+/* st's mask from its core's: the sure tokens, then each unsure one fed
+ * through st. -1 on a limit. */
+static int resolve_unsure(struct gram *g, uint32_t st, uint32_t cs, uint32_t *mask)
+{
+    const struct gram_vocab *v = g->v;
+    for (uint32_t r = 0; r + 1 < g->st[cs].n_unsure; r += 2) {
+        uint32_t a = g->st[cs].unsure[r], b = g->st[cs].unsure[r + 1];
+        for (uint32_t k = v->tok_off[a]; k < v->tok_off[b]; k++) {
+            int32_t id = v->tok_ids[k];
+            const unsigned char *p = (const unsigned char *)v->pieces + v->piece_off[id];
+            uint32_t s = st;
+            for (uint32_t j = 0; j < v->piece_off[id + 1] - v->piece_off[id] && s != GRAM_DEAD;
+                 j++) {
+                s = step(g, s, p[j]);
+                if (s == UNKNOWN)
+                    return -1;
+            }
+            if (s != GRAM_DEAD)
+                mask[(uint32_t)id >> 5] |= 1u << (id & 31);
+        }
+    }
+    if (g->st[st].accept) {
+        for (int32_t k = 0; k < v->n_eog; k++) {
+            uint32_t id = (uint32_t)v->eog[k];
+            mask[id >> 5] |= 1u << (id & 31);
+        }
+    }
+    return 0;
+}
+
+/* st's mask into m (zeroed): through its core when that pays, else a walk. */
+static int build_mask(struct gram *g, uint32_t st, uint32_t *m, size_t words)
+{
+    uint32_t cs = core_of(g, st);
+    if (cs == UNKNOWN)
+        return -1;
+    if (cs == st || g->st[cs].no_core || g->st[cs].ctx)
+        return walk(g, st, m);
+    if (!g->st[cs].mask) { /* the core's sure mask, kept like any mask */
+        uint32_t *cm = calloc(words, sizeof *cm);
+        if (!cm || walk_core(g, cs, cm)) {
+            free(cm);
+            return -1;
+        }
+        g->st[cs].mask = cm;
+        g->mask_bytes += words * sizeof *cm;
+        g->stats.mask_builds++;
+        if (g->st[cs].no_core)
+            return walk(g, st, m);
+    } else {
+        g->stats.mask_hits++;
+    }
+    memcpy(m, g->st[cs].mask, words * sizeof *m);
+    g->stats.core_masks++;
+    return resolve_unsure(g, st, cs, m);
+}
+
 /* The cached mask of st, computed on a miss; NULL with err on failure. */
 static const uint32_t *mask_locked(struct gram *g, uint32_t st, struct mf_err *err)
 {
@@ -643,7 +836,7 @@ static const uint32_t *mask_locked(struct gram *g, uint32_t st, struct mf_err *e
         g->mask_bytes = 0;
     }
     uint32_t *m = calloc(words, sizeof *m);
-    if (!m || walk(g, st, m)) {
+    if (!m || build_mask(g, st, m, words)) {
         free(m);
         if (!m)
             mf_err_set(err, MF_ENOMEM, "grammar: out of memory for a token mask");

@@ -27,29 +27,30 @@
 #include "runtime/grammar/gram_int.h"
 
 #define UNKNOWN UINT32_MAX
-#define PLACE 1u          /* the stack node standing for an unknown context */
-#define CORE_FRAMES 3     /* stack nodes a core state keeps */
+#define PLACE 1u             /* the stack node standing for an unknown context */
+#define CORE_FRAMES 64       /* stack nodes above the context a core may keep */
 #define CORE_MAX_UNSURE 8192 /* unsure tokens past which a core is not used */
 
 struct node {
     uint32_t pos, parent;
+    uint32_t depth;          /* nodes below it (the empty stack and PLACE: 0) */
     uint32_t clo_off, clo_n; /* closure list in g->pool; clo_off UNKNOWN until made */
 };
 
 struct dstate {
     uint32_t off, n; /* closed stacks in g->pool, ascending */
     uint32_t hash;
-    uint8_t accept; /* the empty stack is in the set */
-    uint8_t cont;   /* a non-empty stack is */
-    uint8_t ctx;    /* a core state: the context (PLACE) is in the set */
-    uint8_t no_core; /* a core whose unsure tokens are too many to be worth it */
-    uint32_t core;  /* the state with every stack cut to CORE_FRAMES nodes; UNKNOWN
-                       until computed; itself when no stack is deeper */
-    uint32_t *unsure; /* owned, a core state's: trie node ranges [a, b) of tokens
-                         whose fate depends on the context */
+    uint8_t accept;    /* the empty stack is in the set */
+    uint8_t cont;      /* a non-empty stack is */
+    uint8_t ctx;       /* a core state: the context (PLACE) is in the set */
+    uint8_t no_core;   /* a core whose unsure tokens are too many to be worth it */
+    uint32_t core;     /* the state with every stack cut to CORE_FRAMES nodes; UNKNOWN
+                          until computed; itself when no stack is deeper */
+    uint32_t *unsure;  /* owned, a core state's: trie node ranges [a, b) of tokens
+                          whose fate depends on the context */
     uint32_t n_unsure; /* entries (2 per range) */
-    uint32_t *tr;   /* owned: 256 next states, UNKNOWN until computed; NULL: dead */
-    uint32_t *mask; /* owned: cached token mask, or NULL */
+    uint32_t *tr;      /* owned: 256 next states, UNKNOWN until computed; NULL: dead */
+    uint32_t *mask;    /* owned: cached token mask, or NULL */
 };
 
 struct gram {
@@ -185,7 +186,7 @@ static uint32_t intern_node(struct gram *g, uint32_t pos, uint32_t parent)
         g->cap_nodes = c;
     }
     uint32_t id = g->n_nodes++;
-    g->nodes[id] = (struct node){pos, parent, UNKNOWN, 0};
+    g->nodes[id] = (struct node){pos, parent, g->nodes[parent].depth + 1, UNKNOWN, 0};
     g->nhash[i] = id;
     g->stats.nodes++;
     return id;
@@ -440,8 +441,8 @@ int gram_new(const char *src, size_t len, const struct gram_vocab *v, struct gra
         gram_unref(g);
         return mf_err_set(err, MF_ENOMEM, "grammar: out of memory");
     }
-    g->nodes[0] = (struct node){UNKNOWN, 0, UNKNOWN, 0};     /* the empty stack */
-    g->nodes[PLACE] = (struct node){UNKNOWN, 0, UNKNOWN, 0}; /* an unknown context */
+    g->nodes[0] = (struct node){UNKNOWN, 0, 0, UNKNOWN, 0};     /* the empty stack */
+    g->nodes[PLACE] = (struct node){UNKNOWN, 0, 0, UNKNOWN, 0}; /* an unknown context */
     g->n_nodes = 2;
     g->n_st = 1; /* state 0: dead */
     *out = g;
@@ -639,10 +640,10 @@ static int walk(struct gram *g, uint32_t s0, uint32_t *mask)
 
 /* ---- cores: masks shared across contexts ------------------------------------------------
  *
- * Most tokens' fate is decided by the top few frames of the stacks (inside
- * a string: the string's own rules), not by what encloses them. A state's
- * core cuts every stack to CORE_FRAMES nodes over PLACE, a node standing
- * for the context; popping into it yields the PLACE marker. A walk over the
+ * Most tokens' fate is decided by the frames above the context all of a
+ * state's stacks share (inside a string: the string's own rules), not by
+ * what encloses them. A state's core replaces that shared context by PLACE,
+ * a node standing for any context; popping into it yields the PLACE marker. A walk over the
  * core gives the tokens allowed whatever the context (their bytes are used
  * up inside the frames, or right as they pop) and, as trie node ranges, the
  * "unsure" ones: dead in the core after a prefix reached the context. A
@@ -650,48 +651,73 @@ static int walk(struct gram *g, uint32_t s0, uint32_t *mask)
  * through the state itself. Cores are shared by every state with the same
  * top frames: a string in one object and in another, at any depth. */
 
-/* node id cut to k frames over PLACE (the empty stack stays itself). */
-static uint32_t cut(struct gram *g, uint32_t id, int k)
+/* The nearest node below both a and b (or one of them). */
+static uint32_t meet(const struct gram *g, uint32_t a, uint32_t b)
 {
-    if (id <= PLACE)
-        return id;
-    if (k == 0)
-        return PLACE;
-    const struct node n = g->nodes[id];
-    uint32_t p = cut(g, n.parent, k - 1);
-    if (p == UNKNOWN)
-        return UNKNOWN;
-    if (p == n.parent)
-        return id;
-    uint32_t c = intern_node(g, n.pos, p);
-    return c ? c : UNKNOWN;
+    while (g->nodes[a].depth > g->nodes[b].depth)
+        a = g->nodes[a].parent;
+    while (g->nodes[b].depth > g->nodes[a].depth)
+        b = g->nodes[b].parent;
+    while (a != b) {
+        a = g->nodes[a].parent;
+        b = g->nodes[b].parent;
+    }
+    return a;
 }
 
+/* id with the context node j replaced by PLACE: its frames above j rebuilt
+ * over PLACE. UNKNOWN on a limit. */
+static uint32_t cut(struct gram *g, uint32_t id, uint32_t j)
+{
+    uint32_t chain[CORE_FRAMES], n = 0;
+    while (id != j) {
+        if (n == CORE_FRAMES || id <= PLACE)
+            return UNKNOWN;
+        chain[n++] = id;
+        id = g->nodes[id].parent;
+    }
+    uint32_t c = PLACE;
+    while (n--) {
+        c = intern_node(g, g->nodes[chain[n]].pos, c);
+        if (!c)
+            return UNKNOWN;
+    }
+    return c;
+}
+
+/* st's core: every stack with the context they all share (the nearest
+ * node below every one; not one of them) replaced by PLACE. st itself when
+ * they share none (the root: an empty stack among them, or stacks of
+ * unrelated contexts), when the frames above it are too many, or on a limit. */
 static uint32_t core_of(struct gram *g, uint32_t st)
 {
     if (g->st[st].core != UNKNOWN)
         return g->st[st].core;
-    uint32_t off = g->st[st].off, n = g->st[st].n;
-    uint32_t *set = malloc((n ? n : 1) * sizeof *set);
-    if (!set)
-        return UNKNOWN;
-    int same = 1;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t id = g->pool[off + i];
-        set[i] = cut(g, id, CORE_FRAMES);
-        if (set[i] == UNKNOWN) {
-            free(set);
-            return UNKNOWN;
+    uint32_t off = g->st[st].off, n = g->st[st].n, j = g->pool[off];
+    for (uint32_t i = 1; i < n && j > PLACE; i++)
+        j = meet(g, j, g->pool[off + i]);
+    for (uint32_t i = 0; i < n && j > PLACE; i++) /* a stack itself is not context */
+        if (g->pool[off + i] == j)
+            j = g->nodes[j].parent, i = (uint32_t)-1;
+    uint32_t cs = st;
+    uint32_t *set = j > PLACE ? malloc(n * sizeof *set) : NULL;
+    if (set) {
+        uint32_t i;
+        for (i = 0; i < n; i++) {
+            set[i] = cut(g, g->pool[g->st[st].off + i], j);
+            if (set[i] == UNKNOWN)
+                break;
         }
-        same &= set[i] == id;
+        if (i == n) {
+            cs = intern_state(g, set, n);
+            if (cs == UNKNOWN)
+                cs = st;
+        }
+        free(set);
     }
-    uint32_t cs = same ? st : intern_state(g, set, n);
-    free(set);
-    if (cs != UNKNOWN) {
-        g->st[st].core = cs;
-        if (cs != st)
-            g->st[cs].core = cs;
-    }
+    g->st[st].core = cs;
+    if (cs != st)
+        g->st[cs].core = cs;
     return cs;
 }
 

@@ -23,6 +23,13 @@ EXTRA_DIST += tests/cli/serve.bats tests/fuzz/fuzz_serve_json.c tests/fuzz/corpu
 	tests/cli/serve-embed.bats tests/tools/llama-embed.mjs tests/tools/embed-client.mjs \
 	tests/cli/structured.bats tests/tools/node/structured-client.mjs tests/cli/context.bats
 
+## Structured output and tool calls, the request side (serve_tools.c)
+check_PROGRAMS += tests/unit/test_serve_tools
+tests_unit_test_serve_tools_SOURCES = tests/unit/test_serve_tools.c
+tests_unit_test_serve_tools_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_serve_tools_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
+TESTS += tests/unit/test_serve_tools
+
 ## MFC_DEVICE's decision (serve_device.c), without a GPU
 check_PROGRAMS += tests/unit/test_serve_device
 tests_unit_test_serve_device_SOURCES = tests/unit/test_serve_device.c

@@ -567,6 +567,20 @@ static void tools_route(struct serve_gen *g, struct serve_choice *c, int final)
     }
 }
 
+/* A control token that writes the template's call opening (Mistral's
+ * [TOOL_CALLS]) is text the tool parser must see, though the detokenizer
+ * drops control tokens. */
+static void tool_marker(struct serve_gen *g, struct serve_choice *c, int32_t tok)
+{
+    size_t n = 0;
+    const char *t;
+    if (!g->tfmt->open[0] || tok_token_type(g->s->tok, tok) != TOK_TYPE_CONTROL)
+        return;
+    t = tok_token_text(g->s->tok, tok, &n);
+    if (t && n == strlen(g->tfmt->open) && !memcmp(t, g->tfmt->open, n))
+        mf_buf_append(&c->delta, t, n, NULL);
+}
+
 static void on_event(struct serve_gen *g, int i, struct engine_event *ev)
 {
     struct serve_choice *c = &g->ch[i];
@@ -581,6 +595,8 @@ static void on_event(struct serve_gen *g, int i, struct engine_event *ev)
         tok_ids_push(&c->out, ev->token, NULL);
         if (engine_text_feed(&c->text, ev->token, &c->delta, &err) == 1)
             engine_stop(g->s->e, c->id, NULL);
+        else if (g->tools_on)
+            tool_marker(g, c, ev->token);
     }
     if (g->tools_on && ev->finish == SCHED_FINISH_NONE)
         tools_route(g, c, 0);

@@ -53,6 +53,8 @@ void gram_vocab_free(struct gram_vocab *v);
 int32_t gram_vocab_size(const struct gram_vocab *v);
 /* Trie nodes (a measure of the work one uncached mask costs). */
 size_t gram_vocab_nodes(const struct gram_vocab *v);
+/* The longest token a grammar may allow, bytes. */
+uint32_t gram_vocab_max_len(const struct gram_vocab *v);
 
 /* ---- grammars ---- */
 

@@ -77,6 +77,7 @@ struct gram {
     const uint32_t **walk_tr; /* per trie depth: that state's transitions */
     uint8_t *walk_ctx;        /* per trie depth: a core walk's path reached the context */
     size_t mask_bytes;
+    uint32_t rep_cap; /* repetitions a core keeps: the longest token's bytes + 1 */
     struct gram_stats stats;
     struct mf_err broken; /* a limit was hit: every later call fails with this */
 };
@@ -429,6 +430,7 @@ int gram_new(const char *src, size_t len, const struct gram_vocab *v, struct gra
     pthread_mutex_init(&g->mu, NULL);
     g->v = v;
     g->start = UNKNOWN;
+    g->rep_cap = v ? v->max_depth + 1 : UINT32_MAX;
     g->cap_nodes = 1024;
     g->nodes = malloc(g->cap_nodes * sizeof *g->nodes);
     g->seen = calloc(g->cap_nodes, sizeof *g->seen);
@@ -665,8 +667,20 @@ static uint32_t meet(const struct gram *g, uint32_t a, uint32_t b)
     return a;
 }
 
+/* pos, or where it would be with at most g->rep_cap more repetitions: a
+ * token of b bytes takes at most b more, so O_k and O_cap with k > cap =
+ * (the longest token) + 1 allow the same tokens, and a core may use O_cap. */
+static uint32_t rep_canon(const struct gram *g, uint32_t pos)
+{
+    uint32_t r = g->r.rule_of[pos], k = g->r.rep_k[r];
+    if (k <= g->rep_cap)
+        return pos;
+    uint32_t rc = r - (k - g->rep_cap);
+    return pos - g->r.start[r] + g->r.start[rc];
+}
+
 /* id with the context node j replaced by PLACE: its frames above j rebuilt
- * over PLACE. UNKNOWN on a limit. */
+ * over PLACE (bounded repetitions capped, rep_canon). UNKNOWN on a limit. */
 static uint32_t cut(struct gram *g, uint32_t id, uint32_t j)
 {
     uint32_t chain[CORE_FRAMES], n = 0;
@@ -678,7 +692,7 @@ static uint32_t cut(struct gram *g, uint32_t id, uint32_t j)
     }
     uint32_t c = PLACE;
     while (n--) {
-        c = intern_node(g, g->nodes[chain[n]].pos, c);
+        c = intern_node(g, rep_canon(g, g->nodes[chain[n]].pos), c);
         if (!c)
             return UNKNOWN;
     }

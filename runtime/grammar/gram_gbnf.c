@@ -25,6 +25,7 @@ struct prule {
     struct gel *el;
     uint32_t n, cap;
     int defined;
+    uint32_t rep_k; /* a bounded repetition's helper O_k (see repeat), else 0 */
 };
 
 struct parser {
@@ -543,6 +544,7 @@ static int repeat(struct parser *ps, uint32_t rule, uint32_t from, uint32_t min,
         if ((rc = emit(ps, sub, GEL_ALT, 0)) || (rc = emit(ps, sub, GEL_END, 0)))
             return rc;
         ps->rules[sub].defined = 1;
+        ps->rules[sub].rep_k = k; /* O_k is rule O_1 + k - 1, all alike from O_2 on */
         prev = sub;
     }
     return prev == UINT32_MAX ? 0 : emit(ps, rule, GEL_REF, prev);
@@ -865,14 +867,19 @@ int gram_rules_parse(const char *src, size_t len, struct gram_rules *out, struct
         rc = check(&ps, &out->root);
     if (!rc) { /* flatten */
         out->start = malloc(((size_t)ps.n_rules + 1) * sizeof *out->start);
+        out->rep_k = malloc(((size_t)ps.n_rules + 1) * sizeof *out->rep_k);
+        out->rule_of = malloc((ps.total + 1) * sizeof *out->rule_of);
         out->el = malloc((ps.total + 1) * sizeof *out->el);
-        if (!out->start || !out->el) {
+        if (!out->start || !out->el || !out->rep_k || !out->rule_of) {
             rc = oom(&ps);
         } else {
             uint32_t k = 0;
             for (uint32_t r = 0; r < ps.n_rules; r++) {
                 out->start[r] = k;
+                out->rep_k[r] = ps.rules[r].rep_k;
                 memcpy(out->el + k, ps.rules[r].el, ps.rules[r].n * sizeof *out->el);
+                for (uint32_t i = 0; i < ps.rules[r].n; i++)
+                    out->rule_of[k + i] = r;
                 k += ps.rules[r].n;
             }
             out->n_el = k;
@@ -892,6 +899,8 @@ void gram_rules_free(struct gram_rules *r)
 {
     free(r->el);
     free(r->start);
+    free(r->rep_k);
+    free(r->rule_of);
     free(r->sets);
     memset(r, 0, sizeof *r);
 }

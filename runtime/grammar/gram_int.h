@@ -31,7 +31,11 @@ struct gram_rules {
     uint32_t n_rules;
     uint32_t (*sets)[8]; /* owned: 256-bit byte sets */
     uint32_t n_sets;
-    uint32_t root; /* the rule named "root" */
+    uint32_t root;     /* the rule named "root" */
+    uint32_t *rep_k;   /* owned: per rule, k for the helper O_k of x{m,n} (O_k ::=
+                          x O_{k-1} | empty: at most k more x; O_k's id is O_1's + k - 1),
+                          0 for any other rule */
+    uint32_t *rule_of; /* owned: per element, its rule */
 };
 
 static inline int gram_set_has(const uint32_t set[8], unsigned b)

@@ -201,3 +201,8 @@ size_t gram_vocab_nodes(const struct gram_vocab *v)
 {
     return v->n_nodes;
 }
+
+uint32_t gram_vocab_max_len(const struct gram_vocab *v)
+{
+    return v->max_depth;
+}

@@ -268,6 +268,30 @@ static void test_mask_brute_force(void **state)
     assert_true(s.mask_hits > 0);  /* states recur: the cache served some */
     assert_true(s.core_masks > 0); /* and some masks came from a shared core */
     gram_unref(g);
+    /* bounded strings (cores cap their repetitions at the longest token) */
+    mf_buf_reset(&src);
+    json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":"
+                                "\"string\",\"maxLength\":40},\"t\":{\"type\":\"array\","
+                                "\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":"
+                                "12}}},\"required\":[\"s\",\"t\"]}",
+                                0, NULL);
+    assert_int_equal(gram_schema_gbnf(schema, "schema", &src, &err), 0);
+    json_decref(schema);
+    g = compile(src.data, w.v);
+    for (int walk = 0; walk < 12; walk++) {
+        uint32_t st = gram_start(g, &err);
+        for (int step = 0; step < 60; step++) {
+            check_mask(g, &w, st);
+            int32_t t = pick(g, &w, st, step > 45);
+            if (t < 0)
+                break;
+            st = gram_feed_token(g, st, t, &err);
+            assert_int_not_equal(st, GRAM_DEAD);
+        }
+    }
+    gram_stats(g, &s);
+    assert_true(s.core_masks > 0);
+    gram_unref(g);
     mf_buf_free(&src);
     free_vocab(&w);
 }

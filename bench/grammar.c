@@ -223,10 +223,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "engine: %s\n", err.msg);
         return 1;
     }
-    printf("model %s: vocab %d, embd %d, layers %d; vocabulary trie %zu nodes, built in %.0f ms; "
-           "%d threads, %d tokens per request, best of %d\n",
+    printf("model %s: vocab %d, embd %d, layers %d; vocabulary trie %zu nodes (longest token %u "
+           "bytes), built in %.0f ms; %d threads, %d tokens per request, best of %d\n",
            path, (int)m->hp.n_vocab, (int)m->hp.n_embd, (int)m->hp.n_layer, gram_vocab_nodes(v),
-           tv * 1e3, threads, T, runs);
+           gram_vocab_max_len(v), tv * 1e3, threads, T, runs);
     { /* one mask on its own, inside a JSON string: best of 10 */
         uint32_t *words = calloc(((size_t)gram_vocab_size(v) + 31) / 32, sizeof *words);
         double fresh = 1e9, known = 1e9, other = 1e9;

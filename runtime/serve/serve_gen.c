@@ -539,6 +539,13 @@ static int is_stream(const struct serve_gen *g)
     return g->rq.stream;
 }
 
+/* A forced call streamed to an OpenAI chat client goes out as it is written. */
+static int progressive(const struct serve_gen *g)
+{
+    return g->rq.stream && g->rq.api == SERVE_OAI_CHAT &&
+           g->rq.tool_choice >= SERVE_TOOLS_REQUIRED;
+}
+
 /* Tools: routes the released text of choice c. Undecided text is held
  * until it shows whether it starts a call; a call is held whole; plain
  * text passes. At the end the held call is parsed, or released as text. */
@@ -558,8 +565,8 @@ static void tools_route(struct serve_gen *g, struct serve_choice *c, int final)
     if (final && c->tmode != 2) {
         c->calls = serve_tools_parse(g->tfmt, c->held.data ? c->held.data : "", c->held.len,
                                      g->rq.tools, &c->call_text);
-        if (!c->calls)
-            c->tmode = 2;
+        if (!c->calls && !progressive(g))
+            c->tmode = 2; /* a forced call cut short stays a (cut) call */
     }
     if (c->tmode == 2 && c->held.len) { /* release what was held */
         mf_buf_append(&c->delta, c->held.data, c->held.len, NULL);
@@ -620,8 +627,10 @@ static void on_event(struct serve_gen *g, int i, struct engine_event *ev)
     if (oai) {
         if (c->delta.len || (g->rq.logprobs && counted))
             oai_chunk(g, i, ev);
+        if (g->tools_on && progressive(g))
+            oai_tool_progress(g, i, ev->finish != SCHED_FINISH_NONE);
         if (ev->finish != SCHED_FINISH_NONE) {
-            if (c->calls)
+            if (c->calls && !progressive(g))
                 oai_tool_chunks(g, i);
             oai_final_chunk(g, i);
         }

@@ -11,6 +11,8 @@
 #include "runtime/engine/engine.h"
 #include "runtime/serve/serve.h"
 
+#define SERVE_MAX_CALLS 16 /* calls of one answer streamed as they are written */
+
 struct serve_choice {
     uint64_t id;               /* engine request id */
     int live;                  /* submitted and its final event not read yet */
@@ -26,6 +28,9 @@ struct serve_choice {
     struct mf_buf held;        /* tools: text held back while undecided or a call */
     json_t *calls;             /* tools: the calls found at the end, or NULL */
     char *call_text;           /* tools: text before the calls (Hermes), or NULL */
+    int streamed_calls;        /* forced calls streamed as written: headers sent */
+    size_t streamed_args[SERVE_MAX_CALLS]; /* of each, argument bytes sent */
+    char stream_ids[SERVE_MAX_CALLS][40];  /* of each, the id sent */
     struct engine_summary sum; /* filled by the final event */
 };
 
@@ -74,6 +79,18 @@ int serve_tools_starts(const struct serve_toolfmt *f, const char *p, size_t n);
  * naming a tool of tools; *content: text before them (malloc'd) or NULL. */
 json_t *serve_tools_parse(const struct serve_toolfmt *f, const char *p, size_t n,
                           const json_t *tools, char **content);
+/* One call object in text being written (serve_tools_scan): offsets into it. */
+struct serve_call_span {
+    int depth;           /* JSON depth inside the object */
+    int has_name;        /* the "name" string is complete: name, name_len */
+    size_t name, name_len;
+    int has_args;        /* "arguments"/"parameters" began at args */
+    size_t args, args_end; /* args_end 0: not complete yet */
+    int closed;          /* the call object closed */
+};
+int serve_tools_scan(const char *p, size_t n, struct serve_call_span *out, int max);
+/* A new tool call id: "call_" and 24 random hex digits (cap >= 32). */
+void serve_call_id(char *buf, size_t cap);
 struct tmpl_value;
 /* .Tools and a message's .ToolCalls for a template. NULL: out of memory. */
 struct tmpl_value *serve_tools_value(const json_t *tools);
@@ -120,8 +137,13 @@ const char *serve_gen_model(const struct serve_gen *g);
 void oai_chunk(struct serve_gen *g, int i, const struct engine_event *ev);
 void oai_final_chunk(struct serve_gen *g, int i);
 void oai_close(struct serve_gen *g);
-/* The streamed tool-call deltas of choice i (name once, arguments in pieces). */
+/* The streamed tool-call deltas of choice i (name once, arguments in pieces),
+ * at the end of an answer found to be calls (tool_choice auto). */
 void oai_tool_chunks(struct serve_gen *g, int i);
+/* A forced call streamed as it is written: the deltas for what choice i's
+ * held text adds (a name once complete, new argument bytes); final: the
+ * rest. */
+void oai_tool_progress(struct serve_gen *g, int i, int final);
 void oai_collect_logprobs(struct serve_gen *g, int i, const struct engine_event *ev);
 json_t *oai_response(struct serve_gen *g);
 json_t *oai_error(const char *msg, const char *type, const char *param, const char *code);

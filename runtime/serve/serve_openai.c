@@ -163,7 +163,7 @@ void oai_chunk(struct serve_gen *g, int i, const struct engine_event *ev)
 /* finish_reason: "tool_calls" when the answer was tool calls. */
 static const char *finish_reason(const struct serve_choice *c)
 {
-    if (c->calls)
+    if (c->calls || (c->streamed_calls && c->finish != SCHED_FINISH_LENGTH))
         return "tool_calls";
     return c->finish == SCHED_FINISH_LENGTH ? "length" : "stop";
 }
@@ -242,6 +242,43 @@ void oai_tool_chunks(struct serve_gen *g, int i)
         json_decref(a);
     }
     mf_buf_append(&c->acc, "x", 1, NULL);
+}
+
+void oai_tool_progress(struct serve_gen *g, int i, int final)
+{
+    struct serve_choice *c = &g->ch[i];
+    struct serve_call_span sp[SERVE_MAX_CALLS];
+    const char *p = c->held.data ? c->held.data : "";
+    int n = serve_tools_scan(p, c->held.len, sp, SERVE_MAX_CALLS);
+    (void)final;
+    for (int k = 0; k < n && k < SERVE_MAX_CALLS; k++) {
+        if (k >= c->streamed_calls) {
+            if (!sp[k].has_name || (k > 0 && !sp[k - 1].closed))
+                break; /* calls go out in order, each once its name is whole */
+            json_t *name = json_stringn(p + sp[k].name, sp[k].name_len);
+            serve_call_id(c->stream_ids[k], sizeof c->stream_ids[k]);
+            tool_delta(g, i,
+                       json_pack("{s:i, s:s, s:s, s:{s:o, s:s}}", "index", k, "id",
+                                 c->stream_ids[k], "type", "function", "function", "name",
+                                 name ? name : json_string(""), "arguments", ""),
+                       k == 0);
+            c->streamed_calls = k + 1;
+            c->streamed_args[k] = 0;
+        }
+        if (!sp[k].has_args)
+            continue;
+        size_t end = sp[k].args_end ? sp[k].args_end : c->held.len;
+        size_t from = sp[k].args + c->streamed_args[k];
+        if (end > from) {
+            tool_delta(g, i,
+                       json_pack("{s:i, s:{s:s%}}", "index", k, "function", "arguments", p + from,
+                                 end - from),
+                       0);
+            c->streamed_args[k] += end - from;
+        }
+    }
+    if (c->streamed_calls)
+        mf_buf_append(&c->acc, "x", 1, NULL);
 }
 
 void oai_final_chunk(struct serve_gen *g, int i)

@@ -257,7 +257,7 @@ static int tool_choice_field(struct serve_req *rq, const json_t *v, struct mf_er
 }
 
 /* A new tool call id: "call_" and 24 random hex digits. */
-static void call_id(char *buf, size_t cap)
+void serve_call_id(char *buf, size_t cap)
 {
     uint64_t r[2] = {0, 0};
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
@@ -314,7 +314,7 @@ static int msg_tool_calls(struct serve_msg *m, const json_t *v, size_t i, int oa
                               i, k);
         }
         if (!id)
-            call_id(idbuf, sizeof idbuf);
+            serve_call_id(idbuf, sizeof idbuf);
         json_t *n = json_pack("{s:s, s:s, s:o}", "id", id ? json_string_value(id) : idbuf, "name",
                               name, "arguments", a);
         if (!n || json_array_append_new(m->tool_calls, n))
@@ -504,7 +504,7 @@ static int add_call(json_t *calls, const json_t *o, const json_t *tools)
     if (!known)
         return 0;
     char id[48];
-    call_id(id, sizeof id);
+    serve_call_id(id, sizeof id);
     json_array_append_new(calls, json_pack("{s:s, s:s, s:O}", "id", id, "name", name, "arguments",
                                            args ? args : json_object()));
     return 1;
@@ -754,4 +754,98 @@ struct tmpl_value *serve_tool_calls_value(const json_t *calls)
         }
     }
     return list;
+}
+
+/* ---- calls as they are written -------------------------------------------------------------- */
+
+/* Scans p[0..n) for call objects (JSON objects not inside another object:
+ * at the top or in a top-level array) and, in each, the string value of
+ * "name" and the span of "arguments" (or "parameters"), whole or cut at n.
+ * Text outside JSON (Hermes' tags, Mistral's opening) is skipped. Fills up
+ * to max entries; returns how many calls were seen. */
+int serve_tools_scan(const char *p, size_t n, struct serve_call_span *out, int max)
+{
+    int depth = 0, k = -1, in_str = 0, esc = 0, is_key = 0, key_id = 0, want_val = 0;
+    int stack[64]; /* 1: object, 2: array, per depth */
+    size_t str_start = 0;
+    int val_kind = 0; /* 1: name value (a string), 2: arguments value */
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if (in_str) {
+            if (esc) {
+                esc = 0;
+            } else if (ch == '\\') {
+                esc = 1;
+            } else if (ch == '"') {
+                in_str = 0;
+                if (is_key && k >= 0 && k < max && depth == out[k].depth) {
+                    size_t len = i - str_start;
+                    key_id = len == 4 && !memcmp(p + str_start, "name", 4) ? 1
+                             : (len == 9 && !memcmp(p + str_start, "arguments", 9)) ||
+                                     (len == 10 && !memcmp(p + str_start, "parameters", 10))
+                                 ? 2
+                                 : 0;
+                } else if (val_kind == 1 && k >= 0 && k < max) {
+                    out[k].name = str_start;
+                    out[k].name_len = i - str_start;
+                    out[k].has_name = 1;
+                    val_kind = 0;
+                }
+            }
+            continue;
+        }
+        if (ch == '"') {
+            in_str = 1;
+            str_start = i + 1;
+            is_key = depth > 0 && stack[depth - 1] == 1 && !want_val;
+            if (want_val && key_id == 1 && k >= 0 && depth == out[k].depth)
+                val_kind = 1;
+            if (want_val && key_id == 2 && k >= 0 && k < max && depth == out[k].depth) {
+                out[k].args = i;
+                out[k].has_args = 1;
+                out[k].args_end = 0;
+            }
+            want_val = 0;
+            continue;
+        }
+        if (ch == ':' && depth > 0 && stack[depth - 1] == 1) {
+            want_val = 1;
+            continue;
+        }
+        if (ch == '{' || ch == '[') {
+            int call = ch == '{' && (depth == 0 || (depth == 1 && stack[0] == 2));
+            if (want_val && key_id == 2 && k >= 0 && k < max && depth == out[k].depth) {
+                out[k].args = i;
+                out[k].has_args = 1;
+                out[k].args_end = 0;
+            }
+            want_val = 0;
+            if (depth >= (int)(sizeof stack / sizeof *stack))
+                return k + 1;
+            stack[depth++] = ch == '{' ? 1 : 2;
+            if (call) {
+                k++;
+                if (k < max)
+                    out[k] = (struct serve_call_span){.depth = depth};
+            }
+            continue;
+        }
+        if (ch == '}' || ch == ']') {
+            if (depth == 0)
+                continue;
+            depth--;
+            if (k >= 0 && k < max && out[k].has_args && !out[k].args_end && depth == out[k].depth)
+                out[k].args_end = i + 1; /* the arguments value closed */
+            if (k >= 0 && k < max && depth == out[k].depth - 1)
+                out[k].closed = 1;
+            continue;
+        }
+        if (ch == ',' && k >= 0 && k < max && out[k].has_args && !out[k].args_end &&
+            depth == out[k].depth)
+            out[k].args_end = i; /* a scalar arguments value ended */
+        if (ch != ' ' && ch != '\n' && ch != '\t' && ch != '\r' && ch != ',')
+            want_val = want_val && (ch == '-' || (ch >= '0' && ch <= '9') || ch == 't' ||
+                                    ch == 'f' || ch == 'n');
+    }
+    return k + 1;
 }

@@ -197,12 +197,49 @@ static void test_parse_calls(void **state)
     serve_req_free(&rq);
 }
 
+/* Calls found while they are written: names once whole, argument spans
+ * growing with the text, objects inside arguments not taken for calls. */
+static void test_scan(void **state)
+{
+    (void)state;
+    struct serve_call_span sp[4];
+    const char *h = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": {\"x\": [1, "
+                    "{\"y\": \"}\"}]}, \"b\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\"";
+    size_t n = strlen(h);
+    /* cut inside the first name: no name yet */
+    assert_int_equal(serve_tools_scan(h, 22, sp, 4), 1);
+    assert_false(sp[0].has_name);
+    /* cut inside the arguments: the span is open */
+    size_t cut = (size_t)(strstr(h, "\"b\"") - h);
+    assert_int_equal(serve_tools_scan(h, cut, sp, 4), 1);
+    assert_true(sp[0].has_name && sp[0].name_len == 3 && !memcmp(h + sp[0].name, "add", 3));
+    assert_true(sp[0].has_args && sp[0].args_end == 0);
+    assert_int_equal(h[sp[0].args], '{');
+    /* the whole text: the arguments closed, a second call named */
+    assert_int_equal(serve_tools_scan(h, n, sp, 4), 2);
+    assert_true(sp[0].closed);
+    assert_int_equal(h[sp[0].args_end - 1], '}');
+    json_t *a = json_loadb(h + sp[0].args, sp[0].args_end - sp[0].args, 0, NULL);
+    assert_non_null(a);
+    assert_int_equal(json_integer_value(json_object_get(a, "b")), 2);
+    json_decref(a);
+    assert_true(sp[1].has_name && !memcmp(h + sp[1].name, "now", 3));
+    assert_false(sp[1].has_args);
+    /* Mistral's array and Llama's parameters */
+    const char *m = "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", "
+                    "\"parameters\": {\"k\": [1]}}]";
+    assert_int_equal(serve_tools_scan(m, strlen(m), sp, 4), 2);
+    assert_true(sp[1].has_args && sp[1].args_end > sp[1].args);
+    assert_true(!memcmp(m + sp[1].args, "{\"k\": [1]}", sp[1].args_end - sp[1].args));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_forced_grammar),
         cmocka_unit_test(test_parse_calls),
+        cmocka_unit_test(test_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

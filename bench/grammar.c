@@ -28,6 +28,8 @@
 #include "runtime/engine/backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/sampler.h"
+#include <jansson.h>
+
 #include "runtime/grammar/gram.h"
 #include "runtime/model/model.h"
 #include "text/tokenizer.h"

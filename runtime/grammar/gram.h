@@ -22,8 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "common/buf.h"
 #include "common/err.h"
 #include "text/tokenizer.h"
@@ -117,19 +115,21 @@ void gram_drop_masks(struct gram *g);
 
 /* ---- JSON Schema ---- */
 
+struct json_t; /* jansson's json_t; the GPU tests build this header without jansson */
+
 /* Appends to out GBNF whose sentences are the JSON texts valid under
  * schema (subset and limits in docs/grammar.md); where names the field
  * for messages ("response_format.json_schema.schema"). An unsupported
  * keyword is MF_EUNSUPPORTED naming it and its JSON pointer; a malformed
  * schema MF_EINVAL. */
-int gram_schema_gbnf(const json_t *schema, const char *where, struct mf_buf *out,
+int gram_schema_gbnf(const struct json_t *schema, const char *where, struct mf_buf *out,
                      struct mf_err *err);
 /* The rules of gram_schema_gbnf alone, numbered from *next_rule + 1 (r<N>,
  * p<N>; *next_rule is advanced), so several schemas share one grammar;
  * *root_rule is the schema's rule. They use the shared JSON rules, which
  * gram_json_shared appends (once per grammar). */
-int gram_schema_rules(const json_t *schema, const char *where, int *next_rule, int *root_rule,
-                      struct mf_buf *out, struct mf_err *err);
+int gram_schema_rules(const struct json_t *schema, const char *where, int *next_rule,
+                      int *root_rule, struct mf_buf *out, struct mf_err *err);
 int gram_json_shared(struct mf_buf *out, struct mf_err *err);
 /* GBNF for any JSON value (object_only: any JSON object), as JSON mode. */
 int gram_json_gbnf(int object_only, struct mf_buf *out, struct mf_err *err);

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "runtime/grammar/gram.h"
 
 #define MAX_DEPTH 64
@@ -982,8 +984,8 @@ static int gen(struct sc *c, const json_t *s, const char *ptr, int *rule)
     return rc;
 }
 
-int gram_schema_rules(const json_t *schema, const char *where, int *next_rule, int *root_rule,
-                      struct mf_buf *out, struct mf_err *err)
+int gram_schema_rules(const struct json_t *schema, const char *where, int *next_rule,
+                      int *root_rule, struct mf_buf *out, struct mf_err *err)
 {
     struct sc c = {.root = schema, .where = where, .err = err, .n_rules = *next_rule};
     int rule = 0, rc;
@@ -1006,7 +1008,7 @@ int gram_json_shared(struct mf_buf *out, struct mf_err *err)
     return mf_buf_puts(out, SHARED, err);
 }
 
-int gram_schema_gbnf(const json_t *schema, const char *where, struct mf_buf *out,
+int gram_schema_gbnf(const struct json_t *schema, const char *where, struct mf_buf *out,
                      struct mf_err *err)
 {
     int next = 0, rule = 0, rc;

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "runtime/grammar/gram.h"
 
 static void must_parse(const struct mf_buf *b)

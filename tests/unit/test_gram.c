@@ -16,6 +16,8 @@
 #include <regex.h>
 
 #include "runtime/engine/sampler.h"
+#include <jansson.h>
+
 #include "runtime/grammar/gram.h"
 
 static struct gram *compile(const char *src, const struct gram_vocab *v)

@@ -14,6 +14,7 @@ libmfc_common_a_SOURCES = \
 	common/json.c common/json.h \
 	common/ggml_type.c common/ggml_type.h \
 	common/cpu.c common/cpu.h common/limits.h \
+	common/arch.c common/arch.h \
 	common/progress.c common/progress.h \
 	common/gguf.c common/gguf.h common/gguf_int.h common/gguf_write.c \
 	common/inspect.c common/inspect.h \

@@ -55,16 +55,55 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
     return 0;
 }
 
+/* The family switches the CUDA step computes: Llama's (pre-norms, SiLU, the
+ * normal RoPE pairing, dense FFN, full attention). A model that needs more
+ * is refused with the switch named, and MFC_DEVICE=auto runs it on the CPU. */
+static int family_ok(const struct model *m, struct mf_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    const char *what = NULL;
+
+    if (hp->rope_neox)
+        what = "NeoX-style RoPE";
+    else if (hp->n_expert)
+        what = "routed experts";
+    else if (hp->n_swa)
+        what = "sliding-window layers";
+    else if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
+        what = "logit soft-caps";
+    else if (hp->arch->act != ARCH_ACT_SILU)
+        what = "GELU gates";
+    else if (hp->embd_scale != 1.0f || hp->q_scale != 1.0f || hp->rope_mscale != 1.0f ||
+             hp->yarn_ext != 0.0f)
+        what = "scaled embeddings, queries or RoPE";
+    for (int32_t l = 0; !what && l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        if (L->q_norm.data || L->bias[0].data || L->bias[1].data || L->bias[2].data)
+            what = "q/k/v biases or per-head norms";
+        else if (L->attn_post_norm.data || L->ffn_post_norm.data)
+            what = "post-norms";
+    }
+    if (what)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend does not run %s models yet (%s)", hp->arch->name,
+                          what);
+    return 0;
+}
+
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err)
 {
     int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 2);
     int rc;
 
     memset(p, 0, sizeof *p);
+    rc = family_ok(m, err);
+    if (rc)
+        return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);
     if (!p->slots)
         return mf_err_set(err, MF_ENOMEM, "out of memory planning %d weight uploads", cap);
-    rc = add_slot(p, &m->tok_embd, 1, err);
+    if (!rc)
+        rc = add_slot(p, &m->tok_embd, 1, err);
     if (!rc && !m->tied)
         rc = add_slot(p, &m->output, 1, err);
     if (!rc)
@@ -384,29 +423,6 @@ void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t
     layout(m, p);
 }
 
-static float rd_f32(const void *base, int64_t i)
-{
-    float f;
-    memcpy(&f, (const uint8_t *)base + 4 * i, 4);
-    return f;
-}
-
-/* The CPU backend's rope_row (cpu_fwd.c), kept identical on purpose. */
-static void rope_row(const struct model *m, int32_t pos, float *cs)
-{
-    const struct model_hparams *hp = &m->hp;
-    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    float theta = (float)pos;
-
-    for (int32_t i = 0; i < hp->n_rot / 2; i++) {
-        float ff = m->rope_freqs.data ? rd_f32(m->rope_freqs.data, i) : 1.0f;
-        float th = hp->rope_freq_scale * (theta / ff);
-        cs[2 * i] = cosf(th);
-        cs[2 * i + 1] = sinf(th);
-        theta *= theta_scale;
-    }
-}
-
 void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
                          const struct cuda_step_plan *p, void *buf)
 {
@@ -447,7 +463,7 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
             pos[t] = sq->n_past + j;
             blk[t] = sq->block_table[pos[t] / KV_BLOCK_TOKENS];
             toff[t] = nt;
-            rope_row(m, pos[t], rope + (size_t)t * (size_t)m->hp.n_rot);
+            model_rope_row(m, 0, pos[t], rope + (size_t)t * (size_t)m->hp.n_rot);
         }
         if (sq->want_logits)
             out[n_out++] = t - 1;
@@ -463,7 +479,7 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
         pos[t] = 0;
         blk[t] = p->pad_blk;
         toff[t] = nt;
-        rope_row(m, 0, rope + (size_t)t * (size_t)m->hp.n_rot);
+        model_rope_row(m, 0, 0, rope + (size_t)t * (size_t)m->hp.n_rot);
         if (p->dtiles) {
             tiles[2 * n_tiles] = t;
             tiles[2 * n_tiles + 1] = 1;

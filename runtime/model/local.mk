@@ -1,7 +1,8 @@
 ### runtime/model/: the model loader over the GGUF mmap, runtime LoRA
 ### adapters, and the step contract (batch.h); numerics tests against llama.cpp
 libmfc_runtime_a_SOURCES += runtime/model/batch.h \
-	runtime/model/model.c runtime/model/model.h \
+	runtime/model/model.c runtime/model/model.h runtime/model/model_int.h \
+	runtime/model/model_hparams.c runtime/model/model_rope.c \
 	runtime/model/lora.c runtime/model/lora.h
 
 ## mfc-eval: runs token ids through the engine, prints logits as JSON (numerics tests, bench).

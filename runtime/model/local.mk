@@ -18,9 +18,11 @@ tests_unit_test_model_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_model_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_model
 
-## Numerics against llama.cpp (node-llama-cpp; skips without it or mkmodel).
-TESTS += tests/cli/engine-numerics.bats
-EXTRA_DIST += tests/cli/engine-numerics.bats tests/cli/engine_numerics.py
+## Numerics against llama.cpp (node-llama-cpp; skips without it or mkmodel):
+## Llama shapes, types and LoRA; then every family and its refusals.
+TESTS += tests/cli/engine-numerics.bats tests/cli/families.bats
+EXTRA_DIST += tests/cli/engine-numerics.bats tests/cli/engine_numerics.py \
+	tests/cli/families.bats tests/tools/gguf_edit.py
 
 ## bench/engine: mfc vs llama.cpp tokens/s (`make bench-engine`; never part of make check).
 EXTRA_DIST += bench/engine

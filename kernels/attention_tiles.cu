@@ -163,11 +163,11 @@ __device__ __forceinline__ void quad_max_sum(float &m, double &l)
 }
 
 /* At most 128 registers, no spills, with stages of one KV block: four
- * 4-warp blocks a multiprocessor. H200, 2048-token prefill, two runs each,
- * same session (bench/results/cuda-mmq-tiles-h200-2026-11-30): BF16 31.2k /
- * 31.3k against 30.6k / 30.8k tokens/s for stages of two at 168 registers
- * (three blocks), Q4_K_M 29.7k / 29.7k against 29.2k / 29.2k. Before: 168
- * against no cap, 27.8k -> 28.7k; stages of 4 lost (27.7k). */
+ * 4-warp blocks a multiprocessor. H200, 2048-token prefill, two runs each
+ * in one call (bench/results/2026-11-30.md): BF16 31.2k / 31.3k against
+ * 30.6k / 30.8k tokens/s for stages of two at 168 registers (three blocks),
+ * Q4_K_M 29.7k / 29.7k against 29.2k / 29.2k. Stages of two without a
+ * register cap ran 27.8k against 28.7k at 168; stages of 4, 27.7k. */
 #define FL_MAX_REGS 128
 /* grid (n_tiles, n_head_kv), NW warps: warp w takes query head w (then
  * w + NW, ... when the KV head has more) of KV head g for the tile's n

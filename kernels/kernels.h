@@ -198,9 +198,9 @@ int mfk_rmsnorm_rounded(struct mfk_ctx *c, float *x, int64_t ldx, const float *r
 int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err);
 #define MFK_MMQ_TOKENS 16 /* tokens of the untiled Q4_K kernel, at most */
-#define MFK_MMQ_MIN 5     /* below, the GEMV: at 4 tokens it beat an earlier mmq.cu
-                             (523 against 489 tokens/s, H200); the final one was not
-                             measured there */
+#define MFK_MMQ_MIN 5     /* below, the GEMV (at 4 tokens it beat a first shape of
+                             mmq.cu, 523 against 489 tokens/s on an H200; the kept
+                             shape is not measured there) */
 
 /* mfk_gemv for n weights of the same input width (q, k and v; gate and
  * up): y[i] (+)= w[i] x, with the input quantized once for every Q4_K and
@@ -408,9 +408,11 @@ int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
  * fp16 before P.V. out[t] gets n_head * head_dim floats. max_ctx bounds
  * pos+1 (it sizes shared memory; MF_EUNSUPPORTED when the scores do not
  * fit). splits > 1 divides each context over that many blocks
- * (FlashDecoding-style, three launches: runtime/cuda/cuda_plan.c's
- * cuda_plan_att_splits says when that pays); the result is the unsplit one
- * up to the rounding of the softmax sum's rescaling. 1 to 4096. With
+ * (FlashDecoding-style: one launch of clusters where mfk_ctx_att_cluster
+ * allows and splits <= MFK_ATT_CLUSTER_MAX, else three;
+ * runtime/cuda/cuda_plan.c's cuda_plan_att_splits says when splitting
+ * pays); the result is the unsplit one up to the rounding of the softmax
+ * sum's rescaling. 1 to 4096. With
  * splits > 1 and q8 non-NULL, each output row's 8-bit form (rows of
  * n_head * head_dim, a multiple of 256) is written to q8 too, at the row's
  * token index, as mfk_gemv_n would make it; with splits 1, q8 is not

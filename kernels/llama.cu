@@ -41,7 +41,7 @@ extern "C" {
 #define GEMV_WARPS 8          /* rows (warps) per GEMV thread block */
 #define GEMV_SMEM_FLOATS 8192 /* staged activations per GEMV block (32 KiB) */
 /* Q4_K and Q6_K products of this many rows and more take two rows a warp:
- * half the input reads from L1, which bounded the one-row kernel (ncu: L1
+ * half the input reads from L1, which bound one row a warp (ncu: L1
  * 78% busy, DRAM 41%); smaller ones keep a warp per row, or too few blocks
  * run (4096 rows in pairs: 268 against 281 tokens/s, H200 Q4_K_M batch 1). */
 #define GEMV_Q4K_PAIRS 8192
@@ -57,7 +57,7 @@ extern "C" {
  * H200, Llama-3-8B Q4_K_M batch 1, alternating runs: 348-354 tokens/s
  * against 340-346 unsplit; 347-350 with the Q4_K down product split too,
  * 341-342 with the down products alone split, 334-337 with 4 warps a row
- * (bench/results/cuda-split-h200-2026-12-02/). */
+ * (bench/results/2026-12-02.md). */
 #ifndef GEMV_SPLIT
 #define GEMV_SPLIT 2
 #endif
@@ -902,10 +902,10 @@ __device__ __forceinline__ void q4k_step(const uint8_t *const (&row)[R], int off
  * A lane takes a 32-byte group p of a super-block's qs (sub-block 2p in the
  * low nibbles, 2p + 1 in the high ones) and the block's 16-byte head; 4
  * lanes cover a super-block, a warp 8 of them a step. The instruction count
- * per byte, not the loads, bounded the previous shape (8 lanes a block, a
- * branch on p in every scale decode, the mins' sums by dp4a): 255 warp
- * instructions per 512 bytes, the schedulers 66% busy at 33% of DRAM
- * (ncu, H200). */
+ * per byte, not the loads, bounds this kernel: 8 lanes a super-block, a
+ * branch on p in every scale decode and the mins' sums by dp4a took 255
+ * warp instructions per 512 bytes, the schedulers 66% busy at 33% of DRAM
+ * (ncu, H200), 2.7x this shape's. */
 template <int NB, int R, int KS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_q4k(const gemv_many m, int64_t ne0, const int8_t *__restrict__ xq,

@@ -1956,7 +1956,7 @@ static double log_softmax_at(const float *x, int64_t n, int32_t i)
 /* The 8-bit KV cache against F16, both on the GPU, over texts each fed
  * from position 0: the first half in one step (tiles), then a token a
  * step (per-token kernel). The perplexity of every token predicted after
- * that under each arena (the accuracy cost the issue asks for), the mean
+ * that under each arena (the accuracy cost the 8-bit arena is judged by), the mean
  * KL(F16 || 8-bit) of the next-token distributions and the logits'
  * relative difference. The texts: X.heldout beside the model (the demo's
  * held-out sums), else three of random ids. */

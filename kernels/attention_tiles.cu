@@ -193,7 +193,7 @@ __global__ void __maxnreg__(FL_MAX_REGS)
     const int32_t *bt = tables + toff[t0];
     const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
     const int nst = (nblk + FL_SB - 1) / FL_SB;
-    const float kq_scale = 1.0f / sqrtf((float)HD);
+    const float kq_scale = s.kq_scale > 0.0f ? s.kq_scale : 1.0f / sqrtf((float)HD);
     const int gr = lane >> 2, tq = lane & 3;
     const int lim0 = gr < n ? pos[t0 + gr] : -1, lim1 = gr + 8 < n ? pos[t0 + gr + 8] : -1;
     /* this lane's ldmatrix row: matrix lane / 8 is rows +0 or +8, half or chunk +0 or +1 */
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(NW * 32, 12 / NW)
     const int32_t *bt = tables + toff[t0];
     const int last = pos[t0], nblk = last / KVB + 1, tail = last % KVB;
     const int mine = nblk > warp ? (nblk - warp + NW - 1) / NW : 0;
-    const float kq_scale = 1.0f / sqrtf((float)HD);
+    const float kq_scale = s.kq_scale > 0.0f ? s.kq_scale : 1.0f / sqrtf((float)HD);
     const int gr = lane >> 2, tq = lane & 3;
     const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lh = lane >> 4;
     const fl_src src = fl_src_of<HD, Q8>(s, layer, g, kv);
@@ -627,7 +627,7 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const int32_t *bt = tables + toff[t0];
     const int last = pos[t0 + n - 1], nblk = last / KVB + 1, tail = last % KVB;
-    const float kq_scale = 1.0f / sqrtf((float)hd);
+    const float kq_scale = s.kq_scale > 0.0f ? s.kq_scale : 1.0f / sqrtf((float)hd);
     unsigned char *ws = fsm + (size_t)warp * fa_warp_bytes(hd, Q8);
     __half *qh = (__half *)ws;
     __half *vz = qh + FA_ROWS * hd;

@@ -187,6 +187,10 @@ int model_type_supported(enum ggml_type t);
  * bit for bit before the sin/cos. Every backend takes its tables from here. */
 void model_rope_row(const struct model *m, int kind, int32_t pos, float *cs);
 
+/* hp.n_swa when every layer slides (a position older than the window is
+ * never read again, so its KV blocks can go), else 0. */
+int32_t model_window_all(const struct model *m);
+
 /* Bytes of KV storage one KV_BLOCK_TOKENS block takes over all layers with
  * elements of elem_bytes bytes (2 for F16): n_layer * 2 * n_head_kv *
  * KV_BLOCK_TOKENS * head_dim * elem_bytes. */

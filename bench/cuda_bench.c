@@ -29,7 +29,7 @@
  *      (every weight except the embedding table, B embedding rows, B
  *      contexts of K/V) over the measured bandwidth.
  *      CUDA_BENCH_CONTEXTS=shared gives the B sequences the blocks of one
- *      context instead (a cached prefix, as before 2026-12-01): batched
+ *      context instead (a cached prefix): batched
  *      attention then reads K/V from L2 and beats the roofline's count.
  * Prints a table row per batch.
  *
@@ -42,7 +42,7 @@
  *
  * offline: REQUESTS requests (prompts of 128-1024 tokens, outputs of
  * 128-512, greedy, no early stop) through the backend with continuous
- * batching, at most SEQS at once: the issue's offline run; see offline_bench.
+ * batching, at most SEQS at once (the offline throughput run); see offline_bench.
  * tests/gpu/hf_offline.py runs the same requests through transformers.
  *
  * CUDA_BENCH_CTX=N gives step 4's contexts N tokens (16 to 2048, rounded

@@ -8,7 +8,8 @@
  *                             stream-K too; Q4_K's q+k+v and gate+up in one launch)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
- *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
+ *     SHAPE: 1b | llama3-8b | qwen2.5-7b | gemma2-9b | phi3-mini (mkmodel's presets:
+ *            Llama 3.2 1B, Llama 3 8B, and the families' models of those sizes)
  *     TYPE:  f16 | bf16 | q8_0 | q4_k_m (llama.cpp's per-tensor mix) | q4_k
  *     BATCH: sequences decoding together (default 1 8 32)
  *
@@ -65,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/arch.h"
 #include "common/num.h"
 #include "common/quant.h"
 #include "kernels/kernels.h"
@@ -168,14 +170,23 @@ static void *make_data(enum ggml_type t, int64_t ne0, int64_t ne1, uint64_t *row
     return p;
 }
 
+/* A model shape: mkmodel's presets, each family with its own switches
+ * (common/arch.h): Qwen's q/k/v biases, Gemma's wide heads, post-norms,
+ * soft-caps and sliding layers, Phi-3's ungrouped heads. */
 struct shape {
     const char *name;
+    const char *arch; /* general.architecture */
     int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
+    int32_t head_dim;   /* 0: n_embd / n_head */
+    int32_t swa, swa_period; /* sliding window and layer pattern; 0: none */
 };
 
 static const struct shape shapes[] = {
-    {"1b", 16, 2048, 8192, 32, 8, 128256},
-    {"llama3-8b", 32, 4096, 14336, 32, 8, 128256},
+    {"1b", "llama", 16, 2048, 8192, 32, 8, 128256, 0, 0, 0},
+    {"llama3-8b", "llama", 32, 4096, 14336, 32, 8, 128256, 0, 0, 0},
+    {"qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 0, 0, 0},
+    {"gemma2-9b", "gemma2", 42, 3584, 14336, 16, 8, 256000, 256, 4096, 2},
+    {"phi3-mini", "phi3", 32, 3072, 8192, 32, 32, 32064, 0, 0, 0},
 };
 
 static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct shape *s,
@@ -184,7 +195,7 @@ static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct s
     if (strcmp(type, "q4_k") == 0)
         return GGML_TYPE_Q4_K;
     struct quant_model_info mi = {
-        .arch = "llama", .n_layer = s->n_layer, .n_gqa = s->n_head / s->n_head_kv, .has_output = 1};
+        .arch = s->arch, .n_layer = s->n_layer, .n_gqa = s->n_head / s->n_head_kv, .has_output = 1};
     struct quant_tensor_info ti = {
         .name = name, .type = GGML_TYPE_F32, .n_dims = 2, .ne = {ne0, ne1, 1, 1}};
     enum ggml_type t;
@@ -216,8 +227,11 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
         fprintf(stderr, "cuda_bench: unknown type %s\n", type);
         exit(1);
     }
-    int64_t hd = s->n_embd / s->n_head, qd = s->n_head * hd, kvd = s->n_head_kv * hd;
-    m->hp = (struct model_hparams){.n_ctx_train = 8192,
+    int64_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
+    int64_t qd = s->n_head * hd, kvd = s->n_head_kv * hd;
+    const struct arch_desc *a = arch_find(s->arch, strlen(s->arch));
+    m->hp = (struct model_hparams){.arch = a,
+                                   .n_ctx_train = 8192,
                                    .n_embd = s->n_embd,
                                    .n_ff = s->n_ff,
                                    .n_layer = s->n_layer,
@@ -228,28 +242,55 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
                                    .n_vocab = s->n_vocab,
                                    .rope_base = 500000.0f,
                                    .rope_freq_scale = 1.0f,
-                                   .rms_eps = 1e-5f};
+                                   .rms_eps = 1e-5f,
+                                   .n_swa = s->swa};
+    model_hparams_derive(&m->hp);
     set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 0);
-    set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 0);
+    if (a->flags & ARCH_TIED_ALWAYS) {
+        m->output = m->tok_embd;
+        m->tied = 1;
+    } else {
+        set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 0);
+    }
     set_w(&m->out_norm, type, ft, s, "output_norm.weight", s->n_embd, 1, 1);
     m->layers = calloc((size_t)s->n_layer, sizeof *m->layers);
+    model_layer_kinds(m, s->swa_period, 0.0f);
     *mat_bytes = m->output.row_bytes * (uint64_t)m->output.ne1 + 4u * (uint64_t)s->n_embd;
     *embd_row = m->tok_embd.row_bytes;
     for (int32_t l = 0; l < s->n_layer; l++) {
+        struct model_layer *L = &m->layers[l];
         char name[64];
         int64_t in[MODEL_W_PER_LAYER] = {s->n_embd, s->n_embd, s->n_embd, qd,
                                          s->n_embd, s->n_embd, s->n_ff};
         int64_t out[MODEL_W_PER_LAYER] = {qd, kvd, kvd, s->n_embd, s->n_ff, s->n_ff, s->n_embd};
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        set_w(&m->layers[l].attn_norm, type, ft, s, name, s->n_embd, 1, 1);
+        set_w(&L->attn_norm, type, ft, s, name, s->n_embd, 1, 1);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        set_w(&m->layers[l].ffn_norm, type, ft, s, name, s->n_embd, 1, 1);
+        set_w(&L->ffn_norm, type, ft, s, name, s->n_embd, 1, 1);
         for (int w = 0; w < MODEL_W_PER_LAYER; w++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, wn[w]);
-            set_w(&m->layers[l].w[w], type, ft, s, name, in[w], out[w], 0);
-            *mat_bytes += m->layers[l].w[w].row_bytes * (uint64_t)out[w];
+            set_w(&L->w[w], type, ft, s, name, in[w], out[w], 0);
+            *mat_bytes += L->w[w].row_bytes * (uint64_t)out[w];
         }
         *mat_bytes += 8u * (uint64_t)s->n_embd;
+        for (int i = 0; i < 3 && strcmp(s->arch, "qwen2") == 0; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, wn[i]);
+            set_w(&L->bias[i], type, ft, s, name, out[i], 1, 1);
+            *mat_bytes += 4u * (uint64_t)out[i];
+        }
+        if (a->flags & ARCH_QK_NORM) {
+            snprintf(name, sizeof name, "blk.%d.attn_q_norm.weight", l);
+            set_w(&L->q_norm, type, ft, s, name, hd, 1, 1);
+            snprintf(name, sizeof name, "blk.%d.attn_k_norm.weight", l);
+            set_w(&L->k_norm, type, ft, s, name, hd, 1, 1);
+        }
+        if (a->flags & ARCH_POST_NORMS) {
+            snprintf(name, sizeof name, "blk.%d.post_attention_norm.weight", l);
+            set_w(&L->attn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
+            snprintf(name, sizeof name, "blk.%d.post_ffw_norm.weight", l);
+            set_w(&L->ffn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
+            *mat_bytes += 8u * (uint64_t)s->n_embd;
+        }
     }
     return m;
 }

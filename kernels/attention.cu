@@ -102,11 +102,12 @@ __device__ __forceinline__ double block_sum(double v, double *red)
  * positions), red[NW][min(ratio, 8)][hd] the warps' partial outputs; PH 3
  * also cs[ratio] (double sums), cm[ratio] (maxima), cst[2 ratio] (the
  * context's max and 1 / sum per head).
- * HD > 0 (64, 128) fixes head_dim: the P.V accumulators shrink to what the
- * head needs, so two blocks fit a multiprocessor's registers, not one.
+ * HD > 0 (64, 96, 128, 256) fixes head_dim: the P.V accumulators shrink to
+ * what the head needs, so two blocks fit a multiprocessor's registers, not
+ * one, up to 128 (256 keeps one block, unrolled for its width).
  * Q8: the 8-bit arena (kv8_value of each element). */
 template <int HD, bool Q8, int NW, int PH>
-__global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
+__global__ void __launch_bounds__(NW * 32, HD > 0 && HD <= 128 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
                 const void *kv, int32_t ctx, float *out, int64_t ldo, float *mx, double *ls,
@@ -502,6 +503,10 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
         return s->q8 ? ATT_RUN(128, true) : ATT_RUN(128, false);
     if (s->head_dim == 64)
         return s->q8 ? ATT_RUN(64, true) : ATT_RUN(64, false);
+    if (s->head_dim == 96) /* Phi-3 */
+        return s->q8 ? ATT_RUN(96, true) : ATT_RUN(96, false);
+    if (s->head_dim == 256) /* Gemma */
+        return s->q8 ? ATT_RUN(256, true) : ATT_RUN(256, false);
     return s->q8 ? ATT_RUN(0, true) : ATT_RUN(0, false);
 #undef ATT_RUN
 }

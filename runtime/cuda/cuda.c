@@ -659,10 +659,10 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     /* a window or soft-cap: every token through the per-token kernel, which
      * takes them (decode tokens already go there: bind_layer turned the
      * decode tiles off) */
-    if (!rc && L->per_token)
+    if (!rc && L->per_token) /* a decode step's contexts split as the plan says */
         rc = mfk_attention(c, &ks, l, T, NULL, cb->q, qd, D32(tok_pos), D32(tok_toff),
-                           D32(tables), cb->kv, p->n_tiles ? p->max_ctx : p->att_cap, 1, cb->att,
-                           qd, NULL, err);
+                           D32(tables), cb->kv, p->n_tiles ? p->max_ctx : p->att_cap,
+                           p->n_tiles ? 1 : splits, cb->att, qd, NULL, err);
     if (!rc && !L->per_token)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd,

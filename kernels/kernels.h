@@ -430,10 +430,10 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
                   int32_t splits, float *out, int64_t ldo, const struct mfk_q8 *q8,
                   struct mf_err *err);
 
-/* (s->softcap and s->window apply to mfk_attention, which masks a
- * sliding window's earlier positions and reads only the blocks it needs;
- * the tile kernels below take neither: runtime/cuda sends such layers'
- * tokens all to mfk_attention.) */
+/* (s->softcap and s->window: both kernels mask a sliding window's earlier
+ * positions and read only the blocks from the window's first on; the tiles
+ * of such a layer all go to the generic tile kernel, k_tiles, whatever the
+ * head width and decode say.) */
 
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
  * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one

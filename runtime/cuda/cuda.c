@@ -66,8 +66,8 @@ struct cuda_layer {
     const float *q_norm, *k_norm;           /* device per-head norms, or NULL */
     const float *attn_post, *ffn_post;      /* device post-norms, or NULL */
     struct mfk_kv_shape ks;                 /* the layer's attention shape and switches */
-    int per_token;                          /* 1: every token through mfk_attention (a
-                                               window or soft-cap the tiles do not take) */
+    int masked;                             /* 1: a window or soft-cap, which the decode
+                                               tiles (k_flash_dec) do not take */
 };
 
 struct cuda_backend {
@@ -205,7 +205,7 @@ static void bind_layer(struct cuda_backend *cb, int32_t l)
     L->k_norm = dev_vec(cb, &ml->k_norm);
     L->attn_post = dev_vec(cb, &ml->attn_post_norm);
     L->ffn_post = dev_vec(cb, &ml->ffn_post_norm);
-    L->per_token = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
+    L->masked = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
 }
 
 static double now_s(void)
@@ -544,7 +544,7 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     cb->out_norm = dev_vec(cb, &m->out_norm);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         bind_layer(cb, l);
-        if (cb->layers[l].per_token)
+        if (cb->layers[l].masked)
             cb->dtiles = 0; /* decode tokens one at a time, through mfk_attention */
     }
     rc = cuda_lora_upload(&cb->lora, cb->ctx, m, err);
@@ -656,24 +656,16 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc)
         rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd, rope, D32(tok_pos),
                             D32(tok_blk), cb->kv, err);
-    /* a window or soft-cap: every token through the per-token kernel, which
-     * takes them (decode tokens already go there: bind_layer turned the
-     * decode tiles off) */
-    if (!rc && L->per_token) /* a decode step's contexts split as the plan says */
-        rc = mfk_attention(c, &ks, l, T, NULL, cb->q, qd, D32(tok_pos), D32(tok_toff),
-                           D32(tables), cb->kv, p->n_tiles ? p->max_ctx : p->att_cap,
-                           p->n_tiles ? 1 : splits, cb->att, qd, NULL, err);
-    if (!rc && !L->per_token)
+    if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd,
                                  cuda_plan_tiles_decode(p), p->dwarps, err);
     /* every token through the split attention: its combine writes the
      * output projection's 8-bit input too */
     const struct mfk_weight *wo = &L->w[MODEL_W_O];
-    const struct mfk_q8 *oq8 = !L->per_token && cuda_plan_combine_q8(T, p->n_tiles, splits)
-                                   ? q8_for(cb, 1, &wo, T)
-                                   : NULL;
-    if (!rc && !L->per_token)
+    const struct mfk_q8 *oq8 =
+        cuda_plan_combine_q8(T, p->n_tiles, splits) ? q8_for(cb, 1, &wo, T) : NULL;
+    if (!rc)
         rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
                            D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd, oq8,
                            err);

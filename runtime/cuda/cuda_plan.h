@@ -48,9 +48,9 @@ struct cuda_wplan {
 
 /* Layer l's attention shape with the family's switches resolved (NeoX
  * pairs, the q and score scales, Gemma 2's soft-cap, the layer's sliding
- * window); q8: the 8-bit arena. Returns 1 when the layer needs
- * mfk_attention for every token (a window or a soft-cap, which the tile
- * kernels do not take), else 0. */
+ * window); q8: the 8-bit arena. Returns 1 when the layer masks scores (a
+ * window or a soft-cap, which the decode tiles do not take: its decode
+ * tokens go one at a time), else 0. */
 int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks);
 
 /* Places every tensor of m: token_embd, output (unless tied), output_norm,

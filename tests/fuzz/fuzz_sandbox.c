@@ -38,15 +38,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t ne = n / 3, nb = (n - ne) / 4;
     struct sandbox_bind binds[16];
     for (size_t i = 0; i < nb && i < 16; i++)
-        binds[i] = (struct sandbox_bind){strs[ne + 2 * i], strs[ne + 2 * i + 1], (int)(i & 1)};
+        binds[i] = (struct sandbox_bind){strs[ne + 2 * i], strs[ne + 2 * i + 1], (int)(i & 1),
+                                         (int)(i % 3 == 2)};
     size_t used = ne + 2 * (nb < 16 ? nb : 16);
     struct sandbox_spec sp = {.argv = strs + used, .argc = n - used, .env = strs, .n_env = ne,
                               .binds = binds, .n_binds = nb < 16 ? nb : 16,
-                              .share_net = data[0] & 1};
+                              .share_net = data[0] & 1, .root = (data[1] >> 7) & 1};
     char **argv = NULL;
     size_t argc = 0;
     struct mf_err err;
-    if (sandbox_argv(&sp, &argv, &argc, &err) == 0) {
+    if (sandbox_argv(&sp, NULL, &argv, &argc, &err) == 0) {
         if (!argv || argv[argc] != NULL)
             abort();
         sandbox_argv_free(argv);

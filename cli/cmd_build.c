@@ -347,7 +347,9 @@ static int locate(struct build_cli *cli, struct mf_err *err)
     free(copy);
     if (!cli->context)
         return mf_err_sys(err, MF_ENOTFOUND, errno, "%s", cli->path);
-    return 0;
+    /* PATH/Modelfile is the context's: a symlink to a host file is not read (its
+     * lines would be quoted in the diagnostics); -f FILE or PATH=FILE name one */
+    return cli->file || !is_dir ? 0 : fetch_confined(cli->modelfile, cli->context, err);
 }
 
 /* Reads, parses and plans. Returns -1 to go on, or the exit status. */

@@ -1,15 +1,20 @@
 /*
  * fuzz_sandbox.c: libFuzzer target for what the RUN sandbox does with
  * untrusted bytes: sandbox_tail_lines over a command's raw output (any
- * bytes, any line count and buffer size), and sandbox_argv over environment
- * entries, bind paths and a command made from the input (never executed).
+ * bytes, any line count and buffer size), sandbox_argv over environment
+ * entries, bind paths and a command made from the input (never executed),
+ * the secret mask over a command's output (a secret cut from the input
+ * never survives in it, and nothing else changes length), and the names
+ * mfc build --allow takes.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/exec_allow.h"
 #include "exec/sandbox.h"
+#include "exec/secret_mask.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -53,5 +58,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sandbox_argv_free(argv);
     }
     free(copy);
+
+    /* the first k bytes a secret, the rest a command's output */
+    size_t k = 4 + data[1] % 40;
+    struct secret_mask *m;
+    if (size - 2 > k && secret_mask_new(&m, &err) == 0) {
+        const char *sec = (const char *)data + 2;
+        size_t n = size - 2 - k;
+        char *out = malloc(n + 1);
+        if (out && secret_mask_add(m, sec, k, &err) == 0) {
+            memcpy(out, data + 2 + k, n);
+            long r = secret_mask_apply(m, out, n);
+            if (r < 0 || (size_t)r > n)
+                abort();
+            if (!memchr(sec, '*', k) && n >= k && memmem(out, n, sec, k))
+                abort(); /* the whole secret survived */
+        }
+        free(out);
+        secret_mask_free(m);
+    }
+    unsigned bits = 0;
+    char name[32];
+    size_t nl = size - 2 < sizeof name - 1 ? size - 2 : sizeof name - 1;
+    memcpy(name, data + 2, nl);
+    name[nl] = '\0';
+    if (exec_allow_parse(name, &bits, &err) == 0 && strcmp(name, "network.host") != 0)
+        abort();
     return 0;
 }

@@ -45,6 +45,7 @@
 #include "common/buf.h"
 #include "common/gguf.h"
 #include "common/json.h"
+#include "common/progress.h"
 #include "common/sha256.h"
 #include "common/inspect.h"
 #include "image/layer.h"
@@ -62,20 +63,37 @@ const struct exec_node *exec_input(const struct exec_job *j, size_t i)
     return &j->b->nodes[j->node->inputs[i]];
 }
 
+/* A layer write's bytes on its step's progress line. */
+struct layer_progress {
+    struct progress *pg; /* a scope on the step, or NULL */
+    int id;              /* its job */
+};
+
+static void on_layer_progress(void *arg, uint64_t done, uint64_t total)
+{
+    struct layer_progress *lp = arg;
+    progress_update(lp->pg, lp->id, done, total);
+}
+
 /* ---- source ---------------------------------------------------------------------- */
 
 /* The key content of a layer or the image: sha256 of the entries' mtime and,
- * for the image, the runtime binary's digest (stat-cached) or "none". */
+ * for the image, the runtime layer's key (every file in it, stat-cached, and
+ * its compression: layer_runtime_digest) or "none". */
 static int build_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
                          struct mf_err *err)
 {
     char runtime[STORE_DIGEST_BUF] = "none", text[160], hex[MF_SHA256_HEX_LEN + 1];
     uint8_t d[MF_SHA256_LEN];
-    uint64_t size;
+    enum layer_compression comp;
     int64_t mtime;
     int rc = layer_source_date(&mtime, err);
-    if (!rc && j->node->op == PLAN_IMAGE && j->o->runtime)
-        rc = store_digest_file(j->s, j->o->runtime, runtime, &size, err);
+    if (!rc && j->node->op == PLAN_IMAGE && j->o->runtime) {
+        rc = layer_runtime_compression(&comp, err);
+        if (!rc)
+            rc = layer_runtime_digest(j->s, j->o->runtime, RUNTIME_NAME, mtime, comp, runtime,
+                                      err);
+    }
     if (rc)
         return rc;
     int n = snprintf(text, sizeof text, "mtime=%" PRId64 " runtime=%s", mtime, runtime);
@@ -461,8 +479,11 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
     if (!rc && j->node->role == PLAN_ROLE_BASE)
         rc = model_facts(src, &facts, err);
     e.src = src;
+    struct layer_progress lp = {progress_scope(j->o->progress, (int)j->node->id + 1), 0};
+    lp.id = progress_begin(lp.pg, "layer", e.path ? e.path : "");
     if (!rc)
-        rc = layer_write(j->s, &e, 1, comp, mtime, &lr, err);
+        rc = layer_write_progress(j->s, &e, 1, comp, mtime, on_layer_progress, &lp, &lr, err);
+    progress_close(lp.pg);
     /* changed while tarred: the blob is whole and named by its own digest, but
      * it is not what the key promises, so no record names it (gc drops it) */
     if (!rc && local)
@@ -577,12 +598,31 @@ static int layer_from_record(const json_t *rec, struct layer_result *l, struct m
     return 0;
 }
 
+/* The runtime layer: from the build cache when its inputs are unchanged
+ * (layer_write_runtime), else written with its bytes on the step's line. */
+static int image_runtime(const struct exec_job *j, struct image_parts *P, int64_t mtime,
+                         struct mf_err *err)
+{
+    enum layer_compression comp;
+    struct layer_progress lp = {progress_scope(j->o->progress, (int)j->node->id + 1), 0};
+    int cached = 0;
+    int rc = layer_runtime_compression(&comp, err);
+    lp.id = progress_begin(lp.pg, "layer", RUNTIME_NAME);
+    if (!rc)
+        rc = layer_write_runtime(j->s, j->o->runtime, RUNTIME_NAME, mtime, comp,
+                                 on_layer_progress, &lp, &P->res[0], &cached, err);
+    if (!rc && cached)
+        progress_note(lp.pg, lp.id, "runtime layer CACHED");
+    progress_close(lp.pg);
+    return rc;
+}
+
 /* The runtime layer (when there is a runtime), then one per input, base first. */
 static int image_layers(const struct exec_job *j, struct image_parts *P, int64_t mtime,
                         struct mf_err *err)
 {
     if (j->o->runtime) {
-        int rc = layer_write_runtime(j->s, j->o->runtime, RUNTIME_NAME, mtime, &P->res[0], err);
+        int rc = image_runtime(j, P, mtime, err);
         if (rc)
             return mf_err_prefix(err, "runtime %s", j->o->runtime);
         snprintf(P->by[0], sizeof P->by[0], "COPY %s /usr/bin/%s", RUNTIME_NAME, RUNTIME_NAME);

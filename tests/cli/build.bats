@@ -206,6 +206,28 @@ tags() {
     blobs_verify
 }
 
+@test "a build killed while it writes a layer: the next build reclaims its temporary files" {
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$CTX/big.gguf" --preset 125m --type f32 >/dev/null
+    modelfile "FROM ./big.gguf"
+    MFC_SERVE= "$MFC" build -q -t k "$CTX" >/dev/null 2>&1 3>&- &
+    pid=$!
+    # the layer's blob being written is tmp/blob-<pid>-*: kill -9 while it is there
+    for _ in $(seq 1200); do compgen -G "$MFC_HOME/tmp/blob-$pid-*" >/dev/null && break; sleep 0.01; done
+    compgen -G "$MFC_HOME/tmp/blob-$pid-*" >/dev/null
+    kill -9 "$pid"
+    wait "$pid" || true
+    compgen -G "$MFC_HOME/tmp/blob-$pid-*" >/dev/null   # left behind
+    mkdir "$MFC_HOME/tmp/run-$pid-3-x"                  # as a RUN step's /out would be
+    : >"$MFC_HOME/tmp/partial-keep"                      # a download to resume: not the build's
+    modelfile "FROM ./base.gguf"
+    run env MFC_SERVE= "$MFC" build -q -t k "$CTX"
+    [ "$status" -eq 0 ]
+    [ -z "$(ls "$MFC_HOME/tmp" | grep -- "-$pid-")" ]
+    [ ! -e "$MFC_HOME/tmp-owners/$pid" ]
+    [ -e "$MFC_HOME/tmp/partial-keep" ]
+    blobs_verify
+}
+
 @test "usage errors exit 2; a bad Modelfile exits 1 with its diagnostics" {
     run "$MFC" build --bogus "$CTX"
     [ "$status" -eq 2 ]

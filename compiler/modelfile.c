@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "common/params.h"
 
 /* ------------------------------------------------------------------ arena */
 
@@ -247,6 +248,25 @@ static int param_value_error(struct mf_modelfile_parser *p, const struct mf_lexc
     return -1;
 }
 
+/* A value mfc-serve would refuse (common/params.c, the table both share):
+ * an error at the value, so `mfc check` catches what would fail at serve. */
+static int param_range_error(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
+                             const struct mf_param *pm)
+{
+    const struct mf_param_limit *l = mf_params_find(pm->name);
+    struct mf_err e;
+    if (!l || (pm->type != MF_PARAM_INT && pm->type != MF_PARAM_FLOAT))
+        return 0;
+    double v = pm->type == MF_PARAM_INT ? (double)pm->i : (double)pm->f;
+    if (mf_params_check(pm->name, pm->name, v, &e) == 0)
+        return 0;
+    mf_modelfile_diag(p, MF_DIAG_ERROR, c->val_line, c->val_col, (int)strlen(c->raw),
+                      mf_modelfile_fmt(p, "mfc-serve accepts %s from %g to %g", pm->name, l->lo,
+                                       l->hi),
+                      "%s %s is out of range", pm->name, pm->text);
+    return -1;
+}
+
 /* Go's ParseInt(v, 10, 64) / ParseFloat(v, 32) / ParseBool. Floats must
  * also be finite: Ollama stores params as JSON, which has no NaN or Inf. */
 static int param_typed(struct mf_param *pm, const char *v)
@@ -306,6 +326,8 @@ static int analyze_param(struct mf_modelfile_parser *p, const struct mf_lexcmd *
     in->value = pm->text;
     if (!(unset && p->opts->lenient_args) && param_typed(pm, pm->text) != 0)
         return param_value_error(p, c, d, pm->text, unset);
+    if (!(unset && p->opts->lenient_args) && param_range_error(p, c, pm) != 0)
+        return -1;
     if (d->type != MF_PARAM_STRING)
         replaces(p, &p->last_param[d - table], c, mf_modelfile_fmt(p, "PARAMETER %s", d->name));
     return 0;

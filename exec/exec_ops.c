@@ -355,6 +355,29 @@ static int check_gguf(const struct gguf_file *gf, enum plan_role role, struct mf
     return 0;
 }
 
+/* PARAMETER num_ctx above the base's <arch>.context_length: a warning on the
+ * check step (mfc-serve caps the context at the model's, and warns again). */
+static void warn_num_ctx(const struct exec_job *j, const struct gguf_file *gf,
+                         struct gguf_str arch)
+{
+    const json_t *v = json_object_get(json_object_get(j->plan->config, "params"), "num_ctx");
+    char key[128], line[MF_ERR_MSG_MAX];
+    uint32_t n_ctx;
+    struct mf_err ignored;
+    snprintf(key, sizeof key, "%.*s.context_length", (int)(arch.len < 64 ? arch.len : 64),
+             arch.p);
+    if (!json_is_integer(v) || gguf_get_u32(gf, key, &n_ctx, &ignored) != 0 ||
+        json_integer_value(v) <= (json_int_t)n_ctx)
+        return;
+    snprintf(line, sizeof line,
+             "warning: PARAMETER num_ctx %" JSON_INTEGER_FORMAT " is larger than the model's "
+             "context length %u (%s); mfc-serve will use %u",
+             json_integer_value(v), n_ctx, key, n_ctx);
+    struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
+    progress_note(pg, progress_begin(pg, "check", j->node->name), line);
+    progress_close(pg);
+}
+
 static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
                     struct mf_err *err)
 {
@@ -374,6 +397,8 @@ static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
         struct mf_err ignored;
         if (gguf_get_str(gf, "general.architecture", &arch, &ignored) != 0)
             arch.len = 0;
+        else if (j->node->role == PLAN_ROLE_BASE)
+            warn_num_ctx(j, gf, arch);
         r->result = json_pack("{s:s, s:I, s:s%}", "digest", in->digest, "size",
                               (json_int_t)in->size, "architecture", arch.p, (size_t)arch.len);
         rc = r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");

@@ -24,6 +24,7 @@
 
 #include "common/num.h"
 #include "common/params.h"
+#include "text/template.h"
 
 /* ------------------------------------------------------------------ arena */
 
@@ -333,6 +334,34 @@ static int analyze_param(struct mf_modelfile_parser *p, const struct mf_lexcmd *
     return 0;
 }
 
+/* A TEMPLATE that mfc-serve's parser (text/template.c, the one the image
+ * runs) refuses: an error at the template's own position in the Modelfile.
+ * The value's first byte is at (val_line, val_col); the template's line L,
+ * column C is the Modelfile's val_line + L - 1, and column val_col + C - 1
+ * on its first line, C on the others (a quoted value is taken verbatim). */
+static int template_error(struct mf_modelfile_parser *p, const struct mf_lexcmd *c)
+{
+    struct tmpl *t = NULL;
+    struct mf_err e = {0};
+    unsigned line = 1, col = 1;
+    int off = 0;
+    if (tmpl_compile(&t, c->raw, strlen(c->raw), NULL, TMPL_F_OLLAMA, &e) == 0) {
+        tmpl_free(t);
+        return 0;
+    }
+    /* "template:L:C: message" (template.h) */
+    if (sscanf(e.msg, "template:%u:%u: %n", &line, &col, &off) < 2 || off <= 0 || line < 1 ||
+        col < 1)
+        line = col = 1, off = 0;
+    int mline = c->val_line + (int)line - 1;
+    int mcol = line == 1 ? c->val_col + (int)col - 1 : (int)col;
+    mf_modelfile_diag(p, MF_DIAG_ERROR, mline, mcol, 1,
+                      "mfc-serve would refuse this template at start; see docs/modelfile.md, "
+                      "TEMPLATE",
+                      "TEMPLATE: %s", e.msg + off);
+    return -1;
+}
+
 static int analyze_text(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
                         struct mf_instr *in)
 {
@@ -351,6 +380,8 @@ static int analyze_text(struct mf_modelfile_parser *p, const struct mf_lexcmd *c
         if (expand_value(p, c, c->raw, &in->value, &unset) != 0)
             return -1;
     }
+    if (c->kind == MF_INSTR_TEMPLATE && template_error(p, c) != 0)
+        return -1;
     if (c->kind == MF_INSTR_REQUIRES && !(unset && p->opts->lenient_args) &&
         !mf_modelfile_semver_ok(in->value)) {
         mf_modelfile_diag(p, MF_DIAG_ERROR, c->val_line, c->val_col, (int)strlen(c->raw),

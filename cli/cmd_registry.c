@@ -22,8 +22,9 @@
 
 /* Options every registry command shares. */
 struct reg_cli {
-    struct registry_opts o; /* what registry.h gets */
-    struct mf_err err;      /* the failure to report */
+    struct registry_opts o;  /* what registry.h gets */
+    enum progress_mode mode; /* --progress (push, pull) */
+    struct mf_err err;       /* the failure to report */
 };
 
 static int open_store(struct store **s, struct mf_err *err)
@@ -45,10 +46,13 @@ static void reg_cli_init(struct reg_cli *r)
     const char *cs = getenv("MFC_PUSH_CHUNK_SIZE");
     if (cs && mf_num_parse_u64(cs, &v) == 0 && v > 0)
         r->o.chunk_size = v;
+    r->mode = PROGRESS_AUTO;
     mf_err_clear(&r->err);
 }
 
 static const struct option xfer_opts[] = {{"insecure", no_argument, NULL, 'k'},
+                                          {"progress", required_argument, NULL, 'p'},
+                                          {"quiet", no_argument, NULL, 'q'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
 
@@ -58,12 +62,16 @@ static int xfer_args(int argc, char **argv, struct mfc_ctx *ctx, struct reg_cli 
 {
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", xfer_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hq", xfer_opts, NULL)) != -1) {
         if (c == 'h')
             return fputs(usage, ctx->out), 0;
         if (c == 'k')
             r->o.insecure = 1;
-        else
+        else if (c == 'q')
+            r->mode = PROGRESS_QUIET;
+        else if (c == 'p' && progress_parse_mode(optarg, &r->mode, &r->err) != 0)
+            return mfc_usage_error(ctx, argv[0], "%s", r->err.msg);
+        else if (c != 'p')
             return mfc_usage_error(ctx, argv[0], "unknown option '%s'", argv[optind - 1]);
     }
     return -1;
@@ -85,10 +93,11 @@ static void summary(struct mfc_ctx *ctx, FILE *line, const char *verb, const cha
 }
 
 static const char push_usage[] =
-    "Usage: mfc push [--insecure] NAME[:TAG] [REF]\n\n"
+    "Usage: mfc push [--insecure] [--progress=MODE] NAME[:TAG] [REF]\n\n"
     "Push an image from the store to a registry (REF defaults to NAME[:TAG]).\n"
-    "  --insecure  allow https without certificate checks, or plain http\n"
-    "              (localhost and 127.0.0.1 use http without it)\n";
+    "  --insecure       allow https without certificate checks, or plain http\n"
+    "                   (localhost and 127.0.0.1 use http without it)\n"
+    "  --progress=MODE  auto, tty, plain, json or quiet (each blob's bytes; -q: quiet)\n";
 
 /* push and pull differ only in direction: which argument is the store's
  * name, which call moves the bytes, and the verb of the summary. */
@@ -116,9 +125,13 @@ static int xfer(int argc, char **argv, struct mfc_ctx *ctx, const struct xfer_cm
     int rc = fetch_global_init(&r.err);
     if (rc == 0)
         rc = open_store(&s, &r.err);
+    /* each blob's bytes, size, rate and ETA (a bar on a tty) */
+    if (rc == 0 && r.mode != PROGRESS_QUIET)
+        rc = progress_open(&r.o.progress, ctx->err, r.mode, &r.err);
     if (rc == 0)
         rc = c->push ? registry_push(s, local, remote, &r.o, &stats, digest, &r.err)
                      : registry_pull(s, remote, local, &r.o, &stats, digest, &r.err);
+    progress_close(r.o.progress);
     store_close(s);
     fetch_global_cleanup();
     if (rc)
@@ -150,10 +163,11 @@ int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx)
 }
 
 static const char pull_usage[] =
-    "Usage: mfc pull [--insecure] REF [NAME]\n\n"
+    "Usage: mfc pull [--insecure] [--progress=MODE] REF [NAME]\n\n"
     "Pull an image (linux/amd64 from an index) into the store, verifying every digest,\n"
     "and tag it NAME (default REF as written).\n"
-    "  --insecure  allow https without certificate checks, or plain http\n";
+    "  --insecure       allow https without certificate checks, or plain http\n"
+    "  --progress=MODE  auto, tty, plain, json or quiet (each blob's bytes; -q: quiet)\n";
 
 int mfc_cmd_pull(int argc, char **argv, struct mfc_ctx *ctx)
 {
@@ -185,9 +199,13 @@ static int read_secret(char *buf, size_t cap, struct mfc_ctx *ctx)
 }
 
 static const char login_usage[] =
-    "Usage: mfc login [-u USER] [--password-stdin] [--insecure] REGISTRY\n\n"
-    "Check credentials against REGISTRY and store them in $REGISTRY_AUTH_FILE if set,\n"
-    "else ~/.docker/config.json (mode 0600). The password is read from stdin.\n";
+    "Usage: mfc login -u USER [--password-stdin] [--insecure] REGISTRY\n\n"
+    "Check credentials against REGISTRY and store them (mode 0600) in\n"
+    "$REGISTRY_AUTH_FILE if set (podman's auth.json), else $DOCKER_CONFIG/config.json\n"
+    "if $DOCKER_CONFIG is set, else ~/.docker/config.json: the files docker and podman\n"
+    "read, so either can use the login. The password is read from stdin (typed without\n"
+    "echo at a terminal), never from the command line. A wrong password is refused\n"
+    "and nothing is stored.\n";
 
 int mfc_cmd_login(int argc, char **argv, struct mfc_ctx *ctx)
 {

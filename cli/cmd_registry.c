@@ -156,6 +156,38 @@ int mfc_push_stored(struct mfc_ctx *ctx, struct store *s, const char *local, con
     return 0;
 }
 
+int mfc_pull_missing(struct mfc_ctx *ctx, const char *root, const char *ref, struct mf_err *err)
+{
+    struct registry_ref rr;
+    struct reg_cli r;
+    struct mf_err ignored;
+    struct registry_stats stats = {0};
+    char digest[STORE_DIGEST_BUF];
+    struct store *s = NULL;
+    size_t n = strlen(ref);
+    /* a path or a GGUF name is a missing file, not an image to pull */
+    if (strchr("./~", ref[0]) || (n > 5 && strcmp(ref + n - 5, ".gguf") == 0) ||
+        registry_ref_parse(ref, &rr, &ignored) != 0)
+        return err->code ? err->code : MF_ENOTFOUND;
+    reg_cli_init(&r);
+    fprintf(ctx->err, "%s is not in the store; pulling it from %s\n", ref, rr.domain);
+    int rc = fetch_global_init(&r.err);
+    if (rc == 0)
+        rc = store_open(&s, root, &r.err);
+    if (rc == 0)
+        rc = progress_open(&r.o.progress, ctx->err, PROGRESS_AUTO, &r.err);
+    if (rc == 0)
+        rc = registry_pull(s, ref, NULL, &r.o, &stats, digest, &r.err);
+    progress_close(r.o.progress);
+    store_close(s);
+    fetch_global_cleanup();
+    if (rc)
+        return mf_err_set(err, rc, "%s is not in the store, and pulling it failed: %s", ref,
+                          r.err.msg);
+    fprintf(ctx->err, "pulled %s %s\n", ref, digest);
+    return 0;
+}
+
 int mfc_cmd_push(int argc, char **argv, struct mfc_ctx *ctx)
 {
     static const struct xfer_cmd c = {"push", push_usage, "NAME[:TAG] and an optional REF", 1};

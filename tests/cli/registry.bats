@@ -195,3 +195,23 @@ PY
     [ "$status" -eq 2 ]
     [[ "$output" == *"takes name=, not dest="* ]]
 }
+
+@test "mfc run of a registry reference that is not in the store pulls it first, with progress" {
+    mkdir -p "$T/ctx"
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$T/ctx/toy.gguf" --preset toy >/dev/null
+    printf 'FROM ./toy.gguf\nPARAMETER temperature 0\nPARAMETER num_predict 4\n' >"$T/ctx/Modelfile"
+    MFC_SERVE= "$MFC" build -q -t toy:1 "$T/ctx" >/dev/null
+    login
+    "$MFC" push -q toy:1 "$R/team/toy:v1" >/dev/null 2>&1
+    export MFC_HOME="$T/home2"
+    run "$MFC" run "$R/team/toy:v1" "hello"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"$R/team/toy:v1 is not in the store; pulling it from $R"* ]]
+    [[ "$output" == *"pull sha256:"*" done "* ]]
+    "$MFC" images | grep -q "$R/team/toy:v1"
+    # the second run finds it: no pull
+    run "$MFC" run "$R/team/toy:v1" "hello"
+    [ "$status" -eq 0 ]
+    [[ "$output" != *"pulling"* ]]
+}

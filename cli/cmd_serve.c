@@ -85,7 +85,8 @@ static int prepare(struct mfc_ctx *ctx, const char *arg, const char *host, int p
         int image = m->weights.offset || m->weights.size;
         rc = run_model_materialize(m, err); /* every layer stays in place */
         if (!rc)
-            rc = run_server_argv(m, bin, image ? arg : NULL, host, port, api_key, argv, err);
+            rc = run_server_argv(m, bin, image ? (m->served ? m->served : arg) : NULL, host,
+                                 port, api_key, argv, err);
         if (rc)
             run_model_free(m);
     }

@@ -83,7 +83,7 @@ static void on_layer_progress(void *arg, uint64_t done, uint64_t total)
 static int build_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
                          struct mf_err *err)
 {
-    char runtime[STORE_DIGEST_BUF] = "none", text[160], hex[MF_SHA256_HEX_LEN + 1];
+    char runtime[STORE_DIGEST_BUF] = "none", text[512], hex[MF_SHA256_HEX_LEN + 1];
     uint8_t d[MF_SHA256_LEN];
     enum layer_compression comp;
     int64_t mtime;
@@ -96,7 +96,10 @@ static int build_content(const struct exec_job *j, char content[STORE_DIGEST_BUF
     }
     if (rc)
         return rc;
-    int n = snprintf(text, sizeof text, "mtime=%" PRId64 " runtime=%s", mtime, runtime);
+    /* the recorded model name is in the image config: part of the image's key */
+    const char *name = j->node->op == PLAN_IMAGE && j->o->model_name ? j->o->model_name : "";
+    int n = snprintf(text, sizeof text, "mtime=%" PRId64 " runtime=%s name=%.300s", mtime,
+                     runtime, name);
     rc = mf_sha256_mem(text, (size_t)n, d, err);
     if (rc)
         return rc;
@@ -741,11 +744,15 @@ static void image_labels(const struct exec_job *j, struct image_parts *P, const 
         kv_add(P->labels, &P->n_labels, key, json_string_value(val));
 }
 
-/* Env: the runtime's defaults unless ENV sets them, then ENV in order. */
+/* Env: the runtime's defaults unless ENV sets them, then ENV in order. The
+ * model name (the build's first tag) is MFC_MODEL_NAME, so the image
+ * serves the same name under podman/docker run as under mfc serve/run,
+ * which read it back (run_image.c). */
 static void image_env(const struct exec_job *j, struct image_parts *P)
 {
-    static const struct oci_kv defaults[] = {{"MFC_CONFIG", CONFIG_IN_IMAGE},
-                                             {"MFC_PORT", "8080"}};
+    const struct oci_kv defaults[] = {{"MFC_CONFIG", CONFIG_IN_IMAGE},
+                                      {"MFC_PORT", "8080"},
+                                      {"MFC_MODEL_NAME", j->o->model_name}};
     json_t *env = json_object_get(j->plan->config, "env"), *val;
     const char *key;
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)

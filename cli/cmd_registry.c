@@ -108,6 +108,18 @@ struct xfer_cmd {
     int push;          /* 1: argv = NAME [REF]; 0: argv = REF [NAME] */
 };
 
+/* After `mfc push NAME REF`, REF is also a tag of the image in the store, as
+ * docker's push needs it to be: mfc manifest then finds the name a cluster
+ * can pull. Best effort: a name that is no valid tag is skipped. */
+static void record_pushed(struct store *s, const char *local, const char *remote)
+{
+    struct store_tag t;
+    struct mf_err ignored;
+    if (strcmp(local, remote) != 0 && store_tag_valid(remote) &&
+        store_tag_get(s, local, &t, &ignored) == 0)
+        store_tag_set(s, remote, &t.desc, t.created, &ignored);
+}
+
 static int xfer(int argc, char **argv, struct mfc_ctx *ctx, const struct xfer_cmd *c)
 {
     struct reg_cli r;
@@ -132,6 +144,8 @@ static int xfer(int argc, char **argv, struct mfc_ctx *ctx, const struct xfer_cm
         rc = c->push ? registry_push(s, local, remote, &r.o, &stats, digest, &r.err)
                      : registry_pull(s, remote, local, &r.o, &stats, digest, &r.err);
     progress_close(r.o.progress);
+    if (rc == 0 && c->push && remote)
+        record_pushed(s, local, remote);
     store_close(s);
     fetch_global_cleanup();
     if (rc)

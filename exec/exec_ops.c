@@ -536,7 +536,8 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
 /* The document with a base image's defaults under it, as `ollama create`
  * does: TEMPLATE and SYSTEM replace the base's (an empty one inherits),
  * PARAMETERs merge per key (the Modelfile's win; its stop list replaces the
- * base's), MESSAGEs replace the base's when there are any. */
+ * base's), MESSAGEs and LICENSE replace the base's when there are any. The
+ * base's adapters are not inherited (op_config warns). */
 static json_t *config_inherit(const json_t *doc, const json_t *base)
 {
     json_t *out = json_deep_copy(doc), *v;
@@ -553,16 +554,46 @@ static json_t *config_inherit(const json_t *doc, const json_t *base)
         if ((!mine || !*mine) && json_is_string(json_object_get(base, text[i])))
             json_object_set(out, text[i], json_object_get(base, text[i]));
     }
-    if (json_array_size(json_object_get(out, "messages")) == 0 &&
-        json_is_array(json_object_get(base, "messages")))
-        json_object_set(out, "messages", json_object_get(base, "messages"));
+    static const char *const lists[] = {"messages", "license"};
+    for (size_t i = 0; i < 2; i++)
+        if (json_array_size(json_object_get(out, lists[i])) == 0 &&
+            json_array_size(json_object_get(base, lists[i])) > 0)
+            json_object_set(out, lists[i], json_object_get(base, lists[i]));
     return out;
+}
+
+/* FROM an image with adapters: they are not carried over (the build takes
+ * only the base's GGUF), which the config step says, naming them. */
+static void warn_adapters(const struct exec_job *j, const json_t *base)
+{
+    const json_t *ads = json_object_get(base, "adapters"), *a;
+    char names[512] = "", line[MF_ERR_MSG_MAX];
+    size_t i, len = 0;
+    if (!json_array_size(ads))
+        return;
+    json_array_foreach (ads, i, a) {
+        const char *n = json_string_value(json_object_get(a, "name"));
+        int w = snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", n ? n : "?");
+        if (w < 0 || (size_t)w >= sizeof names - len)
+            break;
+        len += (size_t)w;
+    }
+    snprintf(line, sizeof line,
+             "warning: %s: the base image's %zu adapter(s) (%s) are not inherited; add an "
+             "ADAPTER line for each one to keep it",
+             exec_input(j, 0)->result ? j->plan->nodes[j->node->inputs[0]].name : "FROM",
+             json_array_size(ads), names);
+    struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
+    progress_note(pg, progress_begin(pg, "config", j->node->name), line);
+    progress_close(pg);
 }
 
 static int op_config(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
     char *yaml = NULL;
     size_t len = 0;
+    if (j->node->n_inputs)
+        warn_adapters(j, json_object_get(exec_input(j, 0)->result, "defaults"));
     json_t *doc = config_inherit(json_object_get(j->node->args, "document"),
                                  j->node->n_inputs
                                      ? json_object_get(exec_input(j, 0)->result, "defaults")
@@ -723,6 +754,9 @@ static void image_labels(const struct exec_job *j, struct image_parts *P, const 
            json_string_value(json_object_get(facts, "license")));
     kv_add(P->labels, &P->n_labels, "org.opencontainers.image.licenses",
            license_label(json_object_get(cfg, "license")));
+    /* what mfc manifest reads to ask for a GPU only for an image that can use one */
+    if (j->o->runtime)
+        kv_add(P->labels, &P->n_labels, "dev.mfc.runtime", P->res[0].cuda ? "cuda" : "cpu");
     kv_add(P->labels, &P->n_labels, "dev.mfc.architecture",
            json_string_value(json_object_get(facts, "architecture")));
     if (json_is_integer(v = json_object_get(facts, "parameters"))) {

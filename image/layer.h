@@ -68,6 +68,7 @@ struct layer_result {
     struct store_desc desc;           /* media type, blob digest, blob size */
     char diff_id[STORE_DIGEST_BUF];   /* sha256 of the uncompressed tar */
     char filepath[LAYER_PATH_MAX];    /* "/models/m.gguf" for a one-file layer, else "" */
+    int cuda;                         /* the runtime layer: it carries libcudart (a CUDA build) */
 };
 
 /* Writing layers. */

@@ -363,8 +363,14 @@ int layer_write_runtime(struct store *s, const char *binary, const char *name, i
         if (rc == 0)
             cache_record(s, key, out);
     }
-    if (rc == 0)
+    if (rc == 0) {
         out->filepath[0] = '\0';
+        out->cuda = 0;
+        for (size_t i = 0; i < f.n_libs; i++) {
+            const char *b = strrchr(f.libs[i], '/');
+            out->cuda |= b && strncmp(b + 1, "libcudart.so", 12) == 0;
+        }
+    }
     if (rc == 0 && cached)
         *cached = hit;
     if (rc != 0)

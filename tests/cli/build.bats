@@ -111,8 +111,12 @@ tags() {
     [ -z "$(ended DONE)" ]
     [ "$(ended CACHED | wc -l)" -eq 9 ]
     [ "${lines[-1]}" = "$digest" ]
-    run "$MFC" build -q --no-cache "$CTX"
+    run "$MFC" build -q --no-cache -t m:1 "$CTX"
     [ "$output" = "$digest" ]
+    # the first tag is the name the image serves (MFC_MODEL_NAME): another is another image
+    run "$MFC" build -q -t other "$CTX"
+    [ "$output" != "$digest" ]
+    "$MFC" inspect other | jq -e '.config.config.Env | index("MFC_MODEL_NAME=other")'
     blobs_verify
 }
 
@@ -248,8 +252,10 @@ tags() {
     plan=$("$MFC" plan "$CTX" | awk '{print $1, $2}' | sort)
     run "$MFC" build --progress=plain "$CTX"
     [ "$status" -eq 0 ]
-    # every begun step is "#N verb" exactly as the plan lists it, and ends once
-    [ "$(grep -E '^#[0-9]+ ' <<<"$output" | grep -vE ' (DONE|CACHED) in ' | awk '{print $1, $2}' | sort)" = "$plan" ]
+    # every begun step is "#N verb" exactly as the plan lists it, and ends once (lines
+    # with bytes are a step's progress: a layer write of more than 2 s shows some)
+    [ "$(grep -E '^#[0-9]+ ' <<<"$output" | grep -vE ' (DONE|CACHED) in ' |
+         grep -vE ' [0-9.]+ (B|KiB|MiB|GiB)( / |$)' | awk '{print $1, $2}' | sort)" = "$plan" ]
     [ "$(ended DONE | wc -l)" -eq "$(wc -l <<<"$plan")" ]
     [[ "$output" == *"#1 source FROM ./base.gguf DONE in "*", "*"iB"* ]]
     ! grep -qE '^#[0-9]+ copy ' <<<"$output" # no separate job for the copy

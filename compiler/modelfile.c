@@ -350,9 +350,17 @@ static int template_error(struct mf_modelfile_parser *p, const struct mf_lexcmd 
         return 0;
     }
     /* "template:L:C: message" (template.h) */
-    if (sscanf(e.msg, "template:%u:%u: %n", &line, &col, &off) < 2 || off <= 0 || line < 1 ||
-        col < 1)
-        line = col = 1, off = 0;
+    if (strncmp(e.msg, "template:", 9) == 0) {
+        char *end = NULL;
+        unsigned long l = strtoul(e.msg + 9, &end, 10), c = 0;
+        if (end && *end == ':')
+            c = strtoul(end + 1, &end, 10);
+        if (end && end[0] == ':' && end[1] == ' ' && l >= 1 && l < 1000000 && c >= 1 &&
+            c < 1000000) {
+            line = (unsigned)l, col = (unsigned)c;
+            off = (int)(end + 2 - e.msg);
+        }
+    }
     int mline = c->val_line + (int)line - 1;
     int mcol = line == 1 ? c->val_col + (int)col - 1 : (int)col;
     mf_modelfile_diag(p, MF_DIAG_ERROR, mline, mcol, 1,

@@ -352,12 +352,12 @@ static int template_error(struct mf_modelfile_parser *p, const struct mf_lexcmd 
     /* "template:L:C: message" (template.h) */
     if (strncmp(e.msg, "template:", 9) == 0) {
         char *end = NULL;
-        unsigned long l = strtoul(e.msg + 9, &end, 10), c = 0;
+        unsigned long tl = strtoul(e.msg + 9, &end, 10), tc = 0;
         if (end && *end == ':')
-            c = strtoul(end + 1, &end, 10);
-        if (end && end[0] == ':' && end[1] == ' ' && l >= 1 && l < 1000000 && c >= 1 &&
-            c < 1000000) {
-            line = (unsigned)l, col = (unsigned)c;
+            tc = strtoul(end + 1, &end, 10);
+        if (end && end[0] == ':' && end[1] == ' ' && tl >= 1 && tl < 1000000 && tc >= 1 &&
+            tc < 1000000) {
+            line = (unsigned)tl, col = (unsigned)tc;
             off = (int)(end + 2 - e.msg);
         }
     }

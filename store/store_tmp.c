@@ -123,6 +123,32 @@ static void remove_tmp(const char *dir, const char *name, uint64_t *bytes)
     }
 }
 
+/* Removes the lock files of owners that are gone, whether or not they left
+ * files (every mfc process makes one): those nobody holds, taken
+ * exclusively before the unlink so a live owner is never touched. */
+static void drop_dead_owners(const struct store *s)
+{
+    struct mf_err ignored;
+    char *dir = store_join(s, STORE_OWNERS_DIR, &ignored);
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char *end = NULL;
+        long pid = strtol(e->d_name, &end, 10);
+        int fd;
+        if (pid <= 0 || *end || pid == (long)getpid() || !owner_dead(s, pid, &fd))
+            continue;
+        char *path = NULL;
+        if (lock_path(s, pid, &path, &ignored) == 0)
+            unlink(path);
+        free(path);
+        close(fd);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+}
+
 /* Up to this many dead owners are reclaimed per call (a killed build leaves one). */
 #define MAX_DEAD 64
 
@@ -174,6 +200,7 @@ int store_tmp_reclaim(struct store *s, uint64_t *files, uint64_t *bytes, struct 
         close(fds[i]);
     }
     free(dir);
+    drop_dead_owners(s);
     if (files)
         *files = nf;
     if (bytes)

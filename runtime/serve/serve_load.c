@@ -342,10 +342,11 @@ int serve_load(struct serve *s, struct mf_err *err)
     if (!s->n_ctx)
         s->n_ctx = DEFAULT_CTX;
     if (s->m->hp.n_ctx_train > 0 && s->n_ctx > s->m->hp.n_ctx_train) {
-        mf_log_warn(&s->log,
-                    "%s %d is larger than the model's context length %d; using %d",
-                    s->cfg.ctx ? "--ctx" : "num_ctx", (int)s->n_ctx, (int)s->m->hp.n_ctx_train,
-                    (int)s->m->hp.n_ctx_train);
+        /* said only when asked for (--ctx, MFC_CTX, PARAMETER num_ctx), not for the default */
+        if (s->cfg.ctx || ((s->defaults.set & SO_NUM_CTX) && s->defaults.num_ctx > 0))
+            mf_log_warn(&s->log, "%s %d is larger than the model's context length %d; using %d",
+                        s->cfg.ctx ? "--ctx" : "num_ctx", (int)s->n_ctx,
+                        (int)s->m->hp.n_ctx_train, (int)s->m->hp.n_ctx_train);
         s->n_ctx = s->m->hp.n_ctx_train;
     }
     if (s->n_ctx < 16)

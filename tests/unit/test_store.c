@@ -659,6 +659,10 @@ static void test_tmp_reclaim(void **state)
     assert_int_equal(store_tmp_reclaim(fx->s, &files, NULL, &err), 0);
     assert_int_equal(files, 2);
     assert_int_equal(count_files(tmp), 1);
+    /* only this process's lock file is left: gone owners' go, files or not */
+    char *owners = path_in(fx, "tmp-owners");
+    assert_int_equal(count_files(owners), 1);
+    free(owners);
     close(rp[0]);
     close(rp[1]);
     close(hp[0]);

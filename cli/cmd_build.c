@@ -149,7 +149,8 @@ static void usage(FILE *f, const char *cmd)
     }
     fputs("Usage: mfc build [OPTIONS] [PATH]\n\n"
           "Build an image from a Modelfile. PATH is a Modelfile or a directory holding\n"
-          "one (default .); relative sources resolve in the Modelfile's directory.\n\n"
+          "one (default .): the build context, where relative sources resolve (a\n"
+          "Modelfile's own directory when PATH names it).\n\n"
           "  -f, --file=FILE        the Modelfile (default PATH/Modelfile)\n"
           "  -t, --tag=NAME         tag the image (repeatable)\n"
           "      --build-arg=K=V    set a build argument (ARG; repeatable)\n"
@@ -329,7 +330,7 @@ static int locate(struct build_cli *cli, struct mf_err *err)
     if (stat(cli->path, &st) != 0)
         return mf_err_sys(err, MF_ENOTFOUND, errno, "%s", cli->path);
     int is_dir = S_ISDIR(st.st_mode);
-    size_t n = strlen(cli->path) + 16;
+    size_t n = (cli->file ? strlen(cli->file) : strlen(cli->path)) + 16;
     cli->modelfile = malloc(n);
     if (!cli->modelfile)
         return mf_err_set(err, MF_ENOMEM, "out of memory");

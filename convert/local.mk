@@ -1,7 +1,7 @@
 ### convert/: Hugging Face directories to GGUF, PEFT adapters to GGUF LoRA,
 ### adapter checks against the base, LoRA merging and quantize-on-build
 libmfc_compiler_a_SOURCES += \
-	convert/hf.h convert/hf_int.h convert/hf_config.c \
+	convert/hf.h convert/hf_int.h convert/hf_config.c convert/hf_family.c \
 	convert/hf_tokenizer.c convert/hf_tensors.c convert/hf_convert.c \
 	convert/lora.h convert/lora_check.c convert/lora_peft.c \
 	convert/lora_merge.c convert/lora_merge.h

@@ -316,20 +316,17 @@ def family_shapes(a, n_vocab, hd):
             if a.stacked_experts:
                 gate = "mlp.gate.weight"
             shapes.append((p + gate, [a.experts, E]))
-            if a.stacked_experts:
-                shapes += [(p + "mlp.experts.gate_up_proj", [a.experts, 2 * ffx, E]),
-                           (p + "mlp.experts.down_proj", [a.experts, E, ffx])]
-            else:
-                for x in range(a.experts):
-                    if f == "mixtral":
-                        q = p + "block_sparse_moe.experts.%d." % x
-                        shapes += [(q + "w1.weight", [ffx, E]), (q + "w2.weight", [E, ffx]),
-                                   (q + "w3.weight", [ffx, E])]
-                    else:
-                        q = p + "mlp.experts.%d." % x
-                        shapes += [(q + "gate_proj.weight", [ffx, E]),
-                                   (q + "up_proj.weight", [ffx, E]),
-                                   (q + "down_proj.weight", [E, ffx])]
+            # --stacked-experts: write_family packs the per-expert weights (same values)
+            for x in range(a.experts):
+                if f == "mixtral" and not a.stacked_experts:
+                    q = p + "block_sparse_moe.experts.%d." % x
+                    shapes += [(q + "w1.weight", [ffx, E]), (q + "w2.weight", [E, ffx]),
+                               (q + "w3.weight", [ffx, E])]
+                else:
+                    q = p + "mlp.experts.%d." % x
+                    shapes += [(q + "gate_proj.weight", [ffx, E]),
+                               (q + "up_proj.weight", [ffx, E]),
+                               (q + "down_proj.weight", [E, ffx])]
         elif f == "phi3":
             shapes += [(p + "mlp.gate_up_proj.weight", [2 * a.ff, E]),
                        (p + "mlp.down_proj.weight", [E, a.ff])]
@@ -520,6 +517,29 @@ def main():
         print(",".join(str(t) for t in greedy(cfg, weights, ids, int(a.forward[1]))))
 
 
+def stack_experts(tensors, n_exp):
+    """transformers 5's MoE layout: each layer's per-expert gate/up/down as
+    mlp.experts.gate_up_proj [n, 2 ff, embd] (gate rows, then up rows) and
+    mlp.experts.down_proj [n, embd, ff]."""
+    out, layer = [], {}
+    for name, dtype, shape, data in tensors:
+        if ".experts." not in name:
+            out.append((name, dtype, shape, data))
+            continue
+        pre, rest = name.split(".experts.")
+        x, part = rest.split(".", 1)
+        layer.setdefault(pre, {})[(int(x), part)] = (dtype, shape, data)
+        parts = layer[pre]
+        if len(parts) == 3 * n_exp:
+            ff, embd = parts[(0, "gate_proj.weight")][1]
+            gu = b"".join(parts[(e, "gate_proj.weight")][2] + parts[(e, "up_proj.weight")][2]
+                          for e in range(n_exp))
+            dn = b"".join(parts[(e, "down_proj.weight")][2] for e in range(n_exp))
+            out.append((pre + ".experts.gate_up_proj", dtype, [n_exp, 2 * ff, embd], gu))
+            out.append((pre + ".experts.down_proj", dtype, [n_exp, embd, ff], dn))
+    return out
+
+
 def write_family(a):
     f = a.family
     if f in ("qwen2", "qwen3", "qwen3moe"):
@@ -550,6 +570,8 @@ def write_family(a):
         else:
             vals = [rng.gauss(0, 0.5 if "embed" in name else 0.2) for _ in range(n)]
         tensors.append((name, a.dtype, shape, encode(vals, a.dtype)))
+    if a.stacked_experts:
+        tensors = stack_experts(tensors, a.experts)
     write_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
     return 0
 

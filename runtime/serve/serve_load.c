@@ -25,6 +25,7 @@
 
 #include "common/ggml_type.h"
 #include "common/gguf.h"
+#include "common/inspect.h"
 #include "common/sha256.h"
 #include "runtime/engine/backend.h"
 #include "runtime/cuda/cuda.h"
@@ -135,6 +136,50 @@ static json_t *model_info(const struct gguf_file *gf)
     return o;
 }
 
+/* The family facts mfc-serve runs with (common/inspect.c's summary: the
+ * family's defaults where the file has no key) as model_info's "mfc.*"
+ * entries, flat like the GGUF keys beside them. */
+static void family_info(const struct gguf_file *gf, json_t *info)
+{
+    struct mf_err ignored;
+    json_t *sum = info ? mf_inspect_gguf(gf, 0, &ignored) : NULL;
+    const json_t *f = json_object_get(sum, "family"), *r = json_object_get(sum, "rope");
+    const json_t *e = json_object_get(f, "experts"), *w = json_object_get(f, "sliding_window");
+    static const struct {
+        const char *key;
+        int from; /* 0 family, 1 experts, 2 window, 3 rope, 4 summary */
+        const char *field;
+    } m[] = {
+        {"mfc.family", 0, "name"},
+        {"mfc.family.known_as", 0, "known_as"},
+        {"mfc.family.traits", 0, "traits"},
+        {"mfc.experts.count", 1, "count"},
+        {"mfc.experts.used", 1, "used"},
+        {"mfc.experts.feed_forward_length", 1, "feed_forward_length"},
+        {"mfc.sliding_window", 2, "window"},
+        {"mfc.sliding_window.period", 2, "period"},
+        {"mfc.sliding_window.freq_base", 2, "freq_base"},
+        {"mfc.attn_softcap", 0, "attn_softcap"},
+        {"mfc.final_softcap", 0, "final_softcap"},
+        {"mfc.head_dim", 4, "head_dim"},
+        {"mfc.rope.scaling_type", 3, "scaling_type"},
+        {"mfc.rope.scaling_factor", 3, "scaling_factor"},
+        {"mfc.rope.original_context_length", 3, "original_context_length"},
+        {"mfc.rope.long_factors", 3, "long_factors"},
+    };
+    for (size_t i = 0; sum && i < sizeof m / sizeof m[0]; i++) {
+        const json_t *src = m[i].from == 0   ? f
+                            : m[i].from == 1 ? e
+                            : m[i].from == 2 ? w
+                            : m[i].from == 3 ? r
+                                             : sum;
+        json_t *v = json_object_get(src, m[i].field);
+        if (v && !json_is_null(v))
+            json_object_set(info, m[i].key, v);
+    }
+    json_decref(sum);
+}
+
 static int load_template(struct serve *s, struct mf_err *err)
 {
     struct gguf_str jinja;
@@ -151,9 +196,10 @@ static int load_template(struct serve *s, struct mf_err *err)
     }
     if (!src)
         src = fam ? fam->tmpl : "{{ .Prompt }}";
-    mf_log_info(&s->log, "chat template: %s", s->cfg.template_src ? "TEMPLATE from model.yaml"
-                                              : fam ? fam->name
-                                                    : "none ({{ .Prompt }})");
+    mf_log_info(&s->log, "chat template: %s",
+                s->cfg.template_src ? "TEMPLATE from model.yaml"
+                : fam               ? fam->name
+                                    : "none ({{ .Prompt }})");
     if (!(s->tmpl_src = strdup(src)))
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     int rc = tmpl_compile(&s->tmpl, src, strlen(src), NULL, TMPL_F_OLLAMA, err);
@@ -221,6 +267,10 @@ static void describe(struct serve *s)
             best = t;
     snprintf(s->quant, sizeof s->quant, "%s", ggml_type_name(best));
     s->model_info = model_info(gf);
+    struct gguf_str a;
+    if (gguf_get_str(gf, "general.architecture", &a, NULL) == 0)
+        snprintf(s->arch, sizeof s->arch, "%.*s", (int)(a.len < 31 ? a.len : 31), a.p);
+    family_info(gf, s->model_info);
 }
 
 static int open_engine(struct serve *s, struct mf_err *err)
@@ -251,8 +301,7 @@ static int open_engine(struct serve *s, struct mf_err *err)
     mf_log_info(&s->log, "compute backend: %s (MFC_DEVICE=%s), KV cache %s", ops->name,
                 s->cfg.device, bc.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16");
     /* no more than every sequence at full context needs */
-    want = (int32_t)(((int64_t)s->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) *
-           s->cfg.max_seqs;
+    want = (int32_t)(((int64_t)s->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) * s->cfg.max_seqs;
     if (!s->cfg.kv_cache_gb && n_blocks > want)
         n_blocks = want;
     bc.kv_bytes = (uint64_t)n_blocks * kb.bytes_per_block;
@@ -271,11 +320,13 @@ static int open_engine(struct serve *s, struct mf_err *err)
                                   "1024 or over 1024 bias and penalty entries)"
                                 : "on the host");
         if (st.gemm_min)
-            mf_log_info(&s->log, "CUDA: tensor-core GEMM (cuBLAS) for steps of %d tokens or more "
-                        "(2 for F16/BF16/F32 weights; MFC_CUDA_GEMM_MIN)", st.gemm_min);
+            mf_log_info(&s->log,
+                        "CUDA: tensor-core GEMM (cuBLAS) for steps of %d tokens or more "
+                        "(2 for F16/BF16/F32 weights; MFC_CUDA_GEMM_MIN)",
+                        st.gemm_min);
         else
             mf_log_info(&s->log, "CUDA: GEMV kernels only (cuBLAS not found, or "
-                        "MFC_CUDA_GEMM_MIN=0): prefill and large batches run slower");
+                                 "MFC_CUDA_GEMM_MIN=0): prefill and large batches run slower");
         if (st.bf16_bytes)
             mf_log_info(&s->log,
                         "CUDA: %.2f GB of bf16 copies of the quantized matrices for the "

@@ -159,9 +159,9 @@ static int op_source_name(const struct exec_job *j, struct exec_node *r, int *ca
     snprintf(r->digest, sizeof r->digest, "%s", sr.gguf);
     r->size = sr.gguf_size;
     *cached = !sr.transferred;
-    r->result =
-        json_pack("{s:s, s:I, s:s, s:s, s:O}", "digest", sr.gguf, "size", (json_int_t)sr.gguf_size,
-                  "manifest", sr.manifest, "from", sr.where, "defaults", sr.defaults);
+    r->result = json_pack("{s:s, s:I, s:s, s:s, s:O}", "digest", sr.gguf, "size",
+                          (json_int_t)sr.gguf_size, "manifest", sr.manifest, "from", sr.where,
+                          "defaults", sr.defaults);
     if (r->result && sr.layer_tar)
         json_object_set_new(r->result, "layer",
                             json_pack("{s:s, s:I, s:s, s:s, s:s}", "digest", sr.layer.digest,
@@ -219,7 +219,8 @@ static int file_unchanged(const json_t *rec, const char *path, struct mf_err *er
  * local files stopped being copied), else the local file the source record
  * names, checked unchanged. *path is malloc'd; *local is the source record
  * in the second case (re-check with file_unchanged after reading), else NULL. */
-int exec_input_file(const struct exec_job *j, char **path, const json_t **local, struct mf_err *err)
+int exec_input_file(const struct exec_job *j, char **path, const json_t **local,
+                    struct mf_err *err)
 {
     return exec_input_file_at(j, 0, path, local, err);
 }
@@ -294,7 +295,8 @@ static int op_source_file(const struct exec_job *j, struct exec_node *r, int *ca
     return rc;
 }
 
-static int op_source(const struct exec_job *j, struct exec_node *r, int *cached, struct mf_err *err)
+static int op_source(const struct exec_job *j, struct exec_node *r, int *cached,
+                     struct mf_err *err)
 {
     const struct fetch_source *src = &j->node->src;
     struct fetch_opts fo = *j->o->fo;
@@ -342,7 +344,8 @@ static int check_gguf(const struct gguf_file *gf, enum plan_role role, struct mf
     return 0;
 }
 
-static int op_check(const struct exec_job *j, struct exec_node *r, int *cached, struct mf_err *err)
+static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
+                    struct mf_err *err)
 {
     const struct exec_node *in = exec_input(j, 0);
     struct gguf_file *gf = NULL;
@@ -369,8 +372,7 @@ static int op_check(const struct exec_job *j, struct exec_node *r, int *cached, 
     if (!rc) {
         snprintf(r->digest, sizeof r->digest, "%s", in->digest);
         r->size = in->size;
-        *cached =
-            local && exec_record_matches(j, r); /* a local file: no blob for the cache to find */
+        *cached = local && exec_record_matches(j, r); /* a local file: no blob for the cache to find */
     }
     gguf_close(gf);
     free(path);
@@ -391,11 +393,12 @@ static int model_facts(const char *path, json_t **out, struct mf_err *err)
     if (!rc && !(sum = mf_inspect_gguf(gf, 0, err)))
         rc = err->code ? err->code : MF_ENOMEM;
     if (!rc) {
-        *out = json_pack(
-            "{s:O?, s:O?, s:O?, s:O?, s:O?}", "architecture", json_object_get(sum, "architecture"),
-            "parameters", json_object_get(sum, "parameters"), "quantization",
-            json_object_get(json_object_get(sum, "file_type"), "name"), "context_length",
-            json_object_get(sum, "context_length"), "name", json_object_get(sum, "name"));
+        *out = json_pack("{s:O?, s:O?, s:O?, s:O?, s:O?}", "architecture",
+                         json_object_get(sum, "architecture"), "parameters",
+                         json_object_get(sum, "parameters"), "quantization",
+                         json_object_get(json_object_get(sum, "file_type"), "name"),
+                         "context_length", json_object_get(sum, "context_length"), "name",
+                         json_object_get(sum, "name"));
         if (*out && gguf_get_str(gf, "general.license", &lic, &ignored) == 0)
             json_object_set_new(*out, "license", json_stringn(lic.p, lic.len));
         rc = *out ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -416,7 +419,8 @@ static const json_t *reusable_layer(const struct exec_job *j, const char *path)
     const json_t *l = json_object_get(j->b->nodes[chk->inputs[0]].result, "layer");
     const char *fp = json_string_value(json_object_get(l, "filepath"));
     const char *d = json_string_value(json_object_get(l, "digest"));
-    if (!fp || !d || !path || strcmp(fp + (fp[0] == '/'), path) != 0 || !store_blob_exists(j->s, d))
+    if (!fp || !d || !path || strcmp(fp + (fp[0] == '/'), path) != 0 ||
+        !store_blob_exists(j->s, d))
         return NULL;
     return l;
 }
@@ -425,8 +429,7 @@ static const json_t *reusable_layer(const struct exec_job *j, const char *path)
  * own layer when it has the same path (FROM an image shares its layer). */
 static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
-    const json_t *reuse =
-        reusable_layer(j, json_string_value(json_object_get(j->node->args, "path")));
+    const json_t *reuse = reusable_layer(j, json_string_value(json_object_get(j->node->args, "path")));
     if (reuse) {
         char *src = NULL;
         json_t *facts = NULL;
@@ -472,10 +475,10 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
     if (!rc && local)
         rc = file_unchanged(local, src, err);
     if (!rc) {
-        r->result =
-            json_pack("{s:s, s:I, s:s, s:s, s:s, s:O}", "digest", lr.desc.digest, "size",
-                      (json_int_t)lr.desc.size, "mediaType", lr.desc.media_type, "diffId",
-                      lr.diff_id, "filepath", lr.filepath, "role", json_object_get(a, "role"));
+        r->result = json_pack("{s:s, s:I, s:s, s:s, s:s, s:O}", "digest", lr.desc.digest, "size",
+                              (json_int_t)lr.desc.size, "mediaType", lr.desc.media_type,
+                              "diffId", lr.diff_id, "filepath", lr.filepath, "role",
+                              json_object_get(a, "role"));
         if (!r->result || (facts && json_object_set(r->result, "model", facts) != 0))
             rc = mf_err_set(err, MF_ENOMEM, "out of memory");
     }
@@ -499,9 +502,9 @@ static json_t *config_inherit(const json_t *doc, const json_t *base)
     if (!out || !json_is_object(base))
         return out;
     json_t *params = json_object_get(out, "params");
-    json_object_foreach((json_t *)json_object_get(base, "params"), k,
-                        v) if (json_is_object(params) && !json_object_get(params, k))
-        json_object_set(params, k, v);
+    json_object_foreach ((json_t *)json_object_get(base, "params"), k, v)
+        if (json_is_object(params) && !json_object_get(params, k))
+            json_object_set(params, k, v);
     static const char *const text[] = {"template", "system"};
     for (size_t i = 0; i < 2; i++) {
         const char *mine = json_string_value(json_object_get(out, text[i]));
@@ -518,9 +521,10 @@ static int op_config(const struct exec_job *j, struct exec_node *r, struct mf_er
 {
     char *yaml = NULL;
     size_t len = 0;
-    json_t *doc = config_inherit(
-        json_object_get(j->node->args, "document"),
-        j->node->n_inputs ? json_object_get(exec_input(j, 0)->result, "defaults") : NULL);
+    json_t *doc = config_inherit(json_object_get(j->node->args, "document"),
+                                 j->node->n_inputs
+                                     ? json_object_get(exec_input(j, 0)->result, "defaults")
+                                     : NULL);
     if (!doc)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     int rc = plan_config_yaml(doc, &yaml, &len, err);
@@ -569,8 +573,7 @@ static int layer_from_record(const json_t *rec, struct layer_result *l, struct m
     const char *diff = json_string_value(json_object_get(rec, "diffId"));
     const char *fp = json_string_value(json_object_get(rec, "filepath"));
     if (!mt || !d || !diff || !fp)
-        return mf_err_set(err, MF_EFORMAT,
-                          "the layer's cache record is incomplete "
+        return mf_err_set(err, MF_EFORMAT, "the layer's cache record is incomplete "
                           "(rebuild with --no-cache)");
     memset(l, 0, sizeof *l);
     snprintf(l->desc.media_type, sizeof l->desc.media_type, "%s", mt);
@@ -618,8 +621,7 @@ static void adapter_names(const json_t *adapters, char *out, size_t cap)
     size_t i, len = 0;
     json_t *a;
     out[0] = '\0';
-    json_array_foreach(adapters, i, a)
-    {
+    json_array_foreach (adapters, i, a) {
         const char *name = json_string_value(json_object_get(a, "name"));
         const char *path = json_string_value(json_object_get(a, "path"));
         const char *base = path ? strrchr(path, '/') : NULL;
@@ -677,20 +679,22 @@ static void image_labels(const struct exec_job *j, struct image_parts *P, const 
         kv_add(P->labels, &P->n_labels, "dev.mfc.adapters", P->adapters);
     if (exec_merged_label(j, P->merged, sizeof P->merged))
         kv_add(P->labels, &P->n_labels, "dev.mfc.adapters.merged", P->merged);
-    json_object_foreach((json_t *)json_object_get(j->node->args, "labels"), key, val)
+    json_object_foreach ((json_t *)json_object_get(j->node->args, "labels"), key, val)
         kv_add(P->labels, &P->n_labels, key, json_string_value(val));
 }
 
 /* Env: the runtime's defaults unless ENV sets them, then ENV in order. */
 static void image_env(const struct exec_job *j, struct image_parts *P)
 {
-    static const struct oci_kv defaults[] = {{"MFC_CONFIG", CONFIG_IN_IMAGE}, {"MFC_PORT", "8080"}};
+    static const struct oci_kv defaults[] = {{"MFC_CONFIG", CONFIG_IN_IMAGE},
+                                             {"MFC_PORT", "8080"}};
     json_t *env = json_object_get(j->plan->config, "env"), *val;
     const char *key;
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!json_object_get(env, defaults[i].key))
             kv_add(P->env, &P->n_env, defaults[i].key, defaults[i].value);
-    json_object_foreach(env, key, val) kv_add(P->env, &P->n_env, key, json_string_value(val));
+    json_object_foreach (env, key, val)
+        kv_add(P->env, &P->n_env, key, json_string_value(val));
 }
 
 /* The base's facts, from the weights layer's record (NULL when absent). */
@@ -704,7 +708,8 @@ static const json_t *base_facts(const struct exec_job *j)
 
 static int op_image(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
-    static const char *const entrypoint[] = {"/usr/bin/" RUNTIME_NAME, "--config", CONFIG_IN_IMAGE};
+    static const char *const entrypoint[] = {"/usr/bin/" RUNTIME_NAME, "--config",
+                                             CONFIG_IN_IMAGE};
     struct image_parts *P = calloc(1, sizeof *P);
     struct store_desc md;
     int64_t mtime;
@@ -716,28 +721,22 @@ static int op_image(const struct exec_job *j, struct exec_node *r, struct mf_err
     if (!rc) {
         time_t t = (time_t)mtime;
         struct tm tm;
-        if (!gmtime_r(&t, &tm) ||
-            !strftime(P->created, sizeof P->created, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        if (!gmtime_r(&t, &tm) || !strftime(P->created, sizeof P->created, "%Y-%m-%dT%H:%M:%SZ", &tm))
             snprintf(P->created, sizeof P->created, "1970-01-01T00:00:00Z");
         image_labels(j, P, base_facts(j));
         image_env(j, P);
-        struct oci_image img = {.entrypoint = entrypoint,
-                                .n_entrypoint = 3,
-                                .env = P->env,
-                                .n_env = P->n_env,
-                                .labels = P->labels,
-                                .n_labels = P->n_labels,
-                                .layers = P->layers,
-                                .n_layers = P->n_layers,
-                                .created = mtime};
+        struct oci_image img = {
+            .entrypoint = entrypoint, .n_entrypoint = 3, .env = P->env, .n_env = P->n_env,
+            .labels = P->labels, .n_labels = P->n_labels, .layers = P->layers,
+            .n_layers = P->n_layers, .created = mtime};
         rc = oci_image_write(j->s, &img, NULL, &md, err);
     }
     if (!rc) {
         snprintf(r->digest, sizeof r->digest, "%s", md.digest);
         r->size = md.size;
-        r->result =
-            json_pack("{s:s, s:I, s:s, s:b}", "digest", md.digest, "size", (json_int_t)md.size,
-                      "mediaType", md.media_type, "runtime", j->o->runtime != NULL);
+        r->result = json_pack("{s:s, s:I, s:s, s:b}", "digest", md.digest, "size",
+                              (json_int_t)md.size, "mediaType", md.media_type, "runtime",
+                              j->o->runtime != NULL);
         rc = r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
     }
     free(P);

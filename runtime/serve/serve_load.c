@@ -196,10 +196,9 @@ static int load_template(struct serve *s, struct mf_err *err)
     }
     if (!src)
         src = fam ? fam->tmpl : "{{ .Prompt }}";
-    mf_log_info(&s->log, "chat template: %s",
-                s->cfg.template_src ? "TEMPLATE from model.yaml"
-                : fam               ? fam->name
-                                    : "none ({{ .Prompt }})");
+    mf_log_info(&s->log, "chat template: %s", s->cfg.template_src ? "TEMPLATE from model.yaml"
+                                              : fam ? fam->name
+                                                    : "none ({{ .Prompt }})");
     if (!(s->tmpl_src = strdup(src)))
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     int rc = tmpl_compile(&s->tmpl, src, strlen(src), NULL, TMPL_F_OLLAMA, err);
@@ -301,7 +300,8 @@ static int open_engine(struct serve *s, struct mf_err *err)
     mf_log_info(&s->log, "compute backend: %s (MFC_DEVICE=%s), KV cache %s", ops->name,
                 s->cfg.device, bc.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16");
     /* no more than every sequence at full context needs */
-    want = (int32_t)(((int64_t)s->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) * s->cfg.max_seqs;
+    want = (int32_t)(((int64_t)s->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) *
+           s->cfg.max_seqs;
     if (!s->cfg.kv_cache_gb && n_blocks > want)
         n_blocks = want;
     bc.kv_bytes = (uint64_t)n_blocks * kb.bytes_per_block;
@@ -320,13 +320,11 @@ static int open_engine(struct serve *s, struct mf_err *err)
                                   "1024 or over 1024 bias and penalty entries)"
                                 : "on the host");
         if (st.gemm_min)
-            mf_log_info(&s->log,
-                        "CUDA: tensor-core GEMM (cuBLAS) for steps of %d tokens or more "
-                        "(2 for F16/BF16/F32 weights; MFC_CUDA_GEMM_MIN)",
-                        st.gemm_min);
+            mf_log_info(&s->log, "CUDA: tensor-core GEMM (cuBLAS) for steps of %d tokens or more "
+                        "(2 for F16/BF16/F32 weights; MFC_CUDA_GEMM_MIN)", st.gemm_min);
         else
             mf_log_info(&s->log, "CUDA: GEMV kernels only (cuBLAS not found, or "
-                                 "MFC_CUDA_GEMM_MIN=0): prefill and large batches run slower");
+                        "MFC_CUDA_GEMM_MIN=0): prefill and large batches run slower");
         if (st.bf16_bytes)
             mf_log_info(&s->log,
                         "CUDA: %.2f GB of bf16 copies of the quantized matrices for the "

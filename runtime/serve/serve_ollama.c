@@ -86,9 +86,10 @@ static void done_fields(struct serve_gen *g, json_t *o)
 void ollama_close(struct serve_gen *g)
 {
     if (g->failed) {
-        serve_put_json(
-            &g->wbuf, "",
-            json_pack("{s:s}", "error", g->err.msg[0] ? g->err.msg : "generation failed"), "\n");
+        serve_put_json(&g->wbuf, "",
+                       json_pack("{s:s}", "error",
+                                 g->err.msg[0] ? g->err.msg : "generation failed"),
+                       "\n");
         return;
     }
     json_t *o = head(g);
@@ -127,9 +128,9 @@ static json_t *entry(const struct serve *s, const char *name, int ps)
     char full[160], t[48];
     snprintf(full, sizeof full, "%s%s", name, strchr(name, ':') ? "" : ":latest");
     ollama_time(t, sizeof t);
-    json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:o}", "name", full, "model", full, "size",
-                  (json_int_t)s->model_bytes, "digest", s->digest + 7, "details", details(s));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "name", full, "model", full, "size",
+                          (json_int_t)s->model_bytes, "digest", s->digest + 7, "details",
+                          details(s));
     if (ps) {
         json_object_set_new(o, "expires_at", json_string("2318-01-01T00:00:00Z"));
         json_object_set_new(o, "size_vram", json_integer(0));
@@ -170,12 +171,12 @@ static char *parameters_text(const struct serve *s)
     const char *k;
     json_t *v;
     mf_buf_init(&b, 1u << 20);
-    json_object_foreach(s->cfg.params, k, v)
-    {
+    json_object_foreach (s->cfg.params, k, v) {
         size_t i;
         json_t *x;
         if (json_is_array(v))
-            json_array_foreach(v, i, x) param_line(&b, k, x);
+            json_array_foreach (v, i, x)
+                param_line(&b, k, x);
         else
             param_line(&b, k, v);
     }
@@ -209,9 +210,10 @@ static char *modelfile_text(const struct serve *s, const char *params)
     }
     size_t i;
     json_t *m;
-    json_array_foreach(s->cfg.messages, i, m) mf_buf_printf(
-        &b, NULL, "MESSAGE %s \"\"\"%s\"\"\"\n", json_string_value(json_object_get(m, "role")),
-        json_string_value(json_object_get(m, "content")));
+    json_array_foreach (s->cfg.messages, i, m)
+        mf_buf_printf(&b, NULL, "MESSAGE %s \"\"\"%s\"\"\"\n",
+                      json_string_value(json_object_get(m, "role")),
+                      json_string_value(json_object_get(m, "content")));
     return mf_buf_take(&b);
 }
 
@@ -233,7 +235,7 @@ json_t *ollama_show(const struct serve *s, const char *name)
         size_t i;
         json_t *x;
         mf_buf_init(&b, 16u << 20);
-        json_array_foreach(lic, i, x)
+        json_array_foreach (lic, i, x)
             mf_buf_printf(&b, NULL, "%s%s", i ? "\n" : "", json_string_value(x));
         char *l = mf_buf_take(&b);
         json_object_set_new(o, "license", json_string(l ? l : ""));

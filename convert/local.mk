@@ -21,10 +21,11 @@ TESTS += tests/unit/test_hf tests/unit/test_lora tests/unit/test_lora_merge
 ## CLI tests (bats) with stdlib-Python references: an HF writer and reader,
 ## a PEFT writer and reference converter.
 TESTS += tests/cli/convert.bats tests/cli/convert-families.bats tests/cli/lora.bats \
+	tests/cli/lora-families.bats \
 	tests/cli/merge.bats
 EXTRA_DIST += tests/cli/convert.bats tests/cli/convert-families.bats tests/cli/hf_mkdir.py \
 	tests/cli/hf_gguf.py \
-	tests/cli/lora.bats tests/cli/peft_ref.py tests/cli/merge.bats \
+	tests/cli/lora.bats tests/cli/lora-families.bats tests/cli/peft_ref.py tests/cli/merge.bats \
 	docs/convert.md docs/lora.md docs/merge.md
 
 EXTRA_DIST += tests/fuzz/fuzz_hf_config.c tests/fuzz/corpus/hf_config \

@@ -96,8 +96,8 @@ static const char *layer_prefix(const char *s, unsigned long *layer)
  * becomes its value. 0 with out filled, or MF_EUNSUPPORTED when no entry
  * matches or out (cap bytes) is too small. */
 static int map_by_table(const char *name, const char *const layer[][2], size_t n_layer,
-                        const char *suffix, const char *const whole[][2], size_t n_whole, char *out,
-                        size_t cap)
+                        const char *suffix, const char *const whole[][2], size_t n_whole,
+                        char *out, size_t cap)
 {
     unsigned long l;
     const char *rest = layer_prefix(name, &l);
@@ -115,8 +115,8 @@ int lora_peft_map_name(const char *module, char *out, size_t cap)
 {
     static const char *const whole[][2] = {{"model.embed_tokens", "token_embd.weight"},
                                            {"lm_head", "output.weight"}};
-    return map_by_table(module, proj_map, N_PAIRS(proj_map), ".weight", whole, N_PAIRS(whole), out,
-                        cap);
+    return map_by_table(module, proj_map, N_PAIRS(proj_map), ".weight", whole, N_PAIRS(whole),
+                        out, cap);
 }
 
 /* mergekit's norms: "model.layers.N.input_layernorm.weight" -> blk.N.attn_norm.weight. */
@@ -132,17 +132,17 @@ enum half_kind { HALF_COPY, HALF_PERMUTE, HALF_TRANSPOSE, HALF_NORM };
 
 /* One output tensor and where its elements come from. */
 struct out_tensor {
-    struct lora_tensor t;        /* name, type, shape as written */
-    const struct st_tensor *src; /* borrowed from the safetensors file */
-    enum half_kind kind;         /* how src's elements are laid out in t */
-    int64_t n_head;              /* HALF_PERMUTE: heads of the permutation */
+    struct lora_tensor t;         /* name, type, shape as written */
+    const struct st_tensor *src;  /* borrowed from the safetensors file */
+    enum half_kind kind;          /* how src's elements are laid out in t */
+    int64_t n_head;               /* HALF_PERMUTE: heads of the permutation */
 };
 
 /* A base tensor's two halves while they are collected. */
 struct pair {
-    char stem[GGUF_MAX_NAME];  /* "blk.0.attn_q.weight" */
-    const struct st_tensor *a; /* borrowed, or NULL until seen */
-    const struct st_tensor *b; /* borrowed, or NULL until seen */
+    char stem[GGUF_MAX_NAME];    /* "blk.0.attn_q.weight" */
+    const struct st_tensor *a;   /* borrowed, or NULL until seen */
+    const struct st_tensor *b;   /* borrowed, or NULL until seen */
 };
 
 struct conv {
@@ -154,11 +154,11 @@ struct conv {
     int64_t n_head, n_head_kv;    /* from the base (permute only) */
     struct pair *pairs;           /* owned, n_pairs */
     size_t n_pairs;
-    struct out_tensor *out; /* owned, n_out */
+    struct out_tensor *out;       /* owned, n_out */
     size_t n_out;
-    struct lora_peft_info info; /* filled as we go */
-    int has_alpha;              /* lora_alpha present in the config */
-    int32_t rank_seen;          /* first pair's rank; -1 once ranks differ */
+    struct lora_peft_info info;   /* filled as we go */
+    int has_alpha;                /* lora_alpha present in the config */
+    int32_t rank_seen;            /* first pair's rank; -1 once ranks differ */
 };
 
 /* ---- config ----------------------------------------------------------------- */
@@ -332,8 +332,8 @@ static int unexpected(const struct conv *c, const char *name, struct mf_err *err
     int emb = strstr(name, ".embed_tokens.weight") || strstr(name, ".lm_head.weight") ||
               strcmp(name, "base_model.model.lm_head.weight") == 0;
     return mf_err_set(err, MF_EUNSUPPORTED,
-                      "%s: unexpected tensor '%s': not a lora_A or lora_B tensor%s", st_name(c->st),
-                      name,
+                      "%s: unexpected tensor '%s': not a lora_A or lora_B tensor%s",
+                      st_name(c->st), name,
                       emb ? " (the adapter carries whole embedding weights: new tokens or "
                             "modules_to_save, which a GGUF LoRA cannot hold)"
                           : "");
@@ -432,7 +432,8 @@ static int plan_pair(struct conv *c, const struct pair *p, struct mf_err *err)
         return mf_err_set(err, MF_EFORMAT,
                           "%s: rank mismatch: '%s' is [%" PRId64 ", %" PRId64 "] and '%s' is "
                           "[%" PRId64 ", %" PRId64 "] (want A [r, in] and B [out, r])",
-                          sn, a->name, a->shape[0], a->shape[1], b->name, b->shape[0], b->shape[1]);
+                          sn, a->name, a->shape[0], a->shape[1], b->name, b->shape[0],
+                          b->shape[1]);
     if (a->shape[0] > LORA_CHECK_MAX_RANK)
         return mf_err_set(err, MF_EUNSUPPORTED, "%s: '%s' has rank %" PRId64 " (at most %d)", sn,
                           a->name, a->shape[0], LORA_CHECK_MAX_RANK);
@@ -440,8 +441,7 @@ static int plan_pair(struct conv *c, const struct pair *p, struct mf_err *err)
     c->rank_seen = c->info.n_pairs == 0 ? r : c->rank_seen == r ? r : -1;
     c->info.n_pairs++;
     int embd = strcmp(p->stem, "token_embd.weight") == 0;
-    int q = strstr(p->stem, ".attn_q.weight") != NULL,
-        k = strstr(p->stem, ".attn_k.weight") != NULL;
+    int q = strstr(p->stem, ".attn_q.weight") != NULL, k = strstr(p->stem, ".attn_k.weight") != NULL;
     char name[GGUF_MAX_NAME + 8];
     snprintf(name, sizeof name, "%s.lora_a", p->stem);
     int rc = add_out(c, name, a, embd ? HALF_TRANSPOSE : HALF_COPY, err);
@@ -659,11 +659,8 @@ int lora_peft_convert_gf(const char *dir, const struct gguf_file *base, const ch
             rc = mf_err_set(err, MF_ENOMEM, "out of memory converting %s", dir);
     }
     if (!rc) {
-        struct lora_view v = {.name = dir,
-                              .has_alpha = c.has_alpha,
-                              .alpha = c.info.alpha,
-                              .tensors = ts,
-                              .n_tensors = c.n_out};
+        struct lora_view v = {.name = dir, .has_alpha = c.has_alpha, .alpha = c.info.alpha,
+                              .tensors = ts, .n_tensors = c.n_out};
         snprintf(v.arch, sizeof v.arch, "%s", c.arch);
         for (size_t i = 0; i < c.n_out; i++)
             ts[i] = c.out[i].t;

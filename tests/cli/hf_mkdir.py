@@ -23,7 +23,10 @@ sliding, sliding, full (gemma3mm: inside Gemma3ForConditionalGeneration with
 a vision tensor the converter skips), Phi-3 fused qkv_proj and gate_up_proj
 with LongRoPE factors) and a tokenizer of its kind (Qwen: byte-level BPE
 with the qwen2 split; Gemma, Phi-3: SentencePiece-style BPE with byte
-fallback). --forward is the llama forward only.
+fallback). With --family, --llama3-json (Llama 3's 128k vocabulary; Qwen
+families get Qwen2's split) or --spm-gguf (Llama 2's vocabulary; Gemma
+families drop the dummy prefix, as Gemma's tokenizer.json has none) give a
+real-size vocabulary instead. --forward is the llama forward only.
 --big: weights are one random block repeated (fast to write; for the bench).
 --vocab-size N pads the vocabulary (config.json's vocab_size) to N.
 """
@@ -102,8 +105,10 @@ def tokenizer_bytes(pre):
     return tok, cfg, n + 3
 
 
-def tokenizer_llama3(path):
-    """The Llama 3 vocabulary from the GGUF-form dump in shared/data/vocab."""
+def tokenizer_llama3(path, pre="llama3"):
+    """The Llama 3 vocabulary from the GGUF-form dump in shared/data/vocab
+    (pre "qwen2": with Qwen2's split instead, a real-size vocabulary for the
+    qwen2 pre-tokenizer)."""
     d = json.load(open(path, encoding="utf-8"))
     toks, types, merges = (d["tokenizer.ggml.tokens"], d["tokenizer.ggml.token_type"],
                            d["tokenizer.ggml.merges"])
@@ -111,7 +116,7 @@ def tokenizer_llama3(path):
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, t in enumerate(toks) if types[i] == 3]
     tok = {"version": "1.0", "added_tokens": added, "normalizer": None,
-           "pre_tokenizer": pre_tokenizer("llama3"), "decoder": {"type": "ByteLevel"},
+           "pre_tokenizer": pre_tokenizer(pre), "decoder": {"type": "ByteLevel"},
            "model": {"type": "BPE", "byte_fallback": False, "ignore_merges": True,
                      "vocab": vocab, "merges": [m.split(" ") for m in merges]}}
     cfg = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
@@ -542,7 +547,15 @@ def stack_experts(tensors, n_exp):
 
 def write_family(a):
     f = a.family
-    if f in ("qwen2", "qwen3", "qwen3moe"):
+    if a.llama3_json:  # a real-size byte-level BPE with the family's split
+        tok, tcfg, n_vocab = tokenizer_llama3(a.llama3_json,
+                                              "qwen2" if f.startswith("qwen") else "llama3")
+    elif a.spm_gguf:  # a real-size SentencePiece vocabulary; Gemma's has no dummy prefix
+        tok, tcfg, n_vocab = tokenizer_spm(a.spm_gguf)
+        if f.startswith("gemma"):
+            tok["normalizer"]["normalizers"] = [n for n in tok["normalizer"]["normalizers"]
+                                                if n["type"] != "Prepend"]
+    elif f in ("qwen2", "qwen3", "qwen3moe"):
         tok, tcfg, n_vocab = tokenizer_qwen()
     elif f == "mixtral":
         tok, tcfg, n_vocab = tokenizer_bytes("llama3")

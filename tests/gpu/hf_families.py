@@ -134,8 +134,9 @@ def save(root):
     for i, fam in enumerate(FAMILIES):
         tok, tcfg, n_vocab = tokenizer(fam)
         cfg = make_config(fam, n_vocab)
-        cfg._attn_implementation = "eager"
-        model = tf.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+        # F32 through the default dtype; eager attention (the soft-capped,
+        # sliding-window path every version implements)
+        model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
         model.eval()
         randomize(model, fam, 100 + i)
         d = os.path.join(root, fam)

@@ -12,7 +12,8 @@
  *
  * Where the converter would write a GGUF that llama.cpp runs differently
  * from transformers, mfc refuses the config, naming the key (Qwen2's
- * use_sliding_window, Qwen3-MoE's dense layers or unnormalised top-k), or
+ * use_sliding_window, Qwen3-MoE's dense layers or unnormalised top-k,
+ * Gemma's query_pre_attn_scalar other than the shape implies), or
  * writes the key llama.cpp reads (Gemma 3's sliding_window_pattern when the
  * layer pattern is not its period of 6): docs/convert.md lists these.
  */
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/arch.h"
 #include "common/gguf.h"
 #include "common/json.h"
 
@@ -206,6 +208,28 @@ static int gemma3_pattern(const json_t *root, const char *what, struct hf_config
     return 0;
 }
 
+/* Gemma scales q by query_pre_attn_scalar^-1/2; no GGUF key carries it and
+ * llama.cpp derives it from the shape (common/arch.h wide_scale_layers):
+ * a config that says otherwise would run differently, so it is refused. */
+static int gemma_q_scale(const json_t *root, const char *what, const struct hf_config *c,
+                         struct mf_err *err)
+{
+    const struct arch_desc *d = arch_find(c->gguf_arch, strlen(c->gguf_arch));
+    double q;
+    int rc = get_num(root, "query_pre_attn_scalar", what, &q, err);
+    if (rc == MF_ENOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    int64_t want = d && c->n_layer == d->wide_scale_layers ? c->n_embd / c->n_head : c->head_dim;
+    if (q != (double)want)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "%s: \"query_pre_attn_scalar\" is %g, but llama.cpp's %s scales q by "
+                          "1/sqrt(%lld) for this shape",
+                          what, q, c->gguf_arch, (long long)want);
+    return 0;
+}
+
 /* Phi-3's LongRoPE tables and attn_factor (Phi3MiniModel.generate_extra_tensors). */
 static int phi3_rope(const json_t *root, const char *what, struct hf_config *c, struct mf_err *err)
 {
@@ -274,7 +298,12 @@ int hf_family_parse(const json_t *root, const char *what, struct hf_config *c, s
                        "sliding_window", what, c, err)))
             return rc;
         c->has_attn_softcap = c->has_final_softcap = 1;
-        return 0;
+        if (c->has_theta && c->rope_theta != 10000.0) /* Gemma2Model writes no base */
+            return mf_err_set(err, MF_EUNSUPPORTED,
+                              "%s: \"rope_theta\" is %g; the converter writes no RoPE base for "
+                              "Gemma 2, so llama.cpp runs 10000",
+                              what, c->rope_theta);
+        return gemma_q_scale(root, what, c, err);
     case HF_FAM_GEMMA3: {
         if (get(root, "attn_logit_softcapping"))
             return mf_err_set(err, MF_EFORMAT,
@@ -305,7 +334,7 @@ int hf_family_parse(const json_t *root, const char *what, struct hf_config *c, s
                 return mf_err_set(err, MF_EFORMAT, "%s: \"sliding_window\" must be positive", what);
         }
         c->swa_pattern = period > 1 && period != 6 ? period : 0;
-        return 0;
+        return gemma_q_scale(root, what, c, err);
     }
     case HF_FAM_PHI3: {
         double rot = 1.0;

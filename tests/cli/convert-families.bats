@@ -267,6 +267,7 @@ EOF
     bad qwen3moe "c['num_experts']=5" "mlp.gate.weight has shape [4, 32], but config.json implies [5, 32]"
     bad qwen3moe-stacked "c['moe_intermediate_size']=8" "mlp.experts.gate_up_proj has shape [4, 64, 32], but config.json implies [4, 16, 32]"
     bad gemma2 "del c['attn_logit_softcapping']" '"attn_logit_softcapping" is missing'
+    bad gemma2 "c['query_pre_attn_scalar']=16" '"query_pre_attn_scalar" is 16, but llama.cpp'"'"'s gemma2 scales q by 1/sqrt(8)'
     bad gemma3 "c['layer_types']=['full_attention','sliding_attention','full_attention']" 'layer_types is not a repeating pattern'
     bad phi3 "c['rope_scaling']['long_factor']=[1.0]" 'must each hold 4 numbers'
     bad phi3 "del c['original_max_position_embeddings']" '"original_max_position_embeddings" is missing'

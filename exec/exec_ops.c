@@ -7,7 +7,8 @@
  *            into the store (the blob is the output);
  *            a name: source_ref_resolve (a local or registry image's GGUF,
  *            its tar layer when it has one, and its config defaults)
- *   check    gguf_open on the blob: a base needs general.architecture, an
+ *   check    gguf_open on the blob: a base needs a general.architecture that
+ *            common/arch.h runs (or it is refused naming it and those it runs), an
  *            adapter general.type=adapter (the LoRA issue adds the check
  *            against the base, whose check node is already an input)
  *   layer    layer_write: its input blob as a deterministic one-file tar at the
@@ -42,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/arch.h"
 #include "common/buf.h"
 #include "common/gguf.h"
 #include "common/json.h"
@@ -355,6 +357,11 @@ static int check_gguf(const struct gguf_file *gf, enum plan_role role, struct mf
     }
     if (gguf_get_str(gf, "general.architecture", &s, err) != 0)
         return mf_err_prefix(err, "not a GGUF model");
+    /* mfc-serve would refuse it at start: say so at build time (common/arch.h) */
+    if (!arch_find(s.p, (size_t)s.len))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "%s: architecture '%.*s' is not supported (mfc runs %s)", gguf_name(gf),
+                          (int)(s.len > 64 ? 64 : s.len), s.p, arch_names());
     return 0;
 }
 

@@ -28,4 +28,4 @@ noinst_PROGRAMS += tests/gpu/gpuinfo
 tests_gpu_gpuinfo_SOURCES = tests/gpu/gpuinfo.c
 tests_gpu_gpuinfo_LDADD = $(MFC_CUDA_LIBS)
 endif
-EXTRA_DIST += tests/gpu/gpuinfo.c
+EXTRA_DIST += tests/gpu/gpuinfo.c tests/gpu/hf_families.py

@@ -274,6 +274,7 @@ struct serve {
     int n_adapters;
     json_t *model_info;        /* owned: GGUF scalar metadata for /api/show */
     char quant[16];            /* the projections' type name ("Q4_K", "F32") */
+    char arch[32];             /* general.architecture: /api/show's details.family */
     uint64_t n_params;         /* parameters, counted from the tensors */
     uint64_t model_bytes;      /* size of the GGUF */
     char digest[72];           /* "sha256:..." of the model path and size (a stable id) */

@@ -117,9 +117,10 @@ static json_t *details(const struct serve *s)
         snprintf(size, sizeof size, "%.1fB", p / 1e9);
     else
         snprintf(size, sizeof size, "%.2fM", p / 1e6);
+    const char *fam = s->arch[0] ? s->arch : "llama"; /* Ollama: general.architecture */
     return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "gguf",
-                     "family", "llama", "families", "llama", "parameter_size", size,
-                     "quantization_level", s->quant);
+                     "family", fam, "families", fam, "parameter_size", size, "quantization_level",
+                     s->quant);
 }
 
 static json_t *entry(const struct serve *s, const char *name, int ps)

@@ -276,3 +276,20 @@ tags() {
     [ "$status" -eq 0 ]
     [[ "$(ended CACHED)" == *"layer models/"* ]]
 }
+
+@test "a FROM whose architecture mfc does not run is refused at build time, naming the line and the architectures it runs" {
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$CTX/q.gguf" --arch qwen3 --seed 3 >/dev/null
+    python3 "$MFC_SRCDIR/tests/tools/gguf_edit.py" "$CTX/q.gguf" "$CTX/falcon.gguf" \
+        --set general.architecture=str:falcon
+    modelfile "SYSTEM x" "FROM ./falcon.gguf"
+    run "$MFC" build --progress plain -t bad "$CTX"
+    echo "$output"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Modelfile:2: FROM ./falcon.gguf: "*"architecture 'falcon' is not supported (mfc runs llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)"* ]]
+    [ -z "$(tags)" ]
+    # every family it runs builds
+    modelfile "FROM ./q.gguf"
+    run "$MFC" build --progress plain -t good "$CTX"
+    [ "$status" -eq 0 ]
+    [ "$(tags)" = "good" ]
+}

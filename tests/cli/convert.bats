@@ -351,10 +351,10 @@ EOF
     check extra "tensor model.vision_tower.weight is not part of a LlamaForCausalLM"
     check truncate "model-00001-of-00002.safetensors" --shards 2
     rm -rf "$D/b"
-    python3 "$MKDIR" "$D/b" --arch Qwen2ForCausalLM
+    python3 "$MKDIR" "$D/b" --arch FalconForCausalLM
     run "$MFC" convert "$D/b" -o "$D/b.gguf"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"architecture Qwen2ForCausalLM is not supported"* ]]
+    [[ "$output" == *"architecture FalconForCausalLM is not supported"* ]]
     run "$MFC" convert "$D/nothing" -o "$D/b.gguf"
     [ "$status" -eq 1 ]
     [[ "$output" == *"not a directory"* ]]

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "runtime/cuda/cuda_moe.h"
 
 static uint64_t align_up(uint64_t v)
 {
@@ -48,15 +49,18 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
                           "the CUDA backend cannot read tensor %s: type %s with rows of %" PRId64
                           " elements",
                           w->name ? w->name : "?", ggml_type_name((uint32_t)w->type), w->ne0);
-    p->slots[p->n] =
-        (struct cuda_wslot){.w = w, .off = p->total, .bytes = w->row_bytes * (uint64_t)w->ne1};
+    p->slots[p->n] = (struct cuda_wslot){.w = w,
+                                         .off = p->total,
+                                         .bytes = w->row_bytes * (uint64_t)w->ne1 *
+                                                  (uint64_t)(w->ne2 > 1 ? w->ne2 : 1)};
     p->total = align_up(p->total + p->slots[p->n].bytes);
     p->n++;
     return 0;
 }
 
 /* The family switches the CUDA step computes: Llama's (pre-norms, SiLU, the
- * normal RoPE pairing, dense FFN, full attention). A model that needs more
+ * normal RoPE pairing, dense or routed FFN, full attention; the routed
+ * layers' own limits: cuda_moe_check). A model that needs more
  * is refused with the switch named, and MFC_DEVICE=auto runs it on the CPU. */
 static int family_ok(const struct model *m, struct mf_err *err)
 {
@@ -65,8 +69,6 @@ static int family_ok(const struct model *m, struct mf_err *err)
 
     if (hp->rope_neox)
         what = "NeoX-style RoPE";
-    else if (hp->n_expert)
-        what = "routed experts";
     else if (hp->n_swa)
         what = "sliding-window layers";
     else if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
@@ -92,11 +94,13 @@ static int family_ok(const struct model *m, struct mf_err *err)
 
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err)
 {
-    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 2);
+    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 3 + MODEL_EXP_COUNT);
     int rc;
 
     memset(p, 0, sizeof *p);
     rc = family_ok(m, err);
+    if (!rc)
+        rc = cuda_moe_check(m, err);
     if (rc)
         return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);
@@ -115,6 +119,10 @@ int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err
             rc = add_slot(p, &L->w[w], 1, err);
         if (!rc)
             rc = add_slot(p, &L->ffn_norm, 0, err);
+        if (!rc) /* a routed layer: the router, and each expert tensor whole */
+            rc = add_slot(p, &L->gate_inp, 1, err);
+        for (int x = 0; !rc && x < MODEL_EXP_COUNT; x++)
+            rc = add_slot(p, &L->exps[x], 1, err);
     }
     if (rc)
         cuda_wplan_free(p);

@@ -9,9 +9,10 @@
  *                             stream-K too; Q4_K's q+k+v and gate+up in one launch)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
- *     SHAPE: 1b | llama3-8b (mkmodel's presets: Llama 3.2 1B / Llama 3 8B dims)
- *            | qwen3-30b-a3b (Qwen3-30B-A3B's dims as llama with experts: 48
- *            layers, 128 experts of 768 rows, top 8; random F32 routers)
+ *     SHAPE: 1b | llama3-8b | qwen2.5-7b | gemma2-9b | phi3-mini | qwen3-30b-a3b
+ *            (mkmodel's presets: Llama 3.2 1B, Llama 3 8B, the families' models
+ *            of those sizes, and Qwen3-30B-A3B: 48 layers of 128 experts of 768
+ *            rows, top 8, random F32 routers)
  *     TYPE:  f16 | bf16 | q8_0 | q4_k_m (llama.cpp's per-tensor mix) | q4_k
  *     BATCH: sequences decoding together (default 1 8 32)
  *
@@ -19,9 +20,9 @@
  * mkmodel's shapes and llama.cpp's type mix), so an 8B model costs seconds,
  * not a 16 GB file; throughput does not depend on the values, but for the
  * routers' (random, so tokens spread over the experts as a trained router
- * spreads them). A MODEL.gguf (mkmodel --preset qwen3-30b-a3b --arch llama
- * --type q4_k_m, say) is measured as it is, the file llama.cpp's
- * llama-bench and llama-batched-bench can read too. Steps:
+ * spreads them). A MODEL.gguf (mkmodel --preset qwen3-30b-a3b --type q4_k_m,
+ * say) is measured as it is, the file llama.cpp's llama-bench and
+ * llama-batched-bench can read too. Steps:
  *   1. device-to-device copy bandwidth (4 GiB, bytes read + written), the
  *      roofline's denominator;
  *   2. upload (backend create): GB/s from the host mapping to the device;
@@ -38,7 +39,7 @@
  *      choose, n (1 - (1 - k/n)^B) of n under uniform routing) over the
  *      measured bandwidth.
  *      CUDA_BENCH_CONTEXTS=shared gives the B sequences the blocks of one
- *      context instead (a cached prefix, as before 2026-12-01): batched
+ *      context instead (a cached prefix): batched
  *      attention then reads K/V from L2 and beats the roofline's count.
  * Prints a table row per batch.
  *
@@ -51,7 +52,7 @@
  *
  * offline: REQUESTS requests (prompts of 128-1024 tokens, outputs of
  * 128-512, greedy, no early stop) through the backend with continuous
- * batching, at most SEQS at once: the issue's offline run; see offline_bench.
+ * batching, at most SEQS at once (the offline throughput run); see offline_bench.
  * tests/gpu/hf_offline.py runs the same requests through transformers.
  *
  * CUDA_BENCH_CTX=N gives step 4's contexts N tokens (16 to 2048, rounded
@@ -179,19 +180,25 @@ static void *make_data(enum ggml_type t, int64_t ne0, int64_t ne1, uint64_t *row
     return p;
 }
 
+/* A model shape: mkmodel's presets, each family with its own switches
+ * (common/arch.h): Qwen's q/k/v biases, Gemma's wide heads, post-norms,
+ * soft-caps and sliding layers, Phi-3's ungrouped heads. */
 struct shape {
     const char *name;
+    const char *arch; /* general.architecture */
     int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
-    int32_t head_dim;                   /* 0: n_embd / n_head */
+    int32_t head_dim;   /* 0: n_embd / n_head */
+    int32_t swa, swa_period; /* sliding window and layer pattern; 0: none */
     int32_t n_expert, n_used, n_ff_exp; /* routed layers (every one); 0: dense */
 };
 
 static const struct shape shapes[] = {
-    {"1b", 16, 2048, 8192, 32, 8, 128256, 0, 0, 0, 0},
-    {"llama3-8b", 32, 4096, 14336, 32, 8, 128256, 0, 0, 0, 0},
-    /* Qwen3-30B-A3B's dimensions (mkmodel's preset) as llama with experts:
-     * the bytes a step reads, without the family's q/k norms */
-    {"qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 151936, 128, 128, 8, 768},
+    {"1b", "llama", 16, 2048, 8192, 32, 8, 128256, 0, 0, 0, 0, 0, 0},
+    {"llama3-8b", "llama", 32, 4096, 14336, 32, 8, 128256, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 0, 0, 0, 0, 0, 0},
+    {"gemma2-9b", "gemma2", 42, 3584, 14336, 16, 8, 256000, 256, 4096, 2, 0, 0, 0},
+    {"phi3-mini", "phi3", 32, 3072, 8192, 32, 32, 32064, 0, 0, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 6144, 32, 4, 151936, 128, 0, 0, 128, 8, 768},
 };
 
 static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct shape *s,
@@ -199,7 +206,7 @@ static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct s
 {
     if (strcmp(type, "q4_k") == 0)
         return GGML_TYPE_Q4_K;
-    struct quant_model_info mi = {.arch = "llama",
+    struct quant_model_info mi = {.arch = s->arch,
                                   .n_layer = s->n_layer,
                                   .n_expert = s->n_expert,
                                   .n_gqa = s->n_head / s->n_head_kv,
@@ -215,9 +222,9 @@ static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct s
 
 /* A weight of ne2 matrices (experts; 1 for others) of ne1 rows x ne0 in
  * the type llama.cpp's mix gives it; vec: an F32 vector of ones (norms). */
-static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
-                  const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
-                  int vec)
+static void set_wn(struct model_weight *w, const char *type, enum quant_ftype ft,
+                   const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                   int vec)
 {
     enum ggml_type t = vec ? GGML_TYPE_F32 : pick(type, ft, s, name, ne0, ne1, ne2);
     w->type = t;
@@ -226,6 +233,12 @@ static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
     w->ne2 = ne2;
     w->name = strdup(name);
     w->data = make_data(t, ne0, ne1 * ne2, &w->row_bytes);
+}
+
+static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
+                  const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int vec)
+{
+    set_wn(w, type, ft, s, name, ne0, ne1, 1, vec);
 }
 
 /* A router [n_embd, n_expert] in F32 (llama.cpp leaves ffn_gate_inp
@@ -252,8 +265,8 @@ static void set_router(struct model_weight *w, const char *name, int64_t ne0, in
 }
 
 /* The model of shape s in type's mix, synthesized (see the file's
- * comment) with every field a loaded llama model has; a routed shape has
- * every layer routed (router, 3-D expert tensors, no dense FFN). */
+ * comment) with its family's switches; a routed shape has every layer
+ * routed (router, 3-D expert tensors, no dense FFN). */
 static struct model *synth(const struct shape *s, const char *type)
 {
     static const char *wn[MODEL_W_PER_LAYER] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
@@ -265,9 +278,10 @@ static struct model *synth(const struct shape *s, const char *type)
         fprintf(stderr, "cuda_bench: unknown type %s\n", type);
         exit(1);
     }
-    int64_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head, qd = s->n_head * hd,
-            kvd = s->n_head_kv * hd, fe = s->n_ff_exp;
-    m->hp = (struct model_hparams){.arch = arch_find("llama", 5),
+    int64_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
+    int64_t qd = s->n_head * hd, kvd = s->n_head_kv * hd;
+    const struct arch_desc *a = arch_find(s->arch, strlen(s->arch));
+    m->hp = (struct model_hparams){.arch = a,
                                    .n_ctx_train = 8192,
                                    .n_embd = s->n_embd,
                                    .n_ff = s->n_ff,
@@ -280,21 +294,21 @@ static struct model *synth(const struct shape *s, const char *type)
                                    .rope_base = 500000.0f,
                                    .rope_freq_scale = 1.0f,
                                    .rms_eps = 1e-5f,
-                                   .rope_mscale = 1.0f,
-                                   .n_ctx_orig = 8192,
-                                   .q_scale = 1.0f,
-                                   .kq_scale = 1.0f / sqrtf((float)hd),
-                                   .embd_scale = 1.0f,
+                                   .n_swa = s->swa,
                                    .n_expert = s->n_expert,
                                    .n_expert_used = s->n_used,
                                    .n_ff_exp = s->n_ff_exp};
-    m->rope_bases[0] = m->rope_bases[1] = m->hp.rope_base;
-    m->rope_scales[0] = m->rope_scales[1] = 1.0f;
-    m->n_rope_kinds = 1;
-    set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 1, 0);
-    set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 1, 0);
-    set_w(&m->out_norm, type, ft, s, "output_norm.weight", s->n_embd, 1, 1, 1);
+    model_hparams_derive(&m->hp);
+    set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 0);
+    if (a->flags & ARCH_TIED_ALWAYS) {
+        m->output = m->tok_embd;
+        m->tied = 1;
+    } else {
+        set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 0);
+    }
+    set_w(&m->out_norm, type, ft, s, "output_norm.weight", s->n_embd, 1, 1);
     m->layers = calloc((size_t)s->n_layer, sizeof *m->layers);
+    model_layer_kinds(m, s->swa_period, 0.0f);
     for (int32_t l = 0; l < s->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
         char name[64];
@@ -302,21 +316,38 @@ static struct model *synth(const struct shape *s, const char *type)
                                          s->n_embd, s->n_embd, s->n_ff};
         int64_t out[MODEL_W_PER_LAYER] = {qd, kvd, kvd, s->n_embd, s->n_ff, s->n_ff, s->n_embd};
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        set_w(&L->attn_norm, type, ft, s, name, s->n_embd, 1, 1, 1);
+        set_w(&L->attn_norm, type, ft, s, name, s->n_embd, 1, 1);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        set_w(&L->ffn_norm, type, ft, s, name, s->n_embd, 1, 1, 1);
+        set_w(&L->ffn_norm, type, ft, s, name, s->n_embd, 1, 1);
         for (int w = 0; w < (s->n_expert ? MODEL_W_GATE : MODEL_W_PER_LAYER); w++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, wn[w]);
-            set_w(&L->w[w], type, ft, s, name, in[w], out[w], 1, 0);
+            set_w(&L->w[w], type, ft, s, name, in[w], out[w], 0);
         }
-        if (!s->n_expert)
-            continue;
-        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
-        set_router(&L->gate_inp, name, s->n_embd, s->n_expert);
-        for (int x = 0; x < MODEL_EXP_COUNT; x++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, en[x]);
-            set_w(&L->exps[x], type, ft, s, name, x == MODEL_EXP_DOWN ? fe : s->n_embd,
-                  x == MODEL_EXP_DOWN ? s->n_embd : fe, s->n_expert, 0);
+        for (int i = 0; i < 3 && strcmp(s->arch, "qwen2") == 0; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, wn[i]);
+            set_w(&L->bias[i], type, ft, s, name, out[i], 1, 1);
+        }
+        if (s->n_expert) {
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+            set_router(&L->gate_inp, name, s->n_embd, s->n_expert);
+            for (int x = 0; x < MODEL_EXP_COUNT; x++) {
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, en[x]);
+                set_wn(&L->exps[x], type, ft, s, name,
+                       x == MODEL_EXP_DOWN ? s->n_ff_exp : s->n_embd,
+                       x == MODEL_EXP_DOWN ? s->n_embd : s->n_ff_exp, s->n_expert, 0);
+            }
+        }
+        if (a->flags & ARCH_QK_NORM) {
+            snprintf(name, sizeof name, "blk.%d.attn_q_norm.weight", l);
+            set_w(&L->q_norm, type, ft, s, name, hd, 1, 1);
+            snprintf(name, sizeof name, "blk.%d.attn_k_norm.weight", l);
+            set_w(&L->k_norm, type, ft, s, name, hd, 1, 1);
+        }
+        if (a->flags & ARCH_POST_NORMS) {
+            snprintf(name, sizeof name, "blk.%d.post_attention_norm.weight", l);
+            set_w(&L->attn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
+            snprintf(name, sizeof name, "blk.%d.post_ffw_norm.weight", l);
+            set_w(&L->ffn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
         }
     }
     return m;
@@ -337,15 +368,21 @@ static double experts_read(const struct model *m, int B)
 }
 
 /* Bytes of weights a decode step of B tokens must read: every tensor but
- * the embedding table (B rows of it instead), of a routed layer's experts
- * only as many as experts_read expects. */
+ * the embedding table (B rows of it instead; a tied output reads it
+ * whole), of a routed layer's experts only as many as experts_read
+ * expects. */
 static double weight_bytes(const struct model *m, int B)
 {
     double b = (double)wbytes(&m->output) + (double)wbytes(&m->out_norm) +
                (double)B * (double)m->tok_embd.row_bytes;
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        b += (double)(wbytes(&L->attn_norm) + wbytes(&L->ffn_norm) + wbytes(&L->gate_inp));
+        const struct model_weight *v[] = {&L->attn_norm, &L->ffn_norm,       &L->gate_inp,
+                                          &L->bias[0],   &L->bias[1],        &L->bias[2],
+                                          &L->q_norm,    &L->k_norm,         &L->attn_post_norm,
+                                          &L->ffn_post_norm};
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+            b += (double)wbytes(v[i]);
         for (int w = 0; w < MODEL_W_PER_LAYER; w++)
             b += (double)wbytes(&L->w[w]);
         for (int x = 0; L->gate_inp.data && x < MODEL_EXP_COUNT; x++)

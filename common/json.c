@@ -1,17 +1,42 @@
 /*
  * json.c: the narrow waist between jansson and mfc's error handling.
+ * Parse errors name the line and column but never quote the input.
  */
 #include "json.h"
 
 #include <string.h>
 
+/* jansson's reason without the input it quotes ("invalid token near 'root:$y'",
+ * "unable to decode byte 0x9c"): the text may be any file's (a symlink to a
+ * secret), and an error message ends up in logs. Line and column stay. */
+static void reason(const char *text, char *out, size_t cap)
+{
+    static const struct {
+        const char *prefix, *says;
+    } quoting[] = {
+        {"unable to decode byte", "invalid UTF-8"},
+        {"control character", "a control character in a string"},
+        {"invalid Unicode", "an invalid \\u escape"},
+        {"invalid escape", "an invalid escape"},
+    };
+    for (size_t i = 0; i < sizeof quoting / sizeof quoting[0]; i++)
+        if (!strncmp(text, quoting[i].prefix, strlen(quoting[i].prefix))) {
+            snprintf(out, cap, "%s", quoting[i].says);
+            return;
+        }
+    const char *near = strstr(text, " near ");
+    snprintf(out, cap, "%.*s", (int)(near ? (size_t)(near - text) : strlen(text)), text);
+}
+
 json_t *mf_json_parse(const char *text, size_t len, const char *what, struct mf_err *err)
 {
     json_error_t je;
+    char why[sizeof je.text];
     json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (!v)
-        mf_err_set(err, MF_EFORMAT, "%s:%d:%d: invalid JSON: %s", what, je.line, je.column,
-                   je.text);
+    if (!v) {
+        reason(je.text, why, sizeof why);
+        mf_err_set(err, MF_EFORMAT, "%s:%d:%d: invalid JSON: %s", what, je.line, je.column, why);
+    }
     return v;
 }
 

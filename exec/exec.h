@@ -70,6 +70,7 @@ struct exec_opts {
     size_t n_secrets;
     int64_t run_timeout_ms;      /* a RUN's timeout when it has no --timeout; 0: none */
     uint64_t run_memory;         /* RLIMIT_AS of each RUN in bytes; 0: none */
+    unsigned allow;              /* EXEC_ALLOW_* entitlements --allow granted (exec_allow.h) */
 };
 
 /* What happened to one plan node. */

@@ -2,7 +2,7 @@
 ### config and manifest, OCI and docker archives; and their tests
 libmfc_compiler_a_SOURCES += \
 	image/layer.c image/layer.h image/layer_pax.c \
-	image/oci.c image/oci.h
+	image/oci.c image/oci.h image/oci_docker.c
 libmfc_compiler_a_CFLAGS += $(ARCHIVE_CFLAGS)
 MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) $(ZLIB_LIBS)
 
@@ -22,7 +22,8 @@ tests_tools_mkimage_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_tools_mkimage_LDADD = $(MFC_COMPILER_LIBS)
 
 TESTS += tests/cli/image.bats
-EXTRA_DIST += tests/cli/image.bats bench/image
+EXTRA_DIST += tests/cli/image.bats bench/image tests/fuzz/fuzz_docker_manifest.c \
+	tests/fuzz/corpus/docker_manifest
 
 ## bench/image: mfc save / push of a multi-GB weight layer against read+write and
 ## skopeo (`make bench-image`; never part of make check). See bench/README.md.

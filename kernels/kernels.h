@@ -486,12 +486,19 @@ int mfk_moe_combine(struct mfk_ctx *c, const float *y, int64_t ldy, int32_t T, i
 struct mfk_kv_shape {
     int32_t n_layer, n_head, n_head_kv, head_dim, n_rot;
     int32_t q8;
+    /* the family's switches (common/arch.h); zero is Llama's */
+    int32_t neox;    /* RoPE pairs (i, i + n_rot / 2) instead of (2i, 2i + 1) */
+    float q_scale;   /* mfk_rope_store scales q by it after RoPE; 0: 1 */
+    float kq_scale;  /* the scores' scale; 0: 1 / sqrt(head_dim) */
+    float softcap;   /* scores become c tanh(s / c); 0: none (mfk_attention only) */
+    int32_t window;  /* a token at p sees p - window < j <= p; 0: all (mfk_attention only) */
 };
 
 /* For each token t < T: rotates q[t] (all heads) and k[t] by the (cos,
- * sin) pairs rope[t][0..n_rot) (llama "normal" pairs 2i, 2i+1), then
- * stores k[t] and v[t] as fp16 (8-bit with a scale per head, s->q8) into
- * block blk[t], slot pos[t] % 16, of layer `layer` in kv. */
+ * sin) pairs rope[t][0..n_rot) (llama "normal" pairs 2i, 2i+1, or NeoX's
+ * i, i + n_rot / 2 with s->neox), scales q by s->q_scale, then stores k[t]
+ * and v[t] as fp16 (8-bit with a scale per head, s->q8) into block blk[t],
+ * slot pos[t] % 16, of layer `layer` in kv. */
 int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                    float *q, int64_t ldq, float *k, const float *v, int64_t ldkv,
                    const float *rope, const int32_t *pos, const int32_t *blk, void *kv,
@@ -522,6 +529,11 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
                   int32_t splits, float *out, int64_t ldo, const struct mfk_q8 *q8,
                   struct mf_err *err);
 
+/* (s->softcap and s->window: both kernels mask a sliding window's earlier
+ * positions and read only the blocks from the window's first on; the tiles
+ * of such a layer all go to the generic tile kernel, k_tiles, whatever the
+ * head width and decode say.) */
+
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
  * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one
  * sequence, consecutive positions). No context limit; head_dim a multiple
@@ -551,6 +563,30 @@ int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t 
  * in one pass, for mfk_gemm_rounded. */
 int mfk_swiglu_half(struct mfk_ctx *c, const float *g, const float *u, int64_t ld, int32_t rows,
                     int64_t n, void *out, int bf16, struct mf_err *err);
+
+/* ---- model families (kernels/family.cu) -------------------------------- */
+
+/* For each token t < T: q/k/v biases added (qb, kb, vb: n_head * head_dim and
+ * n_head_kv * head_dim floats, or NULL), then each q and k head RMSNormed by
+ * qn / kn (head_dim floats, or NULL: no norm). In place. */
+int mfk_qkv_prep(struct mfk_ctx *c, int32_t T, float *q, int64_t ldq, float *k, float *v,
+                 int64_t ldkv, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                 const float *qb, const float *kb, const float *vb, const float *qn,
+                 const float *kn, float eps, struct mf_err *err);
+
+/* g = gelu_tanh(g) * u over rows x n (rows ld apart), GELU as llama.cpp's CPU
+ * rounds it (input and result to fp16). */
+int mfk_geglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t rows, int64_t n,
+              struct mf_err *err);
+
+/* x[r] = rmsnorm(t[r]) * g + x[r], r < rows: a block's post-norm into the
+ * residual. */
+int mfk_add_norm(struct mfk_ctx *c, float *x, int64_t ldx, const float *t, int64_t ldt,
+                 const float *g, int32_t rows, int64_t n, float eps, struct mf_err *err);
+
+/* x *= s over rows x n; with cap > 0 instead x = tanh(x / cap) * cap. */
+int mfk_scale_rows(struct mfk_ctx *c, float *x, int64_t ld, int32_t rows, int64_t n, float s,
+                   float cap, struct mf_err *err);
 
 /* dst[j] = src[rows[j]] (n_cols floats each), j < n. */
 int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows, int32_t n,

@@ -1182,31 +1182,42 @@ __global__ void k_rope_store(struct mfk_kv_shape s, int32_t layer, float *q, int
                              const int32_t *blk, __half *kv, int hb)
 {
     pdl_start();
-    const int t = blockIdx.x, hd = s.head_dim, half_hd = hd / 2;
+    const int t = blockIdx.x, hd = s.head_dim, half_hd = hd / 2, half_rot = s.n_rot / 2;
     const int h0 = (int)blockIdx.y * hb, nh = s.n_head + s.n_head_kv;
     const int h1 = h0 + hb < nh ? h0 + hb : nh;
     const float *cs = rope + (int64_t)t * s.n_rot;
+    const float qsc = s.q_scale > 0.0f ? s.q_scale : 1.0f;
     const int slot = pos[t] % KVB;
     const int32_t b = blk[t];
     for (int p = threadIdx.x; p < (h1 - h0) * half_hd; p += blockDim.x) {
-        const int head = h0 + p / half_hd, d = 2 * (p % half_hd);
+        const int head = h0 + p / half_hd, i = p % half_hd;
+        /* the pair's two dimensions: (2i, 2i + 1), or NeoX's (i, i + n_rot / 2);
+         * pairs past n_rot keep their values */
+        const int a = s.neox && i < half_rot ? i : s.neox ? s.n_rot + 2 * (i - half_rot) : 2 * i;
+        const int bb = s.neox && i < half_rot ? i + half_rot : a + 1;
         const bool is_k = head >= s.n_head;
         float *y = is_k ? k + (int64_t)t * ldkv + (int64_t)(head - s.n_head) * hd
                         : q + (int64_t)t * ldq + (int64_t)head * hd;
-        float x0 = y[d], x1 = y[d + 1];
-        if (d < s.n_rot) {
-            const float cv = cs[d], sv = cs[d + 1];
+        float x0 = y[a], x1 = y[bb];
+        if (i < half_rot) {
+            const float cv = cs[2 * i], sv = cs[2 * i + 1];
             const float r0 = __fsub_rn(__fmul_rn(x0, cv), __fmul_rn(x1, sv));
             const float r1 = __fadd_rn(__fmul_rn(x0, sv), __fmul_rn(x1, cv));
             x0 = r0;
             x1 = r1;
-            y[d] = x0;
-            y[d + 1] = x1;
+            if (is_k || qsc == 1.0f) {
+                y[a] = x0;
+                y[bb] = x1;
+            }
+        }
+        if (!is_k && qsc != 1.0f) {
+            y[a] = __fmul_rn(x0, qsc);
+            y[bb] = __fmul_rn(x1, qsc);
         }
         if (is_k && kv) {
             __half *kt = kv + kv_index(s, b, layer, 0, head - s.n_head);
-            kt[(size_t)d * KVB + slot] = __float2half_rn(x0);
-            kt[(size_t)(d + 1) * KVB + slot] = __float2half_rn(x1);
+            kt[(size_t)a * KVB + slot] = __float2half_rn(x0);
+            kt[(size_t)bb * KVB + slot] = __float2half_rn(x1);
         }
     }
     const int v0 = (h0 > s.n_head ? h0 : s.n_head) - s.n_head, v1 = h1 - s.n_head;

@@ -64,6 +64,12 @@ struct cuda_graph_slot {
 struct cuda_layer {
     struct mfk_weight w[MODEL_W_PER_LAYER]; /* device copies, by enum model_wid */
     const float *attn_norm, *ffn_norm;      /* device */
+    const float *bias[3];                   /* device q/k/v biases, or NULL */
+    const float *q_norm, *k_norm;           /* device per-head norms, or NULL */
+    const float *attn_post, *ffn_post;      /* device post-norms, or NULL */
+    struct mfk_kv_shape ks;                 /* the layer's attention shape and switches */
+    int masked;                             /* 1: a window or soft-cap, which the decode
+                                               tiles (k_flash_dec) do not take */
 };
 
 struct cuda_backend {
@@ -183,7 +189,29 @@ static struct mfk_weight dev_weight(const struct cuda_backend *cb, const struct 
 
 static const float *dev_vec(const struct cuda_backend *cb, const struct model_weight *w)
 {
+    if (!w->data)
+        return NULL;
     return (const float *)(const void *)(cb->wbuf + cuda_wplan_find(&cb->plan, w)->off);
+}
+
+/* Layer l's device tensors and its attention shape: the family's switches
+ * resolved (cuda_plan_layer_shape). */
+static void bind_layer(struct cuda_backend *cb, int32_t l)
+{
+    const struct model_layer *ml = &cb->m->layers[l];
+    struct cuda_layer *L = &cb->layers[l];
+
+    for (int w = 0; w < MODEL_W_PER_LAYER; w++)
+        L->w[w] = dev_weight(cb, &ml->w[w]);
+    L->attn_norm = dev_vec(cb, &ml->attn_norm);
+    L->ffn_norm = dev_vec(cb, &ml->ffn_norm);
+    for (int i = 0; i < 3; i++)
+        L->bias[i] = dev_vec(cb, &ml->bias[i]);
+    L->q_norm = dev_vec(cb, &ml->q_norm);
+    L->k_norm = dev_vec(cb, &ml->k_norm);
+    L->attn_post = dev_vec(cb, &ml->attn_post_norm);
+    L->ffn_post = dev_vec(cb, &ml->ffn_post_norm);
+    L->masked = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
 }
 
 static double now_s(void)
@@ -523,10 +551,9 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     cb->output = dev_weight(cb, &m->output);
     cb->out_norm = dev_vec(cb, &m->out_norm);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
-        for (int w = 0; w < MODEL_W_PER_LAYER; w++)
-            cb->layers[l].w[w] = dev_weight(cb, &m->layers[l].w[w]);
-        cb->layers[l].attn_norm = dev_vec(cb, &m->layers[l].attn_norm);
-        cb->layers[l].ffn_norm = dev_vec(cb, &m->layers[l].ffn_norm);
+        bind_layer(cb, l);
+        if (cb->layers[l].masked)
+            cb->dtiles = 0; /* decode tokens one at a time, through mfk_attention */
     }
     rc = cuda_lora_upload(&cb->lora, cb->ctx, m, err);
     if (!rc && cb->lora.n_loras)
@@ -611,10 +638,11 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     const int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
     const int64_t xbw = qd > E ? qd : E;
     const int32_t T = p->T;
-    const struct mfk_kv_shape ks = {hp->n_layer,  hp->n_head, hp->n_head_kv,
-                                    hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
+    const struct mfk_kv_shape ks = L->ks;
     const int32_t *d32 = (const int32_t *)(void *)cb->dstep;
     const int32_t tb = l * MODEL_W_PER_LAYER; /* model target of this layer's first weight */
+    const float *rope = (const float *)(const void *)(cb->dstep + p->rope) +
+                        (size_t)cb->m->layers[l].rope_kind * (size_t)T * (size_t)hp->n_rot;
     int rc;
 
 #define D32(field) (d32 + p->field / 4)
@@ -629,9 +657,12 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         if (!rc)
             rc = matmul_n(cb, 3, tg, w, cb->xb, xbw, T, y, ld, 0, q8, rounded, err);
     }
+    if (!rc && (L->bias[0] || L->bias[1] || L->bias[2] || L->q_norm || L->k_norm))
+        rc = mfk_qkv_prep(c, T, cb->q, qd, cb->k, cb->v, kvd, hp->n_head, hp->n_head_kv,
+                          hp->head_dim, L->bias[0], L->bias[1], L->bias[2], L->q_norm, L->k_norm,
+                          hp->rms_eps, err);
     if (!rc)
-        rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
-                            (const float *)(const void *)(cb->dstep + p->rope), D32(tok_pos),
+        rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd, rope, D32(tok_pos),
                             D32(tok_blk), cb->kv, err);
     if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
@@ -646,11 +677,20 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
                            D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd, oq8,
                            err);
+    /* a post-norm (Gemma) takes the block's output from xb into the residual */
     if (!rc)
-        rc = matmul(cb, tb + MODEL_W_O, wo, cb->att, qd, T, cb->x, E, 1, oq8, err);
-    if (!rc && cuda_moe_routed(&cb->moe, l))
-        return cuda_moe_layer(&cb->moe, l, T, cb->x, E, L->ffn_norm, cb->xb, xbw, cb->x, E, 1,
-                              err);
+        rc = matmul(cb, tb + MODEL_W_O, wo, cb->att, qd, T, L->attn_post ? cb->xb : cb->x,
+                    L->attn_post ? xbw : E, !L->attn_post, oq8, err);
+    if (!rc && L->attn_post)
+        rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->attn_post, T, E, hp->rms_eps, err);
+    if (!rc && cuda_moe_routed(&cb->moe, l)) { /* a post-norm takes the sum from xb */
+        rc = cuda_moe_layer(&cb->moe, l, T, cb->x, E, L->ffn_norm, cb->xb, xbw,
+                            L->ffn_post ? cb->xb : cb->x, L->ffn_post ? xbw : E, !L->ffn_post,
+                            err);
+        if (!rc && L->ffn_post)
+            rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->ffn_post, T, E, hp->rms_eps, err);
+        return rc;
+    }
     if (!rc) {
         const int32_t tg[2] = {tb + MODEL_W_GATE, tb + MODEL_W_UP};
         const struct mfk_weight *w[2] = {&L->w[MODEL_W_GATE], &L->w[MODEL_W_UP]};
@@ -665,21 +705,31 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc) {
         const struct mfk_weight *w = &L->w[MODEL_W_DOWN];
         const struct mfk_q8 *q8 = q8_for(cb, 1, &w, T);
-        if (cuda_plan_swiglu_rounded((enum ggml_type)w->type, T, cb->gemm_min, cb->mmq,
-                                     cb->lrun.n_rows > 0)) {
+        float *dy = L->ffn_post ? cb->xb : cb->x;
+        const int64_t ldd = L->ffn_post ? xbw : E;
+        if (hp->arch->act == ARCH_ACT_GELU) {
+            rc = mfk_geglu(c, cb->hg, cb->hu, F, T, F, err);
+            if (!rc)
+                rc = matmul(cb, tb + MODEL_W_DOWN, w, cb->hg, F, T, dy, ldd, !L->ffn_post, NULL,
+                            err);
+        } else if (cuda_plan_swiglu_rounded((enum ggml_type)w->type, T, cb->gemm_min, cb->mmq,
+                                            cb->lrun.n_rows > 0)) {
             /* the product's rounded input straight from SwiGLU: one pass
              * over the activations fewer */
             const int bf16 = mfk_gemm_rounding(w) == 2;
             rc = mfk_swiglu_half(c, cb->hg, cb->hu, F, T, F, cb->gscratch, bf16, err);
             if (!rc)
-                rc = mfk_gemm_rounded(c, w, T, cb->x, E, 1, cb->gscratch, cb->gscratch_bytes,
-                                      err);
+                rc = mfk_gemm_rounded(c, w, T, dy, ldd, !L->ffn_post, cb->gscratch,
+                                      cb->gscratch_bytes, err);
         } else {
             rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, q8, err);
             if (!rc)
-                rc = matmul(cb, tb + MODEL_W_DOWN, w, cb->hg, F, T, cb->x, E, 1, q8, err);
+                rc = matmul(cb, tb + MODEL_W_DOWN, w, cb->hg, F, T, dy, ldd, !L->ffn_post, q8,
+                            err);
         }
     }
+    if (!rc && L->ffn_post)
+        rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->ffn_post, T, E, hp->rms_eps, err);
 #undef D32
     return rc;
 }
@@ -748,6 +798,8 @@ static int run_body(struct cuda_backend *cb, const struct batch *bt,
     const int64_t xbw = qd > E ? qd : E;
     int rc = mfk_embed(cb->ctx, &cb->tok_embd, (const int32_t *)(void *)(cb->dstep + p->tok_id),
                        p->T, cb->x, E, err);
+    if (!rc && hp->embd_scale != 1.0f)
+        rc = mfk_scale_rows(cb->ctx, cb->x, E, p->T, E, hp->embd_scale, 0.0f, err);
     for (int32_t l = 0; !rc && l < hp->n_layer; l++)
         rc = run_layer(cb, l, p, splits, err);
     if (rc || p->n_out == 0)
@@ -764,6 +816,9 @@ static int run_body(struct cuda_backend *cb, const struct batch *bt,
     if (!rc)
         rc = matmul(cb, hp->n_layer * MODEL_W_PER_LAYER, ow, cb->xb, xbw, p->n_out, cb->logits,
                     hp->n_vocab, 0, q8, err);
+    if (!rc && hp->final_softcap > 0.0f)
+        rc = mfk_scale_rows(cb->ctx, cb->logits, hp->n_vocab, p->n_out, hp->n_vocab, 1.0f,
+                            hp->final_softcap, err);
     return rc;
 }
 
@@ -862,8 +917,7 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     if (rc)
         return rc;
     {
-        struct mfk_kv_shape ks = {hp->n_layer,  hp->n_head, hp->n_head_kv,
-                                  hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
+        const struct mfk_kv_shape ks = cb->layers[0].ks;
         /* decode tiles on the 8-bit arena lost to the per-token kernel (H200,
          * Q4_K_M: batch 64 3,382 against 3,637 tokens/s, 128 4,889 against 5,398) */
         cuda_plan_step_size(cb->m, bt, mfk_attention_max_ctx(&ks),

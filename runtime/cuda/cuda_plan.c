@@ -58,49 +58,32 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
     return 0;
 }
 
-/* The family switches the CUDA step computes: Llama's (pre-norms, SiLU, the
- * normal RoPE pairing, dense or routed FFN, full attention; the routed
- * layers' own limits: cuda_moe_check). A model that needs more
- * is refused with the switch named, and MFC_DEVICE=auto runs it on the CPU. */
-static int family_ok(const struct model *m, struct mf_err *err)
+int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks)
 {
     const struct model_hparams *hp = &m->hp;
-    const char *what = NULL;
 
-    if (hp->rope_neox)
-        what = "NeoX-style RoPE";
-    else if (hp->n_swa)
-        what = "sliding-window layers";
-    else if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
-        what = "logit soft-caps";
-    else if (hp->arch->act != ARCH_ACT_SILU)
-        what = "GELU gates";
-    else if (hp->embd_scale != 1.0f || hp->q_scale != 1.0f || hp->rope_mscale != 1.0f ||
-             hp->yarn_ext != 0.0f)
-        what = "scaled embeddings, queries or RoPE";
-    for (int32_t l = 0; !what && l < hp->n_layer; l++) {
-        const struct model_layer *L = &m->layers[l];
-        if (L->q_norm.data || L->bias[0].data || L->bias[1].data || L->bias[2].data)
-            what = "q/k/v biases or per-head norms";
-        else if (L->attn_post_norm.data || L->ffn_post_norm.data)
-            what = "post-norms";
-    }
-    if (what)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "the CUDA backend does not run %s models yet (%s)", hp->arch->name,
-                          what);
-    return 0;
+    *ks = (struct mfk_kv_shape){.n_layer = hp->n_layer,
+                                .n_head = hp->n_head,
+                                .n_head_kv = hp->n_head_kv,
+                                .head_dim = hp->head_dim,
+                                .n_rot = hp->n_rot,
+                                .q8 = q8,
+                                .neox = hp->rope_neox,
+                                .q_scale = hp->q_scale,
+                                .kq_scale = hp->kq_scale,
+                                .softcap = hp->attn_softcap,
+                                .window = m->layers[l].swa ? hp->n_swa : 0};
+    return ks->softcap > 0.0f || ks->window > 0;
 }
 
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err)
 {
-    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 3 + MODEL_EXP_COUNT);
+    /* per layer: 2 norms, 3 biases, 2 q/k norms, 2 post-norms, router, experts */
+    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 10 + MODEL_EXP_COUNT);
     int rc;
 
     memset(p, 0, sizeof *p);
-    rc = family_ok(m, err);
-    if (!rc)
-        rc = cuda_moe_check(m, err);
+    rc = cuda_moe_check(m, err); /* every family's switches run; routed layers' limits */
     if (rc)
         return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);
@@ -119,6 +102,16 @@ int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err
             rc = add_slot(p, &L->w[w], 1, err);
         if (!rc)
             rc = add_slot(p, &L->ffn_norm, 0, err);
+        for (int i = 0; !rc && i < 3; i++)
+            rc = add_slot(p, &L->bias[i], 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->q_norm, 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->k_norm, 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->attn_post_norm, 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->ffn_post_norm, 0, err);
         if (!rc) /* a routed layer: the router, and each expert tensor whole */
             rc = add_slot(p, &L->gate_inp, 1, err);
         for (int x = 0; !rc && x < MODEL_EXP_COUNT; x++)
@@ -300,7 +293,7 @@ static void layout(const struct model *m, struct cuda_step_plan *p)
     p->tok_blk = take(&off, T * 4);
     p->tok_toff = take(&off, T * 4);
     p->out_rows = take(&off, (size_t)p->n_out * 4);
-    p->rope = take(&off, T * (size_t)m->hp.n_rot * sizeof(float));
+    p->rope = take(&off, T * (size_t)m->n_rope_kinds * (size_t)m->hp.n_rot * sizeof(float));
     p->tiles = take(&off, (size_t)p->n_tiles * 8);
     p->single = take(&off, (size_t)p->n_single * 4);
     p->tables = take(&off, (size_t)p->n_tables * 4);
@@ -471,7 +464,9 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
             pos[t] = sq->n_past + j;
             blk[t] = sq->block_table[pos[t] / KV_BLOCK_TOKENS];
             toff[t] = nt;
-            model_rope_row(m, 0, pos[t], rope + (size_t)t * (size_t)m->hp.n_rot);
+            for (int k = 0; k < m->n_rope_kinds; k++)
+                model_rope_row(m, k, pos[t], rope + ((size_t)k * (size_t)p->T + (size_t)t) *
+                                                        (size_t)m->hp.n_rot);
         }
         if (sq->want_logits)
             out[n_out++] = t - 1;
@@ -487,7 +482,9 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
         pos[t] = 0;
         blk[t] = p->pad_blk;
         toff[t] = nt;
-        model_rope_row(m, 0, 0, rope + (size_t)t * (size_t)m->hp.n_rot);
+        for (int k = 0; k < m->n_rope_kinds; k++)
+            model_rope_row(m, k, 0, rope + ((size_t)k * (size_t)p->T + (size_t)t) *
+                                               (size_t)m->hp.n_rot);
         if (p->dtiles) {
             tiles[2 * n_tiles] = t;
             tiles[2 * n_tiles + 1] = 1;

@@ -46,6 +46,13 @@ struct cuda_wplan {
     uint64_t total; /* bytes of the device buffer */
 };
 
+/* Layer l's attention shape with the family's switches resolved (NeoX
+ * pairs, the q and score scales, Gemma 2's soft-cap, the layer's sliding
+ * window); q8: the 8-bit arena. Returns 1 when the layer masks scores (a
+ * window or a soft-cap, which the decode tiles do not take: its decode
+ * tokens go one at a time), else 0. */
+int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks);
+
 /* Places every tensor of m: token_embd, output (unless tied), output_norm,
  * and per layer attn_norm, the 7 projections, ffn_norm, and a routed
  * layer's router (ffn_gate_inp) and expert tensors (each 3-D tensor whole,
@@ -199,7 +206,8 @@ struct cuda_step_plan {
     size_t tok_blk;     /* int32 (T): physical block the token's K/V goes to */
     size_t tok_toff;    /* int32 (T): offset of its sequence's table in tables */
     size_t out_rows;    /* int32 (n_out): token row of each logits row */
-    size_t rope;        /* float (T, n_rot): cos, sin of each rotated pair */
+    size_t rope;        /* float (n_rope_kinds, T, n_rot): cos, sin of each rotated pair,
+                           a table per rope kind (model_layer.rope_kind) */
     size_t tiles;       /* int32 (n_tiles, 2): first token, tokens (1..CUDA_PLAN_TILE) */
     size_t single;      /* int32 (n_single): tokens attended one at a time */
     size_t tables;      /* int32 (n_tables): the block tables, sequence after sequence

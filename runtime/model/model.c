@@ -456,6 +456,14 @@ int32_t model_n_targets(const struct model *m)
     return m->hp.n_layer * MODEL_W_PER_LAYER + 1;
 }
 
+int32_t model_window_all(const struct model *m)
+{
+    for (int32_t l = 0; l < m->hp.n_layer; l++)
+        if (!m->layers[l].swa)
+            return 0;
+    return m->hp.n_swa;
+}
+
 uint64_t model_kv_block_bytes(const struct model *m, int elem_bytes)
 {
     return (uint64_t)m->hp.n_layer * 2 * (uint64_t)m->hp.n_head_kv * KV_BLOCK_TOKENS *

@@ -155,6 +155,19 @@ int model_open_gguf(struct gguf_file *gf, struct model **out, struct mf_err *err
 /* Frees the model, its adapters and the mapping. Accepts NULL. */
 void model_close(struct model *m);
 
+/* For a model built in memory rather than read from a GGUF (benchmarks,
+ * tests): the values hp's family and dimensions decide (RoPE pairing, the
+ * q and score scales, embedding scale, the family's default soft-caps,
+ * mscale 1), as model_open derives them before reading the keys that
+ * override some. hp.arch, the dimensions and n_ctx_train must be set. */
+void model_hparams_derive(struct model_hparams *hp);
+
+/* Which layers slide (hp.n_swa > 0: layer il does iff period is 0 or
+ * il % period < period - 1), each layer's RoPE kind, and the RoPE base,
+ * scale and YaRN range of each kind (swa_base: the sliding layers' base,
+ * 0 for the family's default). m->layers must be allocated. */
+void model_layer_kinds(struct model *m, int32_t period, float swa_base);
+
 /* Tells the model the context a sequence may reach: picks the LongRoPE
  * factors (long past n_ctx_orig, as llama.cpp picks by its context size).
  * Call before a backend is created. Does nothing for other models. */
@@ -186,6 +199,10 @@ int model_type_supported(enum ggml_type t);
  * float, frequency divisors, YaRN ramp, mscale), so angles match llama.cpp
  * bit for bit before the sin/cos. Every backend takes its tables from here. */
 void model_rope_row(const struct model *m, int kind, int32_t pos, float *cs);
+
+/* hp.n_swa when every layer slides (a position older than the window is
+ * never read again, so its KV blocks can go), else 0. */
+int32_t model_window_all(const struct model *m);
 
 /* Bytes of KV storage one KV_BLOCK_TOKENS block takes over all layers with
  * elements of elem_bytes bytes (2 for F16): n_layer * 2 * n_head_kv *

@@ -211,6 +211,7 @@ static int read_swa(const struct gguf_file *gf, struct model *m, struct mf_err *
     struct model_hparams *hp = &m->hp;
     const struct arch_desc *a = hp->arch;
     int32_t window = a->swa_window, period = a->swa_period;
+    float swa_base = 0.0f;
     char key[96];
     uint32_t v;
     int rc;
@@ -241,20 +242,39 @@ static int read_swa(const struct gguf_file *gf, struct model *m, struct mf_err *
         return rc;
     mf_err_clear(err);
     hp->n_swa = window;
-    m->rope_bases[1] = a->swa_rope_base > 0.0f ? a->swa_rope_base : hp->rope_base;
-    m->rope_scales[1] = a->swa_rope_base > 0.0f ? 1.0f : hp->rope_freq_scale;
-    rc = get_float_opt(gf, hp, "rope.freq_base_swa", &m->rope_bases[1], err);
+    rc = get_float_opt(gf, hp, "rope.freq_base_swa", &swa_base, err);
     if (rc)
         return rc;
-    if (!(m->rope_bases[1] > 0.0f))
+    if (swa_base != 0.0f && !(swa_base > 0.0f))
         return mf_err_set(err, MF_EFORMAT, "%s: the sliding layers' rope base %g is not positive",
-                          gguf_name(gf), (double)m->rope_bases[1]);
-    m->n_rope_kinds = 2;
+                          gguf_name(gf), (double)swa_base);
+    model_layer_kinds(m, period, swa_base);
+    return 0;
+}
+
+void model_layer_kinds(struct model *m, int32_t period, float swa_base)
+{
+    const struct model_hparams *hp = &m->hp;
+    const struct arch_desc *a = hp->arch;
+
+    m->rope_bases[0] = m->rope_bases[1] = hp->rope_base;
+    m->rope_scales[0] = m->rope_scales[1] = hp->rope_freq_scale;
+    m->n_rope_kinds = 1;
+    if (hp->n_swa > 0) {
+        /* Gemma 3's sliding layers turn at their own base without scaling;
+         * Gemma 2's use the model's */
+        if (swa_base == 0.0f && a->swa_rope_base > 0.0f)
+            swa_base = a->swa_rope_base;
+        m->rope_bases[1] = swa_base > 0.0f ? swa_base : hp->rope_base;
+        m->rope_scales[1] = a->swa_rope_base > 0.0f ? 1.0f : hp->rope_freq_scale;
+        m->n_rope_kinds = 2;
+    }
     for (int32_t il = 0; il < hp->n_layer; il++) {
-        m->layers[il].swa = period == 0 || il % period < period - 1;
+        m->layers[il].swa = hp->n_swa > 0 && (period == 0 || il % period < period - 1);
         m->layers[il].rope_kind = m->layers[il].swa;
     }
-    return 0;
+    for (int k = 0; k < 2; k++)
+        yarn_corr_dims(hp->n_rot, hp->n_ctx_orig, m->rope_bases[k], m->rope_corr[k]);
 }
 
 /* Expert counts: refused where the family has none, required where it
@@ -315,12 +335,11 @@ static int check_heads(const struct gguf_file *gf, struct model_hparams *hp, str
 }
 
 /* The attention scales and soft-caps of the family. */
-static int read_attn_scales(const struct gguf_file *gf, struct model_hparams *hp,
-                            struct mf_err *err)
+void model_hparams_derive(struct model_hparams *hp)
 {
     const struct arch_desc *a = hp->arch;
-    int rc = 0;
 
+    hp->rope_neox = a->rope == ARCH_ROPE_NEOX;
     hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->q_scale = 1.0f;
     if (a->flags & ARCH_Q_PRESCALE) {
@@ -331,6 +350,19 @@ static int read_attn_scales(const struct gguf_file *gf, struct model_hparams *hp
     hp->embd_scale = (a->flags & ARCH_EMBD_SCALE) ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->attn_softcap = a->attn_softcap;
     hp->final_softcap = a->final_softcap;
+    if (hp->rope_mscale == 0.0f)
+        hp->rope_mscale = 1.0f;
+    if (hp->n_ctx_orig == 0)
+        hp->n_ctx_orig = hp->n_ctx_train;
+}
+
+/* The soft-caps' keys, over model_hparams_derive's defaults. */
+static int read_softcaps(const struct gguf_file *gf, struct model_hparams *hp,
+                         struct mf_err *err)
+{
+    const struct arch_desc *a = hp->arch;
+    int rc = 0;
+
     if (a->attn_softcap > 0.0f)
         rc = get_float_opt(gf, hp, "attn_logit_softcapping", &hp->attn_softcap, err);
     if (!rc)
@@ -380,25 +412,19 @@ int model_read_hparams(const struct gguf_file *gf, struct model *m, struct mf_er
         rc = get_float_opt(gf, hp, "rope.freq_base", &hp->rope_base, err);
     if (!rc)
         rc = check_heads(gf, hp, err);
-    hp->rope_neox = hp->arch->rope == ARCH_ROPE_NEOX;
-    if (!rc)
-        rc = read_rope_scaling(gf, hp, err);
+    if (rc)
+        return rc;
+    model_hparams_derive(hp);
+    rc = read_rope_scaling(gf, hp, err);
     if (!rc)
         rc = read_experts(gf, hp, err);
     if (!rc)
-        rc = read_attn_scales(gf, hp, err);
+        rc = read_softcaps(gf, hp, err);
     return rc;
 }
 
 int model_read_layer_kinds(const struct gguf_file *gf, struct model *m, struct mf_err *err)
 {
-    int rc;
-
-    m->rope_bases[0] = m->rope_bases[1] = m->hp.rope_base;
-    m->rope_scales[0] = m->rope_scales[1] = m->hp.rope_freq_scale;
-    m->n_rope_kinds = 1;
-    rc = read_swa(gf, m, err);
-    for (int k = 0; !rc && k < 2; k++)
-        yarn_corr_dims(m->hp.n_rot, m->hp.n_ctx_orig, m->rope_bases[k], m->rope_corr[k]);
-    return rc;
+    model_layer_kinds(m, 0, 0.0f); /* no window: every layer global */
+    return read_swa(gf, m, err);
 }

@@ -13,6 +13,8 @@
  *   serve_openai.c  OpenAI chunks, responses and errors
  *   serve_ollama.c  Ollama NDJSON, responses, tags/show/ps
  *   serve_metrics.c Prometheus text from engine_metrics
+ *   serve_head.c    request heads checked before libmicrohttpd sees them; the door's errors
+ *   serve_door.c    the listening socket: connection caps, read timeout, handing over
  *   serve.c         libmicrohttpd daemon, routing, auth, limits, access log, drain
  *   serve_main.c    main(): flags, signals, load, run
  * docs/api.md is the user-facing description.
@@ -69,6 +71,11 @@ struct serve_config {
     int ctx;             /* context length; 0: num_ctx parameter or the model's */
     size_t max_body;     /* request body bytes before 413 (MFC_MAX_BODY, 4 MiB) */
     int drain_s;         /* SIGTERM: seconds to wait for in-flight requests (30) */
+    int read_timeout;    /* seconds a request head may take to arrive, and a body past its
+                            1 s per 64 KiB (MFC_READ_TIMEOUT, 10); beyond: 408 */
+    int max_connections; /* connections open at once (MFC_MAX_CONNECTIONS, 4096); beyond: 503 */
+    int max_conns_per_client; /* of one client address (MFC_MAX_CONNECTIONS_PER_CLIENT,
+                                 512; 0: no cap); beyond: 503 */
     struct serve_adapter_cfg adapters[SERVE_MAX_ADAPTERS];
     int n_adapters;
     json_t *params;      /* owned: model.yaml params (Ollama types), {} when none */
@@ -276,6 +283,7 @@ struct serve {
     atomic_int active;         /* generations in flight */
     atomic_uint_fast64_t seq;  /* request ids */
     struct MHD_Daemon *mhd;    /* owned */
+    struct serve_door *door;   /* owned: the listening socket and slow clients (serve_door.h) */
     struct serve_embedder *emb; /* owned: the embeddings computer (serve_embed.c) */
 };
 

@@ -282,7 +282,9 @@ static int open_engine(struct serve *s, struct mf_err *err)
                         "tensor cores (MFC_CUDA_BF16_WEIGHTS=1)",
                         st.bf16_bytes / 1e9);
     }
-    if ((int64_t)s->n_blocks * KV_BLOCK_TOKENS < s->n_ctx)
+    /* a sliding model's sequence holds only its window's blocks */
+    ec.sched.window = model_window_all(s->m);
+    if (!ec.sched.window && (int64_t)s->n_blocks * KV_BLOCK_TOKENS < s->n_ctx)
         s->n_ctx = s->n_blocks * KV_BLOCK_TOKENS;
     ec.sched.max_num_seqs = s->cfg.max_seqs;
     ec.sched.max_num_batched_tokens = s->cfg.max_batch_tokens;
@@ -342,6 +344,7 @@ int serve_load(struct serve *s, struct mf_err *err)
         s->n_ctx = s->m->hp.n_ctx_train;
     if (s->n_ctx < 16)
         s->n_ctx = 16;
+    model_set_ctx(s->m, s->n_ctx); /* LongRoPE's factors follow the context served */
     describe(s);
     if ((rc = open_engine(s, err)) || (rc = serve_embed_open(s, err)))
         return rc;

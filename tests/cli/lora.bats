@@ -231,7 +231,7 @@ EOF
     printf '\377\377\377\377\377\377\377\377' | dd of="$T/x/adapter_model.safetensors" conv=notrunc 2>/dev/null
     run "$MFC" lora check "$T/x" --base "$D/base.gguf"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"adapter_model.safetensors: byte 0: header length"* ]]
+    [[ "$output" == *"adapter_model.safetensors: byte 0: not a safetensors file"* ]]
     # a NaN (a diverged training run) is refused, naming the tensor and element
     peft "$T/n"
     python3 - "$T/n/adapter_model.safetensors" <<'EOF'

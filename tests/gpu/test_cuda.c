@@ -1002,7 +1002,8 @@ static int q8_matches(const float *y, int64_t ld, int rows, int64_t n, const int
  * position hold NaN, as never-written memory may. */
 static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int long_past, int q8)
 {
-    const struct mfk_kv_shape s = {2, n_head, n_head_kv, hd, n_rot, q8};
+    const struct mfk_kv_shape s = {
+        .n_layer = 2, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .n_rot = n_rot, .q8 = q8};
     const int layer = 1, ratio = n_head / n_head_kv;
     const int past[3] = {long_past ? long_past : 199, 0, 16}, nnew[3] = {1, 37, 5};
     int n_blocks = 0;

@@ -207,6 +207,19 @@ static void test_json_errors_name_position(void **state)
     json_t *v = mf_json_parse("{\"a\": 1,\n \"a\": 2}", 17, "req.json", &err);
     assert_null(v);
     assert_non_null(strstr(err.msg, "req.json:2:"));
+    /* the input is never quoted: a file that is not JSON may be a secret */
+    static const char *not_json[] = {"root:$y$j9T$Zq0s4:19000", "{\"k\": tok_3f9a}",
+                                     "{\"k\": \"a\\q\"}", "{\"k\": \"\xe9\xff\"}",
+                                     "{\"k\": \"\\ud800x\"}", "[\"\x01\"]"};
+    for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
+        assert_null(mf_json_parse(not_json[i], strlen(not_json[i]), "f.json", &err));
+        assert_non_null(strstr(err.msg, "f.json:1:"));
+        assert_null(strstr(err.msg, "root"));
+        assert_null(strstr(err.msg, "tok_"));
+        assert_null(strstr(err.msg, "0x"));
+        assert_null(strstr(err.msg, "ud800"));
+        assert_null(strstr(err.msg, "near"));
+    }
     v = mf_json_parse("{\"n\": 3, \"s\": \"x\"}", 18, "ok", &err);
     assert_non_null(v);
     int64_t n = 0;

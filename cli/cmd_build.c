@@ -566,6 +566,7 @@ static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan
     eo.run_timeout_ms = cli->run_timeout_ms;
     eo.run_memory = cli->run_memory;
     eo.allow = cli->allow;
+    eo.model_name = cli->n_tags ? cli->tags[0] : NULL; /* the name the image serves */
     int rc = exec_run(p, &eo, &b, &err);
     enum progress_mode mode = progress_get_mode(pr);
     progress_close(pr);

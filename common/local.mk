@@ -8,6 +8,7 @@ libmfc_common_a_SOURCES = \
 	common/buf.c common/buf.h \
 	common/log.c common/log.h \
 	common/num.c common/num.h \
+	common/params.c common/params.h \
 	common/utf8.c common/utf8.h \
 	common/sha256.c common/sha256.h \
 	common/file.c common/file.h \

@@ -325,7 +325,10 @@ int serve_load(struct serve *s, struct mf_err *err)
     int rc;
 
     if ((rc = serve_opts_from_json(&s->defaults, s->cfg.params, "params", err)))
-        return mf_err_prefix(err, "%s", s->cfg.config_path ? s->cfg.config_path : "config");
+        return mf_err_prefix(err, "%s",
+                             s->cfg.config_name   ? s->cfg.config_name
+                             : s->cfg.config_path ? s->cfg.config_path
+                                                  : "config");
     rc = s->cfg.model_offset || s->cfg.model_size ? open_range(s, err)
                                                   : model_open(s->cfg.model_path, &s->m, err);
     if (rc || (rc = tok_load_gguf(s->m->gf, &s->tok, err)))
@@ -340,8 +343,14 @@ int serve_load(struct serve *s, struct mf_err *err)
         s->n_ctx = s->defaults.num_ctx;
     if (!s->n_ctx)
         s->n_ctx = DEFAULT_CTX;
-    if (s->m->hp.n_ctx_train > 0 && s->n_ctx > s->m->hp.n_ctx_train)
+    if (s->m->hp.n_ctx_train > 0 && s->n_ctx > s->m->hp.n_ctx_train) {
+        /* said only when asked for (--ctx, MFC_CTX, PARAMETER num_ctx), not for the default */
+        if (s->cfg.ctx || ((s->defaults.set & SO_NUM_CTX) && s->defaults.num_ctx > 0))
+            mf_log_warn(&s->log, "%s %d is larger than the model's context length %d; using %d",
+                        s->cfg.ctx ? "--ctx" : "num_ctx", (int)s->n_ctx,
+                        (int)s->m->hp.n_ctx_train, (int)s->m->hp.n_ctx_train);
         s->n_ctx = s->m->hp.n_ctx_train;
+    }
     if (s->n_ctx < 16)
         s->n_ctx = 16;
     model_set_ctx(s->m, s->n_ctx); /* LongRoPE's factors follow the context served */

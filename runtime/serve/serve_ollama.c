@@ -157,7 +157,8 @@ static void param_line(struct mf_buf *b, const char *k, const json_t *v)
         mf_buf_printf(b, NULL, "%-30s \"%s\"\n", k, json_string_value(v));
         return;
     }
-    if (!(s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)))
+    /* 15 digits: the 0.3 a Modelfile wrote, not the double's 0.29999999999999999 */
+    if (!(s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15))))
         return;
     mf_buf_printf(b, NULL, "%-30s %s\n", k, s);
     free(s);

@@ -102,11 +102,12 @@ __device__ __forceinline__ double block_sum(double v, double *red)
  * positions), red[NW][min(ratio, 8)][hd] the warps' partial outputs; PH 3
  * also cs[ratio] (double sums), cm[ratio] (maxima), cst[2 ratio] (the
  * context's max and 1 / sum per head).
- * HD > 0 (64, 128) fixes head_dim: the P.V accumulators shrink to what the
- * head needs, so two blocks fit a multiprocessor's registers, not one.
+ * HD > 0 (64, 96, 128, 256) fixes head_dim: the P.V accumulators shrink to
+ * what the head needs, so two blocks fit a multiprocessor's registers, not
+ * one, up to 128 (256 keeps one block, unrolled for its width).
  * Q8: the 8-bit arena (kv8_value of each element). */
 template <int HD, bool Q8, int NW, int PH>
-__global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
+__global__ void __launch_bounds__(NW * 32, HD > 0 && HD <= 128 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
                 int64_t ldq, const int32_t *pos, const int32_t *toff, const int32_t *tables,
                 const void *kv, int32_t ctx, float *out, int64_t ldo, float *mx, double *ls,
@@ -128,8 +129,10 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
     const int ratio = s.n_head / s.n_head_kv,
               rchunk = ratio < ATT_MAX_RATIO ? ratio : ATT_MAX_RATIO;
     const int npos = pos[t] + 1, nblk = (npos + KVB - 1) / KVB;
-    const int S = (int)gridDim.z, split = (int)blockIdx.z, bps = (nblk + S - 1) / S;
-    const int b0 = split * bps < nblk ? split * bps : nblk;
+    /* a sliding window's first position and block: earlier blocks are not read */
+    const int lo = s.window > 0 && npos > s.window ? npos - s.window : 0, blo = lo / KVB;
+    const int S = (int)gridDim.z, split = (int)blockIdx.z, bps = (nblk - blo + S - 1) / S;
+    const int b0 = blo + split * bps < nblk ? blo + split * bps : nblk;
     const int b1 = b0 + bps < nblk ? b0 + bps : nblk, j0 = b0 * KVB;
     const int jn = (b1 * KVB < npos ? b1 * KVB : npos) - j0; /* positions of this split */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -139,7 +142,7 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
      * aligned: every count before them is even) */
     double *cs = (double *)(void *)(red + (size_t)NW * rchunk * hd);
     float *cm = (float *)(void *)(cs + ratio), *cst = cm + ratio;
-    const float kq_scale = 1.0f / sqrtf((float)hd);
+    const float kq_scale = s.kq_scale > 0.0f ? s.kq_scale : 1.0f / sqrtf((float)hd);
     /* split statistics of (list index, query head), S apart */
     const size_t st0 = ((size_t)blockIdx.x * s.n_head + (size_t)g * ratio) * S;
 
@@ -179,8 +182,13 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 ? 2 : 1)
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++) {
                     acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 16);
-                    if (half == 0 && j < npos && r0 + r < ratio)
-                        sc[(size_t)(r0 + r) * ctx + j - j0] = __fmul_rn(acc[r], kq_scale);
+                    if (half == 0 && j < npos && r0 + r < ratio) {
+                        float v = __fmul_rn(acc[r], kq_scale);
+                        if (s.softcap > 0.0f) /* the CPU's order: tanh(v * (1 / c)) * c */
+                            v = __fmul_rn(tanhf(__fmul_rn(v, __fdiv_rn(1.0f, s.softcap))),
+                                          s.softcap);
+                        sc[(size_t)(r0 + r) * ctx + j - j0] = j >= lo ? v : -INFINITY;
+                    }
                 }
             }
         }
@@ -411,6 +419,9 @@ static int att_run(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
 {
     const mfk_q lq = mfk_queue(c);
     int rc;
+    /* a window's positions lie in at most window / 16 + 2 blocks */
+    if (s->window > 0 && s->window + 3 * KVB < max_ctx)
+        max_ctx = s->window + 3 * KVB;
     if (S == 1) {
         const int32_t ctx = (max_ctx + 3) / 4 * 4;
         const size_t smem = att_smem(s, ctx, ATT_WARPS);
@@ -479,7 +490,8 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
                           "CUDA attention: %d heads over %d KV heads of %d dimensions (the kernel "
                           "takes a multiple of 32 up to %d)",
                           s->n_head, s->n_head_kv, s->head_dim, ATT_MAX_DIM);
-    if (max_ctx > mfk_attention_max_ctx(s))
+    if ((s->window > 0 && s->window + 3 * KVB < max_ctx ? s->window + 3 * KVB : max_ctx) >
+        mfk_attention_max_ctx(s))
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "CUDA attention: a context of %d tokens is longer than the %d this "
                           "kernel holds in shared memory",
@@ -491,6 +503,10 @@ extern "C" int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, in
         return s->q8 ? ATT_RUN(128, true) : ATT_RUN(128, false);
     if (s->head_dim == 64)
         return s->q8 ? ATT_RUN(64, true) : ATT_RUN(64, false);
+    if (s->head_dim == 96) /* Phi-3 */
+        return s->q8 ? ATT_RUN(96, true) : ATT_RUN(96, false);
+    if (s->head_dim == 256) /* Gemma */
+        return s->q8 ? ATT_RUN(256, true) : ATT_RUN(256, false);
     return s->q8 ? ATT_RUN(0, true) : ATT_RUN(0, false);
 #undef ATT_RUN
 }

@@ -1,7 +1,7 @@
 /*
  * graph.cu: CUDA graphs of the context's stream (record once, replay).
  *
- * A decode step is some 600 small launches; replaying them as one graph
+ * A decode step is some 400 small launches; replaying them as one graph
  * takes the host's launch calls and most of the gaps between kernels out
  * of the step. The caller records a step with mfk_capture_begin/_end and
  * replays it with mfk_graph_launch for later steps of the same shape: the

@@ -198,9 +198,9 @@ int mfk_rmsnorm_rounded(struct mfk_ctx *c, float *x, int64_t ldx, const float *r
 int mfk_gemv(struct mfk_ctx *c, const struct mfk_weight *w, const float *x, int64_t ldx,
              int32_t nt, float *y, int64_t ldy, int add, struct mf_err *err);
 #define MFK_MMQ_TOKENS 16 /* tokens of the untiled Q4_K kernel, at most */
-#define MFK_MMQ_MIN 5     /* below, the GEMV: at 4 tokens it beat an earlier mmq.cu
-                             (523 against 489 tokens/s, H200); the final one was not
-                             measured there */
+#define MFK_MMQ_MIN 5     /* below, the GEMV (at 4 tokens it beat a first shape of
+                             mmq.cu, 523 against 489 tokens/s on an H200; the kept
+                             shape is not measured there) */
 
 /* mfk_gemv for n weights of the same input width (q, k and v; gate and
  * up): y[i] (+)= w[i] x, with the input quantized once for every Q4_K and
@@ -379,6 +379,105 @@ static inline MFK_HD int mfk_sk_slot(int64_t iters, int blocks, int b, int64_t f
     return 2 * b + (mfk_sk_start(iters, blocks, b) >= first ? 0 : 1);
 }
 
+/* ---- mixture of experts (kernels/moe.cu) --------------------------------- */
+
+/* A routed feed-forward layer over T tokens (runtime/cuda/cuda_moe.c),
+ * entirely on the device, so a decode step records as a graph:
+ *   mfk_moe_route    per token the router's softmax (the sum in double), its
+ *                    k best experts (ties to the lower expert, best first) and
+ *                    their weights divided by their sum (clamped below at
+ *                    2^-14), as runtime/cpu/cpu_moe.c; then the T k (token,
+ *                    choice) pairs grouped by expert, an expert's rows in
+ *                    token order ("gathered rows"), and the work list: each
+ *                    expert's rows in items of at most mfk_moe_tile(T);
+ *   mfk_moe_gemm     one launch for every expert's rows of up to two weights
+ *                    of one input (gate and up; down), experts with no rows
+ *                    costing nothing, each chosen expert's weights read once
+ *                    per item, in their GGUF block type;
+ *   mfk_moe_combine  out[t] (+)= sum over j of w[t][j] y[gathered row of
+ *                    (t, j)], added best first, then to out.
+ * The state lives in device memory the caller owns (struct mfk_moe_route,
+ * sized by mfk_moe_items_max for the largest T). */
+#define MFK_MOE_MAX_EXPERTS 512 /* experts a router may have (MODEL_MAX_EXPERTS) */
+#define MFK_MOE_TILE 8          /* rows of an item, at most */
+#define MFK_MOE_HIST 8192       /* the grouping's (chunk, expert) counters, at most */
+/* items a grouped launch's block rows take at once (the grid's y); a block
+ * takes every MFK_MOE_SLOTS-th item */
+#define MFK_MOE_SLOTS 64
+
+struct mfk_moe_route {
+    int32_t *sel;     /* (T k) expert of pair t k + j, best first */
+    float *w;         /* (T k) its weight */
+    int32_t *eoff;    /* (n_expert + 1) first gathered row of each expert; T k last */
+    int32_t *grow;    /* (T k) token of each gathered row */
+    int32_t *prow;    /* (T k) gathered row of each pair */
+    int32_t *items;   /* (mfk_moe_items_max, 4) expert, first gathered row, rows, 0;
+                         16-byte aligned */
+    int32_t *n_items; /* (1) items of the last route */
+    unsigned *done;   /* (1) routing blocks finished: 0 before the first launch, and
+                         the last block puts it back */
+};
+
+/* Rows an item takes at most for a step of T tokens: 1, 2, 4, then 8
+ * (the grouped kernels' token count per pass over the weights). */
+static inline MFK_HD int32_t mfk_moe_tile(int32_t T)
+{
+    return T <= 2 ? (T < 1 ? 1 : T) : T <= 4 ? 4 : MFK_MOE_TILE;
+}
+
+/* Items of a step of T tokens, k of n_expert experts each, at most: an
+ * expert with c rows takes ceil(c / tile) items, and every item has a
+ * row, so min(T k, live experts + T k / tile) with live <= min(n_expert,
+ * T k). */
+static inline MFK_HD int64_t mfk_moe_items_max(int32_t T, int32_t n_expert, int32_t k)
+{
+    const int64_t pairs = (int64_t)T * k, live = pairs < n_expert ? pairs : n_expert;
+    const int64_t most = live + pairs / mfk_moe_tile(T);
+    return T < 1 || k < 1 ? 0 : most < pairs ? most : pairs;
+}
+
+/* The grouping's chunks (counting sort by (chunk, expert), one thread a
+ * chunk): *per tokens a chunk, as few as keep chunks x n_expert within
+ * MFK_MOE_HIST and the chunks within 256 (the block); returns the chunks. */
+static inline MFK_HD int32_t mfk_moe_chunks(int32_t T, int32_t n_expert, int32_t *per)
+{
+    int32_t cmax = n_expert > 0 ? MFK_MOE_HIST / n_expert : 1;
+    cmax = cmax > 256 ? 256 : cmax < 1 ? 1 : cmax;
+    *per = T < 1 ? 1 : (T + cmax - 1) / cmax;
+    return T < 1 ? 0 : (T + *per - 1) / *per;
+}
+
+/* Routes T tokens whose router logits are logits[t][0..n_expert) (rows ld
+ * apart) to k experts each, into r (sized for T: sel, w, grow, prow T k;
+ * items mfk_moe_items_max(T, n_expert, k)). MF_EINVAL for n_expert past
+ * MFK_MOE_MAX_EXPERTS or k outside 1..n_expert. */
+int mfk_moe_route(struct mfk_ctx *c, const float *logits, int64_t ld, int32_t T, int32_t n_expert,
+                  int32_t k, const struct mfk_moe_route *r, struct mf_err *err);
+
+/* y[i][g][0..ne1) = W_i[e] x[row g] for every gathered row g of every
+ * expert e (rows ldy apart), i < n (1 or 2: weights of one input, one
+ * launch when they share a type): w[i] holds n_expert matrices of ne1 rows,
+ * expert e's from data + e ne1 row_bytes. The input of gathered row g is
+ * row xrow[g] (r->grow: inputs by token) or g (xrow NULL: inputs by
+ * gathered row) of x (floats, 16-byte aligned rows ldx apart: F32, F16,
+ * BF16, Q8_0, Q4_0, Q5_K weights, which meet it as mfk_gemv does) and of
+ * xq8 (its 8-bit form, rows ne0 apart: Q4_K and Q6_K weights, dp4a on the
+ * integer codes). T and k as routed. MF_EINVAL when an input a weight
+ * needs is missing or misaligned, MF_EUNSUPPORTED for a type the kernels
+ * do not read. */
+int mfk_moe_gemm(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, int32_t n_expert,
+                 const float *x, int64_t ldx, const struct mfk_q8 *xq8, const int32_t *xrow,
+                 int32_t T, int32_t k, const struct mfk_moe_route *r, float *const *y, int64_t ldy,
+                 struct mf_err *err);
+
+/* out[t][i] = acc (+ out[t][i] when add), acc = w[t][0] y[p0][i] + w[t][1]
+ * y[p1][i] + ... in that order (pj the gathered row of pair (t, j), its
+ * products and sums rounded one at a time, as the CPU's combine), i < n,
+ * t < T; n a multiple of 4 and rows 16-byte aligned. */
+int mfk_moe_combine(struct mfk_ctx *c, const float *y, int64_t ldy, int32_t T, int32_t k, int64_t n,
+                    const struct mfk_moe_route *r, float *out, int64_t ldo, int add,
+                    struct mf_err *err);
+
 /* Shape of the paged KV arena (runtime/engine/backend.h layout, F16 elements:
  * keys [head_dim][16] per block and head, values [16][head_dim]). q8: the
  * 8-bit arena instead (BACKEND_KV_Q8): the same two layouts in int8, each
@@ -387,12 +486,19 @@ static inline MFK_HD int mfk_sk_slot(int64_t iters, int blocks, int b, int64_t f
 struct mfk_kv_shape {
     int32_t n_layer, n_head, n_head_kv, head_dim, n_rot;
     int32_t q8;
+    /* the family's switches (common/arch.h); zero is Llama's */
+    int32_t neox;    /* RoPE pairs (i, i + n_rot / 2) instead of (2i, 2i + 1) */
+    float q_scale;   /* mfk_rope_store scales q by it after RoPE; 0: 1 */
+    float kq_scale;  /* the scores' scale; 0: 1 / sqrt(head_dim) */
+    float softcap;   /* scores become c tanh(s / c); 0: none (mfk_attention only) */
+    int32_t window;  /* a token at p sees p - window < j <= p; 0: all (mfk_attention only) */
 };
 
 /* For each token t < T: rotates q[t] (all heads) and k[t] by the (cos,
- * sin) pairs rope[t][0..n_rot) (llama "normal" pairs 2i, 2i+1), then
- * stores k[t] and v[t] as fp16 (8-bit with a scale per head, s->q8) into
- * block blk[t], slot pos[t] % 16, of layer `layer` in kv. */
+ * sin) pairs rope[t][0..n_rot) (llama "normal" pairs 2i, 2i+1, or NeoX's
+ * i, i + n_rot / 2 with s->neox), scales q by s->q_scale, then stores k[t]
+ * and v[t] as fp16 (8-bit with a scale per head, s->q8) into block blk[t],
+ * slot pos[t] % 16, of layer `layer` in kv. */
 int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                    float *q, int64_t ldq, float *k, const float *v, int64_t ldkv,
                    const float *rope, const int32_t *pos, const int32_t *blk, void *kv,
@@ -408,9 +514,11 @@ int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t laye
  * fp16 before P.V. out[t] gets n_head * head_dim floats. max_ctx bounds
  * pos+1 (it sizes shared memory; MF_EUNSUPPORTED when the scores do not
  * fit). splits > 1 divides each context over that many blocks
- * (FlashDecoding-style, three launches: runtime/cuda/cuda_plan.c's
- * cuda_plan_att_splits says when that pays); the result is the unsplit one
- * up to the rounding of the softmax sum's rescaling. 1 to 4096. With
+ * (FlashDecoding-style: one launch of clusters where mfk_ctx_att_cluster
+ * allows and splits <= MFK_ATT_CLUSTER_MAX, else three;
+ * runtime/cuda/cuda_plan.c's cuda_plan_att_splits says when splitting
+ * pays); the result is the unsplit one up to the rounding of the softmax
+ * sum's rescaling. 1 to 4096. With
  * splits > 1 and q8 non-NULL, each output row's 8-bit form (rows of
  * n_head * head_dim, a multiple of 256) is written to q8 too, at the row's
  * token index, as mfk_gemv_n would make it; with splits 1, q8 is not
@@ -420,6 +528,11 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
                   const int32_t *toff, const int32_t *tables, const void *kv, int32_t max_ctx,
                   int32_t splits, float *out, int64_t ldo, const struct mfk_q8 *q8,
                   struct mf_err *err);
+
+/* (s->softcap and s->window: both kernels mask a sliding window's earlier
+ * positions and read only the blocks from the window's first on; the tiles
+ * of such a layer all go to the generic tile kernel, k_tiles, whatever the
+ * head width and decode say.) */
 
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
  * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one
@@ -450,6 +563,30 @@ int mfk_swiglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t 
  * in one pass, for mfk_gemm_rounded. */
 int mfk_swiglu_half(struct mfk_ctx *c, const float *g, const float *u, int64_t ld, int32_t rows,
                     int64_t n, void *out, int bf16, struct mf_err *err);
+
+/* ---- model families (kernels/family.cu) -------------------------------- */
+
+/* For each token t < T: q/k/v biases added (qb, kb, vb: n_head * head_dim and
+ * n_head_kv * head_dim floats, or NULL), then each q and k head RMSNormed by
+ * qn / kn (head_dim floats, or NULL: no norm). In place. */
+int mfk_qkv_prep(struct mfk_ctx *c, int32_t T, float *q, int64_t ldq, float *k, float *v,
+                 int64_t ldkv, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                 const float *qb, const float *kb, const float *vb, const float *qn,
+                 const float *kn, float eps, struct mf_err *err);
+
+/* g = gelu_tanh(g) * u over rows x n (rows ld apart), GELU as llama.cpp's CPU
+ * rounds it (input and result to fp16). */
+int mfk_geglu(struct mfk_ctx *c, float *g, const float *u, int64_t ld, int32_t rows, int64_t n,
+              struct mf_err *err);
+
+/* x[r] = rmsnorm(t[r]) * g + x[r], r < rows: a block's post-norm into the
+ * residual. */
+int mfk_add_norm(struct mfk_ctx *c, float *x, int64_t ldx, const float *t, int64_t ldt,
+                 const float *g, int32_t rows, int64_t n, float eps, struct mf_err *err);
+
+/* x *= s over rows x n; with cap > 0 instead x = tanh(x / cap) * cap. */
+int mfk_scale_rows(struct mfk_ctx *c, float *x, int64_t ld, int32_t rows, int64_t n, float s,
+                   float cap, struct mf_err *err);
 
 /* dst[j] = src[rows[j]] (n_cols floats each), j < n. */
 int mfk_gather(struct mfk_ctx *c, const float *src, int64_t lds, const int32_t *rows, int32_t n,

@@ -1,11 +1,12 @@
 /*
- * mmq.cu: Q4_K weights times 5 to 32 tokens on the integer tensor cores.
+ * mmq.cu: Q4_K weights times 5 tokens or more on the integer tensor cores
+ * (the backend sends it 5 to 8: runtime/cuda/cuda_plan.h).
  *
  * A decode step of a few sequences is too wide for the GEMV (one warp per
  * row decodes each weight again for every 8 tokens and re-reads the input
  * from L1 for each) and too narrow to pay the tensor-core GEMM's per-step
  * dequantization of the whole model to bf16 (38% of a batch-64 step on
- * Q4_K_M, bench/results/cuda-graphs-h200-2026-11-30). Here a Q4_K
+ * Q4_K_M, bench/results/2026-11-30.md). Here a Q4_K
  * super-block's nibbles go as they are, as int8 0..15, into
  * mma.m16n8k32.s8 against the input quantized to 8 bits per 32 elements
  * (llama.cu's k_quant_act, the GEMV's input): one mma is one 32-element
@@ -27,10 +28,10 @@
  * warps' sums meet in shared memory in a fixed order: a product's result
  * does not depend on timing.
  *
- * H200, Llama-3-8B Q4_K_M decode: 591 -> 1,020 tokens/s at batch 8, 1,136 ->
- * 1,614 at 16 (against dequantization + cuBLAS). Two earlier shapes, 128 rows
- * a block staged for all four warps and per-sub-block loads of the input,
- * ran 2-7x slower: too few blocks, and each mma waiting on its loads.
+ * H200, Llama-3-8B Q4_K_M decode: 1,020 tokens/s at batch 8 against 591
+ * for dequantization + cuBLAS, 1,614 against 1,136 at 16. Two other shapes,
+ * 128 rows a block staged for all four warps and per-sub-block loads of the
+ * input, ran 2-7x slower: too few blocks, and each mma waiting on its loads.
  */
 #include "kernels/kernels.h"
 #include "kernels/internal.cuh"
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(MMQ_KSPLIT * 32, 4)
 }
 
 /* ------------------------------------------------------------------------
- * More than MFK_MMQ_TOKENS tokens (batched decode of 17 to 32 a step): tiles
+ * More than MFK_MMQ_TOKENS tokens: tiles
  * ---------------------------------------------------------------------- */
 
 /* Above, every 16-row block reads its tokens' input again from L2 for each
@@ -236,8 +237,9 @@ __global__ void __launch_bounds__(MMQ_KSPLIT * 32, 4)
  * kernel's, so both give the same sums up to the order of the additions.
  * The kernel is bound by its instructions: the int32 sums of each
  * sub-block take their two scales in floats, four operations for every
- * four products of an mma, so past 32 tokens dequantizing the weights to
- * bf16 for cuBLAS once a step costs less (runtime/cuda/cuda_plan.h).
+ * four products of an mma, so qgemm.cu, dequantizing into the bf16 tensor
+ * cores, takes the backend's steps past 8 tokens (runtime/cuda/cuda_plan.h);
+ * these tiles serve direct mfk_gemv calls and steps without cuBLAS.
  * Stage layout (bytes): the tile's rows as they are (TM x 144; a row is 36
  * words, so the eight rows g of a fragment load land on distinct banks),
  * the tokens' 256 input bytes at a stride of 272 (68 words: again distinct

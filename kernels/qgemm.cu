@@ -3,11 +3,11 @@
  * bf16 tensor cores, dequantized in registers on the way (mfk_gemm's
  * products of up to mfk_ctx_qgemm's tokens).
  *
- * Without it mfk_gemm dequantized every weight to bf16 in memory on each
- * call and handed the rows to cuBLAS (k_rows_half + cuBLAS: 18% of a
- * batch-64 Q4_K_M step on an H200 for the Q6_K matrices alone), and
- * mmq.cu's int8 tiles pay float work per 32-element sub-block for its two
- * scales (43 instructions an mma; 62% of that step).
+ * The alternatives: mfk_gemm's cuBLAS path dequantizes every weight to
+ * bf16 in memory on each call (k_rows_half + cuBLAS: 18% of a batch-64
+ * Q4_K_M step on an H200 for the Q6_K matrices alone), and mmq.cu's int8
+ * tiles pay float work per 32-element sub-block for its two scales (43
+ * instructions an mma; 62% of that step).
  * Here each warp turns its rows' GGUF blocks into mma A fragments against
  * the input mfk_gemm rounded to bf16, mma.m16n8k16 keeping fp32 sums.
  * Q6_K's fragments, and Q4_K's with mfk_ctx_qgemm_exact, are bit for bit
@@ -19,7 +19,7 @@
  * bounds this kernel), its sub-blocks' scales and mins rounded to bf16:
  * 4.2e-3 relative error in the products against the exact weights' 1e-6,
  * about what the input's own bf16 rounding costs; H200 Llama-3-8B Q4_K_M
- * decode +7.6% at batch 16, +5.8% at 64 (bench/results/cuda-stash-h200-2026-12-02).
+ * decode +7.6% at batch 16, +5.8% at 64 (bench/results/2026-12-02.md).
  *
  * A block of 8 warps takes TM rows x TN tokens (32 or 64); a warp 32 rows
  * (two m16 tiles, so each B fragment serves two mma) x all TN tokens (so
@@ -46,10 +46,10 @@
  * 8-byte load for both B registers; token rows 32 bytes past a multiple of
  * 128 apart, so a half-warp's loads hit 32 distinct banks).
  *
- * H200, Llama-3-8B Q4_K_M decode (bench/results/cuda-qgemm-h200-2026-12-01):
- * batch 16 1,696 -> 2,177 tokens/s, 32 2,979 -> 3,921, 64 4,311 -> 5,428
- * against mmq.cu and dequantization + cuBLAS; at 8 tokens mmq.cu stays
- * ahead (1,380 against 1,038) and past 64 cuBLAS on dequantized rows
+ * H200, Llama-3-8B Q4_K_M decode (bench/results/2026-12-01.md):
+ * batch 16 2,177 tokens/s against 1,696, 32 3,921 against 2,979, 64
+ * 5,428 against 4,311 for mmq.cu and dequantization + cuBLAS; at 8 tokens
+ * mmq.cu stays ahead (1,380 against 1,038) and past 64 cuBLAS on dequantized rows
  * (6,919 against 6,375-6,724 at 128), hence the limits (runtime/cuda/cuda_plan.h,
  * MFK_QGEMM_MAX_TOKENS). Still far from the weights' roofline: the gate
  * product (14336 x 4096) at 64 tokens takes 51 us, 15% of copy bandwidth;
@@ -111,13 +111,13 @@ template <> struct qg_type<GGML_TYPE_Q4_K> {
     static constexpr int TM = 128, KG = 2, SBS = 1, WROW = 144, WSTRIDE = 144, CP = 16, MB = 2;
     static constexpr int WE = 1;
     /* A stage's weight rows by one tensor-map copy, and its token rows by
-     * another. H200, us, a bulk copy a row (739e7af) / by tensor map, the
+     * another. H200, us, a bulk copy a row / by tensor map, the
      * tokens by cp.async up to 32 and by map from 33: 14336 x 4096 at 16
      * tokens 30.3 / 25.9, at 64 40.6 / 35.0; 4096 x 14336 at 16 43.3 /
      * 35.4, at 64 59.4 / 47.0. The tokens by map at 32 and under too, their
      * box cut to the step's rows (x_rows): decode batch 16 +0.2-1.3%, 32
      * +1.0-1.7% in alternating runs, though the 1024 x 4096 product alone
-     * is 1-2 us slower (bench/results/cuda-tma-h200-2026-12-03). */
+     * is 1-2 us slower (bench/results/2026-12-03.md). */
     static constexpr int tma(int nn)
     {
         return nn >= QG_TMA_X_NN ? QG_TMA_W | QG_TMA_X : QG_TMA_W;
@@ -395,7 +395,7 @@ __device__ __forceinline__ void qg_slice_q6k(float (&acc)[2][NN][4], const uint8
 
 /* A thread's share of the staging, fixed for the whole launch: the same
  * rows and chunks every stage, so a stage costs a copy and an add a chunk
- * (the address arithmetic per copy was a fifth of the first version's
+ * (address arithmetic per copy, computed each stage, is a fifth of the
  * instructions). Weights: row tid / TPR of the tile, chunks tid % TPR,
  * + TPR, ..; past ne1 nothing is copied (the rows' sums are never
  * stored). Inputs: token row (tid + 256 j) / XN, chunk tid % XN; rows past
@@ -526,7 +526,7 @@ template <class C> struct qg_tma {
 };
 
 /* A block's sums, zeroed before a run (and before the staging is set up,
- * which keeps k_qgemm's code as it was measured). */
+ * which keeps k_qgemm's code in the measured order). */
 template <int NN> __device__ __forceinline__ void qg_zero(float (&acc)[2][NN][4])
 {
 #pragma unroll

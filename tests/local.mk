@@ -10,3 +10,11 @@ EXTRA_DIST += tests/unit/tmpdir.h
 ### Source rules (banned functions, header comments, include layering)
 TESTS += script/checksrc
 EXTRA_DIST += script/checksrc script/bootstrap script/test script/demo
+
+### The installed programs (make installcheck; make distcheck runs it on the
+### tarball's install): they start, and mfc checks and formats a Modelfile.
+installcheck-local:
+	$(DESTDIR)$(bindir)/mfc --version
+	$(DESTDIR)$(bindir)/mfc-serve --help >/dev/null
+	$(DESTDIR)$(bindir)/mfc check $(abs_top_srcdir)/modelfiles/llama3-lora/Modelfile
+	$(DESTDIR)$(bindir)/mfc fmt $(abs_top_srcdir)/modelfiles/llama3-lora/Modelfile >/dev/null

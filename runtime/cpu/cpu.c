@@ -222,18 +222,23 @@ static void count_step(const struct cpu_backend *cb, const struct batch *bt, str
 static size_t lay_out(const struct cpu_backend *cb, const struct counts *c, struct cpu_step *s,
                       uint8_t *base, int32_t **cursor)
 {
-    const struct model_hparams *hp = &cb->m->hp;
+    const struct model *m = cb->m;
+    const struct model_hparams *hp = &m->hp;
     int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t wmax = hp->n_ff > s->xb_w ? hp->n_ff : s->xb_w;
     size_t T = (size_t)c->T, pmax = (size_t)(c->pairs_all > c->pairs_out ? c->pairs_all
                                                                          : c->pairs_out);
+    size_t ne = (size_t)hp->n_expert, R = T * (size_t)hp->n_expert_used;
+    size_t act_rows = R > T ? R : T, fe = (size_t)hp->n_ff_exp;
     int32_t nth = cpu_pool_size(cb->pool);
     struct layout L = {0};
-    size_t o[24];
+    size_t o[32];
     int k = 0;
 
+    if ((int64_t)fe > wmax)
+        wmax = (int64_t)fe;
     /* scratch per thread: attention queries, scores and a value block, or
-     * LoRA expand results */
+     * LoRA expand results, or an expert sum */
     int64_t nq = (int64_t)c->att_run * (hp->n_head / hp->n_head_kv);
     s->att_run = c->att_run;
     s->att_stride = (size_t)((c->max_pos + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS);
@@ -241,18 +246,20 @@ static size_t lay_out(const struct cpu_backend *cb, const struct counts *c, stru
                    KV_BLOCK_TOKENS * (size_t)hp->head_dim;
     if (pmax * CPU_MAX_CHUNK_ROWS > s->scratch_n)
         s->scratch_n = pmax * CPU_MAX_CHUNK_ROWS;
+    if ((size_t)hp->n_embd > s->scratch_n)
+        s->scratch_n = (size_t)hp->n_embd;
     o[k++] = take(&L, T * 3 * sizeof(int32_t));
     o[k++] = take(&L, (size_t)c->n_out * 2 * sizeof(int32_t));
     o[k++] = take(&L, (T + 1) * sizeof(int32_t));
-    o[k++] = take(&L, T * (size_t)hp->n_rot * sizeof(float));
-    o[k++] = take(&L, T * (size_t)hp->n_embd * sizeof(float));
+    o[k++] = take(&L, T * (size_t)m->n_rope_kinds * (size_t)hp->n_rot * sizeof(float));
+    o[k++] = take(&L, T * (size_t)hp->n_embd * 2 * sizeof(float));
     o[k++] = take(&L, (size_t)c->n_out * (size_t)(hp->n_embd + qd) * sizeof(float));
     o[k++] = take(&L, T * (size_t)s->xb_w * sizeof(float));
     o[k++] = take(&L, T * (size_t)qd * sizeof(float));
     o[k++] = take(&L, T * (size_t)kvd * 2 * sizeof(float));
     o[k++] = take(&L, T * (size_t)hp->n_ff * 2 * sizeof(float));
     for (int a = 1; a < CPU_ACT_COUNT; a++)
-        o[k++] = take(&L, T * cpu_dot_act_bytes((enum cpu_act)a, (wmax + 255) / 256 * 256));
+        o[k++] = take(&L, act_rows * cpu_dot_act_bytes((enum cpu_act)a, (wmax + 255) / 256 * 256));
     o[k++] = take(&L, CPU_LORA_SLOTS * pmax * (size_t)c->rank_max * sizeof(float));
     o[k++] = take(&L, 2 * pmax * sizeof(struct cpu_pair));
     o[k++] = take(&L, 2 * MODEL_MAX_LORAS * sizeof(struct cpu_group));
@@ -260,6 +267,11 @@ static size_t lay_out(const struct cpu_backend *cb, const struct counts *c, stru
     o[k++] = take(&L, 2 * pmax * sizeof(int32_t));
     o[k++] = take(&L, (size_t)c->n_items * sizeof(struct cpu_att_item));
     o[k++] = take(&L, (size_t)nth * s->scratch_n * sizeof(float));
+    /* mixture of experts */
+    o[k++] = take(&L, T * ne * sizeof(float));
+    o[k++] = take(&L, R * (sizeof(int32_t) * 3 + sizeof(float)) + (ne + 1) * sizeof(int32_t));
+    o[k++] = take(&L, R * ((size_t)hp->n_embd * 2 + fe * 2) * sizeof(float));
+    o[k++] = take(&L, 3 * ne * (sizeof(struct model_weight) + sizeof(struct cpu_job)));
     if (!base)
         return L.off;
     k = 0;
@@ -270,6 +282,7 @@ static size_t lay_out(const struct cpu_backend *cb, const struct counts *c, stru
     *cursor = (int32_t *)(void *)(base + o[k++]);
     s->rope = (float *)(void *)(base + o[k++]);
     s->x = (float *)(void *)(base + o[k++]);
+    s->ob = s->x + T * (size_t)hp->n_embd;
     s->out_x = (float *)(void *)(base + o[k++]);
     s->out_att = s->out_x + (size_t)c->n_out * (size_t)hp->n_embd;
     s->xb = (float *)(void *)(base + o[k++]);
@@ -292,6 +305,18 @@ static size_t lay_out(const struct cpu_backend *cb, const struct counts *c, stru
     s->lp_out.row_pairs = s->lp_all.row_pairs + pmax;
     s->items = (struct cpu_att_item *)(void *)(base + o[k++]);
     s->scratch = (float *)(void *)(base + o[k++]);
+    s->router = (float *)(void *)(base + o[k++]);
+    s->sel = (int32_t *)(void *)(base + o[k++]);
+    s->grow = s->sel + R;
+    s->prow = s->grow + R;
+    s->eoff = s->prow + R;
+    s->selw = (float *)(void *)(s->eoff + ne + 1);
+    s->xg = (float *)(void *)(base + o[k++]);
+    s->og = s->xg + R * (size_t)hp->n_embd;
+    s->hge = s->og + R * (size_t)hp->n_embd;
+    s->hue = s->hge + R * fe;
+    s->ew = (struct model_weight *)(void *)(base + o[k++]);
+    s->ejobs = (struct cpu_job *)(void *)(s->ew + 3 * ne);
     s->pairs_max = (int32_t)pmax;
     s->rank_max = c->rank_max;
     return L.off;

@@ -207,6 +207,21 @@ struct cpu_att_item {
 #define CPU_CHUNK_BYTES (256u << 10) /* weight bytes per chunk, at most (L2 share) */
 #define CPU_LORA_SLOTS 3       /* projections sharing one input (q, k, v) */
 
+/* One projection of a matmul phase: weight rows against token rows. */
+struct cpu_job {
+    const struct model_weight *w;   /* weight, [in, out] (an expert's view for MoE) */
+    int32_t target;                 /* model target index for LoRA */
+    int32_t slot;                   /* lora_tmp slot of its shrink results */
+    const float *xf;                /* float input rows (also the LoRA input) */
+    int64_t xf_stride;              /* floats between input rows */
+    int32_t row0;                   /* row of its first input in the act buffers */
+    int32_t n_rows;                 /* token rows */
+    float *y;                       /* output rows */
+    int64_t ys;                     /* floats between output rows */
+    int add;                        /* 1: y += W x (residual) */
+    const struct cpu_lora_plan *lp; /* LoRA pairs over these rows */
+};
+
 struct cpu_step {
     const struct model *m;        /* borrowed */
     const struct cpu_dot *dot;    /* kernels for this CPU */
@@ -221,22 +236,24 @@ struct cpu_step {
     int32_t *tok_pos;             /* (T) positions */
     int32_t *tok_seq;             /* (T) batch sequence of each token */
     int32_t *out_tok;             /* (n_out) token row of each logits row */
-    float *rope;                  /* (T, n_rot) cos, sin pairs per position */
+    float *rope;                  /* (T, n_rope_kinds, n_rot) cos, sin pairs per position */
     float *x;                     /* (T, n_embd) residual stream */
     float *out_x;                 /* (n_out, n_embd) residual of the logits rows, last layer */
     float *out_att;               /* (n_out, n_head * head_dim) their attention output */
+    float *ob;                    /* (T, n_embd) a block's output before its post-norm */
     float *xb;                    /* (T, xb_w) normed input or attention output */
     int64_t xb_w;                 /* max(n_embd, n_head * head_dim) */
     float *q;                     /* (T, n_head * head_dim) */
     float *k, *v;                 /* (T, n_head_kv * head_dim) before they go to the arena */
     float *hg, *hu;               /* (T, n_ff) gate and up */
-    uint8_t *act[CPU_ACT_COUNT];  /* (T, act_bytes[a]) the input rows of the current
+    uint8_t *act[CPU_ACT_COUNT];  /* (act_rows, act_bytes[a]) the input rows of the current
                                      matmul phase in each format it needs; F32 unused */
     float *lora_tmp;              /* (CPU_LORA_SLOTS, max pairs, rank_max): A x per pair */
     int32_t rank_max;             /* largest rank among adapters in the step */
     int32_t pairs_max;            /* max(lp_all.n_pairs, lp_out.n_pairs) */
     struct cpu_lora_plan lp_all;  /* LoRA pairs over all T rows */
     struct cpu_lora_plan lp_out;  /* LoRA pairs over the n_out logits rows */
+    struct cpu_lora_plan lp_none; /* no pairs (routers, experts) */
     struct cpu_att_item *items;   /* attention work */
     int32_t n_items;
     int32_t att_run;              /* tokens per attention item (cpu.c sizes it) */
@@ -244,8 +261,60 @@ struct cpu_step {
                                      rounded up to whole blocks */
     float *scratch;               /* (nth, scratch_n) per-thread floats */
     size_t scratch_n;             /* floats per thread */
+    /* mixture of experts, R = T * n_expert_used (token, choice) pairs */
+    float *router;                /* (T, n_expert) router logits, then probabilities */
+    int32_t *sel;                 /* (R) expert of pair t * n_used + j, best first */
+    float *selw;                  /* (R) its weight */
+    int32_t *eoff;                /* (n_expert + 1) first gathered row of each expert */
+    int32_t *grow;                /* (R) token row of each gathered row */
+    int32_t *prow;                /* (R) gathered row of each pair */
+    float *xg;                    /* (R, n_embd) gathered inputs, grouped by expert */
+    float *hge, *hue;             /* (R, n_ff_exp) their gate and up */
+    float *og;                    /* (R, n_embd) their expert outputs */
+    struct model_weight *ew;      /* (3 n_expert) expert views of the current layer */
+    struct cpu_job *ejobs;        /* (3 n_expert) expert jobs of the current layer */
     atomic_int ctr[2];            /* work counters, alternating between phases */
 };
+
+/* ---- the forward pass (cpu_fwd.c, cpu_attn.c, cpu_moe.c) --------------- */
+
+/* Rows [*r0, *r1) of n that thread ith of nth takes in a per-token phase. */
+void cpu_rows_of(int32_t n, int ith, int nth, int32_t *r0, int32_t *r1);
+
+/* Starts a dynamic phase (its number in *ph) for cpu_matmul/cpu_attention. */
+int cpu_next_phase(struct cpu_step *s, int *ph, int ith);
+
+/* Converts input rows [r0, r1) of jobs[0].xf into the formats the jobs'
+ * weights (and LoRA A matrices) need, at act rows row0 + r, and runs their
+ * LoRA shrinks. All jobs share one input. */
+void cpu_prep_rows(struct cpu_step *s, const struct cpu_job *jobs, int n_jobs, int32_t r0,
+                   int32_t r1);
+
+/* Runs n_jobs jobs as one matmul phase ph: every thread takes (job, weight
+ * row chunk) pairs from a shared counter until none is left. */
+void cpu_matmul(struct cpu_step *s, const struct cpu_job *jobs, int n_jobs, int ph, int ith,
+                int nth);
+
+/* ggml_rms_norm then ggml_mul by w (the sum of squares kept in double). */
+void cpu_rmsnorm(float *out, const float *x, const struct model_weight *w, int64_t n,
+                 float eps);
+
+/* The gate's activation times up, in place in g: SiLU through the kernel
+ * table, GELU as llama.cpp's CPU computes it. */
+void cpu_act_mul(const struct cpu_step *s, float *g, const float *u, int64_t n);
+
+/* The KV_BLOCK_TOKENS x head_dim elements of (block, layer, K or V, head). */
+uint8_t *cpu_kv_base(const struct cpu_step *s, int32_t block, int32_t layer, int32_t kv,
+                     int32_t head);
+
+/* Attention phase ph of layer: every item, over the sequence's blocks. */
+void cpu_attention(struct cpu_step *s, int32_t layer, int ph, int ith);
+
+/* The routed FFN of layer over n rows of normed input xb whose router
+ * logits are in s->router: out[r] (+)= the experts' weighted sum (add:
+ * accumulate). Runs its own phases and barriers; every thread calls it. */
+void cpu_moe(struct cpu_step *s, int32_t layer, int32_t n, float *out, int add, int *ph, int ith,
+             int nth);
 
 /* Runs the forward pass of s on every pool thread (cpu_pool_fn). */
 void cpu_fwd_run(void *arg, int ith, int nth);

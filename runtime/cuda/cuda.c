@@ -12,8 +12,9 @@
  * step: one host->device copy of the step's arrays (cuda_plan_step_fill),
  * then per layer: RMSNorm, q/k/v GEMV, RoPE + paged K/V store, attention,
  * o GEMV added to the residual, RMSNorm, gate/up GEMV, SwiGLU, down GEMV
- * added to the residual (each product a tensor-core GEMM instead when the
- * step has MFC_CUDA_GEMM_MIN tokens or more, and followed by the sequences'
+ * added to the residual (a routed layer's FFN: cuda_moe.c; each product a
+ * tensor-core GEMM instead when the step has MFC_CUDA_GEMM_MIN tokens or
+ * more, and followed by the sequences'
  * LoRA adapters: matmul, cuda_lora.c); then the logits rows are gathered,
  * normed, projected and copied back. A decode step without adapters is
  * padded to a recorded shape (cuda_plan_graph_tokens) and replayed as a CUDA
@@ -36,6 +37,7 @@
 #include <time.h>
 
 #include "runtime/cuda/cuda_lora.h"
+#include "runtime/cuda/cuda_moe.h"
 #include "runtime/cuda/cuda_plan.h"
 
 #ifdef MFC_HAVE_CUDA_RUNTIME
@@ -62,6 +64,12 @@ struct cuda_graph_slot {
 struct cuda_layer {
     struct mfk_weight w[MODEL_W_PER_LAYER]; /* device copies, by enum model_wid */
     const float *attn_norm, *ffn_norm;      /* device */
+    const float *bias[3];                   /* device q/k/v biases, or NULL */
+    const float *q_norm, *k_norm;           /* device per-head norms, or NULL */
+    const float *attn_post, *ffn_post;      /* device post-norms, or NULL */
+    struct mfk_kv_shape ks;                 /* the layer's attention shape and switches */
+    int masked;                             /* 1: a window or soft-cap, which the decode
+                                               tiles (k_flash_dec) do not take */
 };
 
 struct cuda_backend {
@@ -75,6 +83,7 @@ struct cuda_backend {
     struct mfk_weight tok_embd, output;
     const float *out_norm;       /* device */
     struct cuda_layer *layers;   /* owned: n_layer */
+    struct cuda_moe moe;         /* routed layers' weights and buffers (cuda_moe.c) */
     void *kv;                    /* device: the arena, F16 or 8-bit (cfg.kv_type) */
     int32_t n_blocks;
     /* step scratch (device), sized for cfg.max_tokens rows */
@@ -149,6 +158,7 @@ static void cuda_free(struct backend *b)
     mfk_free(cb->bf16buf);
     mfk_free(cb->kv);
     mfk_free(cb->x); /* the whole step scratch: x is its first slice */
+    cuda_moe_free(&cb->moe);
     mfk_free(cb->dstep);
     mfk_free(cb->gscratch);
     mfk_free(cb->lora_tmp);
@@ -170,6 +180,8 @@ static void cuda_free(struct backend *b)
 static struct mfk_weight dev_weight(const struct cuda_backend *cb, const struct model_weight *w)
 {
     const struct cuda_wslot *s = cuda_wplan_find(&cb->plan, w);
+    if (!s) /* absent: a routed layer's dense FFN */
+        return (struct mfk_weight){0};
     return (struct mfk_weight){
         .data = cb->wbuf + s->off, .type = (int)w->type, .ne0 = w->ne0, .ne1 = w->ne1,
         .row_bytes = w->row_bytes};
@@ -177,7 +189,29 @@ static struct mfk_weight dev_weight(const struct cuda_backend *cb, const struct 
 
 static const float *dev_vec(const struct cuda_backend *cb, const struct model_weight *w)
 {
+    if (!w->data)
+        return NULL;
     return (const float *)(const void *)(cb->wbuf + cuda_wplan_find(&cb->plan, w)->off);
+}
+
+/* Layer l's device tensors and its attention shape: the family's switches
+ * resolved (cuda_plan_layer_shape). */
+static void bind_layer(struct cuda_backend *cb, int32_t l)
+{
+    const struct model_layer *ml = &cb->m->layers[l];
+    struct cuda_layer *L = &cb->layers[l];
+
+    for (int w = 0; w < MODEL_W_PER_LAYER; w++)
+        L->w[w] = dev_weight(cb, &ml->w[w]);
+    L->attn_norm = dev_vec(cb, &ml->attn_norm);
+    L->ffn_norm = dev_vec(cb, &ml->ffn_norm);
+    for (int i = 0; i < 3; i++)
+        L->bias[i] = dev_vec(cb, &ml->bias[i]);
+    L->q_norm = dev_vec(cb, &ml->q_norm);
+    L->k_norm = dev_vec(cb, &ml->k_norm);
+    L->attn_post = dev_vec(cb, &ml->attn_post_norm);
+    L->ffn_post = dev_vec(cb, &ml->ffn_post_norm);
+    L->masked = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
 }
 
 static double now_s(void)
@@ -498,6 +532,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = upload(cb, err);
     if (!rc)
         rc = alloc_scratch(cb, err);
+    if (!rc)
+        rc = cuda_moe_create(&cb->moe, cb->ctx, m, &cb->plan, cb->wbuf, cb->cfg.max_tokens, err);
     if (!rc) {
         /* the kernels' own scratch (8-bit activations of the Q4_K/Q6_K
          * GEMV with a scale and a sum per 32, split attention's partial
@@ -515,10 +551,9 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     cb->output = dev_weight(cb, &m->output);
     cb->out_norm = dev_vec(cb, &m->out_norm);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
-        for (int w = 0; w < MODEL_W_PER_LAYER; w++)
-            cb->layers[l].w[w] = dev_weight(cb, &m->layers[l].w[w]);
-        cb->layers[l].attn_norm = dev_vec(cb, &m->layers[l].attn_norm);
-        cb->layers[l].ffn_norm = dev_vec(cb, &m->layers[l].ffn_norm);
+        bind_layer(cb, l);
+        if (cb->layers[l].masked)
+            cb->dtiles = 0; /* decode tokens one at a time, through mfk_attention */
     }
     rc = cuda_lora_upload(&cb->lora, cb->ctx, m, err);
     if (!rc && cb->lora.n_loras)
@@ -603,10 +638,11 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     const int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
     const int64_t xbw = qd > E ? qd : E;
     const int32_t T = p->T;
-    const struct mfk_kv_shape ks = {hp->n_layer,  hp->n_head, hp->n_head_kv,
-                                    hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
+    const struct mfk_kv_shape ks = L->ks;
     const int32_t *d32 = (const int32_t *)(void *)cb->dstep;
     const int32_t tb = l * MODEL_W_PER_LAYER; /* model target of this layer's first weight */
+    const float *rope = (const float *)(const void *)(cb->dstep + p->rope) +
+                        (size_t)cb->m->layers[l].rope_kind * (size_t)T * (size_t)hp->n_rot;
     int rc;
 
 #define D32(field) (d32 + p->field / 4)
@@ -621,9 +657,12 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         if (!rc)
             rc = matmul_n(cb, 3, tg, w, cb->xb, xbw, T, y, ld, 0, q8, rounded, err);
     }
+    if (!rc && (L->bias[0] || L->bias[1] || L->bias[2] || L->q_norm || L->k_norm))
+        rc = mfk_qkv_prep(c, T, cb->q, qd, cb->k, cb->v, kvd, hp->n_head, hp->n_head_kv,
+                          hp->head_dim, L->bias[0], L->bias[1], L->bias[2], L->q_norm, L->k_norm,
+                          hp->rms_eps, err);
     if (!rc)
-        rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd,
-                            (const float *)(const void *)(cb->dstep + p->rope), D32(tok_pos),
+        rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd, rope, D32(tok_pos),
                             D32(tok_blk), cb->kv, err);
     if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
@@ -638,8 +677,20 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
         rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
                            D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd, oq8,
                            err);
+    /* a post-norm (Gemma) takes the block's output from xb into the residual */
     if (!rc)
-        rc = matmul(cb, tb + MODEL_W_O, wo, cb->att, qd, T, cb->x, E, 1, oq8, err);
+        rc = matmul(cb, tb + MODEL_W_O, wo, cb->att, qd, T, L->attn_post ? cb->xb : cb->x,
+                    L->attn_post ? xbw : E, !L->attn_post, oq8, err);
+    if (!rc && L->attn_post)
+        rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->attn_post, T, E, hp->rms_eps, err);
+    if (!rc && cuda_moe_routed(&cb->moe, l)) { /* a post-norm takes the sum from xb */
+        rc = cuda_moe_layer(&cb->moe, l, T, cb->x, E, L->ffn_norm, cb->xb, xbw,
+                            L->ffn_post ? cb->xb : cb->x, L->ffn_post ? xbw : E, !L->ffn_post,
+                            err);
+        if (!rc && L->ffn_post)
+            rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->ffn_post, T, E, hp->rms_eps, err);
+        return rc;
+    }
     if (!rc) {
         const int32_t tg[2] = {tb + MODEL_W_GATE, tb + MODEL_W_UP};
         const struct mfk_weight *w[2] = {&L->w[MODEL_W_GATE], &L->w[MODEL_W_UP]};
@@ -654,21 +705,31 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc) {
         const struct mfk_weight *w = &L->w[MODEL_W_DOWN];
         const struct mfk_q8 *q8 = q8_for(cb, 1, &w, T);
-        if (cuda_plan_swiglu_rounded((enum ggml_type)w->type, T, cb->gemm_min, cb->mmq,
-                                     cb->lrun.n_rows > 0)) {
+        float *dy = L->ffn_post ? cb->xb : cb->x;
+        const int64_t ldd = L->ffn_post ? xbw : E;
+        if (hp->arch->act == ARCH_ACT_GELU) {
+            rc = mfk_geglu(c, cb->hg, cb->hu, F, T, F, err);
+            if (!rc)
+                rc = matmul(cb, tb + MODEL_W_DOWN, w, cb->hg, F, T, dy, ldd, !L->ffn_post, NULL,
+                            err);
+        } else if (cuda_plan_swiglu_rounded((enum ggml_type)w->type, T, cb->gemm_min, cb->mmq,
+                                            cb->lrun.n_rows > 0)) {
             /* the product's rounded input straight from SwiGLU: one pass
              * over the activations fewer */
             const int bf16 = mfk_gemm_rounding(w) == 2;
             rc = mfk_swiglu_half(c, cb->hg, cb->hu, F, T, F, cb->gscratch, bf16, err);
             if (!rc)
-                rc = mfk_gemm_rounded(c, w, T, cb->x, E, 1, cb->gscratch, cb->gscratch_bytes,
-                                      err);
+                rc = mfk_gemm_rounded(c, w, T, dy, ldd, !L->ffn_post, cb->gscratch,
+                                      cb->gscratch_bytes, err);
         } else {
             rc = mfk_swiglu(c, cb->hg, cb->hu, F, T, F, q8, err);
             if (!rc)
-                rc = matmul(cb, tb + MODEL_W_DOWN, w, cb->hg, F, T, cb->x, E, 1, q8, err);
+                rc = matmul(cb, tb + MODEL_W_DOWN, w, cb->hg, F, T, dy, ldd, !L->ffn_post, q8,
+                            err);
         }
     }
+    if (!rc && L->ffn_post)
+        rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->ffn_post, T, E, hp->rms_eps, err);
 #undef D32
     return rc;
 }
@@ -737,6 +798,8 @@ static int run_body(struct cuda_backend *cb, const struct batch *bt,
     const int64_t xbw = qd > E ? qd : E;
     int rc = mfk_embed(cb->ctx, &cb->tok_embd, (const int32_t *)(void *)(cb->dstep + p->tok_id),
                        p->T, cb->x, E, err);
+    if (!rc && hp->embd_scale != 1.0f)
+        rc = mfk_scale_rows(cb->ctx, cb->x, E, p->T, E, hp->embd_scale, 0.0f, err);
     for (int32_t l = 0; !rc && l < hp->n_layer; l++)
         rc = run_layer(cb, l, p, splits, err);
     if (rc || p->n_out == 0)
@@ -753,6 +816,9 @@ static int run_body(struct cuda_backend *cb, const struct batch *bt,
     if (!rc)
         rc = matmul(cb, hp->n_layer * MODEL_W_PER_LAYER, ow, cb->xb, xbw, p->n_out, cb->logits,
                     hp->n_vocab, 0, q8, err);
+    if (!rc && hp->final_softcap > 0.0f)
+        rc = mfk_scale_rows(cb->ctx, cb->logits, hp->n_vocab, p->n_out, hp->n_vocab, 1.0f,
+                            hp->final_softcap, err);
     return rc;
 }
 
@@ -851,8 +917,7 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     if (rc)
         return rc;
     {
-        struct mfk_kv_shape ks = {hp->n_layer,  hp->n_head, hp->n_head_kv,
-                                  hp->head_dim, hp->n_rot,  cb->cfg.kv_type == BACKEND_KV_Q8};
+        const struct mfk_kv_shape ks = cb->layers[0].ks;
         /* decode tiles on the 8-bit arena lost to the per-token kernel (H200,
          * Q4_K_M: batch 64 3,382 against 3,637 tokens/s, 128 4,889 against 5,398) */
         cuda_plan_step_size(cb->m, bt, mfk_attention_max_ctx(&ks),

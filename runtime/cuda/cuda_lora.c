@@ -13,7 +13,7 @@
  * through one shrink and one expand (into scratch, times rel_scale), and
  * are added back with their sequence's scale (mfk_scatter_add); an adapter
  * of one sequence works on its rows in place (expand adds scale x rel_scale
- * directly), as before. So a step of 64 sequences sharing an adapter makes
+ * directly). So a step of 64 sequences sharing an adapter makes
  * 4 calls per target, not 128.
  *
  * Only F32, F16 and BF16 pairs are taken (what mkmodel, mfc lora convert and

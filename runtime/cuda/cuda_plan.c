@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "runtime/cuda/cuda_moe.h"
 
 static uint64_t align_up(uint64_t v)
 {
@@ -48,23 +49,48 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
                           "the CUDA backend cannot read tensor %s: type %s with rows of %" PRId64
                           " elements",
                           w->name ? w->name : "?", ggml_type_name((uint32_t)w->type), w->ne0);
-    p->slots[p->n] =
-        (struct cuda_wslot){.w = w, .off = p->total, .bytes = w->row_bytes * (uint64_t)w->ne1};
+    p->slots[p->n] = (struct cuda_wslot){.w = w,
+                                         .off = p->total,
+                                         .bytes = w->row_bytes * (uint64_t)w->ne1 *
+                                                  (uint64_t)(w->ne2 > 1 ? w->ne2 : 1)};
     p->total = align_up(p->total + p->slots[p->n].bytes);
     p->n++;
     return 0;
 }
 
+int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks)
+{
+    const struct model_hparams *hp = &m->hp;
+
+    *ks = (struct mfk_kv_shape){.n_layer = hp->n_layer,
+                                .n_head = hp->n_head,
+                                .n_head_kv = hp->n_head_kv,
+                                .head_dim = hp->head_dim,
+                                .n_rot = hp->n_rot,
+                                .q8 = q8,
+                                .neox = hp->rope_neox,
+                                .q_scale = hp->q_scale,
+                                .kq_scale = hp->kq_scale,
+                                .softcap = hp->attn_softcap,
+                                .window = m->layers[l].swa ? hp->n_swa : 0};
+    return ks->softcap > 0.0f || ks->window > 0;
+}
+
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err)
 {
-    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 2);
+    /* per layer: 2 norms, 3 biases, 2 q/k norms, 2 post-norms, router, experts */
+    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 10 + MODEL_EXP_COUNT);
     int rc;
 
     memset(p, 0, sizeof *p);
+    rc = cuda_moe_check(m, err); /* every family's switches run; routed layers' limits */
+    if (rc)
+        return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);
     if (!p->slots)
         return mf_err_set(err, MF_ENOMEM, "out of memory planning %d weight uploads", cap);
-    rc = add_slot(p, &m->tok_embd, 1, err);
+    if (!rc)
+        rc = add_slot(p, &m->tok_embd, 1, err);
     if (!rc && !m->tied)
         rc = add_slot(p, &m->output, 1, err);
     if (!rc)
@@ -76,6 +102,20 @@ int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err
             rc = add_slot(p, &L->w[w], 1, err);
         if (!rc)
             rc = add_slot(p, &L->ffn_norm, 0, err);
+        for (int i = 0; !rc && i < 3; i++)
+            rc = add_slot(p, &L->bias[i], 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->q_norm, 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->k_norm, 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->attn_post_norm, 0, err);
+        if (!rc)
+            rc = add_slot(p, &L->ffn_post_norm, 0, err);
+        if (!rc) /* a routed layer: the router, and each expert tensor whole */
+            rc = add_slot(p, &L->gate_inp, 1, err);
+        for (int x = 0; !rc && x < MODEL_EXP_COUNT; x++)
+            rc = add_slot(p, &L->exps[x], 1, err);
     }
     if (rc)
         cuda_wplan_free(p);
@@ -253,7 +293,7 @@ static void layout(const struct model *m, struct cuda_step_plan *p)
     p->tok_blk = take(&off, T * 4);
     p->tok_toff = take(&off, T * 4);
     p->out_rows = take(&off, (size_t)p->n_out * 4);
-    p->rope = take(&off, T * (size_t)m->hp.n_rot * sizeof(float));
+    p->rope = take(&off, T * (size_t)m->n_rope_kinds * (size_t)m->hp.n_rot * sizeof(float));
     p->tiles = take(&off, (size_t)p->n_tiles * 8);
     p->single = take(&off, (size_t)p->n_single * 4);
     p->tables = take(&off, (size_t)p->n_tables * 4);
@@ -384,29 +424,6 @@ void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t
     layout(m, p);
 }
 
-static float rd_f32(const void *base, int64_t i)
-{
-    float f;
-    memcpy(&f, (const uint8_t *)base + 4 * i, 4);
-    return f;
-}
-
-/* The CPU backend's rope_row (cpu_fwd.c), kept identical on purpose. */
-static void rope_row(const struct model *m, int32_t pos, float *cs)
-{
-    const struct model_hparams *hp = &m->hp;
-    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    float theta = (float)pos;
-
-    for (int32_t i = 0; i < hp->n_rot / 2; i++) {
-        float ff = m->rope_freqs.data ? rd_f32(m->rope_freqs.data, i) : 1.0f;
-        float th = hp->rope_freq_scale * (theta / ff);
-        cs[2 * i] = cosf(th);
-        cs[2 * i + 1] = sinf(th);
-        theta *= theta_scale;
-    }
-}
-
 void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
                          const struct cuda_step_plan *p, void *buf)
 {
@@ -447,7 +464,9 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
             pos[t] = sq->n_past + j;
             blk[t] = sq->block_table[pos[t] / KV_BLOCK_TOKENS];
             toff[t] = nt;
-            rope_row(m, pos[t], rope + (size_t)t * (size_t)m->hp.n_rot);
+            for (int k = 0; k < m->n_rope_kinds; k++)
+                model_rope_row(m, k, pos[t], rope + ((size_t)k * (size_t)p->T + (size_t)t) *
+                                                        (size_t)m->hp.n_rot);
         }
         if (sq->want_logits)
             out[n_out++] = t - 1;
@@ -463,7 +482,9 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
         pos[t] = 0;
         blk[t] = p->pad_blk;
         toff[t] = nt;
-        rope_row(m, 0, rope + (size_t)t * (size_t)m->hp.n_rot);
+        for (int k = 0; k < m->n_rope_kinds; k++)
+            model_rope_row(m, k, 0, rope + ((size_t)k * (size_t)p->T + (size_t)t) *
+                                               (size_t)m->hp.n_rot);
         if (p->dtiles) {
             tiles[2 * n_tiles] = t;
             tiles[2 * n_tiles + 1] = 1;

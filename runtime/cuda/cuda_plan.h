@@ -37,7 +37,7 @@ int cuda_plan_type_ok(enum ggml_type t, int64_t ne0);
 struct cuda_wslot {
     const struct model_weight *w; /* borrowed from the model */
     uint64_t off;                 /* byte offset in the device buffer */
-    uint64_t bytes;               /* ne1 * row_bytes */
+    uint64_t bytes;               /* ne1 * row_bytes, times ne2 for an expert tensor */
 };
 
 struct cuda_wplan {
@@ -46,8 +46,17 @@ struct cuda_wplan {
     uint64_t total; /* bytes of the device buffer */
 };
 
+/* Layer l's attention shape with the family's switches resolved (NeoX
+ * pairs, the q and score scales, Gemma 2's soft-cap, the layer's sliding
+ * window); q8: the 8-bit arena. Returns 1 when the layer masks scores (a
+ * window or a soft-cap, which the decode tiles do not take: its decode
+ * tokens go one at a time), else 0. */
+int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks);
+
 /* Places every tensor of m: token_embd, output (unless tied), output_norm,
- * and per layer attn_norm, the 7 projections, ffn_norm. Fails with
+ * and per layer attn_norm, the 7 projections, ffn_norm, and a routed
+ * layer's router (ffn_gate_inp) and expert tensors (each 3-D tensor whole,
+ * its experts one after another). Fails with
  * MF_EUNSUPPORTED naming the first tensor the kernels cannot read,
  * MF_ENOMEM; *p is empty then. */
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err);
@@ -88,8 +97,8 @@ int cuda_plan_qgemm_max(const char *v, int32_t *out, struct mf_err *err);
  * the other types from gemm_min. H200, Llama-3-8B Q4_K_M: mmq.cu against
  * qgemm.cu 1,380 against 1,038 tokens/s at batch 8, 1,964 against 2,177
  * at 16, 3,413 against 3,921 at 32, 4,666 against 5,428 at 64 (9 to 15
- * not measured); before qgemm.cu, mmq.cu had beaten dequantization +
- * cuBLAS up to 64 (4,245 against 4,088). */
+ * not measured); mmq.cu also beats dequantization + cuBLAS up to 64
+ * tokens (4,245 against 4,088 at 64). */
 #define CUDA_PLAN_MMQ_MAX 8
 int32_t cuda_plan_gemm_from(enum ggml_type t, int32_t gemm_min, int mmq);
 
@@ -136,9 +145,9 @@ int32_t cuda_plan_att_splits(int32_t T, int32_t n_head_kv, int32_t sms, int32_t 
 #define CUDA_PLAN_COMBINE_Q8_MAX 8
 int cuda_plan_combine_q8(int32_t T, int32_t n_tiles, int32_t splits);
 
-/* An on/off setting (MFC_CUDA_ATTENTION_SPLIT, MFC_CUDA_GRAPHS) as read by
- * the caller: NULL or "": def, "1": 1, "0": 0; anything else MF_EINVAL
- * naming name and v. */
+/* An on/off setting (the MFC_CUDA_* switches) as read by the caller:
+ * NULL or "": def, "1": 1, "0": 0; anything else MF_EINVAL naming name
+ * and v. */
 int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct mf_err *err);
 
 /* ---- one step ----------------------------------------------------------- */
@@ -158,9 +167,9 @@ int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct m
  * A multiple of 8, so a recorded step's padded count (cuda_plan_graph_tokens)
  * never straddles it. */
 #define CUDA_PLAN_DECODE_TILES 32
-/* Since k_flash_dec (the tiles' own kernel for 1-token tiles) and its
- * 8-warp form for small grids, tiles also win from 4 tokens on while the
- * contexts are short. H200, Q4_K_M, 512-token contexts: batch 4 719 -> 741
+/* With k_flash_dec (the tiles' own kernel for 1-token tiles, its warps
+ * chosen for the grid), tiles also win from 4 tokens on while the contexts
+ * are short. H200, Q4_K_M, 512-token contexts: batch 4 719 -> 741
  * tokens/s, 8 1,088 -> 1,168, 16 1,566 -> 1,721, 32 2,758 -> 3,005 (BF16:
  * 8 1,264 -> 1,381, 32 4,127 -> 4,700); 2048-token contexts: 4 595 -> 630,
  * 8 858 -> 1,035, 16 1,182 -> 1,510, 32 2,090 -> 2,410. At batch 2 of
@@ -197,7 +206,8 @@ struct cuda_step_plan {
     size_t tok_blk;     /* int32 (T): physical block the token's K/V goes to */
     size_t tok_toff;    /* int32 (T): offset of its sequence's table in tables */
     size_t out_rows;    /* int32 (n_out): token row of each logits row */
-    size_t rope;        /* float (T, n_rot): cos, sin of each rotated pair */
+    size_t rope;        /* float (n_rope_kinds, T, n_rot): cos, sin of each rotated pair,
+                           a table per rope kind (model_layer.rope_kind) */
     size_t tiles;       /* int32 (n_tiles, 2): first token, tokens (1..CUDA_PLAN_TILE) */
     size_t single;      /* int32 (n_single): tokens attended one at a time */
     size_t tables;      /* int32 (n_tables): the block tables, sequence after sequence

@@ -94,8 +94,11 @@ static int check_seq(const struct model *m, int32_t n_blocks, int32_t i,
                           "batch sequence %" PRId32 ": %" PRId32 " blocks cover fewer than its %" PRId64
                           " positions",
                           i, s->n_blocks, end);
+    /* blocks wholly before every layer's window may have been given back (-1) */
+    int32_t w = model_window_all(m);
+    int64_t first = w && s->n_past >= w ? (s->n_past - w + 1) / KV_BLOCK_TOKENS : 0;
     for (int64_t b = 0; b < need; b++)
-        if (s->block_table[b] < 0 || s->block_table[b] >= n_blocks)
+        if ((s->block_table[b] < 0 && b >= first) || s->block_table[b] >= n_blocks)
             return mf_err_set(err, MF_EINVAL,
                               "batch sequence %" PRId32 ": block id %" PRId32
                               " is outside the arena of %" PRId32 " blocks",

@@ -1,5 +1,5 @@
 /*
- * backend.h: what the engine asks of a compute backend (CPU now, CUDA later).
+ * backend.h: what the engine asks of a compute backend (CPU, CUDA).
  *
  * A backend computes steps (runtime/model/batch.h) for one model: it may prepare
  * the weights (repack, upload), owns the KV arena and all scratch memory,

@@ -651,7 +651,9 @@ static int check_config(struct engine_config *c, const struct engine_model *m, s
 
 static int open_parts(struct engine *e, struct mf_err *err)
 {
-    struct kv_config kc = {.n_blocks = e->cfg.n_kv_blocks, .hash_bits = e->cfg.kv_hash_bits};
+    struct kv_config kc = {.n_blocks = e->cfg.n_kv_blocks,
+                           .hash_bits = e->cfg.kv_hash_bits,
+                           .window = e->cfg.sched.window};
     size_t n = (size_t)e->cfg.sched.max_num_seqs;
     int rc = kc.n_blocks ? 0 : kv_budget_blocks(&e->cfg.budget, &kc.n_blocks, err);
 

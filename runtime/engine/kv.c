@@ -14,7 +14,13 @@
  *                CACHED --kv_match_prefix----------------->  USED+hash
  *                CACHED --kv_alloc, FREE list empty (LRU)->  USED  (hash dropped)
  *                CACHED --kv_clear_prefix_cache----------->  FREE
+ *                USED   --kv_seq_drop, ref 0 (as release)->  CACHED or FREE
  *                (the kv_check invariants hold after each transition)
+ *
+ * A model whose every layer attends within a sliding window never reads a
+ * sequence's blocks before its window again: kv_seq_drop gives them back
+ * while the sequence runs, leaving -1 in its table (batch.h), so a long
+ * sequence holds only its window's blocks (kv_config.window).
  *
  * A cached block's identity is (parent block id + its epoch, its 16 token
  * ids, and for a root block the adapter set): the 64-bit hash
@@ -80,6 +86,8 @@ struct kv_seq {
     int32_t n_blocks;       /* table length, blocks */
     int32_t cap;            /* table capacity, blocks */
     int32_t n_committed;    /* leading blocks processed by kv_commit / kv_match_prefix */
+    int32_t n_dropped;      /* leading entries given back by kv_seq_drop (block -1; their
+                               hash and identity kept for the chain), < n_committed */
     struct batch_lora lora; /* the sequence's adapters */
     uint64_t lora_hash;     /* hash of lora, folded into every block hash */
 };
@@ -87,6 +95,7 @@ struct kv_seq {
 struct kv_cache {
     struct kv_block *blocks; /* owned: n_blocks entries */
     int32_t n_blocks;        /* pool size */
+    int32_t window;          /* kv_config.window: positions a sliding model looks back */
     int32_t *buckets;        /* owned: n_buckets chain heads, -1 empty */
     uint64_t bucket_mask;    /* n_buckets - 1 (a power of two >= n_blocks) */
     uint64_t hash_mask;      /* bits of the block hash kept (tests shrink it) */
@@ -244,6 +253,7 @@ int kv_open(struct kv_cache **out, const struct kv_config *cfg, struct mf_err *e
                           cfg->n_blocks);
     }
     kv->n_blocks = cfg->n_blocks;
+    kv->window = cfg->window > 0 ? cfg->window : 0;
     kv->bucket_mask = nb - 1;
     kv->hash_mask = cfg->hash_bits ? (UINT64_C(1) << cfg->hash_bits) - 1 : UINT64_MAX;
     memset(kv->buckets, 0xff, nb * sizeof *kv->buckets);
@@ -275,7 +285,8 @@ int kv_seq_open(struct kv_cache *kv, const struct batch_lora *lora, int32_t max_
     int32_t cap = KV_BLOCKS_FOR(max_tokens);
 
     *out = NULL;
-    if (max_tokens < 1 || cap > kv->n_blocks)
+    /* a sliding model's sequence holds its window's blocks, plus one chunk */
+    if (max_tokens < 1 || (kv->window ? KV_BLOCKS_FOR(kv->window) + 2 : cap) > kv->n_blocks)
         return mf_err_set(err, MF_ERANGE,
                           "a sequence of %" PRId32 " tokens does not fit a KV cache of %" PRId32
                           " blocks of %d tokens",
@@ -326,17 +337,37 @@ void kv_seq_close(struct kv_cache *kv, struct kv_seq *seq)
     free(seq);
 }
 
+/* Gives back entry i's block: a reference fewer, and at 0 the CACHED or
+ * FREE list. */
+static void put_block(struct kv_cache *kv, struct kv_seq *seq, int32_t i)
+{
+    int32_t id = seq->ents[i].block;
+    struct kv_block *b = &kv->blocks[id];
+
+    seq->ents[i].block = -1;
+    seq->ids[i] = -1;
+    if (--b->ref > 0)
+        return;
+    list_push_tail(kv, b->hashed ? &kv->lru : &kv->free, id);
+}
+
 void kv_seq_release(struct kv_cache *kv, struct kv_seq *seq)
 {
-    for (int32_t i = seq->n_blocks - 1; i >= 0; i--) {
-        int32_t id = seq->ents[i].block;
-        struct kv_block *b = &kv->blocks[id];
-        if (--b->ref > 0)
-            continue;
-        list_push_tail(kv, b->hashed ? &kv->lru : &kv->free, id);
-    }
+    for (int32_t i = seq->n_blocks - 1; i >= seq->n_dropped; i--)
+        put_block(kv, seq, i);
     seq->n_blocks = 0;
     seq->n_committed = 0;
+    seq->n_dropped = 0;
+}
+
+void kv_seq_drop(struct kv_cache *kv, struct kv_seq *seq, int32_t n)
+{
+    if (n > seq->n_committed - 1)
+        n = seq->n_committed - 1; /* the last committed block parents the next */
+    for (int32_t i = seq->n_dropped; i < n; i++)
+        put_block(kv, seq, i);
+    if (n > seq->n_dropped)
+        seq->n_dropped = n;
 }
 
 const int32_t *kv_seq_blocks(const struct kv_seq *seq)
@@ -541,7 +572,18 @@ static int check_tables(const struct kv_cache *kv, int32_t *refs, int32_t *stamp
                               "sequence %" PRId32 ": %" PRId32 " blocks, %" PRId32
                               " committed, capacity %" PRId32,
                               s, seq->n_blocks, seq->n_committed, seq->cap);
-        for (int32_t i = 0; i < seq->n_blocks; i++) {
+        if (seq->n_dropped < 0 || (seq->n_dropped && seq->n_dropped >= seq->n_committed))
+            return mf_err_set(err, MF_EINTEGRITY,
+                              "sequence %" PRId32 ": %" PRId32 " blocks dropped of %" PRId32
+                              " committed",
+                              s, seq->n_dropped, seq->n_committed);
+        for (int32_t i = 0; i < seq->n_dropped; i++)
+            if (seq->ents[i].block != -1 || seq->ids[i] != -1)
+                return mf_err_set(err, MF_EINTEGRITY,
+                                  "sequence %" PRId32 " entry %" PRId32 " was dropped but names "
+                                  "block %" PRId32,
+                                  s, i, seq->ids[i]);
+        for (int32_t i = seq->n_dropped; i < seq->n_blocks; i++) {
             int32_t id = seq->ents[i].block;
             if (id < 0 || id >= kv->n_blocks || seq->ids[i] != id)
                 return mf_err_set(err, MF_EINTEGRITY,

@@ -25,6 +25,8 @@ struct kv_seq;
 
 struct kv_config {
     int32_t n_blocks;  /* pool size, 1 .. KV_MAX_BLOCKS */
+    int32_t window;    /* the model's every layer sees this many positions back (sliding
+                          window); 0: a sequence needs all its blocks */
     int32_t hash_bits; /* 0: 64-bit block hashes; 1..63 keeps only that many bits
                           (tests use it to force collisions, which must be harmless) */
 };
@@ -66,7 +68,14 @@ void kv_seq_close(struct kv_cache *kv, struct kv_seq *seq);
  * sequence's tail is evicted before its (more shareable) head. Can't fail. */
 void kv_seq_release(struct kv_cache *kv, struct kv_seq *seq);
 
-/* The physical block ids of seq, valid until its next kv_* call. */
+/* Gives back the first n blocks of seq's table, which no step reads again
+ * (positions before every layer's sliding window), as kv_seq_release does
+ * one block; their entries become -1. Keeps at least the last committed
+ * block (it parents the next). Can't fail. */
+void kv_seq_drop(struct kv_cache *kv, struct kv_seq *seq, int32_t n);
+
+/* The physical block ids of seq, valid until its next kv_* call; -1 for
+ * blocks kv_seq_drop gave back. */
 const int32_t *kv_seq_blocks(const struct kv_seq *seq);
 int32_t kv_seq_n_blocks(const struct kv_seq *seq);
 

@@ -195,7 +195,7 @@ int sched_open(struct sched **out, const struct sched_config *cfg, struct kv_cac
     kv_get_stats(kv, &st);
     /* vLLM refuses to start when max_model_len exceeds the cache; clamping
      * instead keeps a small-memory host serving shorter requests. */
-    if ((int64_t)st.blocks_total * KV_BLOCK_TOKENS < s->cfg.max_model_len)
+    if (!s->cfg.window && (int64_t)st.blocks_total * KV_BLOCK_TOKENS < s->cfg.max_model_len)
         s->cfg.max_model_len = st.blocks_total * KV_BLOCK_TOKENS;
     s->next_id = 1;
     *out = s;
@@ -525,6 +525,9 @@ static void advance(struct sched *s, struct sched_req *r, int32_t n, int32_t tok
 {
     r->n_computed += n;
     kv_commit(s->kv, r->seq, r->tokens, r->n_computed);
+    if (s->cfg.window) /* the next query, at n_computed, sees no block before these */
+        kv_seq_drop(s->kv, r->seq,
+                    (r->n_computed - s->cfg.window + 1) / KV_BLOCK_TOKENS);
     if (token < 0)
         return;
     r->tokens[r->n_tokens++] = token;

@@ -40,6 +40,9 @@ struct sched_config {
     int32_t max_model_len;          /* context length: prompt + max_tokens, tokens;
                                        clamped to what the KV cache holds */
     int32_t max_waiting;            /* queued requests beyond which submit says overloaded */
+    int32_t window;                 /* every layer sees this many positions back (sliding
+                                       window, model_window_all): computed blocks before it
+                                       are given back as a sequence runs; 0: none */
 };
 
 struct sched_submit {

@@ -1,6 +1,7 @@
 /*
- * model.c: loads a llama-family model (Llama 2/3.x, Mistral, TinyLlama) from
- * a GGUF mapping and validates it completely before anyone computes with it.
+ * model.c: loads a model of any family in common/arch.h from a GGUF mapping
+ * and validates it completely before anyone computes with it: the keys
+ * (model_hparams.c), then every tensor the family's switches call for.
  *
  * Owns the GGUF mapping, the per-layer weight table and attached adapters.
  * Does not own KV storage or scratch buffers (the backend does) nor
@@ -16,7 +17,7 @@
  * (llama.cpp refuses extra tensors too, and a stray one usually means the
  * wrong architecture).
  */
-#include "runtime/model/model.h"
+#include "runtime/model/model_int.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,231 +27,6 @@
 #include "common/gguf.h"
 #include "runtime/model/batch.h"
 #include "runtime/model/lora.h"
-
-/* ------------------------------------------------------------------------
- * Hyper-parameters
- * ---------------------------------------------------------------------- */
-
-/* Reads a required positive int key "llama.<suffix>" into *out. */
-static int get_dim(const struct gguf_file *gf, const char *suffix, int32_t max, int required,
-                   int32_t *out, struct mf_err *err)
-{
-    char key[96];
-    uint32_t v;
-    int rc;
-
-    snprintf(key, sizeof key, "llama.%s", suffix);
-    rc = gguf_get_u32(gf, key, &v, err);
-    if (rc == MF_ENOTFOUND && !required)
-        return MF_ENOTFOUND;
-    if (rc == MF_ENOTFOUND)
-        return mf_err_set(err, MF_EFORMAT, "%s: required key '%s' is missing", gguf_name(gf),
-                          key);
-    if (rc)
-        return rc;
-    if (v == 0 || v > (uint32_t)max)
-        return mf_err_set(err, MF_EFORMAT, "%s: key '%s' is %" PRIu32 " (must be 1..%" PRId32 ")",
-                          gguf_name(gf), key, v, max);
-    *out = (int32_t)v;
-    return 0;
-}
-
-/* Reads an optional float key; leaves *out (the default) when absent. */
-static int get_float_opt(const struct gguf_file *gf, const char *key, float *out,
-                         struct mf_err *err)
-{
-    int rc = gguf_get_f32(gf, key, out, err);
-
-    if (rc == MF_ENOTFOUND) {
-        mf_err_clear(err);
-        return 0;
-    }
-    return rc;
-}
-
-/* Checks general.architecture and general.type: only "llama" models. */
-static int check_arch(const struct gguf_file *gf, struct mf_err *err)
-{
-    struct gguf_str s;
-    int rc;
-
-    rc = gguf_get_str(gf, "general.type", &s, err);
-    if (rc == 0 && !gguf_str_eq(s, "model"))
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: general.type is '%.*s', expected 'model' (a LoRA adapter is "
-                          "loaded with ADAPTER, not as the base model)",
-                          gguf_name(gf), (int)(s.len > 64 ? 64 : s.len), s.p);
-    if (rc && rc != MF_ENOTFOUND)
-        return rc;
-    rc = gguf_get_str(gf, "general.architecture", &s, err);
-    if (rc == MF_ENOTFOUND)
-        return mf_err_set(err, MF_EFORMAT, "%s: general.architecture is missing", gguf_name(gf));
-    if (rc)
-        return rc;
-    if (!gguf_str_eq(s, "llama"))
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: architecture '%.*s' is not supported (mfc runs 'llama': "
-                          "Llama 2/3, Mistral, TinyLlama)",
-                          gguf_name(gf), (int)(s.len > 64 ? 64 : s.len), s.p);
-    return 0;
-}
-
-/* Refuses rope scaling kinds other than none and linear (YaRN, LongRoPE). */
-static int read_rope_scaling(const struct gguf_file *gf, struct model_hparams *hp,
-                             struct mf_err *err)
-{
-    struct gguf_str s;
-    float factor = 1.0f;
-    int rc;
-
-    hp->rope_freq_scale = 1.0f;
-    rc = gguf_get_str(gf, "llama.rope.scaling.type", &s, err);
-    if (rc == MF_ENOTFOUND) {
-        mf_err_clear(err);
-        return 0;
-    }
-    if (rc)
-        return rc;
-    if (gguf_str_eq(s, "none"))
-        return 0;
-    if (!gguf_str_eq(s, "linear"))
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: rope scaling '%.*s' is not supported (none, linear, or llama3 "
-                          "rope_freqs)",
-                          gguf_name(gf), (int)(s.len > 32 ? 32 : s.len), s.p);
-    rc = get_float_opt(gf, "llama.rope.scaling.factor", &factor, err);
-    if (rc)
-        return rc;
-    if (!(factor > 0.0f) || factor > 1e6f)
-        return mf_err_set(err, MF_EFORMAT, "%s: llama.rope.scaling.factor %g is not positive",
-                          gguf_name(gf), (double)factor);
-    hp->rope_freq_scale = 1.0f / factor;
-    return 0;
-}
-
-/* Optional u32 "llama.expert_count": a mixture of experts is not llama. */
-static int check_no_experts(const struct gguf_file *gf, struct mf_err *err)
-{
-    uint32_t n = 0;
-    int rc = gguf_get_u32(gf, "llama.expert_count", &n, err);
-
-    if (rc == MF_ENOTFOUND) {
-        mf_err_clear(err);
-        return 0;
-    }
-    if (rc)
-        return rc;
-    if (n > 1)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: mixture-of-experts models (llama.expert_count = %" PRIu32
-                          ") are not supported",
-                          gguf_name(gf), n);
-    return 0;
-}
-
-/* Derives head_dim from key_length/value_length or n_embd / n_head. */
-static int read_head_dim(const struct gguf_file *gf, struct model_hparams *hp,
-                         struct mf_err *err)
-{
-    int32_t kl = 0, vl = 0;
-    int rc;
-
-    rc = get_dim(gf, "attention.key_length", MODEL_MAX_DIM, 0, &kl, err);
-    if (rc && rc != MF_ENOTFOUND)
-        return rc;
-    rc = get_dim(gf, "attention.value_length", MODEL_MAX_DIM, 0, &vl, err);
-    if (rc && rc != MF_ENOTFOUND)
-        return rc;
-    mf_err_clear(err);
-    if (kl == 0) {
-        if (hp->n_embd % hp->n_head)
-            return mf_err_set(err, MF_EFORMAT,
-                              "%s: embedding length %" PRId32 " is not a multiple of the %" PRId32
-                              " heads",
-                              gguf_name(gf), hp->n_embd, hp->n_head);
-        kl = hp->n_embd / hp->n_head;
-    }
-    if (vl && vl != kl)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: key length %" PRId32 " differs from value length %" PRId32,
-                          gguf_name(gf), kl, vl);
-    if (kl % 2)
-        return mf_err_set(err, MF_EFORMAT, "%s: head dimension %" PRId32 " is odd",
-                          gguf_name(gf), kl);
-    hp->head_dim = kl;
-    return 0;
-}
-
-/* Checks how the head counts and rotary dims fit together. */
-static int check_heads(const struct gguf_file *gf, struct model_hparams *hp, struct mf_err *err)
-{
-    if (hp->n_head % hp->n_head_kv)
-        return mf_err_set(err, MF_EFORMAT,
-                          "%s: %" PRId32 " query heads are not a multiple of %" PRId32
-                          " KV heads",
-                          gguf_name(gf), hp->n_head, hp->n_head_kv);
-    if (hp->n_rot % 2 || hp->n_rot > hp->head_dim)
-        return mf_err_set(err, MF_EFORMAT,
-                          "%s: rope dimension count %" PRId32
-                          " must be even and at most the head dimension %" PRId32,
-                          gguf_name(gf), hp->n_rot, hp->head_dim);
-    if (!(hp->rms_eps > 0.0f) || hp->rms_eps > 1.0f)
-        return mf_err_set(err, MF_EFORMAT, "%s: rms epsilon %g is not in (0, 1]", gguf_name(gf),
-                          (double)hp->rms_eps);
-    if (!(hp->rope_base > 0.0f))
-        return mf_err_set(err, MF_EFORMAT, "%s: rope freq_base %g is not positive",
-                          gguf_name(gf), (double)hp->rope_base);
-    return 0;
-}
-
-/* Fills hp from the llama.* keys; n_vocab is set later from token_embd. */
-static int read_hparams(const struct gguf_file *gf, struct model_hparams *hp, struct mf_err *err)
-{
-    int rc;
-
-    memset(hp, 0, sizeof *hp);
-    rc = check_arch(gf, err);
-    if (!rc)
-        rc = check_no_experts(gf, err);
-    if (!rc)
-        rc = get_dim(gf, "context_length", INT32_MAX, 1, &hp->n_ctx_train, err);
-    if (!rc)
-        rc = get_dim(gf, "embedding_length", MODEL_MAX_DIM, 1, &hp->n_embd, err);
-    if (!rc)
-        rc = get_dim(gf, "feed_forward_length", MODEL_MAX_DIM, 1, &hp->n_ff, err);
-    if (!rc)
-        rc = get_dim(gf, "block_count", MODEL_MAX_LAYERS, 1, &hp->n_layer, err);
-    if (!rc)
-        rc = get_dim(gf, "attention.head_count", MODEL_MAX_HEADS, 1, &hp->n_head, err);
-    if (rc)
-        return rc;
-    hp->n_head_kv = hp->n_head;
-    rc = get_dim(gf, "attention.head_count_kv", MODEL_MAX_HEADS, 0, &hp->n_head_kv, err);
-    if (rc && rc != MF_ENOTFOUND)
-        return rc;
-    rc = read_head_dim(gf, hp, err);
-    if (rc)
-        return rc;
-    hp->n_rot = hp->head_dim;
-    rc = get_dim(gf, "rope.dimension_count", MODEL_MAX_DIM, 0, &hp->n_rot, err);
-    if (rc && rc != MF_ENOTFOUND)
-        return rc;
-    mf_err_clear(err);
-    rc = gguf_get_f32(gf, "llama.attention.layer_norm_rms_epsilon", &hp->rms_eps, err);
-    if (rc == MF_ENOTFOUND)
-        return mf_err_set(err, MF_EFORMAT,
-                          "%s: required key 'llama.attention.layer_norm_rms_epsilon' is missing",
-                          gguf_name(gf));
-    if (rc)
-        return rc;
-    hp->rope_base = 10000.0f; /* llama.cpp's default when the key is absent */
-    rc = get_float_opt(gf, "llama.rope.freq_base", &hp->rope_base, err);
-    if (!rc)
-        rc = read_rope_scaling(gf, hp, err);
-    if (!rc)
-        rc = check_heads(gf, hp, err);
-    return rc;
-}
 
 /* ------------------------------------------------------------------------
  * Tensors
@@ -289,17 +65,32 @@ static const char *shape_str(const uint64_t *ne, uint32_t n_dims, char *buf, siz
     return buf;
 }
 
+/* What a bound tensor is, for its type check. */
+enum kind {
+    K_MAT = 0, /* a projection: any type model_type_supported() takes */
+    K_F32 = 1, /* a norm weight, bias or factor table: F32 only */
+};
+
+/* Binding state: the file, and which of its tensors are bound (so that any
+ * tensor left over can be named). */
+struct binder {
+    struct model *m;      /* the model being bound */
+    uint8_t *used;        /* owned: one flag per tensor of m->gf */
+};
+
 /*
- * Finds tensor name and checks its shape is exactly [ne0] (ne1 == 0) or
- * [ne0, ne1], and its type: F32 only when norm is set, else any type
- * model_type_supported() takes. Fills *w. An absent optional tensor leaves
- * w->data NULL and returns 0; an absent required one is MF_EFORMAT.
+ * Finds tensor name and checks its shape is exactly [ne0], [ne0, ne1] or
+ * [ne0, ne1, ne2] (a zero dimension ends the shape), and its type (kind).
+ * Fills *w. An absent optional tensor leaves w->data NULL and returns 0; an
+ * absent required one is MF_EFORMAT naming it.
  */
-static int bind(const struct gguf_file *gf, const char *name, int64_t ne0, int64_t ne1, int norm,
-                int required, struct model_weight *w, struct mf_err *err)
+static int bind(struct binder *bd, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                enum kind kind, int required, struct model_weight *w, struct mf_err *err)
 {
+    const struct gguf_file *gf = bd->m->gf;
     const struct gguf_tensor *t = gguf_find_tensor(gf, name);
-    uint64_t want[2] = {(uint64_t)ne0, (uint64_t)ne1};
+    uint64_t want[3] = {(uint64_t)ne0, (uint64_t)(ne1 ? ne1 : 1), (uint64_t)(ne2 ? ne2 : 1)};
+    uint32_t want_dims = ne2 ? 3 : ne1 ? 2 : 1;
     char got_s[96], want_s[64];
 
     memset(w, 0, sizeof *w);
@@ -307,11 +98,11 @@ static int bind(const struct gguf_file *gf, const char *name, int64_t ne0, int64
         return 0;
     if (!t)
         return mf_err_set(err, MF_EFORMAT, "%s: tensor '%s' is missing", gguf_name(gf), name);
-    if (t->ne[0] != want[0] || t->ne[1] != (ne1 ? want[1] : 1) || t->ne[2] != 1 || t->ne[3] != 1)
+    if (t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != want[2] || t->ne[3] != 1)
         return mf_err_set(err, MF_EFORMAT, "%s: tensor '%s' has shape %s, expected %s",
                           gguf_name(gf), name, shape_str(t->ne, t->n_dims, got_s, sizeof got_s),
-                          shape_str(want, ne1 ? 2 : 1, want_s, sizeof want_s));
-    if (norm && t->type != GGML_TYPE_F32)
+                          shape_str(want, want_dims, want_s, sizeof want_s));
+    if (kind == K_F32 && t->type != GGML_TYPE_F32)
         return mf_err_set(err, MF_EUNSUPPORTED, "%s: tensor '%s' has type %s; mfc needs F32 here",
                           gguf_name(gf), name, ggml_type_name(t->type));
     if (!model_type_supported((enum ggml_type)t->type))
@@ -322,46 +113,169 @@ static int bind(const struct gguf_file *gf, const char *name, int64_t ne0, int64
     w->data = t->data;
     w->type = (enum ggml_type)t->type;
     w->ne0 = ne0;
-    w->ne1 = ne1 ? ne1 : 1;
-    w->row_bytes = t->n_bytes / (uint64_t)w->ne1;
+    w->ne1 = (int64_t)want[1];
+    w->ne2 = (int64_t)want[2];
+    w->row_bytes = t->n_bytes / (uint64_t)(w->ne1 * w->ne2);
     w->name = t->name;
+    bd->used[t - gguf_tensor_at(gf, 0)] = 1;
     return 0;
+}
+
+/* The view of rows [row0, row0 + n) of w (a fused projection's part). */
+static struct model_weight rows_of(const struct model_weight *w, int64_t row0, int64_t n)
+{
+    struct model_weight v = *w;
+
+    if (!w->data)
+        return v;
+    v.data = (const uint8_t *)w->data + (size_t)row0 * w->row_bytes;
+    v.ne1 = n;
+    v.row0 = w->row0 + row0;
+    return v;
+}
+
+/* The view of elements [first, first + n) of an F32 vector (a fused bias's
+ * part). */
+static struct model_weight elems_of(const struct model_weight *w, int64_t first, int64_t n)
+{
+    struct model_weight v = *w;
+
+    if (!w->data)
+        return v;
+    v.data = (const uint8_t *)w->data + (size_t)first * sizeof(float);
+    v.ne0 = n;
+    v.row_bytes = (uint64_t)n * sizeof(float);
+    return v;
+}
+
+/* bind() of "blk.<il>.<stem>.<suffix>". */
+static int bind_l(struct binder *bd, int32_t il, const char *stem, const char *suffix,
+                  int64_t ne0, int64_t ne1, int64_t ne2, enum kind kind, int required,
+                  struct model_weight *w, struct mf_err *err)
+{
+    char name[GGUF_MAX_NAME + 32];
+
+    snprintf(name, sizeof name, "blk.%" PRId32 ".%s.%s", il, stem, suffix);
+    return bind(bd, name, ne0, ne1, ne2, kind, required, w, err);
 }
 
 static const char *const layer_names[MODEL_W_PER_LAYER] = {
     "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
 };
 
-/* Binds the nine tensors of layer il. */
-static int bind_layer(struct model *m, int32_t il, struct mf_err *err)
+/* Q, K, V of layer il: attn_qkv split into views of its rows when the file
+ * fuses them (any family may, as llama.cpp's loader allows), else the three
+ * tensors; and their optional biases. */
+static int bind_qkv(struct binder *bd, int32_t il, struct mf_err *err)
 {
-    const struct model_hparams *hp = &m->hp;
-    struct model_layer *L = &m->layers[il];
+    const struct model_hparams *hp = &bd->m->hp;
+    struct model_layer *L = &bd->m->layers[il];
     int64_t q = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
-    int64_t in[MODEL_W_PER_LAYER] = {hp->n_embd, hp->n_embd, hp->n_embd, q,
-                                     hp->n_embd, hp->n_embd, hp->n_ff};
-    int64_t out[MODEL_W_PER_LAYER] = {q, kv, kv, hp->n_embd, hp->n_ff, hp->n_ff, hp->n_embd};
-    char name[GGUF_MAX_NAME + 16];
+    int64_t rows[3] = {q, kv, kv}, first[3] = {0, q, q + kv};
+    struct model_weight fw, fb;
     int rc;
 
-    snprintf(name, sizeof name, "blk.%" PRId32 ".attn_norm.weight", il);
-    rc = bind(m->gf, name, hp->n_embd, 0, 1, 1, &L->attn_norm, err);
-    if (rc)
-        return rc;
-    snprintf(name, sizeof name, "blk.%" PRId32 ".ffn_norm.weight", il);
-    rc = bind(m->gf, name, hp->n_embd, 0, 1, 1, &L->ffn_norm, err);
-    for (int i = 0; !rc && i < MODEL_W_PER_LAYER; i++) {
-        snprintf(name, sizeof name, "blk.%" PRId32 ".%s.weight", il, layer_names[i]);
-        rc = bind(m->gf, name, in[i], out[i], 0, 1, &L->w[i], err);
+    rc = bind_l(bd, il, "attn_qkv", "weight", hp->n_embd, q + 2 * kv, 0, K_MAT, 0, &fw, err);
+    if (!rc && fw.data)
+        rc = bind_l(bd, il, "attn_qkv", "bias", q + 2 * kv, 0, 0, K_F32, 0, &fb, err);
+    for (int i = 0; !rc && i < 3; i++) {
+        if (fw.data) {
+            L->w[i] = rows_of(&fw, first[i], rows[i]);
+            L->bias[i] = elems_of(&fb, first[i], rows[i]);
+            continue;
+        }
+        rc = bind_l(bd, il, layer_names[i], "weight", hp->n_embd, rows[i], 0, K_MAT, 1, &L->w[i],
+                    err);
+        if (!rc)
+            rc = bind_l(bd, il, layer_names[i], "bias", rows[i], 0, 0, K_F32, 0, &L->bias[i],
+                        err);
     }
     return rc;
 }
 
-/* Binds the tensors outside the layers; n_vocab comes from token_embd. */
-static int bind_globals(struct model *m, struct mf_err *err)
+/* The FFN of layer il: routed experts, Phi-3's fused gate+up, or the three
+ * projections. */
+static int bind_ffn(struct binder *bd, int32_t il, struct mf_err *err)
 {
+    const struct model_hparams *hp = &bd->m->hp;
+    struct model_layer *L = &bd->m->layers[il];
+    int64_t e = hp->n_expert, fe = hp->n_ff_exp;
+    int rc;
+
+    if (e) {
+        rc = bind_l(bd, il, "ffn_gate_inp", "weight", hp->n_embd, e, 0, K_MAT, 1, &L->gate_inp,
+                    err);
+        if (!rc)
+            rc = bind_l(bd, il, "ffn_gate_exps", "weight", hp->n_embd, fe, e, K_MAT, 1,
+                        &L->exps[MODEL_EXP_GATE], err);
+        if (!rc)
+            rc = bind_l(bd, il, "ffn_up_exps", "weight", hp->n_embd, fe, e, K_MAT, 1,
+                        &L->exps[MODEL_EXP_UP], err);
+        if (!rc)
+            rc = bind_l(bd, il, "ffn_down_exps", "weight", fe, hp->n_embd, e, K_MAT, 1,
+                        &L->exps[MODEL_EXP_DOWN], err);
+        return rc;
+    }
+    if (hp->arch->flags & ARCH_FUSED_UP) {
+        struct model_weight up;
+        rc = bind_l(bd, il, "ffn_up", "weight", hp->n_embd, 2 * (int64_t)hp->n_ff, 0, K_MAT, 1,
+                    &up, err);
+        L->w[MODEL_W_GATE] = rows_of(&up, 0, hp->n_ff);
+        L->w[MODEL_W_UP] = rows_of(&up, hp->n_ff, hp->n_ff);
+    } else {
+        rc = bind_l(bd, il, "ffn_gate", "weight", hp->n_embd, hp->n_ff, 0, K_MAT, 1,
+                    &L->w[MODEL_W_GATE], err);
+        if (!rc)
+            rc = bind_l(bd, il, "ffn_up", "weight", hp->n_embd, hp->n_ff, 0, K_MAT, 1,
+                        &L->w[MODEL_W_UP], err);
+    }
+    if (!rc)
+        rc = bind_l(bd, il, "ffn_down", "weight", hp->n_ff, hp->n_embd, 0, K_MAT, 1,
+                    &L->w[MODEL_W_DOWN], err);
+    return rc;
+}
+
+/* Binds every tensor of layer il. */
+static int bind_layer(struct binder *bd, int32_t il, struct mf_err *err)
+{
+    const struct model_hparams *hp = &bd->m->hp;
+    struct model_layer *L = &bd->m->layers[il];
+    uint32_t f = hp->arch->flags;
+    int64_t q = (int64_t)hp->n_head * hp->head_dim;
+    int rc;
+
+    rc = bind_l(bd, il, "attn_norm", "weight", hp->n_embd, 0, 0, K_F32, 1, &L->attn_norm, err);
+    if (!rc)
+        rc = bind_qkv(bd, il, err);
+    if (!rc)
+        rc = bind_l(bd, il, "attn_output", "weight", q, hp->n_embd, 0, K_MAT, 1,
+                    &L->w[MODEL_W_O], err);
+    if (!rc && (f & ARCH_QK_NORM))
+        rc = bind_l(bd, il, "attn_q_norm", "weight", hp->head_dim, 0, 0, K_F32, 1, &L->q_norm,
+                    err);
+    if (!rc && (f & ARCH_QK_NORM))
+        rc = bind_l(bd, il, "attn_k_norm", "weight", hp->head_dim, 0, 0, K_F32, 1, &L->k_norm,
+                    err);
+    if (!rc && (f & ARCH_POST_NORMS))
+        rc = bind_l(bd, il, "post_attention_norm", "weight", hp->n_embd, 0, 0, K_F32, 1,
+                    &L->attn_post_norm, err);
+    if (!rc && (f & ARCH_POST_NORMS))
+        rc = bind_l(bd, il, "post_ffw_norm", "weight", hp->n_embd, 0, 0, K_F32, 1,
+                    &L->ffn_post_norm, err);
+    if (!rc)
+        rc = bind_l(bd, il, "ffn_norm", "weight", hp->n_embd, 0, 0, K_F32, 1, &L->ffn_norm, err);
+    if (!rc)
+        rc = bind_ffn(bd, il, err);
+    return rc;
+}
+
+/* Binds the tensors outside the layers; n_vocab comes from token_embd. */
+static int bind_globals(struct binder *bd, struct mf_err *err)
+{
+    struct model *m = bd->m;
     const struct gguf_tensor *te = gguf_find_tensor(m->gf, "token_embd.weight");
     struct model_hparams *hp = &m->hp;
+    int64_t half = hp->n_rot / 2;
     int rc;
 
     if (!te)
@@ -371,72 +285,72 @@ static int bind_globals(struct model *m, struct mf_err *err)
         return mf_err_set(err, MF_EFORMAT, "%s: token_embd.weight has %" PRIu64 " rows (vocabulary)",
                           gguf_name(m->gf), te->ne[1]);
     hp->n_vocab = (int32_t)te->ne[1];
-    rc = bind(m->gf, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, 1, &m->tok_embd, err);
+    rc = bind(bd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, K_MAT, 1, &m->tok_embd, err);
     if (!rc)
-        rc = bind(m->gf, "output_norm.weight", hp->n_embd, 0, 1, 1, &m->out_norm, err);
-    if (!rc)
-        rc = bind(m->gf, "output.weight", hp->n_embd, hp->n_vocab, 0, 0, &m->output, err);
+        rc = bind(bd, "output_norm.weight", hp->n_embd, 0, 0, K_F32, 1, &m->out_norm, err);
+    if (!rc && !(hp->arch->flags & ARCH_TIED_ALWAYS))
+        rc = bind(bd, "output.weight", hp->n_embd, hp->n_vocab, 0, K_MAT, 0, &m->output, err);
     if (!rc && !m->output.data) {
         m->output = m->tok_embd; /* tied embeddings, as llama.cpp does */
         m->tied = 1;
     }
     if (!rc)
-        rc = bind(m->gf, "rope_freqs.weight", hp->n_rot / 2, 0, 1, 0, &m->rope_freqs, err);
+        rc = bind(bd, "rope_freqs.weight", half, 0, 0, K_F32, 0, &m->rope_freqs, err);
+    if (!rc && (hp->arch->flags & ARCH_ROPE_FACTORS))
+        rc = bind(bd, "rope_factors_long.weight", half, 0, 0, K_F32, 0, &m->rope_long, err);
+    if (!rc && (hp->arch->flags & ARCH_ROPE_FACTORS))
+        rc = bind(bd, "rope_factors_short.weight", half, 0, 0, K_F32, 0, &m->rope_short, err);
+    if (!rc && !m->rope_freqs.data)
+        model_set_ctx(m, hp->n_ctx_train);
     return rc;
 }
 
-/* 1 if name is a tensor of a llama model with n_layer layers. */
-static int known_tensor(const char *name, int32_t n_layer)
+/* 1 if an unbound tensor may be skipped: rotary tables old converters
+ * wrote (llama.cpp skips them too), and a tied family's output.weight. */
+static int skippable(const struct model *m, const char *name)
 {
-    static const char *const globals[] = {"token_embd.weight", "output_norm.weight",
-                                          "output.weight", "rope_freqs.weight"};
-    char prefix[32];
-    char *end;
-    long il;
+    const char *dot = strrchr(name, '.');
+    const char *stem = dot && strncmp(name, "blk.", 4) == 0 ? strchr(name + 4, '.') : NULL;
 
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
-        if (strcmp(name, globals[i]) == 0)
-            return 1;
-    if (strncmp(name, "blk.", 4) != 0)
-        return 0;
-    il = strtol(name + 4, &end, 10);
-    if (il < 0 || il >= n_layer || *end != '.')
-        return 0;
-    /* "blk.03." would alias blk.3: only the canonical spelling counts */
-    snprintf(prefix, sizeof prefix, "blk.%ld.", il);
-    if (strncmp(name, prefix, strlen(prefix)) != 0)
-        return 0;
-    name += strlen(prefix);
-    /* old converters wrote rotary tables; llama.cpp skips them too */
-    if (strcmp(name, "attn_rot_embd") == 0 || strcmp(name, "attn_rot_embd.weight") == 0)
+    if (stem && (strcmp(stem, ".attn_rot_embd") == 0 || strcmp(stem, ".attn_rot_embd.weight") == 0))
         return 1;
-    if (strcmp(name, "attn_norm.weight") == 0 || strcmp(name, "ffn_norm.weight") == 0)
-        return 1;
-    for (int i = 0; i < MODEL_W_PER_LAYER; i++) {
-        size_t n = strlen(layer_names[i]);
-        if (strncmp(name, layer_names[i], n) == 0 && strcmp(name + n, ".weight") == 0)
-            return 1;
-    }
-    return 0;
+    return (m->hp.arch->flags & ARCH_TIED_ALWAYS) && strcmp(name, "output.weight") == 0;
 }
 
-/* Any tensor the model does not bind is an error naming it (biases, MoE
- * experts, another architecture's tensors): llama.cpp refuses them as well,
- * and running without them would silently compute the wrong function. */
-static int check_no_extra(const struct model *m, struct mf_err *err)
+/* Any tensor the model does not bind is an error naming it (another
+ * architecture's tensors, a wrong layer count): llama.cpp refuses them as
+ * well, and running without them would silently compute the wrong function. */
+static int check_no_extra(const struct binder *bd, struct mf_err *err)
 {
+    const struct model *m = bd->m;
     uint64_t n = gguf_n_tensors(m->gf);
 
     for (uint64_t i = 0; i < n; i++) {
         const struct gguf_tensor *t = gguf_tensor_at(m->gf, i);
 
-        if (!known_tensor(t->name, m->hp.n_layer))
+        if (!bd->used[i] && !skippable(m, t->name))
             return mf_err_set(err, MF_EUNSUPPORTED,
-                              "%s: tensor '%s' is not part of a llama model mfc can run "
-                              "(biases, experts and other architectures are not supported)",
-                              gguf_name(m->gf), t->name);
+                              "%s: tensor '%s' is not part of a %s model mfc can run",
+                              gguf_name(m->gf), t->name, m->hp.arch->name);
     }
     return 0;
+}
+
+/* Binds every tensor of m and checks none is left over. */
+static int bind_all(struct model *m, struct mf_err *err)
+{
+    struct binder bd = {m, calloc(gguf_n_tensors(m->gf) + 1, 1)};
+    int rc;
+
+    if (!bd.used)
+        return mf_err_set(err, MF_ENOMEM, "%s: out of memory", gguf_name(m->gf));
+    rc = bind_globals(&bd, err);
+    for (int32_t il = 0; !rc && il < m->hp.n_layer; il++)
+        rc = bind_layer(&bd, il, err);
+    if (!rc)
+        rc = check_no_extra(&bd, err);
+    free(bd.used);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -455,7 +369,7 @@ int model_open_gguf(struct gguf_file *gf, struct model **out, struct mf_err *err
         return mf_err_set(err, MF_ENOMEM, "out of memory loading a model");
     }
     m->gf = gf;
-    rc = read_hparams(gf, &m->hp, err);
+    rc = model_read_hparams(gf, m, err);
     if (rc)
         goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
@@ -464,11 +378,9 @@ int model_open_gguf(struct gguf_file *gf, struct model **out, struct mf_err *err
                         gguf_name(gf), m->hp.n_layer);
         goto fail;
     }
-    rc = bind_globals(m, err);
-    for (int32_t il = 0; !rc && il < m->hp.n_layer; il++)
-        rc = bind_layer(m, il, err);
+    rc = model_read_layer_kinds(gf, m, err);
     if (!rc)
-        rc = check_no_extra(m, err);
+        rc = bind_all(m, err);
     if (rc)
         goto fail;
     *out = m;
@@ -503,6 +415,14 @@ void model_close(struct model *m)
     free(m);
 }
 
+void model_set_ctx(struct model *m, int32_t n_ctx)
+{
+    if ((!m->rope_long.data && !m->rope_short.data) ||
+        gguf_find_tensor(m->gf, "rope_freqs.weight"))
+        return; /* llama.cpp prefers a file's own rope_freqs too */
+    m->rope_freqs = n_ctx > m->hp.n_ctx_orig && m->rope_long.data ? m->rope_long : m->rope_short;
+}
+
 int model_add_lora(struct model *m, struct lora *l, int32_t *id, struct mf_err *err)
 {
     struct lora **grown;
@@ -534,6 +454,14 @@ const struct model_weight *model_weight_at(const struct model *m, int32_t layer,
 int32_t model_n_targets(const struct model *m)
 {
     return m->hp.n_layer * MODEL_W_PER_LAYER + 1;
+}
+
+int32_t model_window_all(const struct model *m)
+{
+    for (int32_t l = 0; l < m->hp.n_layer; l++)
+        if (!m->layers[l].swa)
+            return 0;
+    return m->hp.n_swa;
 }
 
 uint64_t model_kv_block_bytes(const struct model *m, int elem_bytes)

@@ -13,6 +13,8 @@
  *   serve_openai.c  OpenAI chunks, responses and errors
  *   serve_ollama.c  Ollama NDJSON, responses, tags/show/ps
  *   serve_metrics.c Prometheus text from engine_metrics
+ *   serve_head.c    request heads checked before libmicrohttpd sees them; the door's errors
+ *   serve_door.c    the listening socket: connection caps, read timeout, handing over
  *   serve.c         libmicrohttpd daemon, routing, auth, limits, access log, drain
  *   serve_main.c    main(): flags, signals, load, run
  * docs/api.md is the user-facing description.
@@ -57,6 +59,7 @@ struct serve_config {
     uint64_t model_offset; /* --model-offset: where the GGUF starts inside model_path */
     uint64_t model_size;   /* --model-size: its bytes; 0: to the end of the file */
     char *config_path;   /* owned or NULL: model.yaml read */
+    char *config_name;   /* owned or NULL: its name in messages (--config-name) */
     char *model_name;    /* owned: the served name (MFC_MODEL_NAME, else the file's stem) */
     char *device;        /* owned: "cpu" (MFC_DEVICE) */
     char *kv_cache_gb;   /* owned or NULL: MFC_KV_CACHE_GB */
@@ -69,6 +72,11 @@ struct serve_config {
     int ctx;             /* context length; 0: num_ctx parameter or the model's */
     size_t max_body;     /* request body bytes before 413 (MFC_MAX_BODY, 4 MiB) */
     int drain_s;         /* SIGTERM: seconds to wait for in-flight requests (30) */
+    int read_timeout;    /* seconds a request head may take to arrive, and a body past its
+                            1 s per 64 KiB (MFC_READ_TIMEOUT, 10); beyond: 408 */
+    int max_connections; /* connections open at once (MFC_MAX_CONNECTIONS, 4096); beyond: 503 */
+    int max_conns_per_client; /* of one client address (MFC_MAX_CONNECTIONS_PER_CLIENT,
+                                 512; 0: no cap); beyond: 503 */
     struct serve_adapter_cfg adapters[SERVE_MAX_ADAPTERS];
     int n_adapters;
     json_t *params;      /* owned: model.yaml params (Ollama types), {} when none */
@@ -282,6 +290,7 @@ struct serve {
     int n_adapters;
     json_t *model_info;        /* owned: GGUF scalar metadata for /api/show */
     char quant[16];            /* the projections' type name ("Q4_K", "F32") */
+    char arch[32];             /* general.architecture: /api/show's details.family */
     uint64_t n_params;         /* parameters, counted from the tensors */
     uint64_t model_bytes;      /* size of the GGUF */
     char digest[72];           /* "sha256:..." of the model path and size (a stable id) */
@@ -292,6 +301,7 @@ struct serve {
     atomic_int active;         /* generations in flight */
     atomic_uint_fast64_t seq;  /* request ids */
     struct MHD_Daemon *mhd;    /* owned */
+    struct serve_door *door;   /* owned: the listening socket and slow clients (serve_door.h) */
     struct serve_embedder *emb; /* owned: the embeddings computer (serve_embed.c) */
     struct gram_vocab *gvocab;  /* owned: the vocabulary trie for grammars */
     struct serve_gcache *gcache; /* owned: compiled grammars shared by requests */

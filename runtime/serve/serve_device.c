@@ -5,7 +5,7 @@
  *   cpu   the CPU backend.
  *   cuda  the CUDA backend; refused (MF_EUNSUPPORTED) when no GPU is visible
  *         or when the CUDA plan (runtime/cuda/cuda_plan.h) refuses a tensor of
- *         the model, e.g. Q5_0/Q5_1 weights the kernels cannot read yet.
+ *         the model, e.g. Q5_0/Q5_1 weights the kernels do not read.
  *   auto  the CUDA backend when a GPU is visible and the plan accepts every
  *         tensor; otherwise the CPU backend, with the reason returned so the
  *         caller can say on stderr why the GPU is not used.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# demo.bats: the demo model end to end (issue 12). modelfiles/demo (a
+# demo.bats: the demo model end to end. modelfiles/demo (a
 # 3M-parameter llama trained by tests/tools/mkfixtures.py and its pirate LoRA,
 # both as Hugging Face / PEFT directories) is built by `mfc build`, then
 #   - `mfc run` answers the recorded questions as the base and as the adapter;

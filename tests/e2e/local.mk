@@ -1,4 +1,4 @@
-## tests/e2e: the demo end to end (issue 12) — modelfiles/demo built, run by
+## tests/e2e: the demo end to end — modelfiles/demo built, run by
 ## mfc run, under podman and through a registry, answers checked against
 ## modelfiles/demo/expected.json; README's quick start; every example Modelfile.
 TESTS += tests/e2e/demo.bats

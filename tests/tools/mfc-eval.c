@@ -4,7 +4,7 @@
  * llama.cpp and for bench/engine.
  *
  *   mfc-eval --model M.gguf [--lora A.gguf [--lora-scale S]]... --tokens 1,2,3
- *            [--n N] [--threads N] [--kv f16|f32] [--chunk N] [--kernels NAME]
+ *            [--n N] [--threads N] [--kv f16|f32] [--chunk N] [--kernels NAME] [--ctx N]
  *   mfc-eval --model M.gguf --bench PP,TG [--threads N] [--chunk N] [--seqs S]
  *
  * Eval mode prints {"n_vocab", "kernels", "logits": [...] (after the last
@@ -44,6 +44,8 @@ struct opts {
     int32_t chunk;                      /* --chunk: tokens per prefill step */
     int32_t bench_pp, bench_tg;         /* --bench */
     int32_t n_seqs;                     /* --seqs: sequences decoding together (bench) */
+    int32_t n_ctx;                      /* --ctx: the context a sequence may reach (LongRoPE's
+                                           factors); 0: the model's training context */
     struct backend_config cfg;          /* --threads, --kv, --kernels */
 };
 
@@ -109,6 +111,8 @@ static int parse_args(int argc, char **argv, struct opts *o, struct mf_err *err)
             rc = parse_i32(v, 1, 256, &o->n_seqs, err);
         else if (strcmp(a, "--chunk") == 0)
             rc = parse_i32(v, 1, MAX_TOKENS, &o->chunk, err);
+        else if (strcmp(a, "--ctx") == 0)
+            rc = parse_i32(v, 1, INT32_MAX, &o->n_ctx, err);
         else if (strcmp(a, "--threads") == 0)
             rc = parse_i32(v, 1, 1024, &o->cfg.n_threads, err);
         else if (strcmp(a, "--kernels") == 0)
@@ -279,6 +283,8 @@ static int setup(struct opts *o, int32_t ctx, struct model **m, struct seq *sq, 
     int32_t id, per, n = o->n_seqs, total;
     int rc = model_open(o->model, m, err);
 
+    if (!rc && o->n_ctx)
+        model_set_ctx(*m, o->n_ctx);
     for (int i = 0; !rc && i < o->n_lora; i++) {
         rc = lora_open(*m, o->lora[i], &l, err);
         if (!rc)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # mkfixtures.py: makes mfc's real Hugging Face / PEFT test fixtures and the
-# trained demo model (issues 8, 9 and 12) with the real `transformers`,
+# trained demo model with the real `transformers`,
 # `peft` and `tokenizers` libraries, so that the C converters are tested
 # against what those libraries actually write, not against our reading of
 # their formats.

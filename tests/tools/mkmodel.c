@@ -1,13 +1,26 @@
 /*
- * mkmodel.c: writes a llama-architecture GGUF with seeded random weights, or
- * the matching LoRA adapter, for tests and benchmarks.
+ * mkmodel.c: writes a GGUF of any family mfc runs (common/arch.h) with
+ * seeded random weights, or the matching LoRA adapter, for tests and
+ * benchmarks.
  *
- *   mkmodel -o OUT.gguf [--preset toy|125m|1b|llama3-8b] [--layers N] [--embd N]
- *           [--ff N] [--heads N] [--kv-heads N] [--vocab N] [--ctx N]
- *           [--rope-base F] [--seed N] [--tied] [--rope-freqs]
+ *   mkmodel -o OUT.gguf [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3]
+ *           [--preset toy|125m|1b|llama3-8b|qwen2.5-7b|gemma2-9b|phi3-mini|qwen3-30b-a3b]
+ *           [--layers N] [--embd N] [--ff N] [--heads N] [--kv-heads N]
+ *           [--head-dim N] [--vocab N] [--ctx N] [--rope-base F] [--seed N]
+ *           [--tied] [--rope-freqs] [--qkv-bias] [--fused-qkv]
+ *           [--experts N --experts-used K [--ff-exp N]]
+ *           [--swa N [--swa-pattern P]] [--rope-factors ORIG_CTX]
+ *           [--rope-scaling yarn|linear --rope-factor F [--rope-orig-ctx N]]
  *           [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]
  *           [--vocab-from FILE.gguf | --vocab-json FILE.json]
  *           [--lora RANK --targets q,k,v,o,gate,up,down [--lora-alpha F]]
+ *
+ * A family's own tensors follow its descriptor's switches, named and shaped
+ * as llama.cpp's loader wants them: q/k/v biases (qwen2, or --qkv-bias),
+ * per-head q/k norms (qwen3, gemma3), post-norms (gemma2/3, whose output is
+ * always token_embd), Phi-3's fused gate+up (and attn_qkv with --fused-qkv),
+ * expert tensors (--experts: Mixtral as llama, qwen3moe), LongRoPE factor
+ * tables (--rope-factors); and its keys under "<arch>.".
  *
  * Weights: an Irwin-Hall(4) approximation of N(0, 0.02) (norm weights
  * 1 + N(0, 0.02)) from splitmix64 seeded by (--seed, tensor name), so a
@@ -24,7 +37,9 @@
  * --lora writes an adapter instead of the model: general.type=adapter,
  * adapter.type=lora, adapter.lora.alpha, and for each target of each layer
  * "<base>.lora_a" {ne0 = base ne0, rank} and "<base>.lora_b" {rank, base ne1}
- * (llama.cpp src/llama-adapter.cpp). Tensor data is generated and written
+ * (llama.cpp src/llama-adapter.cpp); a fused base tensor (--fused-qkv's
+ * attn_qkv, Phi-3's ffn_up) gets one pair over all its rows, and a model
+ * with experts takes q, k, v, o targets only. Tensor data is generated and written
  * row by row (a few MB at a time), so the 8B preset needs no more memory
  * than a 4 MB chunk and one row.
  */
@@ -37,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/arch.h"
 #include "common/err.h"
 #include "common/file.h"
 #include "common/ggml_type.h"
@@ -62,6 +78,11 @@ struct shape {
     uint32_t n_vocab;   /* tokens */
     uint32_t n_ctx;     /* context length */
     float rope_base;    /* rope.freq_base */
+    uint32_t head_dim;  /* 0: n_embd / n_head */
+    uint32_t n_expert;  /* 0: dense */
+    uint32_t n_used;    /* experts per token */
+    uint32_t n_ff_exp;  /* an expert's width; 0: n_ff */
+    const char *arch;   /* general.architecture; NULL: llama */
 };
 
 enum target { T_Q, T_K, T_V, T_O, T_GATE, T_UP, T_DOWN, T_COUNT };
@@ -84,6 +105,15 @@ struct opts {
     uint32_t lora_rank;     /* 0: write the model, else the adapter */
     float lora_alpha;       /* adapter.lora.alpha */
     unsigned targets;       /* bit i: target i */
+    const struct arch_desc *arch; /* the family */
+    int qkv_bias;           /* write q/k/v biases */
+    int fused_qkv;          /* attn_qkv instead of attn_q/k/v */
+    uint32_t swa;           /* attention.sliding_window; 0: none written */
+    int32_t swa_pattern;    /* attention.sliding_window_pattern; -1: none written */
+    uint32_t rope_factors;  /* LongRoPE tables with this original context; 0: none */
+    const char *rope_scaling; /* rope.scaling.type, or NULL */
+    float rope_factor;      /* rope.scaling.factor */
+    uint32_t rope_orig_ctx; /* rope.scaling.original_context_length; 0: none */
 };
 
 struct preset {
@@ -91,18 +121,28 @@ struct preset {
     struct shape s;
 };
 
+/* The model shapes of the benchmarks' families (their config.json). */
 static const struct preset presets[] = {
-    {"toy", {2, 256, 512, 4, 2, 512, 512, 10000.0f}},
-    {"125m", {12, 768, 2048, 12, 4, 32000, 2048, 10000.0f}},
-    {"1b", {16, 2048, 8192, 32, 8, 128256, 8192, 500000.0f}},
-    {"llama3-8b", {32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f}},
+    {"toy", {2, 256, 512, 4, 2, 512, 512, 10000.0f, 0, 0, 0, 0, NULL}},
+    {"125m", {12, 768, 2048, 12, 4, 32000, 2048, 10000.0f, 0, 0, 0, 0, NULL}},
+    {"1b", {16, 2048, 8192, 32, 8, 128256, 8192, 500000.0f, 0, 0, 0, 0, NULL}},
+    {"llama3-8b", {32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f, 0, 0, 0, 0, NULL}},
+    {"qwen2.5-7b", {28, 3584, 18944, 28, 4, 152064, 32768, 1000000.0f, 0, 0, 0, 0, "qwen2"}},
+    {"gemma2-9b", {42, 3584, 14336, 16, 8, 256000, 8192, 10000.0f, 256, 0, 0, 0, "gemma2"}},
+    {"phi3-mini", {32, 3072, 8192, 32, 32, 32064, 4096, 10000.0f, 0, 0, 0, 0, "phi3"}},
+    {"qwen3-30b-a3b",
+     {48, 2048, 6144, 32, 4, 151936, 40960, 1000000.0f, 128, 128, 8, 768, "qwen3moe"}},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mkmodel -o OUT.gguf [--preset toy|125m|1b|llama3-8b] [--layers N]\n"
-               "  [--embd N] [--ff N] [--heads N] [--kv-heads N] [--vocab N] [--ctx N]\n"
-               "  [--rope-base F] [--seed N] [--tied] [--rope-freqs]\n"
+    fprintf(f, "usage: mkmodel -o OUT.gguf [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3]\n"
+               "  [--preset toy|125m|1b|llama3-8b|qwen2.5-7b|gemma2-9b|phi3-mini|qwen3-30b-a3b]\n"
+               "  [--layers N] [--embd N] [--ff N] [--heads N] [--kv-heads N] [--head-dim N]\n"
+               "  [--vocab N] [--ctx N] [--rope-base F] [--seed N] [--tied] [--rope-freqs]\n"
+               "  [--qkv-bias] [--fused-qkv] [--experts N --experts-used K [--ff-exp N]]\n"
+               "  [--swa N [--swa-pattern P]] [--rope-factors ORIG_CTX]\n"
+               "  [--rope-scaling yarn|linear --rope-factor F [--rope-orig-ctx N]]\n"
                "  [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
                "  [--vocab-from FILE.gguf | --vocab-json FILE.json]\n"
                "  [--lora RANK --targets q,k,v,o,gate,up,down [--lora-alpha F]]\n");
@@ -153,11 +193,16 @@ static int apply_preset(struct opts *o, const char *name, struct mf_err *err)
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(presets[i].name, name) == 0) {
             o->s = presets[i].s;
+            if (strcmp(name, "gemma2-9b") == 0)
+                o->swa = 4096;
             o->preset = presets[i].name;
             return 0;
         }
     }
-    return mf_err_set(err, MF_EUSAGE, "unknown preset '%s' (toy, 125m, 1b, llama3-8b)", name);
+    return mf_err_set(err, MF_EUSAGE,
+                      "unknown preset '%s' (toy, 125m, 1b, llama3-8b, qwen2.5-7b, gemma2-9b, "
+                      "phi3-mini, qwen3-30b-a3b)",
+                      name);
 }
 
 enum {
@@ -178,7 +223,20 @@ enum {
     O_LORA,
     O_TARGETS,
     O_ALPHA,
-    O_RFREQS
+    O_RFREQS,
+    O_ARCH,
+    O_HDIM,
+    O_BIAS,
+    O_FQKV,
+    O_EXPERTS,
+    O_USED,
+    O_FFEXP,
+    O_SWA,
+    O_SWAP,
+    O_RFACT,
+    O_RSCALE,
+    O_RFACTOR,
+    O_RORIG
 };
 
 static const struct option long_opts[] = {
@@ -191,7 +249,14 @@ static const struct option long_opts[] = {
     {"vocab-from", 1, 0, O_VFROM}, {"vocab-json", 1, 0, O_VJSON},
     {"lora", 1, 0, O_LORA},        {"targets", 1, 0, O_TARGETS},
     {"lora-alpha", 1, 0, O_ALPHA}, {"rope-freqs", 0, 0, O_RFREQS},
-    {"help", 0, 0, 'h'},           {0, 0, 0, 0},
+    {"arch", 1, 0, O_ARCH},        {"head-dim", 1, 0, O_HDIM},
+    {"qkv-bias", 0, 0, O_BIAS},    {"fused-qkv", 0, 0, O_FQKV},
+    {"experts", 1, 0, O_EXPERTS},  {"experts-used", 1, 0, O_USED},
+    {"ff-exp", 1, 0, O_FFEXP},     {"swa", 1, 0, O_SWA},
+    {"swa-pattern", 1, 0, O_SWAP}, {"rope-factors", 1, 0, O_RFACT},
+    {"rope-scaling", 1, 0, O_RSCALE}, {"rope-factor", 1, 0, O_RFACTOR},
+    {"rope-orig-ctx", 1, 0, O_RORIG}, {"help", 0, 0, 'h'},
+    {0, 0, 0, 0},
 };
 
 static int parse_opt(struct opts *o, int c, const char *a, struct mf_err *err)
@@ -242,6 +307,41 @@ static int parse_opt(struct opts *o, int c, const char *a, struct mf_err *err)
         return parse_targets(a, &o->targets, err);
     case O_ALPHA:
         return parse_float("--lora-alpha", a, &o->lora_alpha, err);
+    case O_ARCH:
+        o->s.arch = a;
+        return 0;
+    case O_HDIM:
+        return parse_u32("--head-dim", a, &o->s.head_dim, err);
+    case O_BIAS:
+        o->qkv_bias = 1;
+        return 0;
+    case O_FQKV:
+        o->fused_qkv = 1;
+        return 0;
+    case O_EXPERTS:
+        return parse_u32("--experts", a, &o->s.n_expert, err);
+    case O_USED:
+        return parse_u32("--experts-used", a, &o->s.n_used, err);
+    case O_FFEXP:
+        return parse_u32("--ff-exp", a, &o->s.n_ff_exp, err);
+    case O_SWA:
+        return parse_u32("--swa", a, &o->swa, err);
+    case O_SWAP: {
+        uint64_t v;
+        if (mf_num_parse_u64(a, &v) != 0 || v > 1024)
+            return mf_err_set(err, MF_EUSAGE, "--swa-pattern wants 0..1024, not '%s'", a);
+        o->swa_pattern = (int32_t)v;
+        return 0;
+    }
+    case O_RFACT:
+        return parse_u32("--rope-factors", a, &o->rope_factors, err);
+    case O_RSCALE:
+        o->rope_scaling = a;
+        return 0;
+    case O_RFACTOR:
+        return parse_float("--rope-factor", a, &o->rope_factor, err);
+    case O_RORIG:
+        return parse_u32("--rope-orig-ctx", a, &o->rope_orig_ctx, err);
     default:
         return mf_err_set(err, MF_EUSAGE, "unknown option");
     }
@@ -254,11 +354,28 @@ static int check_opts(const struct opts *o, struct mf_err *err)
         return mf_err_set(err, MF_EUSAGE, "-o OUT.gguf is required");
     if (o->vocab_from && o->vocab_json)
         return mf_err_set(err, MF_EUSAGE, "--vocab-from and --vocab-json exclude each other");
-    if (s->n_embd % s->n_head != 0 || (s->n_embd / s->n_head) % 2 != 0)
+    if (!s->head_dim && (s->n_embd % s->n_head != 0 || (s->n_embd / s->n_head) % 2 != 0))
         return mf_err_set(err, MF_EUSAGE,
                           "--embd %" PRIu32 " must be an even multiple of "
                           "--heads %" PRIu32,
                           s->n_embd, s->n_head);
+    if (s->head_dim % 2)
+        return mf_err_set(err, MF_EUSAGE, "--head-dim must be even");
+    if (!o->arch)
+        return mf_err_set(err, MF_EUSAGE, "--arch: unknown architecture '%s' (%s)", s->arch,
+                          arch_names());
+    if (s->n_expert && (!s->n_used || s->n_used > s->n_expert))
+        return mf_err_set(err, MF_EUSAGE, "--experts needs --experts-used 1..%" PRIu32,
+                          s->n_expert);
+    if (s->n_expert && !(o->arch->flags & ARCH_EXPERTS))
+        return mf_err_set(err, MF_EUSAGE, "--experts: %s has no experts", o->arch->name);
+    if (!s->n_expert && (o->arch->flags & ARCH_ALL_EXPERTS))
+        return mf_err_set(err, MF_EUSAGE, "%s needs --experts", o->arch->name);
+    if (o->lora_rank && s->n_expert &&
+        (o->targets & ((1u << T_GATE) | (1u << T_UP) | (1u << T_DOWN))))
+        return mf_err_set(err, MF_EUSAGE,
+                          "adapters of a model with experts target q, k, v, o only (its layers "
+                          "have no dense gate, up or down)");
     if (s->n_head % s->n_head_kv != 0)
         return mf_err_set(err, MF_EUSAGE, "--heads must be a multiple of --kv-heads");
     if (o->lora_rank && !o->targets)
@@ -275,6 +392,7 @@ static int parse_args(int argc, char **argv, struct opts *o, struct mf_err *err)
     o->preset = "toy";
     o->type = "f32";
     o->seed = 42;
+    o->swa_pattern = -1;
     int c, rc = 0;
     while (!rc && (c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
         if (c == 'h') {
@@ -287,6 +405,11 @@ static int parse_args(int argc, char **argv, struct opts *o, struct mf_err *err)
         rc = mf_err_set(err, MF_EUSAGE, "unexpected argument '%s'", argv[optind]);
     if (!rc && o->lora_alpha == 0)
         o->lora_alpha = (float)o->lora_rank;
+    if (!rc) {
+        const char *a = o->s.arch ? o->s.arch : "llama";
+        o->arch = arch_find(a, strlen(a));
+        o->qkv_bias |= o->arch && strcmp(o->arch->name, "qwen2") == 0;
+    }
     return rc ? rc : check_opts(o, err);
 }
 
@@ -330,8 +453,8 @@ static void fill_row(uint64_t *st, float *v, uint64_t n, float mean, float sd)
 
 struct ptensor {
     char name[GGUF_MAX_NAME]; /* GGUF tensor name */
-    uint32_t n_dims;          /* 1 or 2 */
-    uint64_t ne[2];           /* ggml order: ne[0] is the row */
+    uint32_t n_dims;          /* 1, 2 or 3 (experts) */
+    uint64_t ne[3];           /* ggml order: ne[0] is the row */
     enum ggml_type type;      /* chosen file type */
     float mean;               /* value distribution: mean + sd * N(0,1) */
     float sd;
@@ -355,15 +478,22 @@ static int plan_add(struct plan *p, const char *name, uint32_t n_dims, uint64_t 
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = n_dims > 1 ? ne1 : 1;
+    t->ne[2] = 1;
     t->mean = mean;
     t->sd = sd;
     return 0;
 }
 
+/* Head width: --head-dim, else n_embd / n_head. */
+static uint64_t head_dim(const struct shape *s)
+{
+    return s->head_dim ? s->head_dim : s->n_embd / s->n_head;
+}
+
 /* ne0/ne1 of a layer's weight for target t (ggml order). */
 static void target_dims(const struct shape *s, int t, uint64_t *ne0, uint64_t *ne1)
 {
-    uint64_t hd = s->n_embd / s->n_head;
+    uint64_t hd = head_dim(s);
     uint64_t q = hd * s->n_head, kv = hd * s->n_head_kv;
     const uint64_t dims[T_COUNT][2] = {
         {s->n_embd, q},       {s->n_embd, kv},      {s->n_embd, kv},      {q, s->n_embd},
@@ -373,47 +503,140 @@ static void target_dims(const struct shape *s, int t, uint64_t *ne0, uint64_t *n
     *ne1 = dims[t][1];
 }
 
+/* plan_add of "blk.<l>.<stem>.<suffix>". */
+static int plan_l(struct plan *p, uint32_t l, const char *stem, const char *suffix,
+                  uint32_t n_dims, uint64_t ne0, uint64_t ne1, float mean, float sd,
+                  struct mf_err *err)
+{
+    char name[GGUF_MAX_NAME];
+    snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.%s", l, stem, suffix);
+    return plan_add(p, name, n_dims, ne0, ne1, mean, sd, err);
+}
+
+/* q, k, v of layer l (fused or not) and their biases. */
+static int plan_qkv(const struct opts *o, struct plan *p, uint32_t l, struct mf_err *err)
+{
+    uint64_t hd = head_dim(&o->s), rows[3] = {hd * o->s.n_head, hd * o->s.n_head_kv,
+                                              hd * o->s.n_head_kv};
+    int rc = 0;
+    if (o->fused_qkv) {
+        rc = plan_l(p, l, "attn_qkv", "weight", 2, o->s.n_embd, rows[0] + 2 * rows[1], 0, 0.02f,
+                    err);
+        if (!rc && o->qkv_bias)
+            rc = plan_l(p, l, "attn_qkv", "bias", 1, rows[0] + 2 * rows[1], 1, 0, 0.02f, err);
+        return rc;
+    }
+    for (int t = T_Q; t <= T_V && !rc; t++) {
+        rc = plan_l(p, l, target_name[t], "weight", 2, o->s.n_embd, rows[t], 0, 0.02f, err);
+        if (!rc && o->qkv_bias)
+            rc = plan_l(p, l, target_name[t], "bias", 1, rows[t], 1, 0, 0.02f, err);
+    }
+    return rc;
+}
+
+/* The FFN of layer l: experts, Phi-3's fused gate+up, or gate/up/down. */
+static int plan_ffn(const struct opts *o, struct plan *p, uint32_t l, struct mf_err *err)
+{
+    const struct shape *s = &o->s;
+    uint64_t fe = s->n_ff_exp ? s->n_ff_exp : s->n_ff;
+    int rc;
+    if (s->n_expert) {
+        static const char *const stems[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        rc = plan_l(p, l, "ffn_gate_inp", "weight", 2, s->n_embd, s->n_expert, 0, 0.02f, err);
+        for (int i = 0; i < 3 && !rc; i++) {
+            rc = plan_l(p, l, stems[i], "weight", 3, i == 2 ? fe : s->n_embd,
+                        i == 2 ? s->n_embd : fe, 0, 0.02f, err);
+            p->t[p->n - 1].ne[2] = s->n_expert;
+        }
+        return rc;
+    }
+    if (o->arch->flags & ARCH_FUSED_UP)
+        rc = plan_l(p, l, "ffn_up", "weight", 2, s->n_embd, 2 * (uint64_t)s->n_ff, 0, 0.02f, err);
+    else
+        rc = plan_l(p, l, "ffn_gate", "weight", 2, s->n_embd, s->n_ff, 0, 0.02f, err);
+    if (!rc && !(o->arch->flags & ARCH_FUSED_UP))
+        rc = plan_l(p, l, "ffn_up", "weight", 2, s->n_embd, s->n_ff, 0, 0.02f, err);
+    if (!rc)
+        rc = plan_l(p, l, "ffn_down", "weight", 2, s->n_ff, s->n_embd, 0, 0.02f, err);
+    return rc;
+}
+
+static int plan_layer(const struct opts *o, struct plan *p, uint32_t l, struct mf_err *err)
+{
+    const struct shape *s = &o->s;
+    uint32_t f = o->arch->flags;
+    uint64_t hd = head_dim(s);
+    int rc = plan_l(p, l, "attn_norm", "weight", 1, s->n_embd, 1, 1, 0.02f, err);
+    if (!rc)
+        rc = plan_qkv(o, p, l, err);
+    if (!rc && (f & ARCH_QK_NORM))
+        rc = plan_l(p, l, "attn_q_norm", "weight", 1, hd, 1, 1, 0.02f, err);
+    if (!rc && (f & ARCH_QK_NORM))
+        rc = plan_l(p, l, "attn_k_norm", "weight", 1, hd, 1, 1, 0.02f, err);
+    if (!rc)
+        rc = plan_l(p, l, "attn_output", "weight", 2, hd * s->n_head, s->n_embd, 0, 0.02f, err);
+    if (!rc && (f & ARCH_POST_NORMS))
+        rc = plan_l(p, l, "post_attention_norm", "weight", 1, s->n_embd, 1, 1, 0.02f, err);
+    if (!rc)
+        rc = plan_l(p, l, "ffn_norm", "weight", 1, s->n_embd, 1, 1, 0.02f, err);
+    if (!rc)
+        rc = plan_ffn(o, p, l, err);
+    if (!rc && (f & ARCH_POST_NORMS))
+        rc = plan_l(p, l, "post_ffw_norm", "weight", 1, s->n_embd, 1, 1, 0.02f, err);
+    return rc;
+}
+
 static int plan_model(const struct opts *o, struct plan *p, struct mf_err *err)
 {
     const struct shape *s = &o->s;
-    char name[GGUF_MAX_NAME];
+    uint64_t half = head_dim(s) / 2;
     int rc = plan_add(p, "token_embd.weight", 2, s->n_embd, s->n_vocab, 0, 0.02f, err);
     if (!rc && o->rope_freqs)
-        rc = plan_add(p, "rope_freqs.weight", 1, s->n_embd / s->n_head / 2, 1, 1, 0, err);
-    for (uint32_t l = 0; l < s->n_layer && !rc; l++) {
-        snprintf(name, sizeof name, "blk.%" PRIu32 ".attn_norm.weight", l);
-        rc = plan_add(p, name, 1, s->n_embd, 1, 1, 0.02f, err);
-        for (int t = 0; t < T_COUNT && !rc; t++) {
-            uint64_t ne0, ne1;
-            target_dims(s, t, &ne0, &ne1);
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight", l, target_name[t]);
-            rc = plan_add(p, name, 2, ne0, ne1, 0, 0.02f, err);
-            if (!rc && t == T_O) {
-                snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_norm.weight", l);
-                rc = plan_add(p, name, 1, s->n_embd, 1, 1, 0.02f, err);
-            }
-        }
-    }
+        rc = plan_add(p, "rope_freqs.weight", 1, half, 1, 1, 0, err);
+    /* LongRoPE factors: >= 1, short ones near 1, long ones growing */
+    if (!rc && o->rope_factors)
+        rc = plan_add(p, "rope_factors_short.weight", 1, half, 1, 1.1f, 0.05f, err);
+    if (!rc && o->rope_factors)
+        rc = plan_add(p, "rope_factors_long.weight", 1, half, 1, 4.0f, 1.0f, err);
+    for (uint32_t l = 0; l < s->n_layer && !rc; l++)
+        rc = plan_layer(o, p, l, err);
     if (!rc)
         rc = plan_add(p, "output_norm.weight", 1, s->n_embd, 1, 1, 0.02f, err);
-    if (!rc && !o->tied)
+    if (!rc && !o->tied && !(o->arch->flags & ARCH_TIED_ALWAYS))
         rc = plan_add(p, "output.weight", 2, s->n_embd, s->n_vocab, 0, 0.02f, err);
     return rc;
 }
 
+/* A fused base tensor is adapted as one pair (PEFT's qkv_proj, gate_up_proj):
+ * any of q, k, v targets attn_qkv, any of gate, up targets Phi-3's ffn_up. */
 static int plan_lora(const struct opts *o, struct plan *p, struct mf_err *err)
 {
     char name[GGUF_MAX_NAME];
     int rc = 0;
     for (uint32_t l = 0; l < o->s.n_layer && !rc; l++) {
+        int done_qkv = 0, done_up = 0;
         for (int t = 0; t < T_COUNT && !rc; t++) {
             if (!(o->targets & (1u << t)))
                 continue;
-            uint64_t ne0, ne1;
+            uint64_t ne0, ne1, e0, e1;
+            const char *base = target_name[t];
             target_dims(&o->s, t, &ne0, &ne1);
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_a", l, target_name[t]);
+            if (o->fused_qkv && t <= T_V) {
+                if (done_qkv++)
+                    continue;
+                base = "attn_qkv";
+                target_dims(&o->s, T_K, &e0, &e1);
+                target_dims(&o->s, T_Q, &ne0, &ne1);
+                ne1 += 2 * e1;
+            } else if ((o->arch->flags & ARCH_FUSED_UP) && (t == T_GATE || t == T_UP)) {
+                if (done_up++)
+                    continue;
+                base = "ffn_up";
+                ne1 *= 2;
+            }
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_a", l, base);
             rc = plan_add(p, name, 2, ne0, o->lora_rank, 0, 0.05f, err);
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_b", l, target_name[t]);
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_b", l, base);
             if (!rc)
                 rc = plan_add(p, name, 2, o->lora_rank, ne1, 0, 0.05f, err);
         }
@@ -451,8 +674,12 @@ static int resolve_type(const struct opts *o, struct plan *p, struct mf_err *err
 
 static int choose_types(const struct opts *o, struct plan *p, struct mf_err *err)
 {
-    struct quant_model_info mi = {
-        "llama", (int32_t)o->s.n_layer, 0, (int32_t)(o->s.n_head / o->s.n_head_kv), !o->tied, 0};
+    struct quant_model_info mi = {o->arch->name,
+                                  (int32_t)o->s.n_layer,
+                                  (int32_t)o->s.n_expert,
+                                  (int32_t)(o->s.n_head / o->s.n_head_kv),
+                                  !o->tied && !(o->arch->flags & ARCH_TIED_ALWAYS),
+                                  0};
     for (size_t i = 0; i < p->n; i++) {
         struct ptensor *t = &p->t[i];
         if (t->n_dims == 1) {
@@ -472,7 +699,8 @@ static int choose_types(const struct opts *o, struct plan *p, struct mf_err *err
             struct quant_tensor_info ti = {t->name,
                                            GGML_TYPE_F32,
                                            (int)t->n_dims,
-                                           {(int64_t)t->ne[0], (int64_t)t->ne[1], 1, 1}};
+                                           {(int64_t)t->ne[0], (int64_t)t->ne[1],
+                                            (int64_t)t->ne[2], 1}};
             int rc = quant_ftype_tensor_type(p->ft, &mi, &ti, &t->type, err);
             if (rc)
                 return rc;
@@ -838,39 +1066,94 @@ static int any_quantized(const struct plan *p)
     return 0;
 }
 
+/* "<arch>.<suffix>" for the family's keys. */
+static const char *akey(const struct opts *o, const char *suffix, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s.%s", o->arch->name, suffix);
+    return buf;
+}
+
+/* The family's optional keys: head width, experts, window, RoPE scaling. */
+static int write_family_kvs(struct gguf_writer *w, const struct opts *o, struct mf_err *err)
+{
+    const struct shape *s = &o->s;
+    char k[96];
+    int rc = 0;
+    if (s->head_dim)
+        rc = gguf_writer_add_u32(w, akey(o, "attention.key_length", k, sizeof k), s->head_dim, err);
+    if (!rc && s->head_dim)
+        rc = gguf_writer_add_u32(w, akey(o, "attention.value_length", k, sizeof k), s->head_dim,
+                                 err);
+    if (!rc && s->n_expert)
+        rc = gguf_writer_add_u32(w, akey(o, "expert_count", k, sizeof k), s->n_expert, err);
+    if (!rc && s->n_expert)
+        rc = gguf_writer_add_u32(w, akey(o, "expert_used_count", k, sizeof k), s->n_used, err);
+    if (!rc && s->n_ff_exp)
+        rc = gguf_writer_add_u32(w, akey(o, "expert_feed_forward_length", k, sizeof k),
+                                 s->n_ff_exp, err);
+    if (!rc && o->swa)
+        rc = gguf_writer_add_u32(w, akey(o, "attention.sliding_window", k, sizeof k), o->swa, err);
+    if (!rc && o->swa_pattern >= 0)
+        rc = gguf_writer_add_u32(w, akey(o, "attention.sliding_window_pattern", k, sizeof k),
+                                 (uint32_t)o->swa_pattern, err);
+    if (!rc && o->rope_factors)
+        rc = gguf_writer_add_u32(w, akey(o, "rope.scaling.original_context_length", k, sizeof k),
+                                 o->rope_factors, err);
+    if (!rc && o->rope_factors) /* convert_hf_to_gguf's Phi-3: sqrt(1 + ln s / ln orig) */
+        rc = gguf_writer_add_f32(w, akey(o, "rope.scaling.attn_factor", k, sizeof k),
+                                 sqrtf(1.0f + logf((float)s->n_ctx / (float)o->rope_factors) /
+                                                  logf((float)o->rope_factors)),
+                                 err);
+    if (!rc && o->rope_scaling)
+        rc = gguf_writer_add_cstr(w, akey(o, "rope.scaling.type", k, sizeof k), o->rope_scaling,
+                                  err);
+    if (!rc && o->rope_scaling)
+        rc = gguf_writer_add_f32(w, akey(o, "rope.scaling.factor", k, sizeof k), o->rope_factor,
+                                 err);
+    if (!rc && o->rope_orig_ctx)
+        rc = gguf_writer_add_u32(w, akey(o, "rope.scaling.original_context_length", k, sizeof k),
+                                 o->rope_orig_ctx, err);
+    return rc;
+}
+
 static int write_model_kvs(struct gguf_writer *w, const struct opts *o, const struct vocab *v,
                            const struct plan *p, struct mf_err *err)
 {
     const struct shape *s = &o->s;
-    char name[64];
+    char name[64], k[96];
     snprintf(name, sizeof name, "mkmodel-%s", o->preset);
-    int rc = gguf_writer_add_cstr(w, "general.architecture", "llama", err);
+    int rc = gguf_writer_add_cstr(w, "general.architecture", o->arch->name, err);
     if (!rc)
         rc = gguf_writer_add_cstr(w, "general.type", "model", err);
     if (!rc)
         rc = gguf_writer_add_cstr(w, "general.name", name, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.block_count", s->n_layer, err);
+        rc = gguf_writer_add_u32(w, akey(o, "block_count", k, sizeof k), s->n_layer, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.context_length", s->n_ctx, err);
+        rc = gguf_writer_add_u32(w, akey(o, "context_length", k, sizeof k), s->n_ctx, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.embedding_length", s->n_embd, err);
+        rc = gguf_writer_add_u32(w, akey(o, "embedding_length", k, sizeof k), s->n_embd, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.feed_forward_length", s->n_ff, err);
+        rc = gguf_writer_add_u32(w, akey(o, "feed_forward_length", k, sizeof k), s->n_ff, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.attention.head_count", s->n_head, err);
+        rc = gguf_writer_add_u32(w, akey(o, "attention.head_count", k, sizeof k), s->n_head, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", s->n_head_kv, err);
+        rc = gguf_writer_add_u32(w, akey(o, "attention.head_count_kv", k, sizeof k), s->n_head_kv,
+                                 err);
     if (!rc)
-        rc = gguf_writer_add_f32(w, "llama.rope.freq_base", s->rope_base, err);
+        rc = gguf_writer_add_f32(w, akey(o, "rope.freq_base", k, sizeof k), s->rope_base, err);
     if (!rc)
-        rc = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f, err);
+        rc = gguf_writer_add_f32(w, akey(o, "attention.layer_norm_rms_epsilon", k, sizeof k),
+                                 1e-5f, err);
     if (!rc)
         rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)p->ft, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.vocab_size", s->n_vocab, err);
+        rc = gguf_writer_add_u32(w, akey(o, "vocab_size", k, sizeof k), s->n_vocab, err);
     if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.rope.dimension_count", s->n_embd / s->n_head, err);
+        rc = gguf_writer_add_u32(w, akey(o, "rope.dimension_count", k, sizeof k),
+                                 (uint32_t)head_dim(s), err);
+    if (!rc)
+        rc = write_family_kvs(w, o, err);
     if (!rc)
         rc = write_vocab(w, v, err);
     if (!rc && any_quantized(p))
@@ -880,7 +1163,7 @@ static int write_model_kvs(struct gguf_writer *w, const struct opts *o, const st
 
 static int write_lora_kvs(struct gguf_writer *w, const struct opts *o, struct mf_err *err)
 {
-    int rc = gguf_writer_add_cstr(w, "general.architecture", "llama", err);
+    int rc = gguf_writer_add_cstr(w, "general.architecture", o->arch->name, err);
     if (!rc)
         rc = gguf_writer_add_cstr(w, "general.type", "adapter", err);
     if (!rc)
@@ -900,11 +1183,12 @@ static int write_tensor(struct gguf_writer *w, uint64_t seed, const struct ptens
     ggml_type_row_size(t->type, t->ne[0], &row_bytes); /* checked by the writer already */
     size_t used = 0;
     int rc = 0;
-    for (uint64_t r = 0; r < t->ne[1] && !rc; r++) {
+    uint64_t rows = t->ne[1] * t->ne[2];
+    for (uint64_t r = 0; r < rows && !rc; r++) {
         fill_row(&st, row, t->ne[0], t->mean, t->sd);
         rc = quant_quantize_row(t->type, row, chunk + used, (int64_t)t->ne[0], err);
         used += (size_t)row_bytes;
-        if (!rc && (used + row_bytes > CHUNK_BYTES || r + 1 == t->ne[1])) {
+        if (!rc && (used + row_bytes > CHUNK_BYTES || r + 1 == rows)) {
             rc = gguf_writer_write(w, chunk, used, err);
             used = 0;
         }

@@ -127,19 +127,22 @@ static int backend_engine_step(void *ctx, struct batch *b, struct mf_err *err)
     return backend_step(ctx, b, err);
 }
 
-static void rig_open(struct rig *r, int32_t blocks, int32_t seqs, int32_t budget,
-                     const struct engine_sampler *sampler)
+/* An engine over model m (its sliding window, if every layer slides,
+ * frees blocks as sequences run). */
+static void rig_open_model(struct rig *r, const struct model *m, int32_t blocks, int32_t seqs,
+                           int32_t budget, const struct engine_sampler *sampler)
 {
     struct backend_config bc = {.n_threads = 2, .max_tokens = budget, .max_seqs = seqs};
     struct engine_config ec = {0};
-    struct engine_model em = {.n_vocab = (int32_t)fx.m->hp.n_vocab,
-                              .n_loras = fx.m->n_loras,
+    struct engine_model em = {.n_vocab = (int32_t)m->hp.n_vocab,
+                              .n_loras = m->n_loras,
                               .step = backend_engine_step};
     struct mf_err err;
     int32_t n_blocks = 0;
 
-    bc.kv_bytes = (uint64_t)blocks * backend_kv_block_bytes(fx.m, bc.kv_type);
-    if (backend_create(&cpu_backend_ops, fx.m, &bc, &r->be, &err) ||
+    bc.kv_bytes = (uint64_t)blocks * backend_kv_block_bytes(m, bc.kv_type);
+    ec.sched.window = model_window_all(m);
+    if (backend_create(&cpu_backend_ops, m, &bc, &r->be, &err) ||
         backend_kv_alloc(r->be, &n_blocks, &err))
         fail_msg("backend: %s", err.msg);
     assert_int_equal(n_blocks, blocks);
@@ -151,6 +154,12 @@ static void rig_open(struct rig *r, int32_t blocks, int32_t seqs, int32_t budget
     em.ctx = r->be;
     if (engine_open(&ec, &em, sampler, &r->e, &err))
         fail_msg("engine_open: %s", err.msg);
+}
+
+static void rig_open(struct rig *r, int32_t blocks, int32_t seqs, int32_t budget,
+                     const struct engine_sampler *sampler)
+{
+    rig_open_model(r, fx.m, blocks, seqs, budget, sampler);
 }
 
 static void rig_close(struct rig *r)
@@ -248,6 +257,72 @@ static void assert_same(const struct job *a, const struct job *b, int n)
 
 /* ------------------------------------------------ tests */
 
+/* Greedy tokens of one request on a fresh engine over m with a pool of
+ * blocks; *peak gets the most blocks in use at once. */
+static int32_t generate(const struct model *m, int32_t blocks, const int32_t *prompt, int32_t n,
+                        int32_t max_tokens, int32_t *out, int32_t *peak)
+{
+    struct engine_request rq = {.prompt = prompt, .n_prompt = n, .max_tokens = max_tokens};
+    struct engine_summary sum;
+    struct mf_err err;
+    struct rig r;
+    uint64_t id;
+    int32_t got = 0;
+
+    rig_open_model(&r, m, blocks, 1, 64, NULL);
+    if (engine_submit(r.e, &rq, &id, &err))
+        fail_msg("engine_submit: %s", err.msg);
+    *peak = 0;
+    for (;;) {
+        struct engine_event ev;
+        struct engine_metrics mt;
+        if (engine_next(r.e, id, 30000, &ev, &sum, &err))
+            fail_msg("engine_next: %s", err.msg);
+        engine_metrics(r.e, &mt);
+        *peak = mt.kv.blocks_used > *peak ? mt.kv.blocks_used : *peak;
+        if (ev.token >= 0)
+            out[got++] = ev.token;
+        if (ev.finish != SCHED_FINISH_NONE)
+            break;
+    }
+    assert_int_equal(sum.finish, SCHED_FINISH_LENGTH);
+    rig_close(&r);
+    return got;
+}
+
+/* A model whose every layer slides (gemma3, a 32-position window on every
+ * layer) gives its blocks before the window back as it runs: 200 tokens
+ * come out of a pool of 6 blocks (96 positions), the same tokens as with a
+ * pool that holds them all, and no more blocks are ever in use than the
+ * window, one chunk and the block parenting the next ones need. */
+static void test_real_sliding_window_frees_blocks(void **state)
+{
+    const char *bd = getenv("MFC_BUILDDIR");
+    char exe[512], path[128];
+    struct model *m;
+    struct mf_err err;
+    int32_t prompt[10], big[200], small[200], peak_big, peak_small;
+
+    if (!fx.ready)
+        skip();
+    snprintf(exe, sizeof exe, "%s/tests/tools/mkmodel", bd ? bd : ".");
+    snprintf(path, sizeof path, "%s/slide.gguf", fx.dir);
+    char *const mk[] = {exe,     "-o",   path,           "--arch", "gemma3", "--swa",
+                        "32",    "--swa-pattern", "0", "--ctx", "1024", NULL};
+    assert_int_equal(spawn_ok(mk), 0);
+    if (model_open(path, &m, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(model_window_all(m), 32);
+    for (int i = 0; i < 10; i++)
+        prompt[i] = (i * 53 + 7) % 512;
+    assert_int_equal(generate(m, 64, prompt, 10, 200, big, &peak_big), 200);
+    assert_int_equal(generate(m, 6, prompt, 10, 200, small, &peak_small), 200);
+    assert_memory_equal(big, small, sizeof big);
+    assert_true(peak_big <= 5 && peak_small <= 5); /* 32 positions: 2-3 blocks, a new one, a parent */
+    model_close(m);
+    unlink(path);
+}
+
 /* Runs jobs (made by make_jobs with shared, seeded when seed) alone, then
  * together on an engine of blocks/seqs/budget (one after another when
  * serial), asserts equal tokens and returns the second engine's metrics. */
@@ -329,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_real_prefix_cache),
         cmocka_unit_test(test_real_preemption),
         cmocka_unit_test(test_real_seeded_sampling),
+        cmocka_unit_test(test_real_sliding_window_frees_blocks),
     };
     return cmocka_run_group_tests_name("engine_model", tests, setup_models, teardown_models);
 }

@@ -115,6 +115,47 @@ static void test_alloc_release_refcounts(void **state)
     kv_close(kv);
 }
 
+/* A sliding model's sequence (kv_config.window) may be longer than the
+ * pool; kv_seq_drop gives its leading committed blocks back (-1 in the
+ * table, CACHED since they are full), keeps the last committed block, and
+ * the chain of hashes goes on: a second sequence still hits the whole
+ * prefix, dropped blocks included, while they stay cached. */
+static void test_drop_leading_blocks(void **state)
+{
+    struct kv_config cfg = {.n_blocks = 6, .window = 32};
+    struct kv_cache *kv;
+    struct kv_seq *a, *b;
+    struct mf_err err;
+    int32_t tok[10 * B];
+
+    assert_int_equal(kv_open(&kv, &cfg, &err), 0);
+    fill(tok, 10 * B, 100);
+    a = open_seq(kv, NULL, 10 * B); /* 10 blocks of table over a pool of 6 */
+    assert_int_equal(kv_alloc(kv, a, 4 * B, &err), 0);
+    kv_commit(kv, a, tok, 4 * B);
+    kv_seq_drop(kv, a, 10); /* clamped: block 3 parents the next */
+    check(kv);
+    for (int32_t i = 0; i < 3; i++)
+        assert_int_equal(kv_seq_blocks(a)[i], -1);
+    assert_true(kv_seq_blocks(a)[3] >= 0);
+    assert_int_equal(stats(kv).blocks_used, 1);
+    assert_int_equal(stats(kv).blocks_cached, 3);
+    assert_int_equal(kv_alloc(kv, a, 6 * B, &err), 0); /* past the pool's 6 blocks of table */
+    kv_commit(kv, a, tok, 6 * B);
+    kv_seq_drop(kv, a, 4);
+    check(kv);
+    assert_int_equal(stats(kv).blocks_used, 2);
+    /* the dropped blocks are cached under the same chain */
+    b = open_seq(kv, NULL, 6 * B);
+    assert_int_equal(kv_match_prefix(kv, b, tok, 6 * B), 5 * B);
+    check(kv);
+    kv_seq_close(kv, b);
+    kv_seq_close(kv, a);
+    check(kv);
+    assert_int_equal(stats(kv).blocks_used, 0);
+    kv_close(kv);
+}
+
 static void test_table_capacity_and_bad_config(void **state)
 {
     struct kv_config cfg = {.n_blocks = 0};
@@ -471,6 +512,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alloc_release_refcounts),
+        cmocka_unit_test(test_drop_leading_blocks),
         cmocka_unit_test(test_table_capacity_and_bad_config),
         cmocka_unit_test(test_prefix_hits_counted_exactly),
         cmocka_unit_test(test_partial_blocks_never_shared),

@@ -314,8 +314,9 @@ static void test_refuses_arch_and_adapter(void **state)
     sp.gtype = "adapter";
     expect_refusal(&sp, MF_EUNSUPPORTED, "general.type is 'adapter'", NULL);
     sp = toy;
-    sp.extra = "blk.0.attn_q.bias";
-    expect_refusal(&sp, MF_EUNSUPPORTED, "tensor 'blk.0.attn_q.bias' is not part", NULL);
+    sp.extra = "blk.0.ssm_conv1d.weight";
+    expect_refusal(&sp, MF_EUNSUPPORTED, "tensor 'blk.0.ssm_conv1d.weight' is not part of a llama",
+                   NULL);
     sp = toy;
     sp.n_head_kv = 3; /* 4 heads are not a multiple of 3 */
     sp.n_embd = 264;  /* keeps head_dim = 66 and kv rows integral */

@@ -34,7 +34,13 @@ static void fake_model(struct model *m, struct model_layer *L, enum ggml_type do
     m->hp = (struct model_hparams){.n_embd = 256, .n_ff = 512, .n_layer = 2, .n_head = 4,
                                    .n_head_kv = 2, .head_dim = 64, .n_rot = 8, .n_vocab = 100,
                                    .rope_base = 10000.0f, .rope_freq_scale = 1.0f,
-                                   .rms_eps = 1e-5f};
+                                   .rms_eps = 1e-5f, .arch = arch_find("llama", 5),
+                                   .rope_mscale = 1.0f, .q_scale = 1.0f, .kq_scale = 0.125f,
+                                   .embd_scale = 1.0f};
+    m->rope_bases[0] = 10000.0f;
+    m->rope_scales[0] = 1.0f;
+    m->n_rope_kinds = 1;
+    memset(L, 0, 2 * sizeof *L);
     m->layers = L;
     set_w(&m->tok_embd, GGML_TYPE_F16, 256, 100, 0, "token_embd.weight");
     set_w(&m->output, GGML_TYPE_F16, 256, 100, 65536, "output.weight");

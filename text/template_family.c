@@ -19,8 +19,8 @@
  * prints today's date when the engine defines strftime_now and this one
  * prints its fallback, 26 Jul 2024, as Llama 3.1's does. The test
  * test_template_jinja checks all of it against @huggingface/jinja.
- * With tools (.Tools, assistant .ToolCalls, tool results), llama3.1, qwen2.5
- * and mistral-nemo render what their Jinja renders for tools, arguments and
+ * With tools (.Tools, assistant .ToolCalls, tool results), llama3.1, qwen2.5,
+ * qwen3 and mistral-nemo render what their Jinja renders for tools, arguments and
  * results, through mfc's tojson (Jinja's tojson: Python's separators); the
  * other families do not use .Tools, so a request with tools is refused.
  */
@@ -182,8 +182,52 @@ static const char *const stops_qwen2_5[] = {"<|im_start|>", "<|im_end|>", NULL};
  * template's split of earlier assistant turns at </think> and its empty
  * think block for enable_thinking=false are not reproduced. */
 static const char tmpl_qwen3[] =
-    "{{- range .Messages }}<|im_start|>{{ .Role }}\n"
+    "{{- $skip := -1 }}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- if .Tools }}<|im_start|>system\n"
+    "{{ if eq $skip 0 }}{{ (index .Messages 0).Content }}\n"
+    "\n"
+    "{{ end }}# Tools\n"
+    "\n"
+    "You may call one or more functions to assist with the user query.\n"
+    "\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n"
+    "{{- range .Tools }}\n"
+    "{{ tojson . }}\n"
+    "{{- end }}\n"
+    "</tools>\n"
+    "\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n"
+    "{{ else if eq $skip 0 }}<|im_start|>system\n"
+    "{{ (index .Messages 0).Content }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- $prev := \"\" }}\n"
+    "{{- range $i, $m := .Messages }}\n"
+    "{{- if and (eq $prev \"tool\") (ne .Role \"tool\") }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- if eq $i $skip }}\n"
+    "{{- else if eq .Role \"tool\" }}\n"
+    "{{- if ne $prev \"tool\" }}<|im_start|>user{{ end }}\n"
+    "<tool_response>\n"
+    "{{ .Content }}\n"
+    "</tool_response>\n"
+    "{{- else if eq .Role \"assistant\" }}<|im_start|>assistant\n"
+    "{{ .Content }}\n"
+    "{{- range $k, $c := .ToolCalls }}{{ if or $k $m.Content }}\n"
+    "{{ end }}<tool_call>\n"
+    "{\"name\": \"{{ .Function.Name }}\", \"arguments\": {{ tojson .Function.Arguments }}}\n"
+    "</tool_call>\n"
+    "{{- end }}<|im_end|>\n"
+    "{{ else }}<|im_start|>{{ .Role }}\n"
     "{{ .Content }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- $prev = .Role }}\n"
+    "{{- end }}\n"
+    "{{- if eq $prev \"tool\" }}<|im_end|>\n"
     "{{ end }}<|im_start|>assistant\n";
 
 static const char *const stops_qwen3[] = {"<|im_start|>", "<|im_end|>", NULL};

@@ -42,7 +42,8 @@ const struct serve_toolfmt *serve_toolfmt_for(const char *family)
         return &fmt_json;
     if (!strcmp(family, "llama3.1"))
         return &fmt_llama31;
-    if (!strcmp(family, "qwen2.5") || !strcmp(family, "hermes") || !strcmp(family, "chatml"))
+    if (!strcmp(family, "qwen2.5") || !strcmp(family, "qwen3") || !strcmp(family, "hermes") ||
+        !strcmp(family, "chatml"))
         return &fmt_hermes;
     if (!strncmp(family, "mistral", 7))
         return &fmt_mistral;

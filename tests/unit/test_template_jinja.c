@@ -10,7 +10,7 @@
  * the leading bos_token a family leaves to the tokenizer. Templates mfc
  * recognises but cannot match exactly are listed with the reason and only
  * their detection is checked. Families that render tools (llama3.1, qwen2.5,
- * mistral-nemo) are also compared on chats with tools, tool calls and tool
+ * qwen3, mistral-nemo) are also compared on chats with tools, tool calls and tool
  * results, built the way mfc-serve builds them. Skips, saying why, without MFC_SHARED data,
  * node, or @huggingface/jinja under MFC_NODE_MODULES.
  */
@@ -153,7 +153,7 @@ static const char *const tool_convs[] = {
 static int tool_family(const struct expect *e)
 {
     return e->exact && (!strcmp(e->family, "llama3.1") || !strcmp(e->family, "qwen2.5") ||
-                        !strcmp(e->family, "mistral-nemo"));
+                        !strcmp(e->family, "qwen3") || !strcmp(e->family, "mistral-nemo"));
 }
 
 /* One template file found on disk. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "kernels/kernels.h"
 #include "runtime/cuda/cuda_moe.h"
 
 static uint64_t align_up(uint64_t v)
@@ -21,20 +22,7 @@ static uint64_t align_up(uint64_t v)
 
 int cuda_plan_type_ok(enum ggml_type t, int64_t ne0)
 {
-    switch (t) {
-    case GGML_TYPE_F32:
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16:
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
-        return ne0 > 0 && ne0 % 32 == 0;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-        return ne0 > 0 && ne0 % 256 == 0;
-    default:
-        return 0;
-    }
+    return mfk_weight_ok((int)t, ne0);
 }
 
 /* ---- weights ------------------------------------------------------------ */

@@ -621,7 +621,7 @@ static X86_T void round_f16(float *x, int64_t n);
 
 /* The scalar softmax's operations lane by lane (same products, same max,
  * exp8 for expf), so only the exp differs from cpu_dot.c's. */
-static X86_T void softmax(float *x, int64_t n, float scale, int round16)
+static X86_T void softmax(float *x, int64_t n, float scale, int round16, float sink)
 {
     __m256 vs = _mm256_set1_ps(scale), vmax = _mm256_set1_ps(-INFINITY), vm, vinv;
     float mx, inv, lanes[8];
@@ -641,6 +641,7 @@ static X86_T void softmax(float *x, int64_t n, float scale, int round16)
         x[i] *= scale;
         mx = x[i] > mx ? x[i] : mx;
     }
+    mx = sink > mx ? sink : mx;
     vm = _mm256_set1_ps(mx);
     for (i = 0; i + 8 <= n; i += 8) {
         __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
@@ -651,6 +652,8 @@ static X86_T void softmax(float *x, int64_t n, float scale, int round16)
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
+    if (sink > -INFINITY)
+        sum += (double)expf(sink - mx);
     inv = (float)(1.0 / sum);
     vinv = _mm256_set1_ps(inv);
     for (i = 0; i + 8 <= n; i += 8)

@@ -56,12 +56,21 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
 }
 
 /* The family switches the CUDA step computes: every one of common/arch.h
- * but routed experts. A model that needs more is refused with the switch
- * named, and MFC_DEVICE=auto runs it on the CPU. */
+ * but routed experts and gpt-oss's (attention sinks, output and expert
+ * biases, its clamped SwiGLU and top-k-then-softmax gating; its MXFP4
+ * experts fail cuda_plan_type_ok as well). A model that needs more is
+ * refused with the switch named, and MFC_DEVICE=auto runs it on the CPU. */
 static int family_ok(const struct model *m, struct mf_err *err)
 {
     const struct model_hparams *hp = &m->hp;
+    const uint32_t oai = ARCH_SINKS | ARCH_O_BIAS | ARCH_EXPERT_BIASES;
 
+    if ((hp->arch->flags & oai) || hp->arch->act == ARCH_ACT_SWIGLU_OAI ||
+        hp->arch->gating == ARCH_GATE_TOPK_SOFTMAX)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend does not run %s models (attention sinks, biased "
+                          "experts with a clamped SwiGLU, MXFP4 weights); the CPU backend does",
+                          hp->arch->name);
     if (hp->n_expert)
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "the CUDA backend does not run %s models with routed experts yet",

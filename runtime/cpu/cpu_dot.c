@@ -282,8 +282,8 @@ static float dot_q5_1(int64_t n, const void *w, const void *x)
 
 /* MXFP4: each block's codes stand for twice their E2M1 value
  * (quant_mxfp4_values), the block scale is half the E8M0 exponent's, so the
- * integer sum times both scales is the dot product (ggml's d_x * e8m0_half
- * product, then the sum of the two half-block sums). */
+ * integer sum times both scales is the dot product (ggml_vec_dot_mxfp4_q8_0:
+ * the d_x * e8m0_half product, then the sum of the two half-block sums). */
 static float dot_mxfp4(int64_t n, const void *w, const void *x)
 {
     const struct quant_blk_mxfp4 *b = w;
@@ -407,6 +407,7 @@ SCALAR_GEMM(q8_0)
 SCALAR_GEMM(q4_K)
 SCALAR_GEMM(q5_K)
 SCALAR_GEMM(q6_K)
+SCALAR_GEMM(mxfp4)
 
 /* Q5_0 / Q5_1 have only this scalar kernel; every table points at it. */
 void cpu_gemm_q5_0(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb, const void *x,
@@ -419,12 +420,6 @@ void cpu_gemm_q5_1(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb, 
                    size_t xb, float *y, size_t ys, int add)
 {
     gemm_loop(dot_q5_1, n, nr, nc, w, wb, x, xb, y, ys, add);
-}
-
-void cpu_gemm_mxfp4(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb, const void *x,
-                    size_t xb, float *y, size_t ys, int add)
-{
-    gemm_loop(dot_mxfp4, n, nr, nc, w, wb, x, xb, y, ys, add);
 }
 
 static float kv_at(const void *v, int64_t i, int f16)

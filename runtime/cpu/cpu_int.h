@@ -94,9 +94,6 @@ typedef void cpu_gemm_fn(int64_t n, int32_t nr, int32_t nc, const void *w, size_
  * ggml_vec_dot_q5_1_q8_1 do. */
 cpu_gemm_fn cpu_gemm_q5_0;
 cpu_gemm_fn cpu_gemm_q5_1;
-/* MXFP4 weights (Q8_0 activations): the scalar kernel every table shares,
- * ggml_vec_dot_mxfp4_q8_0's arithmetic. */
-cpu_gemm_fn cpu_gemm_mxfp4;
 
 enum cpu_isa {
     CPU_ISA_SCALAR = 0, /* portable C */
@@ -141,7 +138,7 @@ struct cpu_dot {
              [GGML_TYPE_Q8_0] = gemm_q8_0, [GGML_TYPE_Q4_K] = gemm_q4_K,                         \
              [GGML_TYPE_Q5_K] = gemm_q5_K, [GGML_TYPE_Q6_K] = gemm_q6_K,                         \
              [GGML_TYPE_Q5_0] = cpu_gemm_q5_0, [GGML_TYPE_Q5_1] = cpu_gemm_q5_1,                 \
-             [GGML_TYPE_MXFP4] = cpu_gemm_mxfp4},                                                \
+             [GGML_TYPE_MXFP4] = gemm_mxfp4},                                                    \
     .kq_block = kq_block, .pv_block = pv_block, .kv_to_f32 = kv_to_f32, .softmax = softmax,      \
     .swiglu = swiglu, .round_f16 = round_f16
 

@@ -149,7 +149,8 @@ static void usage(FILE *f, const char *cmd)
     }
     fputs("Usage: mfc build [OPTIONS] [PATH]\n\n"
           "Build an image from a Modelfile. PATH is a Modelfile or a directory holding\n"
-          "one (default .); relative sources resolve in the Modelfile's directory.\n\n"
+          "one (default .): the build context, where relative sources resolve (a\n"
+          "Modelfile's own directory when PATH names it).\n\n"
           "  -f, --file=FILE        the Modelfile (default PATH/Modelfile)\n"
           "  -t, --tag=NAME         tag the image (repeatable)\n"
           "      --build-arg=K=V    set a build argument (ARG; repeatable)\n"
@@ -329,7 +330,7 @@ static int locate(struct build_cli *cli, struct mf_err *err)
     if (stat(cli->path, &st) != 0)
         return mf_err_sys(err, MF_ENOTFOUND, errno, "%s", cli->path);
     int is_dir = S_ISDIR(st.st_mode);
-    size_t n = strlen(cli->path) + 16;
+    size_t n = (cli->file ? strlen(cli->file) : strlen(cli->path)) + 16;
     cli->modelfile = malloc(n);
     if (!cli->modelfile)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -566,6 +567,7 @@ static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan
     eo.run_timeout_ms = cli->run_timeout_ms;
     eo.run_memory = cli->run_memory;
     eo.allow = cli->allow;
+    eo.model_name = cli->n_tags ? cli->tags[0] : NULL; /* the name the image serves */
     int rc = exec_run(p, &eo, &b, &err);
     enum progress_mode mode = progress_get_mode(pr);
     progress_close(pr);

@@ -63,6 +63,8 @@ struct exec_opts {
     int no_cache;                /* nonzero: ignore cache records (still write them) */
     const char *runtime;         /* borrowed: the mfc-serve binary for the runtime layer;
                                     NULL: the image gets no runtime layer */
+    const char *model_name;      /* borrowed: the name the image serves (MFC_MODEL_NAME in
+                                    its config: the first -t), or NULL: none recorded */
     /* RUN steps (docs/run.md): */
     const char *bwrap;           /* borrowed: bubblewrap binary; NULL: "bwrap" in $PATH */
     const char *self_exe;        /* borrowed: mfc, bound at /opt/mfc/bin/mfc; NULL: none */

@@ -1,10 +1,11 @@
-### image/: deterministic tar layers (libarchive, gzip through zlib), image
-### config and manifest, OCI and docker archives; and their tests
+### image/: deterministic tar layers (libarchive, gzip through zlib, zstd), the
+### cached runtime layer, image config and manifest, OCI and docker archives; and
+### their tests
 libmfc_compiler_a_SOURCES += \
-	image/layer.c image/layer.h image/layer_pax.c \
+	image/layer.c image/layer.h image/layer_pax.c image/layer_runtime.c \
 	image/oci.c image/oci.h image/oci_docker.c
-libmfc_compiler_a_CFLAGS += $(ARCHIVE_CFLAGS)
-MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) $(ZLIB_LIBS)
+libmfc_compiler_a_CFLAGS += $(ARCHIVE_CFLAGS) $(ZSTD_CFLAGS)
+MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) $(ZLIB_LIBS) $(ZSTD_LIBS)
 
 check_PROGRAMS += tests/unit/test_layer tests/unit/test_oci
 tests_unit_test_layer_SOURCES = tests/unit/test_layer.c

@@ -13,8 +13,8 @@
  * assistant messages without tools, exactly the text the model's own
  * template renders with add_generation_prompt, minus the leading bos_token
  * when bos_from_tokenizer is set (the tokenizer adds it). Where it cannot:
- * Jinja's |trim of message text (Llama 3, Gemma) and DeepSeek's removal of
- * <think> sections are not reproduced; Gemma's and Mistral's templates refuse
+ * Jinja's |trim of message text (Llama 3, Gemma) and DeepSeek's and Qwen3's
+ * removal of <think> sections from earlier turns are not reproduced; Gemma's and Mistral's templates refuse
  * system messages, these fold them into a user turn; Llama 3.2's template
  * prints today's date when the engine defines strftime_now and this one
  * prints its fallback, 26 Jul 2024, as Llama 3.1's does. The test
@@ -119,6 +119,28 @@ static const char tmpl_qwen2_5[] =
 
 static const char *const stops_qwen2_5[] = {"<|im_start|>", "<|im_end|>", NULL};
 
+/* Qwen3: ChatML. The model opens its reply with <think> itself; the Jinja
+ * template's split of earlier assistant turns at </think> and its empty
+ * think block for enable_thinking=false are not reproduced. */
+static const char tmpl_qwen3[] =
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n"
+    "{{ .Content }}<|im_end|>\n"
+    "{{ end }}<|im_start|>assistant\n";
+
+static const char *const stops_qwen3[] = {"<|im_start|>", "<|im_end|>", NULL};
+
+/* Phi-4: ChatML with <|im_sep|> after the role and no newlines. */
+static const char tmpl_phi4[] =
+    "{{- range .Messages }}\n"
+    "{{- if eq .Role \"system\" }}<|im_start|>system<|im_sep|>{{ .Content }}<|im_end|>\n"
+    "{{- else if eq .Role \"user\" }}<|im_start|>user<|im_sep|>{{ .Content }}<|im_end|>\n"
+    "{{- else if eq .Role \"assistant\" }}<|im_start|>assistant<|im_sep|>{{ .Content "
+    "}}<|im_end|>\n"
+    "{{- end }}\n"
+    "{{- end }}<|im_start|>assistant<|im_sep|>";
+
+static const char *const stops_phi4[] = {"<|im_start|>", "<|im_end|>", "<|im_sep|>", NULL};
+
 static const char tmpl_hermes[] =
     "{{- range .Messages }}<|im_start|>{{ .Role }}\n"
     "{{ .Content }}<|im_end|>\n"
@@ -201,6 +223,24 @@ static const char tmpl_gemma2[] =
     "{{- end }}<start_of_turn>model\n";
 
 static const char *const stops_gemma2[] = {"<start_of_turn>", "<end_of_turn>", NULL};
+
+/* Gemma 3: a first system message becomes the first turn's prefix (its
+ * text and a blank line), as the Jinja template's first_user_prefix. */
+static const char tmpl_gemma3[] =
+    "{{- $skip := -1 }}\n"
+    "{{- $sys := \"\" }}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ "
+    "$sys = .Content }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- range $i, $m := .Messages }}\n"
+    "{{- if ne $i $skip }}<start_of_turn>{{ if eq .Role \"assistant\" }}model{{ else }}{{ .Role "
+    "}}{{ end }}\n"
+    "{{ if and (eq $skip 0) (eq $i 1) }}{{ $sys }}\n"
+    "\n"
+    "{{ end }}{{ .Content }}<end_of_turn>\n"
+    "{{ end }}\n"
+    "{{- end }}<start_of_turn>model\n";
+
+static const char *const stops_gemma3[] = {"<start_of_turn>", "<end_of_turn>", NULL};
 
 static const char tmpl_deepseek_r1[] =
     "{{- $sys := \"\" }}\n"
@@ -309,6 +349,8 @@ static const struct tmpl_family families[] = {
     {"functionary-v3.1", "MeetKai functionary v3.1 (Llama 3.1 based), chats without tools", tmpl_functionary_v3_1, stops_functionary_v3_1, 1},
     {"functionary-v3.2", "MeetKai functionary v3.2, chats without tools", tmpl_functionary_v3_2, stops_functionary_v3_2, 1},
     {"qwen2.5", "Qwen 2.5 Instruct (ChatML with Qwen's default system prompt)", tmpl_qwen2_5, stops_qwen2_5, 0},
+    {"qwen3", "Qwen3 (ChatML; the model writes its <think> section itself)", tmpl_qwen3, stops_qwen3, 0},
+    {"phi4", "Phi-4 (<|im_start|>role<|im_sep|> ... <|im_end|>)", tmpl_phi4, stops_phi4, 0},
     {"hermes", "NousResearch Hermes 2 Pro / Hermes 3 (ChatML)", tmpl_hermes, stops_hermes, 0},
     {"chatml", "ChatML (OpenHermes, Yi, many fine-tunes)", tmpl_chatml, stops_chatml, 0},
     {"mistral-nemo", "Mistral Nemo Instruct 2407 (system text in the last user turn)", tmpl_mistral_nemo, stops_mistral_nemo, 1},
@@ -316,6 +358,7 @@ static const struct tmpl_family families[] = {
     {"phi3", "Phi-3.5 mini / Phi-3 small (<|user|> ... <|end|>)", tmpl_phi3, stops_phi3, 0},
     {"zephyr", "Zephyr 7B (<|user|> ... </s>)", tmpl_zephyr, stops_zephyr, 0},
     {"gemma2", "Gemma / Gemma 2 Instruct (<start_of_turn> ... <end_of_turn>)", tmpl_gemma2, stops_gemma2, 1},
+    {"gemma3", "Gemma 3 Instruct (system text opens the first user turn)", tmpl_gemma3, stops_gemma3, 1},
     {"deepseek-r1", "DeepSeek R1 and its Llama/Qwen distills", tmpl_deepseek_r1, stops_deepseek_r1, 1},
     {"deepseek-r1-llamacpp", "DeepSeek R1 as llama.cpp's fixed template writes it (end of sentence after each user turn)", tmpl_deepseek_r1_llamacpp, stops_deepseek_r1_llamacpp, 1},
     {"command-r", "Cohere Command-R / Command-R+ (chat without tools)", tmpl_command_r, stops_command_r, 1},
@@ -359,16 +402,20 @@ static const char *classify(const char *j, size_t n)
             return "functionary-v3.1";
         return has(j, n, "Cutting Knowledge Date") ? "llama3.1" : "llama3";
     }
+    if (has(j, n, "<|im_sep|>"))
+        return "phi4";
     if (has(j, n, "<|im_start|>")) {
         if (has(j, n, "You are Qwen, created by Alibaba Cloud"))
             return "qwen2.5";
+        if (has(j, n, "enable_thinking") && has(j, n, "</think>"))
+            return "qwen3";
         return has(j, n, "<tool_call>") && has(j, n, "function calling AI model") ? "hermes"
                                                                                   : "chatml";
     }
     if (has(j, n, "[INST]"))
         return has(j, n, "\"[INST]\" + system_message") ? "mistral-nemo" : "mistral";
     if (has(j, n, "<start_of_turn>"))
-        return "gemma2";
+        return has(j, n, "first_user_prefix") ? "gemma3" : "gemma2";
     if (has(j, n, "<|user|>"))
         return has(j, n, "<|end|>") ? "phi3" : has(j, n, "eos_token") ? "zephyr" : NULL;
     return NULL;

@@ -12,8 +12,9 @@
  * step: one host->device copy of the step's arrays (cuda_plan_step_fill),
  * then per layer: RMSNorm, q/k/v GEMV, RoPE + paged K/V store, attention,
  * o GEMV added to the residual, RMSNorm, gate/up GEMV, SwiGLU, down GEMV
- * added to the residual (each product a tensor-core GEMM instead when the
- * step has MFC_CUDA_GEMM_MIN tokens or more, and followed by the sequences'
+ * added to the residual (a routed layer's FFN: cuda_moe.c; each product a
+ * tensor-core GEMM instead when the step has MFC_CUDA_GEMM_MIN tokens or
+ * more, and followed by the sequences'
  * LoRA adapters: matmul, cuda_lora.c); then the logits rows are gathered,
  * normed, projected and copied back. A decode step without adapters is
  * padded to a recorded shape (cuda_plan_graph_tokens) and replayed as a CUDA
@@ -36,6 +37,7 @@
 #include <time.h>
 
 #include "runtime/cuda/cuda_lora.h"
+#include "runtime/cuda/cuda_moe.h"
 #include "runtime/cuda/cuda_plan.h"
 
 #ifdef MFC_HAVE_CUDA_RUNTIME
@@ -81,6 +83,7 @@ struct cuda_backend {
     struct mfk_weight tok_embd, output;
     const float *out_norm;       /* device */
     struct cuda_layer *layers;   /* owned: n_layer */
+    struct cuda_moe moe;         /* routed layers' weights and buffers (cuda_moe.c) */
     void *kv;                    /* device: the arena, F16 or 8-bit (cfg.kv_type) */
     int32_t n_blocks;
     /* step scratch (device), sized for cfg.max_tokens rows */
@@ -155,6 +158,7 @@ static void cuda_free(struct backend *b)
     mfk_free(cb->bf16buf);
     mfk_free(cb->kv);
     mfk_free(cb->x); /* the whole step scratch: x is its first slice */
+    cuda_moe_free(&cb->moe);
     mfk_free(cb->dstep);
     mfk_free(cb->gscratch);
     mfk_free(cb->lora_tmp);
@@ -176,6 +180,8 @@ static void cuda_free(struct backend *b)
 static struct mfk_weight dev_weight(const struct cuda_backend *cb, const struct model_weight *w)
 {
     const struct cuda_wslot *s = cuda_wplan_find(&cb->plan, w);
+    if (!s) /* absent: a routed layer's dense FFN */
+        return (struct mfk_weight){0};
     return (struct mfk_weight){
         .data = cb->wbuf + s->off, .type = (int)w->type, .ne0 = w->ne0, .ne1 = w->ne1,
         .row_bytes = w->row_bytes};
@@ -526,6 +532,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = upload(cb, err);
     if (!rc)
         rc = alloc_scratch(cb, err);
+    if (!rc)
+        rc = cuda_moe_create(&cb->moe, cb->ctx, m, &cb->plan, cb->wbuf, cb->cfg.max_tokens, err);
     if (!rc) {
         /* the kernels' own scratch (8-bit activations of the Q4_K/Q6_K
          * GEMV with a scale and a sum per 32, split attention's partial
@@ -675,6 +683,14 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
                     L->attn_post ? xbw : E, !L->attn_post, oq8, err);
     if (!rc && L->attn_post)
         rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->attn_post, T, E, hp->rms_eps, err);
+    if (!rc && cuda_moe_routed(&cb->moe, l)) { /* a post-norm takes the sum from xb */
+        rc = cuda_moe_layer(&cb->moe, l, T, cb->x, E, L->ffn_norm, cb->xb, xbw,
+                            L->ffn_post ? cb->xb : cb->x, L->ffn_post ? xbw : E, !L->ffn_post,
+                            err);
+        if (!rc && L->ffn_post)
+            rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->ffn_post, T, E, hp->rms_eps, err);
+        return rc;
+    }
     if (!rc) {
         const int32_t tg[2] = {tb + MODEL_W_GATE, tb + MODEL_W_UP};
         const struct mfk_weight *w[2] = {&L->w[MODEL_W_GATE], &L->w[MODEL_W_UP]};

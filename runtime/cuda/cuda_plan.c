@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "runtime/cuda/cuda_moe.h"
 
 static uint64_t align_up(uint64_t v)
 {
@@ -48,32 +49,29 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
                           "the CUDA backend cannot read tensor %s: type %s with rows of %" PRId64
                           " elements",
                           w->name ? w->name : "?", ggml_type_name((uint32_t)w->type), w->ne0);
-    p->slots[p->n] =
-        (struct cuda_wslot){.w = w, .off = p->total, .bytes = w->row_bytes * (uint64_t)w->ne1};
+    p->slots[p->n] = (struct cuda_wslot){.w = w,
+                                         .off = p->total,
+                                         .bytes = w->row_bytes * (uint64_t)w->ne1 *
+                                                  (uint64_t)(w->ne2 > 1 ? w->ne2 : 1)};
     p->total = align_up(p->total + p->slots[p->n].bytes);
     p->n++;
     return 0;
 }
 
-/* The family switches the CUDA step computes: every one of common/arch.h
- * but routed experts and gpt-oss's (attention sinks, output and expert
- * biases, its clamped SwiGLU and top-k-then-softmax gating; its MXFP4
- * experts fail cuda_plan_type_ok as well). A model that needs more is
- * refused with the switch named, and MFC_DEVICE=auto runs it on the CPU. */
+/* The switches the CUDA step does not compute: gpt-oss's attention sinks,
+ * output and expert biases, clamped SwiGLU and top-k-then-softmax gating
+ * (its MXFP4 experts fail cuda_plan_type_ok as well). Such a model is
+ * refused with the family named, and MFC_DEVICE=auto runs it on the CPU. */
 static int family_ok(const struct model *m, struct mf_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     const uint32_t oai = ARCH_SINKS | ARCH_O_BIAS | ARCH_EXPERT_BIASES;
 
-    if ((hp->arch->flags & oai) || hp->arch->act == ARCH_ACT_SWIGLU_OAI ||
-        hp->arch->gating == ARCH_GATE_TOPK_SOFTMAX)
+    if (hp->arch && ((hp->arch->flags & oai) || hp->arch->act == ARCH_ACT_SWIGLU_OAI ||
+                     hp->arch->gating == ARCH_GATE_TOPK_SOFTMAX))
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "the CUDA backend does not run %s models (attention sinks, biased "
                           "experts with a clamped SwiGLU, MXFP4 weights); the CPU backend does",
-                          hp->arch->name);
-    if (hp->n_expert)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "the CUDA backend does not run %s models with routed experts yet",
                           hp->arch->name);
     return 0;
 }
@@ -98,11 +96,14 @@ int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_k
 
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err)
 {
-    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 9);
+    /* per layer: 2 norms, 3 biases, 2 q/k norms, 2 post-norms, router, experts */
+    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 10 + MODEL_EXP_COUNT);
     int rc;
 
     memset(p, 0, sizeof *p);
     rc = family_ok(m, err);
+    if (!rc)
+        rc = cuda_moe_check(m, err); /* every other switch runs; routed layers' limits */
     if (rc)
         return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);
@@ -131,6 +132,10 @@ int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err
             rc = add_slot(p, &L->attn_post_norm, 0, err);
         if (!rc)
             rc = add_slot(p, &L->ffn_post_norm, 0, err);
+        if (!rc) /* a routed layer: the router, and each expert tensor whole */
+            rc = add_slot(p, &L->gate_inp, 1, err);
+        for (int x = 0; !rc && x < MODEL_EXP_COUNT; x++)
+            rc = add_slot(p, &L->exps[x], 1, err);
     }
     if (rc)
         cuda_wplan_free(p);

@@ -37,7 +37,7 @@ int cuda_plan_type_ok(enum ggml_type t, int64_t ne0);
 struct cuda_wslot {
     const struct model_weight *w; /* borrowed from the model */
     uint64_t off;                 /* byte offset in the device buffer */
-    uint64_t bytes;               /* ne1 * row_bytes */
+    uint64_t bytes;               /* ne1 * row_bytes, times ne2 for an expert tensor */
 };
 
 struct cuda_wplan {
@@ -54,7 +54,9 @@ struct cuda_wplan {
 int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks);
 
 /* Places every tensor of m: token_embd, output (unless tied), output_norm,
- * and per layer attn_norm, the 7 projections, ffn_norm. Fails with
+ * and per layer attn_norm, the 7 projections, ffn_norm, and a routed
+ * layer's router (ffn_gate_inp) and expert tensors (each 3-D tensor whole,
+ * its experts one after another). Fails with
  * MF_EUNSUPPORTED naming the first tensor the kernels cannot read,
  * MF_ENOMEM; *p is empty then. */
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err);

@@ -84,10 +84,12 @@ static enum MHD_Result send_json(struct MHD_Connection *c, struct reqctx *rc, in
     return ret;
 }
 
-/* The field a message names ('messages[1].role' -> messages[1].role), or NULL. */
+/* The field a message names ('messages[1].role' -> messages[1].role), or
+ * null. Only a message that starts with the field names one: a JSON syntax
+ * error quotes the body's text ("near 'x'"), which is no parameter. */
 static json_t *param_of(const char *msg)
 {
-    const char *a = strchr(msg, '\''), *b = a ? strchr(a + 1, '\'') : NULL;
+    const char *a = msg[0] == '\'' ? msg : NULL, *b = a ? strchr(a + 1, '\'') : NULL;
     return a && b && b > a + 1 ? json_stringn(a + 1, (size_t)(b - a - 1)) : json_null();
 }
 

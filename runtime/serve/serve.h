@@ -59,6 +59,7 @@ struct serve_config {
     uint64_t model_offset; /* --model-offset: where the GGUF starts inside model_path */
     uint64_t model_size;   /* --model-size: its bytes; 0: to the end of the file */
     char *config_path;   /* owned or NULL: model.yaml read */
+    char *config_name;   /* owned or NULL: its name in messages (--config-name) */
     char *model_name;    /* owned: the served name (MFC_MODEL_NAME, else the file's stem) */
     char *device;        /* owned: "cpu" (MFC_DEVICE) */
     char *kv_cache_gb;   /* owned or NULL: MFC_KV_CACHE_GB */
@@ -273,6 +274,7 @@ struct serve {
     int n_adapters;
     json_t *model_info;        /* owned: GGUF scalar metadata for /api/show */
     char quant[16];            /* the projections' type name ("Q4_K", "F32") */
+    char arch[32];             /* general.architecture: /api/show's details.family */
     uint64_t n_params;         /* parameters, counted from the tensors */
     uint64_t model_bytes;      /* size of the GGUF */
     char digest[72];           /* "sha256:..." of the model path and size (a stable id) */

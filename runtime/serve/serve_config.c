@@ -27,8 +27,8 @@ const char serve_usage[] =
     "                 [--api-key KEY] [--adapter NAME=PATH[@OFFSET:SIZE]]... [--threads N]\n"
     "                 [--name NAME] [--ctx N] [--max-seqs N] [--kv-cache-gb G]\n"
     "                 [--kv-cache-type f16|q8] [--log-level LEVEL]\n"
-    "                 [--model-offset BYTES [--model-size BYTES]] [--read-timeout S]\n"
-    "                 [--max-connections N] [--max-connections-per-client N]\n"
+    "                 [--model-offset BYTES [--model-size BYTES]] [--config-name NAME]\n"
+    "                 [--read-timeout S] [--max-connections N] [--max-connections-per-client N]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
     "  MFC_KV_CACHE_GB MFC_KV_CACHE_TYPE MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS\n"
@@ -77,6 +77,7 @@ void serve_config_free(struct serve_config *c)
     free(c->api_key);
     free(c->model_path);
     free(c->config_path);
+    free(c->config_name);
     free(c->model_name);
     free(c->device);
     free(c->kv_cache_gb);
@@ -307,16 +308,18 @@ int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_e
 {
     char *text = NULL;
     size_t len = 0;
+    /* messages name the file as the user knows it (mfc run passes a memfd) */
+    const char *shown = c->config_name ? c->config_name : path;
     int rc = mf_file_read(path, SERVE_CONFIG_MAX, &text, &len, err);
     if (rc)
-        return rc;
-    json_t *doc = serve_yaml_to_json(text, len, path, err);
+        return c->config_name ? mf_err_prefix(err, "%s", shown) : rc;
+    json_t *doc = serve_yaml_to_json(text, len, shown, err);
     free(text);
     if (!doc)
         return err->code ? err->code : MF_EFORMAT;
     if (!json_is_object(doc)) {
         json_decref(doc);
-        return mf_err_set(err, MF_EFORMAT, "%s: expected a mapping at the top", path);
+        return mf_err_set(err, MF_EFORMAT, "%s: expected a mapping at the top", shown);
     }
     char *dir = strdup(path);
     char *slash = dir ? strrchr(dir, '/') : NULL;
@@ -328,26 +331,26 @@ int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_e
     json_t *params = json_object_get(doc, "params");
     json_t *msgs = json_object_get(doc, "messages");
 
-    rc = cfg_str(doc, "schema", path, &schema, err);
+    rc = cfg_str(doc, "schema", shown, &schema, err);
     if (!rc && schema && strcmp(schema, "mfc.config/v1") != 0)
         rc = mf_err_set(err, MF_EUNSUPPORTED, "%s: schema '%s' (this mfc-serve reads mfc.config/v1)",
-                        path, schema);
+                        shown, schema);
     if (!rc && model && !json_is_object(model))
-        rc = mf_err_set(err, MF_EFORMAT, "%s: 'model' must be a mapping", path);
+        rc = mf_err_set(err, MF_EFORMAT, "%s: 'model' must be a mapping", shown);
     if (!rc && model) {
         json_t *mp = json_object_get(model, "path");
         if (mp && !json_is_string(mp))
-            rc = mf_err_set(err, MF_EFORMAT, "%s: 'model.path' must be a string", path);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: 'model.path' must be a string", shown);
         else if (mp && !c->model_path)
             c->model_path = resolve(d, json_string_value(mp));
     }
     if (!rc)
-        rc = load_adapters(c, json_object_get(doc, "adapters"), d, path, err);
+        rc = load_adapters(c, json_object_get(doc, "adapters"), d, shown, err);
     if (!rc)
-        rc = load_server(c, json_object_get(doc, "server"), path, err);
+        rc = load_server(c, json_object_get(doc, "server"), shown, err);
     if (!rc && params && !json_is_null(params)) {
         if (!json_is_object(params))
-            rc = mf_err_set(err, MF_EFORMAT, "%s: 'params' must be a mapping", path);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: 'params' must be a mapping", shown);
         else {
             json_decref(c->params);
             c->params = json_incref(params);
@@ -357,23 +360,23 @@ int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_e
         size_t i;
         json_t *m;
         if (!json_is_array(msgs))
-            rc = mf_err_set(err, MF_EFORMAT, "%s: 'messages' must be a list", path);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: 'messages' must be a list", shown);
         json_array_foreach (msgs, i, m)
             if (!rc && (!json_is_string(json_object_get(m, "role")) ||
                         !json_is_string(json_object_get(m, "content"))))
                 rc = mf_err_set(err, MF_EFORMAT,
-                                "%s: messages[%zu] needs string 'role' and 'content'", path, i);
+                                "%s: messages[%zu] needs string 'role' and 'content'", shown, i);
         if (!rc) {
             json_decref(c->messages);
             c->messages = json_incref(msgs);
         }
     }
     if (!rc)
-        rc = cfg_str(doc, "template", path, &tmpl, err);
+        rc = cfg_str(doc, "template", shown, &tmpl, err);
     if (!rc && tmpl)
         set_str(&c->template_src, tmpl);
     if (!rc)
-        rc = cfg_str(doc, "system", path, &sys, err);
+        rc = cfg_str(doc, "system", shown, &sys, err);
     if (!rc && sys)
         set_str(&c->system, sys);
     if (!rc) {
@@ -584,7 +587,7 @@ static const struct option long_opts[] = {
     {"model-offset", 1, 0, 'O'}, {"model-size", 1, 0, 'Z'}, {"kv-cache-type", 1, 0, 'T'},
     {"read-timeout", 1, 0, 'R'}, {"max-connections", 1, 0, 'N'},
     {"max-connections-per-client", 1, 0, 'P'},
-    {"help", 0, 0, 'h'},     {0, 0, 0, 0},
+    {"config-name", 1, 0, 'Y'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0},
 };
 
 static const char *flag_key(int c)
@@ -611,6 +614,8 @@ int serve_config_parse(struct serve_config *c, int argc, char **argv,
             config = argv[++i];
         else if (!strncmp(argv[i], "--config=", 9))
             config = argv[i] + 9;
+        else if (!strcmp(argv[i], "--config-name") && i + 1 < argc)
+            set_str(&c->config_name, argv[++i]);
     }
     if (*help)
         return 0;
@@ -639,7 +644,7 @@ int serve_config_parse(struct serve_config *c, int argc, char **argv,
                             ch == '?' ? "unknown option" : "needs a value");
         else if (ch == 'a')
             rc = add_adapter_flag(c, optarg, err);
-        else if (ch == 'c' || ch == 'h')
+        else if (ch == 'c' || ch == 'h' || ch == 'Y')
             continue;
         else
             rc = apply(c, flag_key(ch), optarg, err);

@@ -117,9 +117,10 @@ static json_t *details(const struct serve *s)
         snprintf(size, sizeof size, "%.1fB", p / 1e9);
     else
         snprintf(size, sizeof size, "%.2fM", p / 1e6);
+    const char *fam = s->arch[0] ? s->arch : "llama"; /* Ollama: general.architecture */
     return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "gguf",
-                     "family", "llama", "families", "llama", "parameter_size", size,
-                     "quantization_level", s->quant);
+                     "family", fam, "families", fam, "parameter_size", size, "quantization_level",
+                     s->quant);
 }
 
 static json_t *entry(const struct serve *s, const char *name, int ps)
@@ -157,7 +158,8 @@ static void param_line(struct mf_buf *b, const char *k, const json_t *v)
         mf_buf_printf(b, NULL, "%-30s \"%s\"\n", k, json_string_value(v));
         return;
     }
-    if (!(s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)))
+    /* 15 digits: the 0.3 a Modelfile wrote, not the double's 0.29999999999999999 */
+    if (!(s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15))))
         return;
     mf_buf_printf(b, NULL, "%-30s %s\n", k, s);
     free(s);

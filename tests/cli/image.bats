@@ -56,7 +56,10 @@ mk() { "$MKIMAGE" "$@" --runtime /bin/echo --weights "$T/base.gguf"; }
 }
 
 @test "umoci unpack gives the expected rootfs" {
-    mk demo:1 --adapter "$T/lora.gguf" >/dev/null
+    # Debian 12's umoci (0.4.7) refuses tar+zstd layers: the runtime layer as
+    # gzip, as for Docker before 23.0 (docs/image.md, "Compression")
+    MFC_RUNTIME_COMPRESSION=gzip mk demo:1 --adapter "$T/lora.gguf" >/dev/null
+    jq -e '.manifest.layers[0].mediaType | endswith("tar+gzip")' <("$MFC" inspect demo:1)
     "$MFC" save demo:1 -o "type=oci,dest=$T/odir"
     umoci unpack --rootless --image "$T/odir:demo:1" "$T/bundle"
     r="$T/bundle/rootfs"
@@ -159,6 +162,8 @@ with tarfile.open(sys.argv[1], "w") as t:
 @test "podman loads the docker archive and runs the entrypoint" {
     command -v podman || { echo "podman is not installed (script/bootstrap installs it)"; false; }
     mk demo:1 >/dev/null
+    # the runtime layer is tar+zstd (the default): podman reads it
+    jq -e '.manifest.layers[0].mediaType | endswith("tar+zstd")' <("$MFC" inspect demo:1)
     "$MFC" save demo:1 --name mfc-test/demo:1 -o "$T/d.tar"
     P=(podman --root "$T/podman" --runroot "$T/podman-run" --storage-driver=vfs
        --runtime runc --cgroup-manager=cgroupfs --events-backend=none)

@@ -203,10 +203,10 @@ EOF
 }
 
 @test "PEFT directories mfc cannot convert are refused with the reason" {
-    peft "$T/m" --extra base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight
+    peft "$T/m" --extra base_model.model.model.layers.0.mlp.experts.0.gate_proj.lora_A.weight
     run "$MFC" lora check "$T/m" --base "$D/base.gguf"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"tensor 'base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight' adapts module 'model.layers.0.self_attn.qkv_proj', which mfc cannot map"* ]]
+    [[ "$output" == *"tensor 'base_model.model.model.layers.0.mlp.experts.0.gate_proj.lora_A.weight' adapts module 'model.layers.0.mlp.experts.0.gate_proj', which mfc cannot map"* ]]
     peft "$T/e" --extra base_model.model.model.embed_tokens.weight
     run "$MFC" lora check "$T/e" --base "$D/base.gguf"
     [ "$status" -eq 1 ]

@@ -629,10 +629,12 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
     done
     "${P[@]}" logs served
     [ "$ok" = 1 ]
-    run curl -s "http://127.0.0.1:$port/api/show" -d '{"model":"model"}'
+    # the name the image records (its first tag), as mfc serve would serve it
+    curl -s "http://127.0.0.1:$port/v1/models" | jq -e '.data[0].id == "mfc-test/served:1"'
+    run curl -s "http://127.0.0.1:$port/api/show" -d '{"model":"mfc-test/served:1"}'
     echo "$output" | jq -e '.parameters | test("stop +\"zz\"")'
     run curl -s "http://127.0.0.1:$port/v1/chat/completions" \
-        -d '{"model":"model","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"ignore_eos":true}'
+        -d '{"model":"mfc-test/served:1","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"ignore_eos":true}'
     echo "$output" | jq -e '.usage.completion_tokens == 3'
     timeout 60 "${P[@]}" stop -t 10 served >/dev/null
     "${P[@]}" logs served 2>&1 | grep -q 'SIGTERM: draining'

@@ -481,6 +481,19 @@ static void test_errors_name_the_field(void **state)
         {SERVE_OLLAMA_GENERATE, "{\"options\":[]}", "'options' must be an object"},
         {SERVE_OLLAMA_GENERATE, "{\"context\":[1,\"a\"]}", "'context[1]'"},
         {SERVE_OLLAMA_CHAT, "{\"messages\":{}}", "'messages' must be an array"},
+        /* one table of limits (common/params.c): the same sentence on both routes */
+        {SERVE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"temperature\":-1}",
+         "'temperature' is -1; allowed 0 to 2"},
+        {SERVE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"temperature\":5}",
+         "'temperature' is 5; allowed 0 to 2"},
+        {SERVE_OLLAMA_CHAT, "{\"options\":{\"temperature\":-1}}",
+         "'options.temperature' is -1; allowed 0 to 2"},
+        {SERVE_OLLAMA_GENERATE, "{\"options\":{\"temperature\":5}}",
+         "'options.temperature' is 5; allowed 0 to 2"},
+        {SERVE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"repetition_penalty\":-1}",
+         "'repetition_penalty' is -1; allowed 0 to 100"},
+        {SERVE_OLLAMA_GENERATE, "{\"options\":{\"top_k\":2.5}}",
+         "'options.top_k' must be a whole number"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct serve_req rq;

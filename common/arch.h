@@ -37,8 +37,10 @@ enum arch_act {
 enum arch_gating {
     ARCH_GATE_SOFTMAX = 0,      /* softmax over every expert, the n_used best, weights
                                    renormalised to sum to 1 (Mixtral, Qwen3-MoE) */
-    ARCH_GATE_TOPK_SOFTMAX = 1, /* the n_used largest logits, softmax over those only, no
-                                   renormalisation (gpt-oss; llama.cpp's SOFTMAX_WEIGHT) */
+    ARCH_GATE_TOPK_SOFTMAX = 1, /* the n_used largest logits, softmax over those only
+                                   (gpt-oss; llama.cpp's SOFTMAX_WEIGHT): in exact arithmetic
+                                   the weights of ARCH_GATE_SOFTMAX, computed as llama.cpp
+                                   computes them so that they round alike */
 };
 
 /* Switches (arch_desc.flags). */

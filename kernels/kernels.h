@@ -611,6 +611,8 @@ struct mfk_draw {
     float top_p, min_p;
     float repeat_penalty, presence_penalty, frequency_penalty;
     int32_t adj_off, n_adj; /* this row's entries of the adjust array, n_adj <= 1024 */
+    int32_t mask_off;       /* mfk_sample_masked: this row's grammar mask, words from here
+                               in the masks array (bit i: token i allowed); < 0: none */
 };
 struct mfk_adjust {
     int32_t token, count;
@@ -627,6 +629,13 @@ struct mfk_adjust {
 int mfk_sample(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows, int64_t n,
                const struct mfk_draw *d, const struct mfk_adjust *a, int32_t *out,
                struct mf_err *err);
+/* mfk_sample where a row's d[r].mask_off >= 0 first bans (sets to -inf, in
+ * place: a row given back holds its masked logits) every token whose bit in
+ * masks[mask_off..] is clear: a grammar's mask (runtime/grammar), applied
+ * where the logits are. masks NULL: as mfk_sample. */
+int mfk_sample_masked(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows, int64_t n,
+                      const struct mfk_draw *d, const struct mfk_adjust *a, const uint32_t *masks,
+                      int32_t *out, struct mf_err *err);
 
 #ifdef __cplusplus
 }

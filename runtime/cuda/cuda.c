@@ -976,12 +976,15 @@ int cuda_backend_argmax(struct backend *b, int32_t n, int32_t *ids, struct mf_er
     return rc ? rc : mfk_sync(cb->ctx, err);
 }
 
-/* Bytes of the draw area: max_seqs draws, then as many full adjust lists. */
-static size_t sample_bytes(const struct cuda_backend *cb, size_t *adj_off)
+/* Bytes of the draw area: max_seqs draws, as many full adjust lists, then
+ * as many grammar masks (runtime/grammar: a bit per token). */
+static size_t sample_bytes(const struct cuda_backend *cb, size_t *adj_off, size_t *mask_off)
 {
     size_t n = (size_t)cb->cfg.max_seqs;
     *adj_off = n * sizeof(struct mfk_draw);
-    return *adj_off + n * MFK_SAMPLE_ADJUST * sizeof(struct mfk_adjust);
+    *mask_off = *adj_off + n * MFK_SAMPLE_ADJUST * sizeof(struct mfk_adjust);
+    *mask_off = (*mask_off + 15) / 16 * 16;
+    return *mask_off + n * cuda_plan_mask_words(cb->m->hp.n_vocab) * sizeof(uint32_t);
 }
 
 /* ops->sample: the draws packed into pinned memory, one copy up, mfk_sample,
@@ -991,8 +994,8 @@ static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *
 {
     struct cuda_backend *cb = cb_of(b);
     const int32_t nv = cb->m->hp.n_vocab;
-    size_t adj_off, na = 0;
-    const size_t cap = sample_bytes(cb, &adj_off);
+    size_t adj_off, mask_off, na = 0, nm = 0;
+    const size_t cap = sample_bytes(cb, &adj_off, &mask_off);
     int rc = 0;
 
     if (n < 0 || n > cb->last_out)
@@ -1004,13 +1007,20 @@ static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *
         return rc;
     struct mfk_draw *hd = (struct mfk_draw *)(void *)cb->hsample;
     struct mfk_adjust *ha = (struct mfk_adjust *)(void *)(cb->hsample + adj_off);
+    uint32_t *hm = (uint32_t *)(void *)(cb->hsample + mask_off);
     if ((rc = cuda_plan_draws(d, n, nv, hd, ha, &na, err)))
         return rc;
-    /* one copy: the draws and the adjust lists' used part (na <= n x the cap) */
+    int masked = cuda_plan_masks(d, n, nv, hd, hm, &nm);
+    /* one copy: the draws and the adjust lists' used part (na <= n x the cap);
+       a second for the grammar masks when a row has one */
     rc = mfk_copy_h2d(cb->ctx, cb->dsample, cb->hsample, adj_off + na * sizeof *ha, err);
+    if (!rc && masked)
+        rc = mfk_copy_h2d(cb->ctx, cb->dsample + mask_off, hm, nm * sizeof *hm, err);
     if (!rc)
-        rc = mfk_sample(cb->ctx, cb->logits, nv, n, nv, (const struct mfk_draw *)(void *)cb->dsample,
-                        (const struct mfk_adjust *)(void *)(cb->dsample + adj_off), cb->ids, err);
+        rc = mfk_sample_masked(
+            cb->ctx, cb->logits, nv, n, nv, (const struct mfk_draw *)(void *)cb->dsample,
+            (const struct mfk_adjust *)(void *)(cb->dsample + adj_off),
+            masked ? (const uint32_t *)(void *)(cb->dsample + mask_off) : NULL, cb->ids, err);
     if (!rc)
         rc = mfk_copy_d2h(cb->ctx, ids, cb->ids, (size_t)n * sizeof *ids, err);
     if (!rc)

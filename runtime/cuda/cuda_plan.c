@@ -517,6 +517,28 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
         out[n_out++] = p->T - 1;
 }
 
+size_t cuda_plan_mask_words(int32_t n_vocab)
+{
+    return ((size_t)n_vocab + 31) / 32;
+}
+
+int cuda_plan_masks(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
+                    struct mfk_draw *hd, uint32_t *hm, size_t *nm)
+{
+    const size_t words = cuda_plan_mask_words(n_vocab);
+    int any = 0;
+    *nm = 0;
+    for (int32_t j = 0; j < n; j++) {
+        if (!d[j].allow)
+            continue;
+        hd[j].mask_off = (int32_t)*nm;
+        memcpy(hm + *nm, d[j].allow, words * sizeof *hm);
+        *nm += words;
+        any = 1;
+    }
+    return any;
+}
+
 int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
                     struct mfk_draw *hd, struct mfk_adjust *ha, size_t *na, struct mf_err *err)
 {
@@ -536,7 +558,8 @@ int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
                                   .presence_penalty = dj->presence_penalty,
                                   .frequency_penalty = dj->frequency_penalty,
                                   .adj_off = (int32_t)*na,
-                                  .n_adj = dj->n_adjust};
+                                  .n_adj = dj->n_adjust,
+                                  .mask_off = -1};
         for (int32_t i = 0; i < dj->n_adjust; i++) {
             const struct sampler_adjust *a = &dj->adjust[i];
             if (a->token < 0 || a->token >= n_vocab || (i && a->token <= dj->adjust[i - 1].token))

@@ -315,6 +315,12 @@ void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t
  * fewer than 0), top_k over MFK_SAMPLE_TOP_K, adjust tokens not ascending
  * ids below n_vocab (the kernel gives each entry its own thread, so a
  * token twice would race). */
+/* Grammar masks of the draws (sampler_draw.allow), one after another in hm
+ * (room for n rows of cuda_plan_mask_words), each draw's mask_off set in hd
+ * (after cuda_plan_draws); *nm words used. Returns 1 when any row has one. */
+size_t cuda_plan_mask_words(int32_t n_vocab);
+int cuda_plan_masks(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
+                    struct mfk_draw *hd, uint32_t *hm, size_t *nm);
 int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
                     struct mfk_draw *hd, struct mfk_adjust *ha, size_t *na, struct mf_err *err);
 

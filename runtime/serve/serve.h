@@ -173,9 +173,15 @@ enum serve_api {
 };
 
 struct serve_msg {
-    char *role;    /* owned */
-    char *content; /* owned */
+    char *role;         /* owned */
+    char *content;      /* owned */
+    json_t *tool_calls; /* owned or NULL: [{id, name, arguments (an object)}] */
+    char *tool_call_id; /* owned or NULL: a tool result's call (OpenAI) */
+    char *tool_name;    /* owned or NULL: a tool result's function */
 };
+
+/* tool_choice (serve_tools.c) */
+enum { SERVE_TOOLS_AUTO, SERVE_TOOLS_NONE, SERVE_TOOLS_REQUIRED, SERVE_TOOLS_NAMED };
 
 struct serve_req {
     enum serve_api api;
@@ -197,7 +203,17 @@ struct serve_req {
     int ignore_eos;
     int64_t max_tokens;    /* -1: not given */
     struct serve_opts opts; /* sampling overrides and stop strings */
+    char *grammar;         /* owned or NULL: GBNF the answer must match (format,
+                              response_format, grammar), checked at parse time */
+    json_t *tools;         /* owned or NULL: [{name, description, parameters}] */
+    int tool_choice;       /* SERVE_TOOLS_* */
+    char *tool_name;       /* owned: the function tool_choice names */
+    int parallel_tools;    /* parallel_tool_calls: several calls in one answer */
 };
+
+/* serve_tools.c: the structured-output and tool fields of a request body
+ * (after the messages are parsed) into rq; MF_EINVAL naming the field. */
+int serve_req_structured(struct serve_req *rq, const json_t *body, struct mf_err *err);
 
 /* Parses a request body that must be one JSON object into *out (owned by
  * the caller). MF_EINVAL with the sentence a 400 carries otherwise. */
@@ -287,6 +303,8 @@ struct serve {
     struct MHD_Daemon *mhd;    /* owned */
     struct serve_door *door;   /* owned: the listening socket and slow clients (serve_door.h) */
     struct serve_embedder *emb; /* owned: the embeddings computer (serve_embed.c) */
+    struct gram_vocab *gvocab;  /* owned: the vocabulary trie for grammars */
+    struct serve_gcache *gcache; /* owned: compiled grammars shared by requests */
 };
 
 /* serve_load.c: loads everything in s->cfg; 0 or MF_E* naming the file. */

@@ -404,7 +404,8 @@ int serve_load(struct serve *s, struct mf_err *err)
         s->n_ctx = 16;
     model_set_ctx(s->m, s->n_ctx); /* LongRoPE's factors follow the context served */
     describe(s);
-    if ((rc = open_engine(s, err)) || (rc = serve_embed_open(s, err)))
+    if ((rc = open_engine(s, err)) || (rc = serve_embed_open(s, err)) ||
+        (rc = serve_gcache_open(s, err)))
         return rc;
     s->load_ns = serve_now_ns() - t0;
     mf_log_info(&s->log, "loaded %s: %d layers, vocab %d, context %d, %d KV blocks, %d adapters",
@@ -418,6 +419,7 @@ void serve_unload(struct serve *s)
     engine_close(s->e);
     s->e = NULL;
     serve_embed_close(s);
+    serve_gcache_close(s);
     backend_free(s->be);
     s->be = NULL;
     tmpl_free(s->tmpl);

@@ -180,10 +180,16 @@ void serve_req_free(struct serve_req *rq)
     for (size_t i = 0; i < rq->n_msgs; i++) {
         free(rq->msgs[i].role);
         free(rq->msgs[i].content);
+        json_decref(rq->msgs[i].tool_calls);
+        free(rq->msgs[i].tool_call_id);
+        free(rq->msgs[i].tool_name);
     }
     free(rq->msgs);
     free(rq->tokens);
     serve_opts_free(&rq->opts);
+    free(rq->grammar);
+    json_decref(rq->tools);
+    free(rq->tool_name);
     memset(rq, 0, sizeof *rq);
 }
 
@@ -485,6 +491,8 @@ int serve_req_parse(enum serve_api api, const char *body, size_t len, struct ser
         rc = oai_prompt(rq, j, err);
     if (!rc && (api == SERVE_OLLAMA_GENERATE || api == SERVE_OLLAMA_CHAT))
         rc = ollama_fields(rq, j, err);
+    if (!rc)
+        rc = serve_req_structured(rq, j, err);
     if (!rc && rq->n > 1 && api != SERVE_OAI_CHAT && api != SERVE_OAI_COMPLETION)
         rc = mf_err_set(err, MF_EINVAL, "'n' is only for the OpenAI endpoints");
     json_decref(j);

@@ -811,6 +811,23 @@ static void test_draws(void **state)
     /* the limits agree with the sampler's contract */
     assert_int_equal(MFK_SAMPLE_TOP_K, SAMPLER_DRAW_MAX_TOP_K);
     assert_int_equal(MFK_SAMPLE_ADJUST, SAMPLER_DRAW_MAX_ADJUST);
+    /* no grammar: no mask; grammar masks packed one after another (40 tokens:
+       2 words a row), each row pointing at its own */
+    assert_true(hd[0].mask_off < 0 && hd[1].mask_off < 0 && hd[2].mask_off < 0);
+    uint32_t m0[2] = {0x5u, 0x80u}, m2[2] = {0xffffffffu, 0x1u}, hm[6];
+    size_t nm = 99;
+    assert_int_equal(cuda_plan_masks(d, 3, 40, hd, hm, &nm), 0);
+    assert_int_equal(nm, 0);
+    d[0].allow = m0;
+    d[2].allow = m2;
+    assert_int_equal(cuda_plan_draws(d, 3, 40, hd, ha, &na, &err), 0);
+    assert_int_equal(cuda_plan_masks(d, 3, 40, hd, hm, &nm), 1);
+    assert_int_equal(cuda_plan_mask_words(40), 2);
+    assert_int_equal(nm, 4);
+    assert_int_equal(hd[0].mask_off, 0);
+    assert_true(hd[1].mask_off < 0);
+    assert_int_equal(hd[2].mask_off, 2);
+    assert_true(hm[0] == 0x5u && hm[1] == 0x80u && hm[2] == 0xffffffffu && hm[3] == 0x1u);
 }
 
 /* MFC_CUDA_QGEMM_MAX as MFC_CUDA_GEMM_MIN is read; qgemm.cu's K split:

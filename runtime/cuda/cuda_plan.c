@@ -46,6 +46,24 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
     return 0;
 }
 
+/* The switches the CUDA step does not compute: gpt-oss's attention sinks,
+ * output and expert biases, clamped SwiGLU and top-k-then-softmax gating
+ * (its MXFP4 experts fail cuda_plan_type_ok as well). Such a model is
+ * refused with the family named, and MFC_DEVICE=auto runs it on the CPU. */
+static int family_ok(const struct model *m, struct mf_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    const uint32_t oai = ARCH_SINKS | ARCH_O_BIAS | ARCH_EXPERT_BIASES;
+
+    if (hp->arch && ((hp->arch->flags & oai) || hp->arch->act == ARCH_ACT_SWIGLU_OAI ||
+                     hp->arch->gating == ARCH_GATE_TOPK_SOFTMAX))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend does not run %s models (attention sinks, biased "
+                          "experts with a clamped SwiGLU, MXFP4 weights); the CPU backend does",
+                          hp->arch->name);
+    return 0;
+}
+
 int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks)
 {
     const struct model_hparams *hp = &m->hp;
@@ -71,7 +89,9 @@ int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err
     int rc;
 
     memset(p, 0, sizeof *p);
-    rc = cuda_moe_check(m, err); /* every family's switches run; routed layers' limits */
+    rc = family_ok(m, err);
+    if (!rc)
+        rc = cuda_moe_check(m, err); /* every other switch runs; routed layers' limits */
     if (rc)
         return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);

@@ -1,0 +1,105 @@
+#!/usr/bin/env bats
+# loadgen.bats: bench/loadgen (the HTTP serving benchmark's client) against a
+# real mfc-serve on the CPU with mkmodel's toy llama, on loopback; seconds.
+#  - --requests mode: every request streams to its end; the JSON's counts
+#    equal what the server's /metrics counted (tokens, finished by length);
+#  - timed mode: the window's end cuts streaming requests, the server
+#    cancels them (idle afterwards), tokens/s and percentiles are reported;
+#  - failures are reported, not hidden: HTTP errors with the server's
+#    message, a refused connection, a wrong API key, bad options.
+load helpers
+load serve_helpers
+
+LOADGEN="$MFC_BUILDDIR/bench/loadgen"
+
+setup_file() {
+    serve_model "$BATS_FILE_TMPDIR/toy.gguf"
+}
+
+teardown() {
+    serve_stop || true
+}
+
+@test "loadgen --requests: every stream ends by length, counts match the server's /metrics" {
+    serve_start "$BATS_FILE_TMPDIR" toy.gguf --name toy
+    run "$LOADGEN" --url "$SERVE_URL" --model toy --clients 4 --requests 3 --prompt-tokens 24 \
+        --max-tokens 8 --ids 3:500 --label cpu-toy
+    echo "$output"
+    [ "$status" -eq 0 ]
+    json=$(grep '^{' <<<"$output")
+    [ "$(jq -r .label <<<"$json")" = cpu-toy ]
+    [ "$(jq .mode <<<"$json")" = '"requests"' ]
+    [ "$(jq .requests_done <<<"$json")" = 12 ]
+    [ "$(jq .finish_length <<<"$json")" = 12 ]
+    [ "$(jq .errors <<<"$json")" = 0 ]
+    [ "$(jq .output_tokens <<<"$json")" = 96 ] # 12 x 8, from usage.completion_tokens
+    [ "$(jq .ttft_ms.n <<<"$json")" = 12 ]
+    [ "$(jq .tpot_ms.n <<<"$json")" = 12 ]
+    jq -e '.output_tok_s > 0 and .ttft_ms.p50 > 0 and .ttft_ms.p50 <= .ttft_ms.p99 and
+           .tpot_ms.p50 > 0 and .tpot_ms.p90 <= .tpot_ms.p99' <<<"$json"
+    # the table line names the run
+    grep -q 'cpu-toy .*C=4 .*24/8 .*tok/s.*TTFT.*TPOT.*(12 done, 0 cut, 0 errors)' <<<"$output"
+    # the server saw exactly these prompts and outputs
+    [ "$(metric 'mfc:request_success_total{finished_reason="length"')" = 12 ]
+    [ "$(metric mfc:prompt_tokens_total)" = 288 ]
+}
+
+@test "loadgen timed mode: the window's end cuts streams, the server cancels them" {
+    serve_start "$BATS_FILE_TMPDIR" toy.gguf --name toy
+    run "$LOADGEN" --url "$SERVE_URL/" --clients 3 --warmup 0.3 --duration 1.2 --prompt-tokens 16 \
+        --max-tokens 400 --ids 3:500
+    echo "$output"
+    [ "$status" -eq 0 ]
+    json=$(grep '^{' <<<"$output")
+    [ "$(jq .mode <<<"$json")" = '"timed"' ]
+    jq -e '.window_s > 1.1 and .window_s < 1.3 and .output_tokens > 0 and .errors == 0' <<<"$json"
+    [ "$(jq .requests_cut <<<"$json")" -ge 3 ]
+    jq -e '.tpot_ms.n >= 1 and .tpot_ms.p50 > 0' <<<"$json"
+    # every cut stream is cancelled: nothing left running after a moment
+    for _ in $(seq 1 100); do
+        [ "$(metric mfc:num_requests_running)" = 0 ] && break
+        sleep 0.1
+    done
+    [ "$(metric mfc:num_requests_running)" = 0 ]
+    [ "$(metric 'mfc:request_success_total{finished_reason="abort"')" -ge 3 ]
+}
+
+@test "loadgen reports failures: HTTP errors, a wrong key, a refused connection, bad options" {
+    serve_start "$BATS_FILE_TMPDIR" toy.gguf --name toy --api-key s3cret
+    run "$LOADGEN" --url "$SERVE_URL" --requests 1 --prompt-tokens 4 --max-tokens 2 --ids 3:500 \
+        --api-key s3cret
+    [ "$status" -eq 0 ]
+    run "$LOADGEN" --url "$SERVE_URL" --requests 1 --prompt-tokens 4 --max-tokens 2 --ids 3:500
+    echo "$output"
+    [ "$status" -eq 1 ]
+    grep -q 'loadgen: 1 request(s) failed; the first: HTTP 401' <<<"$output"
+    [ "$(grep '^{' <<<"$output" | jq .errors)" = 1 ]
+    # ids past the vocabulary: the server's 400 message comes through
+    run "$LOADGEN" --url "$SERVE_URL" --requests 1 --prompt-tokens 4 --max-tokens 2 --ids 600:700 \
+        --api-key s3cret
+    echo "$output"
+    [ "$status" -eq 1 ]
+    grep -q 'HTTP 400: .*token' <<<"$output"
+    run "$LOADGEN" --url "$SERVE_URL" --path /v1/nothing --requests 1 --api-key s3cret
+    [ "$status" -eq 1 ]
+    grep -q 'HTTP 404' <<<"$output"
+    serve_stop
+    port=$(free_port)
+    run "$LOADGEN" --url "http://127.0.0.1:$port" --clients 2 --requests 5
+    echo "$output"
+    [ "$status" -eq 1 ]
+    grep -q "connecting to 127.0.0.1:$port: Connection refused" <<<"$output"
+    [ "$(grep '^{' <<<"$output" | jq .errors)" = 2 ] # each client stops at its first failure
+    run "$LOADGEN" --url https://example.com
+    [ "$status" -eq 2 ]
+    grep -q 'only http:// URLs are supported' <<<"$output"
+    run "$LOADGEN" --clients 0
+    [ "$status" -eq 2 ]
+    grep -q -- '--clients "0": expected a number from 1 to 4096' <<<"$output"
+    run "$LOADGEN" --ids 9:3
+    [ "$status" -eq 2 ]
+    grep -q 'HI must be above LO' <<<"$output"
+    run "$LOADGEN" --bogus 1
+    [ "$status" -eq 2 ]
+    grep -q 'unknown option --bogus' <<<"$output"
+}

@@ -46,13 +46,13 @@ teardown() {
 
 @test "loadgen timed mode: the window's end cuts streams, the server cancels them" {
     serve_start "$BATS_FILE_TMPDIR" toy.gguf --name toy
-    run "$LOADGEN" --url "$SERVE_URL/" --clients 3 --warmup 0.3 --duration 1.2 --prompt-tokens 16 \
-        --max-tokens 400 --ids 3:500
+    run "$LOADGEN" --url "$SERVE_URL/" --clients 3 --warmup 0.2 --duration 0.6 --prompt-tokens 16 \
+        --max-tokens 490 --ids 3:500
     echo "$output"
     [ "$status" -eq 0 ]
     json=$(grep '^{' <<<"$output")
     [ "$(jq .mode <<<"$json")" = '"timed"' ]
-    jq -e '.window_s > 1.1 and .window_s < 1.3 and .output_tokens > 0 and .errors == 0' <<<"$json"
+    jq -e '.window_s > 0.55 and .window_s < 0.65 and .output_tokens > 0 and .errors == 0' <<<"$json"
     [ "$(jq .requests_cut <<<"$json")" -ge 3 ]
     jq -e '.tpot_ms.n >= 1 and .tpot_ms.p50 > 0' <<<"$json"
     # every cut stream is cancelled: nothing left running after a moment

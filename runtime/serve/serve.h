@@ -38,6 +38,12 @@
 #define SERVE_MAX_N 8           /* OpenAI n: choices per request */
 #define SERVE_MAX_MSGS 4096     /* chat messages per request */
 #define SERVE_CONFIG_MAX (16u << 20) /* bytes of model.yaml */
+/* Prompt tokens a step takes beside decodes (MFC_MAX_PREFILL_TOKENS;
+ * runtime/engine/sched.c "Prefill beside decode"): half the default step
+ * budget, so a decode step's prompt work is bounded while prompts of a
+ * 512/128 load at 64 clients (about 4 prompt tokens for each decode) still
+ * keep up; bench/README.md has the CPU measurements of other values. */
+#define SERVE_DEFAULT_PREFILL_TOKENS 256
 
 /* ---- settings (serve_config.c) ---- */
 
@@ -64,6 +70,8 @@ struct serve_config {
     int threads;         /* CPU threads; 0: one per core */
     int max_seqs;        /* sequences per step (MFC_MAX_SEQS, 64) */
     int max_batch_tokens; /* tokens per step (MFC_MAX_BATCH_TOKENS, 512) */
+    int max_prefill_tokens; /* prompt tokens a step carries beside decodes
+                               (MFC_MAX_PREFILL_TOKENS; 0: the whole budget) */
     int max_requests;    /* generations at once before 429 (MFC_MAX_REQUESTS, 256) */
     int max_waiting;     /* engine queue before 429 (MFC_MAX_WAITING, 256) */
     int ctx;             /* context length; 0: num_ctx parameter or the model's */

@@ -25,13 +25,14 @@
 const char serve_usage[] =
     "usage: mfc-serve --model FILE.gguf [--config model.yaml] [--host ADDR] [--port N]\n"
     "                 [--api-key KEY] [--adapter NAME=PATH[@OFFSET:SIZE]]... [--threads N]\n"
-    "                 [--name NAME] [--ctx N] [--max-seqs N] [--kv-cache-gb G]\n"
-    "                 [--kv-cache-type f16|q8] [--log-level LEVEL]\n"
+    "                 [--name NAME] [--ctx N] [--max-seqs N] [--max-batch-tokens N]\n"
+    "                 [--max-prefill-tokens N] [--kv-cache-gb G]\n"
+    "                 [--kv-cache-type f16|q8|fp8] [--log-level LEVEL]\n"
     "                 [--model-offset BYTES [--model-size BYTES]]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
     "  MFC_KV_CACHE_GB MFC_KV_CACHE_TYPE MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS\n"
-    "  MFC_MAX_WAITING\n"
+    "  MFC_MAX_PREFILL_TOKENS MFC_MAX_WAITING\n"
     "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n"
     "--model-offset/--model-size, and an adapter's @OFFSET:SIZE, serve a GGUF lying inside\n"
     "a bigger file (a tar layer), mapped in place.\n";
@@ -55,6 +56,7 @@ void serve_config_init(struct serve_config *c)
     c->device = strdup("auto"); /* the GPU when one is visible (serve_load.c pick_backend) */
     c->max_seqs = 64;
     c->max_batch_tokens = 512;
+    c->max_prefill_tokens = SERVE_DEFAULT_PREFILL_TOKENS;
     c->max_requests = 256;
     c->max_waiting = 256;
     c->max_body = 4u << 20;
@@ -467,7 +469,9 @@ static int apply(struct serve_config *c, const char *key, const char *v, struct 
     else if (!strcmp(key, "max-seqs"))
         return parse_int("max-seqs", v, 1, 4096, &c->max_seqs, err);
     else if (!strcmp(key, "max-batch-tokens"))
-        return parse_int("MFC_MAX_BATCH_TOKENS", v, 16, 1 << 20, &c->max_batch_tokens, err);
+        return parse_int("max-batch-tokens", v, 16, 1 << 20, &c->max_batch_tokens, err);
+    else if (!strcmp(key, "max-prefill-tokens"))
+        return parse_int("max-prefill-tokens", v, 0, 1 << 20, &c->max_prefill_tokens, err);
     else if (!strcmp(key, "max-requests"))
         return parse_int("MFC_MAX_REQUESTS", v, 1, 1 << 20, &c->max_requests, err);
     else if (!strcmp(key, "max-waiting"))
@@ -504,6 +508,7 @@ static const struct {
     {"MFC_THREADS", "threads"},
     {"MFC_MAX_SEQS", "max-seqs"},
     {"MFC_MAX_BATCH_TOKENS", "max-batch-tokens"},
+    {"MFC_MAX_PREFILL_TOKENS", "max-prefill-tokens"},
     {"MFC_MAX_REQUESTS", "max-requests"},
     {"MFC_MAX_WAITING", "max-waiting"},
     {"MFC_CTX", "ctx"},
@@ -518,6 +523,7 @@ static const struct option long_opts[] = {
     {"threads", 1, 0, 't'},  {"name", 1, 0, 'n'},         {"ctx", 1, 0, 'C'},
     {"max-seqs", 1, 0, 'S'}, {"kv-cache-gb", 1, 0, 'K'},  {"log-level", 1, 0, 'L'},
     {"model-offset", 1, 0, 'O'}, {"model-size", 1, 0, 'Z'}, {"kv-cache-type", 1, 0, 'T'},
+    {"max-batch-tokens", 1, 0, 'B'}, {"max-prefill-tokens", 1, 0, 'P'},
     {"help", 0, 0, 'h'},     {0, 0, 0, 0},
 };
 

@@ -288,6 +288,7 @@ static int open_engine(struct serve *s, struct mf_err *err)
         s->n_ctx = s->n_blocks * KV_BLOCK_TOKENS;
     ec.sched.max_num_seqs = s->cfg.max_seqs;
     ec.sched.max_num_batched_tokens = s->cfg.max_batch_tokens;
+    ec.sched.max_prefill_tokens = s->cfg.max_prefill_tokens;
     ec.sched.max_model_len = s->n_ctx;
     ec.sched.max_waiting = s->cfg.max_waiting;
     ec.n_kv_blocks = s->n_blocks;

@@ -21,3 +21,5 @@ tests_unit_test_loadgen_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_loadgen_LDADD = $(CMOCKA_LIBS)
 TESTS += tests/unit/test_loadgen tests/cli/loadgen.bats
 EXTRA_DIST += tests/cli/loadgen.bats tests/fuzz/fuzz_loadgen.c tests/fuzz/corpus/loadgen
+## bench/serve-gpu: mfc-serve against llama-server on a GPU host (bench/README.md)
+EXTRA_DIST += bench/serve-gpu bench/copybw.cu

@@ -6,7 +6,9 @@
 #  - timed mode: the window's end cuts streaming requests, the server
 #    cancels them (idle afterwards), tokens/s and percentiles are reported;
 #  - failures are reported, not hidden: HTTP errors with the server's
-#    message, a refused connection, a wrong API key, bad options.
+#    message, a refused connection, a wrong API key, bad options;
+#  - bench/serve-gpu's phases that need no GPU (the GGUFs, mfc-serve under
+#    every load, the table) with a toy model on the CPU.
 load helpers
 load serve_helpers
 
@@ -42,10 +44,13 @@ teardown() {
     # the server saw exactly these prompts and outputs
     [ "$(metric 'mfc:request_success_total{finished_reason="length"')" = 12 ]
     [ "$(metric mfc:prompt_tokens_total)" = 288 ]
+    # the CPU's prefill cap beside decodes (runtime/serve/serve.h)
+    grep -q "steps of up to 512 tokens, 64 sequences; prompts take up to 64 of them beside decodes (MFC_MAX_PREFILL_TOKENS, the backend's default)" "$SERVE_LOG"
 }
 
 @test "loadgen timed mode: the window's end cuts streams, the server cancels them" {
-    serve_start "$BATS_FILE_TMPDIR" toy.gguf --name toy
+    serve_start "$BATS_FILE_TMPDIR" toy.gguf --name toy --max-prefill-tokens 0 --max-batch-tokens 256
+    grep -q "steps of up to 256 tokens, 64 sequences; prompts take up to 256 of them beside decodes (MFC_MAX_PREFILL_TOKENS)" "$SERVE_LOG"
     run "$LOADGEN" --url "$SERVE_URL/" --clients 3 --warmup 0.2 --duration 0.6 --prompt-tokens 16 \
         --max-tokens 490 --ids 3:500
     echo "$output"
@@ -102,4 +107,30 @@ teardown() {
     run "$LOADGEN" --bogus 1
     [ "$status" -eq 2 ]
     grep -q 'unknown option --bogus' <<<"$output"
+}
+
+@test "bench/serve-gpu's phases run on the CPU with a toy model: GGUFs, mfc-serve under load, the table" {
+    export SERVE_GPU_DIR="$BATS_TEST_TMPDIR/sg" SERVE_GPU_PRESET=toy SERVE_GPU_TYPES=q8_0
+    export SERVE_GPU_CLIENTS="2 3" SERVE_GPU_LOADS=24/8 SERVE_GPU_WARMUP=0.3 SERVE_GPU_DURATION=0.8
+    export SERVE_GPU_PORT=$(free_port) MKMODEL="$MFC_BUILDDIR/tests/tools/mkmodel"
+    run "$MFC_SRCDIR/bench/serve-gpu" models
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [ -s "$SERVE_GPU_DIR/toy-q8_0.gguf" ]
+    MFC_DEVICE=cpu MFC_THREADS=1 MFC_SERVE="$MFC_SERVE_BIN" run "$MFC_SRCDIR/bench/serve-gpu" mfc
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [ "$(wc -l <"$SERVE_GPU_DIR/results.jsonl")" = 2 ]
+    jq -e -s 'all(.server == "mfc" and .type == "q8_0" and .errors == 0 and .output_tok_s > 0)' \
+        "$SERVE_GPU_DIR/results.jsonl"
+    echo '{"device":"none","copy_gbps":20.0}' >"$SERVE_GPU_DIR/copybw.json"
+    run "$MFC_SRCDIR/bench/serve-gpu" table
+    echo "$output"
+    [ "$status" -eq 0 ]
+    grep -q 'copy bandwidth 20 GB/s (none)' <<<"$output"
+    grep -q 'MFC_DEVICE=cpu' <<<"$output"
+    [ "$(grep -c '^| mfc | Q8_0 | [23] | 24 / 8 | [0-9,]* | - | [0-9]*% of [0-9,]* |' <<<"$output")" = 2 ]
+    run "$MFC_SRCDIR/bench/serve-gpu" llama
+    [ "$status" -eq 1 ]
+    grep -q 'no llama-server at .*: run bench/serve-gpu llama-build' <<<"$output"
 }

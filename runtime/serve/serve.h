@@ -39,11 +39,16 @@
 #define SERVE_MAX_MSGS 4096     /* chat messages per request */
 #define SERVE_CONFIG_MAX (16u << 20) /* bytes of model.yaml */
 /* Prompt tokens a step takes beside decodes (MFC_MAX_PREFILL_TOKENS;
- * runtime/engine/sched.c "Prefill beside decode"): half the default step
- * budget, so a decode step's prompt work is bounded while prompts of a
- * 512/128 load at 64 clients (about 4 prompt tokens for each decode) still
- * keep up; bench/README.md has the CPU measurements of other values. */
-#define SERVE_DEFAULT_PREFILL_TOKENS 256
+ * runtime/engine/sched.c "Prefill beside decode") unless set: on the CPU,
+ * where a prompt token costs about what a decode token does, 64 (8 streams
+ * beside two clients sending 480-token prompts: time per output token 235-320
+ * ms against 595-1,406 with no cap, first tokens of the prompts about as soon;
+ * bench/README.md); on a GPU, where a step's weights are read once for all
+ * its tokens, 256: half the default budget, what a 512/128 load of 64
+ * clients needs a step (4 prompt tokens for each decode) so its prompts keep
+ * up (to be measured with bench/serve-gpu). */
+#define SERVE_PREFILL_TOKENS_CPU 64
+#define SERVE_PREFILL_TOKENS_GPU 256
 
 /* ---- settings (serve_config.c) ---- */
 
@@ -71,7 +76,8 @@ struct serve_config {
     int max_seqs;        /* sequences per step (MFC_MAX_SEQS, 64) */
     int max_batch_tokens; /* tokens per step (MFC_MAX_BATCH_TOKENS, 512) */
     int max_prefill_tokens; /* prompt tokens a step carries beside decodes
-                               (MFC_MAX_PREFILL_TOKENS; 0: the whole budget) */
+                               (MFC_MAX_PREFILL_TOKENS; 0: the whole budget;
+                               -1: the backend's SERVE_PREFILL_TOKENS_*) */
     int max_requests;    /* generations at once before 429 (MFC_MAX_REQUESTS, 256) */
     int max_waiting;     /* engine queue before 429 (MFC_MAX_WAITING, 256) */
     int ctx;             /* context length; 0: num_ctx parameter or the model's */

@@ -56,7 +56,7 @@ void serve_config_init(struct serve_config *c)
     c->device = strdup("auto"); /* the GPU when one is visible (serve_load.c pick_backend) */
     c->max_seqs = 64;
     c->max_batch_tokens = 512;
-    c->max_prefill_tokens = SERVE_DEFAULT_PREFILL_TOKENS;
+    c->max_prefill_tokens = -1; /* the backend's (serve_load.c) */
     c->max_requests = 256;
     c->max_waiting = 256;
     c->max_body = 4u << 20;

@@ -289,6 +289,16 @@ static int open_engine(struct serve *s, struct mf_err *err)
     ec.sched.max_num_seqs = s->cfg.max_seqs;
     ec.sched.max_num_batched_tokens = s->cfg.max_batch_tokens;
     ec.sched.max_prefill_tokens = s->cfg.max_prefill_tokens;
+    if (ec.sched.max_prefill_tokens < 0)
+        ec.sched.max_prefill_tokens =
+            ops == &cuda_backend_ops ? SERVE_PREFILL_TOKENS_GPU : SERVE_PREFILL_TOKENS_CPU;
+    mf_log_info(&s->log,
+                "steps of up to %d tokens, %d sequences; prompts take up to %d of them beside "
+                "decodes (MFC_MAX_PREFILL_TOKENS%s)",
+                ec.sched.max_num_batched_tokens, ec.sched.max_num_seqs,
+                ec.sched.max_prefill_tokens ? ec.sched.max_prefill_tokens
+                                            : ec.sched.max_num_batched_tokens,
+                s->cfg.max_prefill_tokens < 0 ? ", the backend's default" : "");
     ec.sched.max_model_len = s->n_ctx;
     ec.sched.max_waiting = s->cfg.max_waiting;
     ec.n_kv_blocks = s->n_blocks;

@@ -272,7 +272,7 @@ static void test_precedence(void **state)
     assert_string_equal(c.model_path, "/e.gguf");
     assert_int_equal(c.kv_8bit, 0); /* the default */
     assert_int_equal(c.max_batch_tokens, 512);
-    assert_int_equal(c.max_prefill_tokens, SERVE_DEFAULT_PREFILL_TOKENS);
+    assert_int_equal(c.max_prefill_tokens, -1); /* the backend's default */
     serve_config_free(&c);
     char *argv3[] = {"mfc-serve", "--model=/f/my-model.gguf", "--name", "m", NULL};
     serve_config_init(&c);

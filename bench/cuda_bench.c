@@ -50,7 +50,8 @@
  * down to a multiple of 16) instead of 512; past 2016 the 32 steps take
  * them beyond CUDA_PLAN_DECODE_TILES_CTX, onto the per-token kernel.
  *
- * CUDA_BENCH_KV=q8 runs either with the 8-bit KV arena (BACKEND_KV_Q8).
+ * CUDA_BENCH_KV=q8 (fp8) runs either with the 8-bit KV arena, int8
+ * (BACKEND_KV_Q8) or e4m3 (BACKEND_KV_FP8).
  * Logits land in backend_host_alloc's memory, as mfc-serve's engine has
  * them (CUDA_BENCH_PAGEABLE=1: malloc's).
  *
@@ -625,10 +626,12 @@ static void gemv_bench(double bw, const char *only_type)
     mfk_ctx_free(c);
 }
 
-/* CUDA_BENCH_KV=q8: the 8-bit KV arena instead of F16. */
+/* CUDA_BENCH_KV=q8 / fp8: the 8-bit KV arena, int8 or e4m3, instead of F16. */
 static enum backend_kv_type kv_type(void)
 {
     const char *v = getenv("CUDA_BENCH_KV");
+    if (v && strcmp(v, "fp8") == 0)
+        return BACKEND_KV_FP8;
     return v && strcmp(v, "q8") == 0 ? BACKEND_KV_Q8 : BACKEND_KV_F16;
 }
 
@@ -715,8 +718,11 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
            n_seqs * n_dec / t_dec);
     printf(
         "weights %.2f GB, KV arena (%s) %.2f GB; device memory in use before the model %.2f GB\n",
-        st.bytes / 1e9, cfg.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16", st.kv_bytes / 1e9,
-        base / 1e9);
+        st.bytes / 1e9,
+        cfg.kv_type == BACKEND_KV_FP8  ? "FP8"
+        : cfg.kv_type == BACKEND_KV_Q8 ? "8-bit"
+                                       : "F16",
+        st.kv_bytes / 1e9, base / 1e9);
     printf(
         "peak device memory (total - free, CUDA context and cuBLAS included): %.2f GB = %.2f GiB\n",
         peak / 1e9, peak / 1073741824.0);

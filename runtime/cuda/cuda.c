@@ -205,7 +205,7 @@ static void bind_layer(struct cuda_backend *cb, int32_t l)
     L->k_norm = dev_vec(cb, &ml->k_norm);
     L->attn_post = dev_vec(cb, &ml->attn_post_norm);
     L->ffn_post = dev_vec(cb, &ml->ffn_post_norm);
-    L->per_token = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
+    L->per_token = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type, &L->ks);
 }
 
 static double now_s(void)
@@ -452,8 +452,9 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     int rc, n = 0, qexact = 0, qsk = 0;
 
     *out = NULL;
-    if (cfg->kv_type != BACKEND_KV_F16 && cfg->kv_type != BACKEND_KV_Q8)
-        return mf_err_set(err, MF_EUNSUPPORTED, "the CUDA backend stores KV in F16 or 8 bits");
+    if (!cuda_plan_kv_ok(cfg->kv_type))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend stores KV in F16, 8-bit integers or FP8 (e4m3)");
     rc = mfk_device_count(&n, err);
     if (rc)
         return rc;

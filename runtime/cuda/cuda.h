@@ -8,10 +8,10 @@
  * fails with MF_EUNSUPPORTED, so callers need no #ifdef.
  *
  * Differences from cpu_backend_ops (docs/cuda.md): KV in F16 or 8 bits
- * (BACKEND_KV_Q8, CUDA only; BACKEND_KV_F32 is refused); LoRA adapters are those attached to the
- * model before create, F32/F16/BF16 only, and need cuBLAS (a batch naming
- * another is refused with MF_EUNSUPPORTED); kv_bytes 0 means
- * MFC_GPU_MEMORY_UTILIZATION (default 0.9) of the device's memory.
+ * (BACKEND_KV_Q8, BACKEND_KV_FP8, CUDA only; BACKEND_KV_F32 is refused); LoRA adapters are those
+ * attached to the model before create, F32/F16/BF16 only, and need cuBLAS (a batch naming another
+ * is refused with MF_EUNSUPPORTED); kv_bytes 0 means MFC_GPU_MEMORY_UTILIZATION (default 0.9) of
+ * the device's memory.
  */
 #ifndef MFC_CUDA_H
 #define MFC_CUDA_H

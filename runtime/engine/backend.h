@@ -35,6 +35,7 @@ enum backend_kv_type {
     BACKEND_KV_F32 = 1, /* exact K/V, for numerics checks */
     BACKEND_KV_Q8 = 2,  /* CUDA only: int8 with a float scale per token and head
                            (kernels.h mfk_kv_shape), ~52% of F16's bytes */
+    BACKEND_KV_FP8 = 3, /* CUDA only: FP8 e4m3 in the same layout, the scale absmax / 448 */
 };
 
 struct backend_config {

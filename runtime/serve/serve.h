@@ -30,6 +30,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "runtime/model/batch.h"
+#include "runtime/engine/backend.h"
 #include "runtime/engine/sampler.h"
 
 #define SERVE_MAX_ADAPTERS 64
@@ -71,7 +72,8 @@ struct serve_config {
     char *model_name;    /* owned: the served name (MFC_MODEL_NAME, else the file's stem) */
     char *device;        /* owned: "cpu" (MFC_DEVICE) */
     char *kv_cache_gb;   /* owned or NULL: MFC_KV_CACHE_GB */
-    int kv_8bit;         /* MFC_KV_CACHE_TYPE=q8 (or q8_0): 8-bit K/V on CUDA */
+    int kv_type;         /* MFC_KV_CACHE_TYPE as an enum backend_kv_type: F16 (f16), Q8 (q8,
+                            q8_0) or FP8 (fp8); the last two on CUDA only */
     int threads;         /* CPU threads; 0: one per core */
     int max_seqs;        /* sequences per step (MFC_MAX_SEQS, 64) */
     int max_batch_tokens; /* tokens per step (MFC_MAX_BATCH_TOKENS, 512) */

@@ -460,10 +460,15 @@ static int apply(struct serve_config *c, const char *key, const char *v, struct 
             return rc;
         set_str(&c->kv_cache_gb, v);
     } else if (!strcmp(key, "kv-cache-type")) {
-        /* q8_0: Ollama's name for its 8-bit cache (OLLAMA_KV_CACHE_TYPE) */
-        if (strcmp(v, "f16") && strcmp(v, "q8") && strcmp(v, "q8_0"))
-            return mf_err_set(err, MF_EUSAGE, "KV cache type \"%s\": expected f16 or q8", v);
-        c->kv_8bit = strcmp(v, "f16") != 0;
+        /* q8_0: Ollama's name for its 8-bit cache (OLLAMA_KV_CACHE_TYPE); fp8: vLLM's */
+        if (!strcmp(v, "f16"))
+            c->kv_type = BACKEND_KV_F16;
+        else if (!strcmp(v, "q8") || !strcmp(v, "q8_0"))
+            c->kv_type = BACKEND_KV_Q8;
+        else if (!strcmp(v, "fp8"))
+            c->kv_type = BACKEND_KV_FP8;
+        else
+            return mf_err_set(err, MF_EUSAGE, "KV cache type \"%s\": expected f16, q8 or fp8", v);
     } else if (!strcmp(key, "threads"))
         return parse_int("threads", v, 0, 1024, &c->threads, err);
     else if (!strcmp(key, "max-seqs"))

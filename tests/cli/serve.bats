@@ -156,10 +156,13 @@ post() {
     [[ "$output" == *"cannot listen on 0.0.0.0:$(cat "$D/main.port")"* ]]
 }
 
-@test "serve: MFC_KV_CACHE_TYPE=q8 on the CPU keeps F16 and says so; a bad type is a usage error" {
+@test "serve: MFC_KV_CACHE_TYPE=q8 or fp8 on the CPU keeps F16 and says so; a bad type is a usage error" {
     run env MFC_KV_CACHE_TYPE=q4 "$SERVE" --model "$D/toy.gguf"
     [ "$status" -eq 2 ]
-    [[ "$output" == *'KV cache type "q4": expected f16 or q8'* ]]
+    [[ "$output" == *'KV cache type "q4": expected f16, q8 or fp8'* ]]
+    MFC_DEVICE=cpu start_server FP8 --model "$D/toy.gguf" --name toy --kv-cache-type fp8
+    grep -q 'MFC_KV_CACHE_TYPE=fp8 needs the CUDA backend: K/V stay F16 on the cpu' "$D/FP8.log"
+    kill "$(cat "$D/FP8.pid")" && rm "$D/FP8.pid"
     MFC_DEVICE=cpu MFC_KV_CACHE_TYPE=q8 start_server KV8 --model "$D/toy.gguf" --name toy
     grep -q 'MFC_KV_CACHE_TYPE=q8 needs the CUDA backend: K/V stay F16 on the cpu' "$D/KV8.log"
     grep -q 'compute backend: cpu (MFC_DEVICE=cpu), KV cache F16' "$D/KV8.log"

@@ -255,7 +255,7 @@ static void test_precedence(void **state)
     assert_string_equal(c.api_key, "k1");
     assert_int_equal(c.max_seqs, 8);
     assert_string_equal(c.kv_cache_gb, "0.5");
-    assert_int_equal(c.kv_8bit, 1); /* MFC_KV_CACHE_TYPE=q8_0 */
+    assert_int_equal(c.kv_type, BACKEND_KV_Q8);              /* MFC_KV_CACHE_TYPE=q8_0 */
     assert_string_equal(c.model_path, "/models/model.gguf"); /* from the yaml */
     assert_string_equal(c.model_name, "model");              /* its stem */
     assert_int_equal(c.n_adapters, 3);
@@ -270,13 +270,15 @@ static void test_precedence(void **state)
     serve_config_init(&c);
     assert_int_equal(serve_config_parse(&c, 1, argv2, env_get, &help, &err), 0);
     assert_string_equal(c.model_path, "/e.gguf");
-    assert_int_equal(c.kv_8bit, 0); /* the default */
+    assert_int_equal(c.kv_type, BACKEND_KV_F16); /* the default */
     assert_int_equal(c.max_batch_tokens, 512);
     assert_int_equal(c.max_prefill_tokens, -1); /* the backend's default */
     serve_config_free(&c);
-    char *argv3[] = {"mfc-serve", "--model=/f/my-model.gguf", "--name", "m", NULL};
+    char *argv3[] = {
+        "mfc-serve", "--model=/f/my-model.gguf", "--name", "m", "--kv-cache-type", "fp8", NULL};
     serve_config_init(&c);
-    assert_int_equal(serve_config_parse(&c, 4, argv3, env_get, &help, &err), 0);
+    assert_int_equal(serve_config_parse(&c, 6, argv3, env_get, &help, &err), 0);
+    assert_int_equal(c.kv_type, BACKEND_KV_FP8);
     assert_string_equal(c.model_path, "/f/my-model.gguf");
     assert_string_equal(c.model_name, "m");
     serve_config_free(&c);

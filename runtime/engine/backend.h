@@ -65,7 +65,10 @@ struct backend_ops {
     int (*kv_alloc)(struct backend *b, int32_t *n_blocks, struct mf_err *err);
     /* Runs one step: appends every sequence's new K/V to its blocks and
      * writes the logits rows asked for. MF_EINVAL (with the sequence named)
-     * for a batch that breaks batch.h's contract; no KV is written then. */
+     * for a batch that breaks batch.h's contract; no KV is written then. A
+     * step with logits rows and batch.logits NULL may return while the
+     * device still computes it (CUDA): the sample that reads the rows is
+     * ordered after it and reports its failure. */
     int (*step)(struct backend *b, const struct batch *batch, struct mf_err *err);
     /* Releases everything. Accepts NULL. */
     void (*free)(struct backend *b);

@@ -440,7 +440,8 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
     grep -qi '^content-type: text/plain; version=0.0.4' "$BATS_TEST_TMPDIR/h"
     for m in num_requests_running num_requests_waiting kv_cache_usage_perc \
         prefix_cache_queries_total prefix_cache_hits_total prompt_tokens_total \
-        generation_tokens_total num_preemptions_total; do
+        generation_tokens_total num_preemptions_total engine_steps_total \
+        engine_host_seconds_total engine_model_seconds_total; do
         echo "$output" | grep -q "^# TYPE mfc:$m "
         echo "$output" | grep -q "^mfc:$m{model_name=\"toy\"} "
     done

@@ -9,6 +9,8 @@
  *                             stream-K too; Q4_K's q+k+v and gate+up in one launch)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
+ *   cuda_bench plan SHAPE [BATCH...]   (the host's planning of a decode step, no
+ *                                       device: plan_bench)
  *     SHAPE: 1b | llama3-8b | qwen2.5-7b | gemma2-9b | phi3-mini | qwen3-30b-a3b
  *            (mkmodel's presets: Llama 3.2 1B, Llama 3 8B, the families' models
  *            of those sizes, and Qwen3-30B-A3B: 48 layers of 128 experts of 768
@@ -59,7 +61,8 @@
  * down to a multiple of 16) instead of 512; past 2016 the 32 steps take
  * them beyond CUDA_PLAN_DECODE_TILES_CTX, onto the per-token kernel.
  *
- * CUDA_BENCH_KV=q8 runs either with the 8-bit KV arena (BACKEND_KV_Q8).
+ * CUDA_BENCH_KV=q8 (fp8) runs either with the 8-bit KV arena, int8
+ * (BACKEND_KV_Q8) or e4m3 (BACKEND_KV_FP8).
  * Logits land in backend_host_alloc's memory, as mfc-serve's engine has
  * them (CUDA_BENCH_PAGEABLE=1: malloc's).
  *
@@ -82,6 +85,7 @@
 #include "kernels/kernels.h"
 #include "runtime/engine/backend.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_plan.h"
 #include "runtime/model/model.h"
 
 #define CTX 512
@@ -264,22 +268,11 @@ static void set_router(struct model_weight *w, const char *name, int64_t ne0, in
                                .name = strdup(name)};
 }
 
-/* The model of shape s in type's mix, synthesized (see the file's
- * comment) with its family's switches; a routed shape has every layer
- * routed (router, 3-D expert tensors, no dense FFN). */
-static struct model *synth(const struct shape *s, const char *type)
+/* The shape's hyperparameters and layer kinds, no weights (plan mode). */
+static struct model *synth_shape(const struct shape *s)
 {
-    static const char *wn[MODEL_W_PER_LAYER] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                                                "ffn_gate", "ffn_up", "ffn_down"};
-    static const char *en[MODEL_EXP_COUNT] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-    enum quant_ftype ft;
     struct model *m = calloc(1, sizeof *m);
-    if (strcmp(type, "q4_k") != 0 && quant_ftype_from_name(type, &ft)) {
-        fprintf(stderr, "cuda_bench: unknown type %s\n", type);
-        exit(1);
-    }
     int64_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
-    int64_t qd = s->n_head * hd, kvd = s->n_head_kv * hd;
     const struct arch_desc *a = arch_find(s->arch, strlen(s->arch));
     m->hp = (struct model_hparams){.arch = a,
                                    .n_ctx_train = 8192,
@@ -299,6 +292,28 @@ static struct model *synth(const struct shape *s, const char *type)
                                    .n_expert_used = s->n_used,
                                    .n_ff_exp = s->n_ff_exp};
     model_hparams_derive(&m->hp);
+    m->layers = calloc((size_t)s->n_layer, sizeof *m->layers);
+    model_layer_kinds(m, s->swa_period, 0.0f);
+    return m;
+}
+
+/* The model of shape s in type's mix, synthesized (see the file's
+ * comment) with its family's switches; a routed shape has every layer
+ * routed (router, 3-D expert tensors, no dense FFN). */
+static struct model *synth(const struct shape *s, const char *type)
+{
+    static const char *wn[MODEL_W_PER_LAYER] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                "ffn_gate", "ffn_up", "ffn_down"};
+    static const char *en[MODEL_EXP_COUNT] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    enum quant_ftype ft;
+    if (strcmp(type, "q4_k") != 0 && quant_ftype_from_name(type, &ft)) {
+        fprintf(stderr, "cuda_bench: unknown type %s\n", type);
+        exit(1);
+    }
+    struct model *m = synth_shape(s);
+    int64_t hd = m->hp.head_dim;
+    int64_t qd = s->n_head * hd, kvd = s->n_head_kv * hd;
+    const struct arch_desc *a = m->hp.arch;
     set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 0);
     if (a->flags & ARCH_TIED_ALWAYS) {
         m->output = m->tok_embd;
@@ -307,8 +322,6 @@ static struct model *synth(const struct shape *s, const char *type)
         set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 0);
     }
     set_w(&m->out_norm, type, ft, s, "output_norm.weight", s->n_embd, 1, 1);
-    m->layers = calloc((size_t)s->n_layer, sizeof *m->layers);
-    model_layer_kinds(m, s->swa_period, 0.0f);
     for (int32_t l = 0; l < s->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
         char name[64];
@@ -729,10 +742,12 @@ static void gemv_bench(double bw, const char *only_type)
     mfk_ctx_free(c);
 }
 
-/* CUDA_BENCH_KV=q8: the 8-bit KV arena instead of F16. */
+/* CUDA_BENCH_KV=q8 / fp8: the 8-bit KV arena, int8 or e4m3, instead of F16. */
 static enum backend_kv_type kv_type(void)
 {
     const char *v = getenv("CUDA_BENCH_KV");
+    if (v && strcmp(v, "fp8") == 0)
+        return BACKEND_KV_FP8;
     return v && strcmp(v, "q8") == 0 ? BACKEND_KV_Q8 : BACKEND_KV_F16;
 }
 
@@ -818,8 +833,11 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
            n_seqs * n_dec / t_dec);
     printf(
         "weights %.2f GB, KV arena (%s) %.2f GB; device memory in use before the model %.2f GB\n",
-        st.bytes / 1e9, cfg.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16", st.kv_bytes / 1e9,
-        base / 1e9);
+        st.bytes / 1e9,
+        cfg.kv_type == BACKEND_KV_FP8  ? "FP8"
+        : cfg.kv_type == BACKEND_KV_Q8 ? "8-bit"
+                                       : "F16",
+        st.kv_bytes / 1e9, base / 1e9);
     printf(
         "peak device memory (total - free, CUDA context and cuBLAS included): %.2f GB = %.2f GiB\n",
         peak / 1e9, peak / 1073741824.0);
@@ -962,6 +980,74 @@ static int offline_bench(const struct shape *s, const char *type, int n_req, int
     return 0;
 }
 
+/* cuda_bench plan SHAPE [BATCH...]: the host's side of a decode step alone,
+ * no device needed: B sequences of CUDA_BENCH_CTX tokens each decoding one,
+ * as cuda_step plans them (backend_check_batch, cuda_plan_step_size with
+ * decode tiles on, the graph padding, the attention splits of 132
+ * multiprocessors, cuda_plan_step_fill into a buffer), 2000 times after 100
+ * warm-ups: microseconds a step. What the GPU waits for before a step's first
+ * launch, beside the engine's own time (mfc:engine_host_seconds_total). */
+static int plan_bench(const struct shape *s, const int *batches, int nb)
+{
+    struct model *m = synth_shape(s);
+    const int ctx = int_arg(getenv("CUDA_BENCH_CTX"), 16, PREFILL, CTX) / 16 * 16;
+    const int32_t nbs = ctx / 16 + 2, n_blocks = MAX_B * nbs + 1;
+    const struct model_hparams *hp = &m->hp;
+    int32_t *table = malloc((size_t)MAX_B * nbs * sizeof *table);
+    int32_t *toks = malloc((size_t)(ctx + 1) * sizeof *toks);
+    struct batch_seq bs[MAX_B];
+    struct mf_err err = {0};
+    size_t cap = 0;
+    void *buf = NULL;
+
+    for (int i = 0; i < MAX_B * nbs; i++)
+        table[i] = i;
+    for (int i = 0; i <= ctx; i++)
+        toks[i] = (int32_t)((i * 7919) % s->n_vocab);
+    printf("host planning of a decode step, %s, %d-token contexts (cuda_bench plan)\n", s->name,
+           ctx);
+    printf("| shape | batch | us/step | arrays bytes |\n|---|---:|---:|---:|\n");
+    for (int i = 0; i < nb; i++) {
+        const int B = batches[i], reps = 2000;
+        struct cuda_step_plan p;
+        double t0 = 0;
+        for (int b = 0; b < B; b++)
+            bs[b] = (struct batch_seq){.tokens = toks + ctx,
+                                       .n_tokens = 1,
+                                       .n_past = ctx,
+                                       .block_table = table + b * nbs,
+                                       .n_blocks = nbs,
+                                       .want_logits = 1};
+        struct batch bt = {.n_seqs = B, .seqs = bs};
+        for (int r = -100; r < reps; r++) {
+            if (r == 0)
+                t0 = now_s();
+            if (backend_check_batch(m, n_blocks, PREFILL, MAX_B, 1, &bt, &err))
+                die("plan: batch", &err);
+            cuda_plan_step_size(m, &bt, 10000, 1, &p);
+            int32_t tg = cuda_plan_graph_tokens(p.T, MAX_B);
+            if (tg && p.n_long == 0)
+                cuda_plan_step_pad(m, &p, tg, n_blocks);
+            p.dwarps = !p.dtiles ? 0
+                                 : cuda_plan_dec_warps(p.n_tiles, hp->n_head, hp->n_head_kv,
+                                                       hp->head_dim, p.dtile_ctx, 132);
+            (void)cuda_plan_att_splits(p.n_single, hp->n_head_kv, 132, p.single_ctx);
+            if (p.bytes > cap) {
+                free(buf);
+                cap = p.bytes;
+                buf = malloc(cap);
+                if (!buf)
+                    die("plan: out of memory", &err);
+            }
+            cuda_plan_step_fill(m, &bt, &p, buf);
+        }
+        double us = (now_s() - t0) / reps * 1e6;
+        printf("| %s | %d | %.1f | %zu |\n", s->name, B, us, p.bytes);
+    }
+    free(buf), free(table), free(toks);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct mf_err err = {0};
@@ -983,6 +1069,19 @@ int main(int argc, char **argv)
                                        argc > 4 ? int_arg(argv[4], 1, MAX_B, 0) : 16,
                                        argc > 5 ? int_arg(argv[5], 32, 1 << 20, 0) : 2048);
         fprintf(stderr, "usage: cuda_bench mem SHAPE TYPE [SEQS [CTX]]\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "plan") == 0) {
+        int pb[8] = {1, 8, 32, 64, 128}, np = 5;
+        if (argc > 3) {
+            np = 0;
+            for (int i = 3; i < argc && np < 8; i++)
+                pb[np++] = int_arg(argv[i], 1, MAX_B, 1);
+        }
+        for (size_t i = 0; argc > 2 && i < sizeof shapes / sizeof shapes[0]; i++)
+            if (strcmp(argv[2], shapes[i].name) == 0)
+                return plan_bench(&shapes[i], pb, np);
+        fprintf(stderr, "usage: cuda_bench plan SHAPE [BATCH...]\n");
         return 2;
     }
     if (strcmp(argv[1], "offline") == 0) {
@@ -1170,6 +1269,7 @@ int main(int argc, char **argv)
         "| shape | type | batch | ctx | tokens/s | ms/step | roofline ms/step | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
     uint64_t kv_tok = backend_kv_block_bytes(m, cfg.kv_type) / 16; /* K/V bytes per token */
+    struct cuda_upload_stats hs[8][2];
     for (int i = 0; i < nb; i++) {
         int B = batches[i];
         double dt = 0;
@@ -1183,18 +1283,35 @@ int main(int argc, char **argv)
                                            .n_blocks = ctx / 16 + per_seq,
                                            .want_logits = 1};
             bt.n_seqs = B;
+            if (rep == 0)
+                cuda_backend_stats(be, &hs[i][0]);
             t0 = now_s();
             if (backend_step(be, &bt, &err))
                 die("decode", &err);
             if (rep >= 0)
                 dt += now_s() - t0;
         }
+        cuda_backend_stats(be, &hs[i][1]);
         double ms = dt / STEPS * 1e3;
         double bytes = weight_bytes(m, B) +
                        (double)B * (ctx + STEPS / 2) * (double)kv_tok;
         double roof = bytes / bw * 1e3; /* bytes over the copy's traffic rate */
         printf("| %s | %s | %d | %d | %.1f | %.3f | %.3f | %.0f%% |\n", sname, tname, B, ctx,
                B / (ms * 1e-3), ms, roof, 100 * roof / ms);
+    }
+    /* the host's share of those steps (cuda_upload_stats): planning before
+     * the first copy, queuing the launches (or the graph), the closing sync
+     * with the logits copy; gaps are this loop's own, not an engine's */
+    printf(
+        "\n| batch | host plan us/step | launch us/step | sync wait ms/step | graphs replayed |\n"
+        "|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < nb; i++) {
+        const struct cuda_upload_stats *a = &hs[i][0], *z = &hs[i][1];
+        const double n = (double)(z->steps - a->steps);
+        printf("| %d | %.1f | %.1f | %.3f | %" PRIu64 " |\n", batches[i],
+               (z->host_plan_s - a->host_plan_s) / n * 1e6,
+               (z->host_issue_s - a->host_issue_s) / n * 1e6, (z->wait_s - a->wait_s) / n * 1e3,
+               z->graph_replays - a->graph_replays);
     }
     if (pageable)
         free(logits);

@@ -10,3 +10,16 @@ EXTRA_DIST += bench/convert
 .PHONY: bench-convert
 bench-convert: mfc$(EXEEXT)
 	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/convert
+## bench/loadgen: streamed /v1/completions from C clients back to back (libc only,
+## so bench/serve-gpu builds it with cc on a GPU host); tests/cli/loadgen.bats runs it
+check_PROGRAMS += bench/loadgen
+bench_loadgen_SOURCES = bench/loadgen.c bench/loadgen_sse.c bench/loadgen_sse.h
+bench_loadgen_LDADD = -lm
+check_PROGRAMS += tests/unit/test_loadgen
+tests_unit_test_loadgen_SOURCES = tests/unit/test_loadgen.c bench/loadgen_sse.c
+tests_unit_test_loadgen_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_loadgen_LDADD = $(CMOCKA_LIBS)
+TESTS += tests/unit/test_loadgen tests/cli/loadgen.bats
+EXTRA_DIST += tests/cli/loadgen.bats tests/fuzz/fuzz_loadgen.c tests/fuzz/corpus/loadgen
+## bench/serve-gpu: mfc-serve against llama-server on a GPU host (bench/README.md)
+EXTRA_DIST += bench/serve-gpu bench/copybw.cu

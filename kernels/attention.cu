@@ -105,7 +105,7 @@ __device__ __forceinline__ double block_sum(double v, double *red)
  * HD > 0 (64, 96, 128, 256) fixes head_dim: the P.V accumulators shrink to
  * what the head needs, so two blocks fit a multiprocessor's registers, not
  * one, up to 128 (256 keeps one block, unrolled for its width).
- * Q8: the 8-bit arena (kv8_value of each element). */
+ * Q8: the 8-bit arena (kv8_value of each element, int8 or e4m3 by s.fp8). */
 template <int HD, bool Q8, int NW, int PH>
 __global__ void __launch_bounds__(NW * 32, HD > 0 && HD <= 128 ? 2 : 1)
     k_attention(struct mfk_kv_shape s, int32_t layer, const int32_t *list, const float *q,
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 && HD <= 128 ? 2 : 1)
                     acc[r] = 0.0f;
 #pragma unroll SCORE_UNROLL
                 for (int d = half; d < hd; d += 2) {
-                    const float kd = Q8 ? kv8_value(k8[(size_t)d * KVB + slot], ksc)
+                    const float kd = Q8 ? kv8_value((uint8_t)k8[(size_t)d * KVB + slot], ksc, s.fp8)
                                         : __half2float(kt[(size_t)d * KVB]);
 #pragma unroll
                     for (int r = 0; r < ATT_MAX_RATIO; r++)
@@ -303,8 +303,8 @@ __global__ void __launch_bounds__(NW * 32, HD > 0 && HD <= 128 ? 2 : 1)
 #pragma unroll
                 for (int e = 0; e < EM; e++)
                     v[e] = e >= E ? 0.0f
-                           : Q8   ? kv8_value(v8[(size_t)row * hd + 32 * e], vsc[row])
-                                  : __half2float(vt[(size_t)row * hd + 32 * e]);
+                           : Q8 ? kv8_value((uint8_t)v8[(size_t)row * hd + 32 * e], vsc[row], s.fp8)
+                                : __half2float(vt[(size_t)row * hd + 32 * e]);
 #pragma unroll
                 for (int r = 0; r < ATT_MAX_RATIO; r++) {
                     if (r0 + r < ratio) {

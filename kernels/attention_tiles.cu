@@ -74,17 +74,19 @@ __device__ __forceinline__ uint32_t h2_bits(float lo, float hi)
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-/* 8 int8 values times their scales (sc[0..7], or sc[0] for all), as the
- * 8 fp16 an F16 arena would hold (kv8_value). */
-__device__ __forceinline__ uint4 kv8_chunk(uint2 b, const float *sc, int step)
+/* 8 bytes of the 8-bit arena (int8, or e4m3 with fp8) times their scales
+ * (sc[0..7], or sc[0] for all), as the 8 fp16 an F16 arena would hold
+ * (kv8_value). */
+__device__ __forceinline__ uint4 kv8_chunk(uint2 b, const float *sc, int step, int fp8)
 {
     const uint32_t w[2] = {b.x, b.y};
     uint32_t o[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int e = 2 * i;
-        const float lo = (float)(int8_t)(w[e >> 2] >> (8 * (e & 3))) * sc[e * step];
-        const float hi = (float)(int8_t)(w[e >> 2] >> (8 * ((e + 1) & 3))) * sc[(e + 1) * step];
+        const float lo = kv8_decode((uint8_t)(w[e >> 2] >> (8 * (e & 3))), fp8) * sc[e * step];
+        const float hi =
+            kv8_decode((uint8_t)(w[e >> 2] >> (8 * ((e + 1) & 3))), fp8) * sc[(e + 1) * step];
         o[i] = h2_bits(lo, hi);
     }
     return make_uint4(o[0], o[1], o[2], o[3]);
@@ -95,6 +97,7 @@ __device__ __forceinline__ uint4 kv8_chunk(uint2 b, const float *sc, int step)
 struct fl_src {
     const unsigned char *base;
     size_t stride, off[2];
+    int fp8; /* the 8-bit arena's bytes are e4m3 */
 };
 template <int HD, bool Q8>
 __device__ __forceinline__ fl_src fl_src_of(const struct mfk_kv_shape &s, int32_t layer, int g,
@@ -102,8 +105,10 @@ __device__ __forceinline__ fl_src fl_src_of(const struct mfk_kv_shape &s, int32_
 {
     const size_t unit = Q8 ? (size_t)KVB * (HD + 4) : (size_t)KVB * HD * 2;
     const size_t h = (size_t)s.n_head_kv;
-    return {(const unsigned char *)kv, (size_t)s.n_layer * 2 * h * unit,
-            {((size_t)layer * 2 * h + g) * unit, (((size_t)layer * 2 + 1) * h + g) * unit}};
+    return {(const unsigned char *)kv,
+            (size_t)s.n_layer * 2 * h * unit,
+            {((size_t)layer * 2 * h + g) * unit, (((size_t)layer * 2 + 1) * h + g) * unit},
+            s.fp8};
 }
 
 /* Blocks b0 .. of the tile's context (at most FL_SB, fewer at the end)
@@ -131,11 +136,11 @@ __device__ __forceinline__ void fl_stage(const fl_src &src, const int32_t *bt, i
                 const float *ksc = (const float *)(k + KVB * HD) + 8 * h;
                 if (keys)
                     *reinterpret_cast<uint4 *>(kd + L::koff(d, h)) =
-                        kv8_chunk(*reinterpret_cast<const uint2 *>(k + 8 * i), ksc, 1);
+                        kv8_chunk(*reinterpret_cast<const uint2 *>(k + 8 * i), ksc, 1, src.fp8);
                 if (values)
                     *reinterpret_cast<uint4 *>(vd + L::voff(j, c)) =
                         j < vlim ? kv8_chunk(*reinterpret_cast<const uint2 *>(v + 8 * i),
-                                             (const float *)(v + KVB * HD) + j, 0)
+                                             (const float *)(v + KVB * HD) + j, 0, src.fp8)
                                  : make_uint4(0, 0, 0, 0);
             } else {
                 if (keys)
@@ -674,7 +679,7 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
                 const int8_t *k8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 0, g);
                 const float *ksc = (const float *)(k8 + (size_t)KVB * hd);
                 for (int e = lane; e < KVB * hd; e += 32)
-                    kh[e] = __float2half_rn((float)k8[e] * ksc[e & (KVB - 1)]);
+                    kh[e] = __float2half_rn(kv8_decode((uint8_t)k8[e], s.fp8) * ksc[e & (KVB - 1)]);
                 __syncwarp();
                 kt = kh;
             }
@@ -721,8 +726,9 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
                 const float *vsc = (const float *)(v8 + (size_t)KVB * hd);
                 const int valid = b == nblk - 1 ? tail : KVB - 1;
                 for (int e = lane; e < KVB * hd; e += 32)
-                    vz[e] = e / hd <= valid ? __float2half_rn((float)v8[e] * vsc[e / hd])
-                                            : __float2half_rn(0.0f);
+                    vz[e] = e / hd <= valid
+                                ? __float2half_rn(kv8_decode((uint8_t)v8[e], s.fp8) * vsc[e / hd])
+                                : __float2half_rn(0.0f);
                 __syncwarp();
                 vt = vz;
             } else if (b == nblk - 1 && tail < KVB - 1) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
@@ -361,9 +362,20 @@ __device__ __forceinline__ void q4k_scale_min(const uint4 &h, int j, int *sc, in
 
 /* An 8-bit K/V element as attention sees it: q * scale rounded to fp16
  * (what an F16 arena would have held), so every kernel reads one value. */
-__device__ __forceinline__ float kv8_value(int8_t q, float scale)
+/* An 8-bit arena byte as the number it codes: int8, or with fp8 (the
+ * shape's) FP8 e4m3, decoded exactly through fp16 (every e4m3 value is one). */
+__device__ __forceinline__ float kv8_decode(uint8_t b, int fp8)
 {
-    return __half2float(__float2half_rn((float)q * scale));
+    if (fp8)
+        return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3)));
+    return (float)(int8_t)b;
+}
+
+/* What attention reads for an 8-bit element: code x scale rounded to fp16,
+ * what an F16 arena would hold. */
+__device__ __forceinline__ float kv8_value(uint8_t b, float scale, int fp8)
+{
+    return __half2float(__float2half_rn(kv8_decode(b, fp8) * scale));
 }
 
 #endif

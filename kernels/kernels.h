@@ -501,10 +501,14 @@ int mfk_moe_combine(struct mfk_ctx *c, const float *y, int64_t ldy, int32_t T, i
  * keys [head_dim][16] per block and head, values [16][head_dim]). q8: the
  * 8-bit arena instead (BACKEND_KV_Q8): the same two layouts in int8, each
  * followed by 16 float scales, one per slot (the token's absmax over the
- * head's head_dim values / 127); attention reads q * scale rounded to fp16. */
+ * head's head_dim values / 127); attention reads q * scale rounded to fp16.
+ * fp8 (BACKEND_KV_FP8, with q8): the bytes are FP8 e4m3 and the scale
+ * absmax / 448 (e4m3's largest value), read the same way. */
 struct mfk_kv_shape {
     int32_t n_layer, n_head, n_head_kv, head_dim, n_rot;
-    int32_t q8;
+    int32_t q8;  /* the 8-bit arena: a byte an element, a float scale per slot, head, K or V */
+    int32_t fp8; /* with q8: the bytes are FP8 e4m3 and the scale absmax / 448, not int8 and
+                    absmax / 127 (MFC_KV_CACHE_TYPE=fp8) */
     /* the family's switches (common/arch.h); zero is Llama's */
     int32_t neox;    /* RoPE pairs (i, i + n_rot / 2) instead of (2i, 2i + 1) */
     float q_scale;   /* mfk_rope_store scales q by it after RoPE; 0: 1 */
@@ -516,8 +520,8 @@ struct mfk_kv_shape {
 /* For each token t < T: rotates q[t] (all heads) and k[t] by the (cos,
  * sin) pairs rope[t][0..n_rot) (llama "normal" pairs 2i, 2i+1, or NeoX's
  * i, i + n_rot / 2 with s->neox), scales q by s->q_scale, then stores k[t]
- * and v[t] as fp16 (8-bit with a scale per head, s->q8) into block blk[t],
- * slot pos[t] % 16, of layer `layer` in kv. */
+ * and v[t] as fp16 (8-bit with a scale per head, s->q8: int8, or e4m3
+ * with s->fp8) into block blk[t], slot pos[t] % 16, of layer `layer` in kv. */
 int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer, int32_t T,
                    float *q, int64_t ldq, float *k, const float *v, int64_t ldkv,
                    const float *rope, const int32_t *pos, const int32_t *blk, void *kv,

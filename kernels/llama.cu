@@ -1200,7 +1200,8 @@ __global__ void k_rope_store(struct mfk_kv_shape s, int32_t layer, float *q, int
 /* The 8-bit store, after k_rope_store rotated k in place: grid (T,
  * n_head_kv), warp 0 the keys and warp 1 the values, the row's absmax over the
  * head by shuffles, q = rint(x * 127 / absmax) and the scale absmax / 127
- * (0 for an all-zero row). */
+ * (0 for an all-zero row); with s.fp8, q = e4m3(x * 448 / absmax), rounded
+ * to nearest even and saturated (cuda_fp8.h), and the scale absmax / 448. */
 __global__ void k_store_q8(struct mfk_kv_shape s, int32_t layer, const float *k, const float *v,
                            int64_t ldkv, const int32_t *pos, const int32_t *blk, uint8_t *kv)
 {
@@ -1214,14 +1215,17 @@ __global__ void k_store_q8(struct mfk_kv_shape s, int32_t layer, const float *k,
         amax = fmaxf(amax, fabsf(x[d]));
     for (int o = 16; o > 0; o >>= 1)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int8_t *u = (int8_t *)(kv + kv8_offset(s, blk[t], layer, is_v, head));
+    const float top = s.fp8 ? 448.0f : 127.0f; /* the largest code */
+    const float inv = amax > 0.0f ? top / amax : 0.0f;
+    uint8_t *u = kv + kv8_offset(s, blk[t], layer, is_v, head);
     for (int d = lane; d < hd; d += 32) {
-        const int8_t qv = (int8_t)fmaxf(-127.0f, fminf(127.0f, rintf(x[d] * inv)));
+        const uint8_t qv =
+            s.fp8 ? (uint8_t)__nv_cvt_float_to_fp8(x[d] * inv, __NV_SATFINITE, __NV_E4M3)
+                  : (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, rintf(x[d] * inv)));
         u[is_v ? (size_t)slot * hd + d : (size_t)d * KVB + slot] = qv;
     }
     if (lane == 0)
-        ((float *)(u + (size_t)KVB * hd))[slot] = amax / 127.0f;
+        ((float *)(u + (size_t)KVB * hd))[slot] = amax / top;
 }
 
 extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer,
@@ -1243,7 +1247,7 @@ extern "C" int mfk_rope_store(struct mfk_ctx *c, const struct mfk_kv_shape *s, i
     if (!rc && s->q8) {
         mfk_go(mfk_queue(c), dim3((unsigned)T, (unsigned)s->n_head_kv), 64, 0, k_store_q8, *s,
                layer, k, v, ldkv, pos, blk, static_cast<uint8_t *>(kv));
-        rc = mfk_launched("store (8-bit)", err);
+        rc = mfk_launched(s->fp8 ? "store (fp8)" : "store (8-bit)", err);
     }
     return rc;
 }

@@ -92,8 +92,9 @@ static int cpu_create(const struct model *m, const struct backend_config *cfg,
 
     *out = NULL;
     if (cfg && cfg->kv_type != BACKEND_KV_F16 && cfg->kv_type != BACKEND_KV_F32)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "the CPU backend keeps K/V in F16 or F32 (8-bit K/V is CUDA only)");
+        return mf_err_set(
+            err, MF_EUNSUPPORTED,
+            "the CPU backend keeps K/V in F16 or F32 (8-bit and FP8 K/V are CUDA only)");
     cb = calloc(1, sizeof *cb);
     if (!cb)
         return mf_err_set(err, MF_ENOMEM, "out of memory creating the CPU backend");

@@ -109,8 +109,15 @@ struct cuda_backend {
     struct cuda_lora_run lrun;    /* this step's LoRA work; n_rows 0: none */
     uint8_t *hsample, *dsample;  /* pinned host / device draws and adjust lists
                                     (max_seqs of each, allocated on first use) */
-    uint8_t *hstep, *dstep;      /* pinned host / device step arrays */
+    /* the step arrays: two pinned host buffers, filled in turn, so a step's
+     * arrays are written while the copy out of the last step's may still be
+     * queued (a step whose logits stay for the device draw returns without
+     * a sync); one device buffer, which the stream orders */
+    uint8_t *hstep[2], *dstep;
     size_t step_cap;             /* bytes of each */
+    int hcur;                    /* hstep[hcur]: the last step's */
+    int unsynced;                /* steps returned since the stream was last synced */
+    double t_last_end;           /* when the last step returned (CLOCK_MONOTONIC s), 0: none */
     struct cuda_upload_stats st;
     int32_t sms;                 /* the device's multiprocessors (attention splits) */
     int att_split;               /* MFC_CUDA_ATTENTION_SPLIT (cuda_plan_switch) */
@@ -168,7 +175,8 @@ static void cuda_free(struct backend *b)
     cuda_lora_free(&cb->lora);
     free(cb->lrows);
     free(cb->lgroups);
-    mfk_host_free(cb->hstep);
+    mfk_host_free(cb->hstep[0]);
+    mfk_host_free(cb->hstep[1]);
     mfk_free(cb->dsample);
     mfk_host_free(cb->hsample);
     mfk_ctx_free(cb->ctx);
@@ -211,7 +219,7 @@ static void bind_layer(struct cuda_backend *cb, int32_t l)
     L->k_norm = dev_vec(cb, &ml->k_norm);
     L->attn_post = dev_vec(cb, &ml->attn_post_norm);
     L->ffn_post = dev_vec(cb, &ml->ffn_post_norm);
-    L->masked = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
+    L->masked = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type, &L->ks);
 }
 
 static double now_s(void)
@@ -458,8 +466,9 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     int rc, n = 0, qexact = 0, qsk = 0;
 
     *out = NULL;
-    if (cfg->kv_type != BACKEND_KV_F16 && cfg->kv_type != BACKEND_KV_Q8)
-        return mf_err_set(err, MF_EUNSUPPORTED, "the CUDA backend stores KV in F16 or 8 bits");
+    if (!cuda_plan_kv_ok(cfg->kv_type))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend stores KV in F16, 8-bit integers or FP8 (e4m3)");
     rc = mfk_device_count(&n, err);
     if (rc)
         return rc;
@@ -613,13 +622,19 @@ static int reserve_step(struct cuda_backend *cb, size_t bytes, struct mf_err *er
 
     if (bytes <= cb->step_cap)
         return 0;
-    mfk_host_free(cb->hstep);
+    if (cb->unsynced && (rc = mfk_sync(cb->ctx, err))) /* a queued copy may read them */
+        return rc;
+    cb->unsynced = 0;
+    mfk_host_free(cb->hstep[0]);
+    mfk_host_free(cb->hstep[1]);
     mfk_free(cb->dstep);
-    cb->hstep = NULL;
+    cb->hstep[0] = cb->hstep[1] = NULL;
     cb->dstep = NULL;
     cb->step_cap = 0;
     bytes = bytes * 2 > (64u << 10) ? bytes * 2 : (64u << 10);
-    rc = mfk_host_alloc(bytes, (void **)&cb->hstep, err);
+    rc = mfk_host_alloc(bytes, (void **)&cb->hstep[0], err);
+    if (!rc)
+        rc = mfk_host_alloc(bytes, (void **)&cb->hstep[1], err);
     if (!rc)
         rc = mfk_malloc(cb->ctx, bytes, (void **)&cb->dstep, err);
     if (!rc)
@@ -903,7 +918,13 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     struct cuda_step_plan p;
     int32_t tg = 0, splits;
     int rc;
+    const double t_enter = now_s();
 
+    if (cb->t_last_end > 0 && t_enter - cb->t_last_end < CUDA_HOST_GAP_MAX) {
+        cb->st.gap_s += t_enter - cb->t_last_end;
+        cb->st.gaps++;
+    }
+    cb->t_last_end = 0;
     if (!cb->kv)
         return mf_err_set(err, MF_EINVAL, "step before the KV arena was allocated");
     rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, 1, bt,
@@ -939,21 +960,39 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     rc = reserve_step(cb, p.bytes, err);
     if (rc)
         return rc;
-    /* the previous step's copy out of hstep is complete: steps end in a sync */
-    cuda_plan_step_fill(cb->m, bt, &p, cb->hstep);
-    rc = mfk_copy_h2d(cb->ctx, cb->dstep, cb->hstep, p.bytes, err);
+    /* hstep[hcur ^ 1] was last read by the copy of the step before the last,
+     * which a sync has ended unless two steps went unsynced */
+    if (cb->unsynced >= 2 && (rc = mfk_sync(cb->ctx, err)))
+        return rc;
+    if (cb->unsynced >= 2)
+        cb->unsynced = 0;
+    cb->hcur ^= 1;
+    cuda_plan_step_fill(cb->m, bt, &p, cb->hstep[cb->hcur]);
+    const double t_queue = now_s();
+    rc = mfk_copy_h2d(cb->ctx, cb->dstep, cb->hstep[cb->hcur], p.bytes, err);
     if (!rc)
         rc = tg ? graph_step(cb, bt, &p, splits, err) : run_body(cb, bt, &p, splits, err);
     if (!rc && p.out_real > 0 && bt->logits)
         rc = mfk_copy_d2h(cb->ctx, bt->logits, cb->logits,
                           (size_t)p.out_real * (size_t)hp->n_vocab * sizeof(float), err);
-    if (!rc)
+    const double t_issued = now_s();
+    /* logits rows left on the device: the draw that reads them (cuda_sample,
+     * cuda_backend_argmax) is queued behind the step and syncs, so the host
+     * goes back to the engine while the GPU still runs the step */
+    const int deferred = !bt->logits && p.out_real > 0;
+    if (!rc && !deferred)
         rc = mfk_sync(cb->ctx, err);
     if (rc) {
         struct mf_err e2 = {0};
         mfk_sync(cb->ctx, &e2); /* drain what was queued before the failure */
     }
+    cb->unsynced = rc || !deferred ? 0 : cb->unsynced + 1;
     cb->last_out = rc ? 0 : p.out_real;
+    cb->t_last_end = now_s();
+    cb->st.steps++;
+    cb->st.host_plan_s += t_queue - t_enter;
+    cb->st.host_issue_s += t_issued - t_queue;
+    cb->st.wait_s += cb->t_last_end - t_issued;
     return rc;
 }
 
@@ -973,7 +1012,14 @@ int cuda_backend_argmax(struct backend *b, int32_t n, int32_t *ids, struct mf_er
     rc = mfk_argmax(cb->ctx, cb->logits, cb->m->hp.n_vocab, n, cb->m->hp.n_vocab, cb->ids, err);
     if (!rc)
         rc = mfk_copy_d2h(cb->ctx, ids, cb->ids, (size_t)n * sizeof *ids, err);
-    return rc ? rc : mfk_sync(cb->ctx, err);
+    if (!rc)
+        rc = mfk_sync(cb->ctx, err);
+    if (rc) {
+        struct mf_err e2 = {0};
+        mfk_sync(cb->ctx, &e2); /* drain what was queued before the failure */
+    }
+    cb->unsynced = 0;
+    return rc;
 }
 
 /* Bytes of the draw area: max_seqs draws, as many full adjust lists, then
@@ -1025,6 +1071,8 @@ static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *
         rc = mfk_copy_d2h(cb->ctx, ids, cb->ids, (size_t)n * sizeof *ids, err);
     if (!rc)
         rc = mfk_sync(cb->ctx, err);
+    if (!rc)
+        cb->unsynced = 0;
     for (int32_t j = 0; !rc && j < n; j++) {
         if (ids[j] >= 0)
             continue;

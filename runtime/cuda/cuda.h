@@ -8,10 +8,10 @@
  * fails with MF_EUNSUPPORTED, so callers need no #ifdef.
  *
  * Differences from cpu_backend_ops (docs/cuda.md): KV in F16 or 8 bits
- * (BACKEND_KV_Q8, CUDA only; BACKEND_KV_F32 is refused); LoRA adapters are those attached to the
- * model before create, F32/F16/BF16 only, and need cuBLAS (a batch naming
- * another is refused with MF_EUNSUPPORTED); kv_bytes 0 means
- * MFC_GPU_MEMORY_UTILIZATION (default 0.9) of the device's memory.
+ * (BACKEND_KV_Q8, BACKEND_KV_FP8, CUDA only; BACKEND_KV_F32 is refused); LoRA adapters are those
+ * attached to the model before create, F32/F16/BF16 only, and need cuBLAS (a batch naming another
+ * is refused with MF_EUNSUPPORTED); kv_bytes 0 means MFC_GPU_MEMORY_UTILIZATION (default 0.9) of
+ * the device's memory.
  */
 #ifndef MFC_CUDA_H
 #define MFC_CUDA_H
@@ -44,7 +44,18 @@ struct cuda_upload_stats {
     int sampling; /* tokens drawn on the device (ops->sample; MFC_CUDA_SAMPLING) */
     uint64_t bf16_bytes; /* bf16 copies of quantized matrices (MFC_CUDA_BF16_WEIGHTS=1) */
     double bf16_seconds; /* and the time making them took */
+    /* the host's time around steps, seconds summed over `steps` (divide for a
+     * step's): plan, from entry to the first copy queued (checks, planning,
+     * the arrays filled); issue, queuing the copy and the launches or the
+     * graph; wait, the closing sync (none when the logits stay for the device
+     * draw, which syncs); gap, from a step's return to the next one's entry
+     * (the engine's draws, scheduling and bookkeeping: the GPU runs nothing
+     * of the model meanwhile), over `gaps` back-to-back pairs (a pause of
+     * CUDA_HOST_GAP_MAX or more is idleness, not a gap) */
+    uint64_t steps, gaps;
+    double host_plan_s, host_issue_s, wait_s, gap_s;
 };
+#define CUDA_HOST_GAP_MAX 0.05 /* seconds */
 void cuda_backend_stats(const struct backend *b, struct cuda_upload_stats *st);
 
 /* Greedy sampling on the device over the logits rows of the last step:

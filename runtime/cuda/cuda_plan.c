@@ -64,7 +64,13 @@ static int family_ok(const struct model *m, struct mf_err *err)
     return 0;
 }
 
-int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks)
+int cuda_plan_kv_ok(enum backend_kv_type t)
+{
+    return t == BACKEND_KV_F16 || t == BACKEND_KV_Q8 || t == BACKEND_KV_FP8;
+}
+
+int cuda_plan_layer_shape(const struct model *m, int32_t l, enum backend_kv_type kv,
+                          struct mfk_kv_shape *ks)
 {
     const struct model_hparams *hp = &m->hp;
 
@@ -73,7 +79,8 @@ int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_k
                                 .n_head_kv = hp->n_head_kv,
                                 .head_dim = hp->head_dim,
                                 .n_rot = hp->n_rot,
-                                .q8 = q8,
+                                .q8 = kv == BACKEND_KV_Q8 || kv == BACKEND_KV_FP8,
+                                .fp8 = kv == BACKEND_KV_FP8,
                                 .neox = hp->rope_neox,
                                 .q_scale = hp->q_scale,
                                 .kq_scale = hp->kq_scale,

@@ -21,6 +21,7 @@
 
 #include "common/err.h"
 #include "kernels/kernels.h"
+#include "runtime/engine/backend.h"
 #include "runtime/model/batch.h"
 #include "runtime/model/model.h"
 #include "runtime/engine/sampler.h"
@@ -48,10 +49,16 @@ struct cuda_wplan {
 
 /* Layer l's attention shape with the family's switches resolved (NeoX
  * pairs, the q and score scales, Gemma 2's soft-cap, the layer's sliding
- * window); q8: the 8-bit arena. Returns 1 when the layer masks scores (a
- * window or a soft-cap, which the decode tiles do not take: its decode
- * tokens go one at a time), else 0. */
-int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks);
+ * window) over an arena of kv (F16; Q8 and FP8 the 8-bit layout, FP8's
+ * bytes e4m3). Returns 1 when the layer masks scores (a window or a
+ * soft-cap, which the decode tiles do not take: its decode tokens go one at
+ * a time), else 0. */
+int cuda_plan_layer_shape(const struct model *m, int32_t l, enum backend_kv_type kv,
+                          struct mfk_kv_shape *ks);
+
+/* 1 when the CUDA backend keeps K/V of type t: F16, Q8 (int8) or FP8
+ * (e4m3), each scale a float per token, head and K or V. */
+int cuda_plan_kv_ok(enum backend_kv_type t);
 
 /* Places every tensor of m: token_embd, output (unless tied), output_norm,
  * and per layer attn_norm, the 7 projections, ffn_norm, and a routed

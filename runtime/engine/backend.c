@@ -49,7 +49,8 @@ void backend_host_free(struct backend *b, void *p)
 
 uint64_t backend_kv_block_bytes(const struct model *m, enum backend_kv_type t)
 {
-    if (t == BACKEND_KV_Q8) /* a byte per element and a float per slot, head and K or V */
+    if (t == BACKEND_KV_Q8 || t == BACKEND_KV_FP8) /* a byte per element and a float per slot,
+                                                     head and K or V */
         return model_kv_block_bytes(m, 1) +
                (uint64_t)m->hp.n_layer * 2 * (uint64_t)m->hp.n_head_kv * KV_BLOCK_TOKENS * 4;
     return model_kv_block_bytes(m, t == BACKEND_KV_F32 ? 4 : 2);

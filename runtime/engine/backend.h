@@ -35,6 +35,7 @@ enum backend_kv_type {
     BACKEND_KV_F32 = 1, /* exact K/V, for numerics checks */
     BACKEND_KV_Q8 = 2,  /* CUDA only: int8 with a float scale per token and head
                            (kernels.h mfk_kv_shape), ~52% of F16's bytes */
+    BACKEND_KV_FP8 = 3, /* CUDA only: FP8 e4m3 in the same layout, the scale absmax / 448 */
 };
 
 struct backend_config {
@@ -64,7 +65,10 @@ struct backend_ops {
     int (*kv_alloc)(struct backend *b, int32_t *n_blocks, struct mf_err *err);
     /* Runs one step: appends every sequence's new K/V to its blocks and
      * writes the logits rows asked for. MF_EINVAL (with the sequence named)
-     * for a batch that breaks batch.h's contract; no KV is written then. */
+     * for a batch that breaks batch.h's contract; no KV is written then. A
+     * step with logits rows and batch.logits NULL may return while the
+     * device still computes it (CUDA): the sample that reads the rows is
+     * ordered after it and reports its failure. */
     int (*step)(struct backend *b, const struct batch *batch, struct mf_err *err);
     /* Releases everything. Accepts NULL. */
     void (*free)(struct backend *b);

@@ -95,6 +95,7 @@ struct engine {
     int started;                   /* 1: thread running */
     int stopping;                  /* 1: engine_close asked the thread to exit */
     int in_step;                   /* 1: model step or sampling in progress, unlocked */
+    double t_model;                /* this step's seconds inside the model's calls */
     struct engine_model model;     /* copy of the caller's interface */
     struct engine_sampler sampler; /* copy; sample NULL: greedy */
     struct engine_config cfg;      /* limits, defaults applied */
@@ -422,9 +423,16 @@ static int draws_on_device(const struct engine *e)
 static int step_on_device(struct engine *e, struct mf_err *err)
 {
     int32_t n = e->step.n_logits;
+    double t = now_s();
     int rc;
 
-    for (int32_t j = 0; j < n; j++) {
+    e->step.batch.logits = NULL;
+    rc = e->model.step(e->model.ctx, &e->step.batch, err);
+    e->step.batch.logits = e->logits;
+    e->t_model += now_s() - t;
+    /* the plans after the step is queued: a device step may still run (its
+     * logits stay there, backend.h), and the plans need none of its results */
+    for (int32_t j = 0; !rc && j < n; j++) {
         struct engine_req *r = e->lg_req[j];
         int32_t n_hist;
         const int32_t *hist = sched_req_tokens(r->sr, &n_hist);
@@ -432,11 +440,10 @@ static int step_on_device(struct engine *e, struct mf_err *err)
                         &e->draws[j]);
         r->n_fed = n_hist;
     }
-    e->step.batch.logits = NULL;
-    rc = e->model.step(e->model.ctx, &e->step.batch, err);
-    e->step.batch.logits = e->logits;
+    t = now_s();
     if (!rc)
         rc = e->model.sample(e->model.ctx, n, e->draws, e->ids, e->logits, err);
+    e->t_model += now_s() - t;
     if (rc)
         return rc;
     for (int32_t j = 0; j < n; j++) {
@@ -549,8 +556,9 @@ static int prepare_step(struct engine *e, struct mf_err *err)
     return 0;
 }
 
-/* Locked on entry and exit; the model and sampler run unlocked. */
-static void run_step(struct engine *e)
+/* Locked on entry and exit; the model and sampler run unlocked. t_begin:
+ * when this step's scheduling began (the host time it counts from). */
+static void run_step(struct engine *e, double t_begin)
 {
     struct mf_err err;
     int rc;
@@ -562,11 +570,14 @@ static void run_step(struct engine *e)
         return;
     }
     e->in_step = 1;
+    e->t_model = 0;
     pthread_mutex_unlock(&e->mu);
     if (draws_on_device(e)) {
         rc = step_on_device(e, &err);
     } else {
+        double t = now_s();
         rc = e->model.step(e->model.ctx, &e->step.batch, &err);
+        e->t_model += now_s() - t;
         if (!rc)
             sample_all(e);
     }
@@ -577,6 +588,8 @@ static void run_step(struct engine *e)
         fail_step(e, &err);
     else
         complete_step(e);
+    e->m.model_s += e->t_model;
+    e->m.host_s += now_s() - t_begin - e->t_model;
     pthread_cond_broadcast(&e->step_cv);
 }
 
@@ -620,13 +633,14 @@ static void *step_main(void *arg)
             wait_ms(&e->work_cv, &e->mu, e->n_paused ? 50 : -1);
             continue;
         }
+        double t_begin = now_s();
         sched_schedule(e->s, &e->step);
         if (e->step.batch.n_seqs == 0) {
             /* Work exists but none fits (paused requests hold the blocks). */
             wait_ms(&e->work_cv, &e->mu, 10);
             continue;
         }
-        run_step(e);
+        run_step(e, t_begin);
         apply_pending_cancels(e);
     }
     pthread_mutex_unlock(&e->mu);

@@ -164,6 +164,10 @@ struct engine_metrics {
     uint64_t finished[5];       /* request_success_total by enum sched_finish */
     uint64_t preemptions;       /* num_preemptions_total */
     uint64_t steps;             /* model steps run */
+    double host_s;              /* step thread's seconds outside the model's step and draw
+                                   calls, from each step's scheduling to its last token
+                                   handed on: the host's share of the steps */
+    double model_s;             /* seconds inside engine_model.step and .sample */
     uint64_t device_draws;      /* tokens drawn by engine_model.sample */
     uint64_t host_draws;        /* tokens drawn by engine_sampler.sample or greedy
                                    (with device_draws: generation_tokens) */

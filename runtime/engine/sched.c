@@ -24,6 +24,16 @@
  * tokens and n_computed < n_tokens <= n_prompt + max_tokens. A request that
  * could never fit (context length, whole cache) is refused at submit, so the
  * oldest running request can always make progress: no livelock.
+ *
+ * Prefill beside decode: a step's cost grows with its tokens, so a step
+ * that carries a long prefill chunk slows every decoding stream in it (a
+ * 512-token chunk beside 64 decodes halves their speed on a GPU). Decodes
+ * are scheduled first, one token each; prompt tokens then share the rest
+ * of max_num_batched_tokens, capped at max_prefill_tokens when the step
+ * holds a decode (a step with none spends the whole budget: no stream is
+ * waiting on it). So a decode step does at most n_decode +
+ * max_prefill_tokens tokens of work, and a waiting or prefilling request
+ * still advances every step the budget leaves room (the oldest first).
  */
 #include "runtime/engine/sched.h"
 
@@ -82,6 +92,8 @@ struct sched {
 /* State of one sched_schedule call. */
 struct plan {
     int32_t budget;      /* tokens left this step */
+    int32_t prefill;     /* prompt tokens left this step (<= budget once decodes are in) */
+    int32_t n_decode;    /* decode entries so far */
     int32_t n_preempted; /* preemptions so far this step */
 };
 
@@ -162,6 +174,10 @@ static int check_config(const struct sched_config *c, struct mf_err *err)
                           c->max_model_len);
     if (c->max_waiting < 1)
         return mf_err_set(err, MF_ERANGE, "max_waiting %" PRId32 " (must be >= 1)", c->max_waiting);
+    if (c->max_prefill_tokens < 0)
+        return mf_err_set(err, MF_ERANGE,
+                          "max_prefill_tokens %" PRId32 " (must be >= 0; 0: no cap)",
+                          c->max_prefill_tokens);
     return 0;
 }
 
@@ -346,13 +362,27 @@ void sched_set_paused(struct sched *s, struct sched_req *r, int paused)
 
 /* ---------------------------------------------------------------- scheduling */
 
-static void add_entry(struct sched *s, struct plan *p, struct sched_req *r, int32_t n)
+/* Prompt tokens this step can still take: the budget, capped once the
+ * step holds a decode. */
+static int32_t prefill_room(const struct sched *s, const struct plan *p)
+{
+    int32_t cap = s->cfg.max_prefill_tokens;
+    if (p->n_decode == 0 || cap == 0)
+        return p->budget;
+    return p->prefill < p->budget ? p->prefill : p->budget;
+}
+
+static void add_entry(struct sched *s, struct plan *p, struct sched_req *r, int32_t n, int decode)
 {
     assert(s->n_ent < s->cfg.max_num_seqs && n >= 1 && n <= p->budget);
     s->ent_req[s->n_ent] = r;
     s->ent_n[s->n_ent] = n;
     r->slot = s->n_ent++;
     p->budget -= n;
+    if (decode)
+        p->n_decode++;
+    else
+        p->prefill -= n;
 }
 
 /* The running request to give up: lowest priority, then newest (vLLM V1). */
@@ -370,8 +400,10 @@ static struct sched_req *pick_victim(const struct sched *s)
 /* RUNNING -> PREEMPTED: frees its blocks and takes back its tokens this step. */
 static void preempt(struct sched *s, struct plan *p, struct sched_req *v)
 {
-    if (v->slot >= 0) {
+    if (v->slot >= 0) { /* its tokens return; a preempted decode still counts as one */
         p->budget += s->ent_n[v->slot];
+        if (v->n_tokens - v->n_computed > 1)
+            p->prefill += s->ent_n[v->slot];
         s->ent_req[v->slot] = NULL;
         v->slot = -1;
     }
@@ -415,11 +447,14 @@ static void schedule_running(struct sched *s, struct plan *p, int decodes)
     for (int32_t i = 0; i < n && p->budget > 0; i++) {
         struct sched_req *r = s->snap[i];
         int32_t left = r->n_tokens - r->n_computed;
-        int32_t k = left < p->budget ? left : p->budget;
+        int32_t room = decodes ? p->budget : prefill_room(s, p);
+        int32_t k = left < room ? left : room;
         if (r->state != SCHED_RUNNING || r->paused || r->slot >= 0 || (left == 1) != decodes)
             continue;
+        if (k < 1)
+            break;
         if (make_room(s, p, r, r->n_computed + k))
-            add_entry(s, p, r, k);
+            add_entry(s, p, r, k, decodes);
     }
 }
 
@@ -431,7 +466,8 @@ static int admit(struct sched *s, struct plan *p, struct sched_req *r)
     int32_t hits = kv_probe_prefix(s->kv, r->seq, r->tokens, r->n_tokens, &unused);
     int32_t cached = hits * KV_BLOCK_TOKENS;
     int32_t left = r->n_tokens - cached;
-    int32_t k = left < p->budget ? left : p->budget;
+    int32_t room = prefill_room(s, p);
+    int32_t k = left < room ? left : room;
 
     if (KV_BLOCKS_FOR(cached + k) - hits > kv_n_allocatable(s->kv) - unused)
         return 0;
@@ -448,7 +484,7 @@ static int admit(struct sched *s, struct plan *p, struct sched_req *r)
     r->state = SCHED_RUNNING;
     wait_remove(s, r);
     s->running[s->n_running++] = r;
-    add_entry(s, p, r, k);
+    add_entry(s, p, r, k, left == 1);
     return 1;
 }
 
@@ -456,7 +492,7 @@ static int admit(struct sched *s, struct plan *p, struct sched_req *r)
 static void schedule_waiting(struct sched *s, struct plan *p)
 {
     struct sched_req *r = s->wait_head;
-    while (r && p->budget > 0 && s->n_running < s->cfg.max_num_seqs) {
+    while (r && prefill_room(s, p) > 0 && s->n_running < s->cfg.max_num_seqs) {
         struct sched_req *next = r->next;
         if (!r->paused && !admit(s, p, r))
             break;
@@ -508,7 +544,7 @@ static void forget_step(struct sched *s)
 
 void sched_schedule(struct sched *s, struct sched_step *step)
 {
-    struct plan p = {.budget = s->cfg.max_num_batched_tokens};
+    struct plan p = {.budget = s->cfg.max_num_batched_tokens, .prefill = s->cfg.max_prefill_tokens};
 
     forget_step(s); /* a step never completed by sched_update is simply redone */
     schedule_running(s, &p, 1);
@@ -583,6 +619,11 @@ const int32_t *sched_req_tokens(const struct sched_req *r, int32_t *n_tokens)
 int32_t sched_req_n_prompt(const struct sched_req *r)
 {
     return r->n_prompt;
+}
+
+int32_t sched_req_n_computed(const struct sched_req *r)
+{
+    return r->n_computed;
 }
 
 int32_t sched_req_n_output(const struct sched_req *r)

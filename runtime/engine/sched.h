@@ -37,6 +37,9 @@ enum sched_finish {
 struct sched_config {
     int32_t max_num_seqs;           /* sequences per step (vLLM max_num_seqs) */
     int32_t max_num_batched_tokens; /* token budget per step */
+    int32_t max_prefill_tokens;     /* prompt tokens a step may carry beside decodes
+                                       (sched.c, "Prefill beside decode"); a step with
+                                       no decode spends the whole budget; 0: no cap */
     int32_t max_model_len;          /* context length: prompt + max_tokens, tokens;
                                        clamped to what the KV cache holds */
     int32_t max_waiting;            /* queued requests beyond which submit says overloaded */
@@ -96,7 +99,8 @@ void sched_set_paused(struct sched *s, struct sched_req *r, int paused);
 
 /* Builds the next step: running decodes first, then running prefill chunks,
  * then (when nothing was preempted) waiting requests, FCFS by priority,
- * while the token budget, max_num_seqs and the KV blocks allow. Preempts the
+ * while the token budget, max_num_seqs and the KV blocks allow; prefill
+ * chunks beside decodes share at most max_prefill_tokens. Preempts the
  * newest (lowest priority) running request when blocks run out. An empty
  * step (n_seqs 0) means nothing can run now. Can't fail. */
 void sched_schedule(struct sched *s, struct sched_step *step);
@@ -116,6 +120,8 @@ enum sched_finish sched_req_finish(const struct sched_req *r);
 /* All tokens so far: prompt then output; valid until the next sched_update. */
 const int32_t *sched_req_tokens(const struct sched_req *r, int32_t *n_tokens);
 int32_t sched_req_n_prompt(const struct sched_req *r);
+/* Leading tokens whose K/V is in the cache (0 unless RUNNING). */
+int32_t sched_req_n_computed(const struct sched_req *r);
 int32_t sched_req_n_output(const struct sched_req *r);
 /* Prompt tokens found in the prefix cache on first admission. */
 int32_t sched_req_n_cached(const struct sched_req *r);

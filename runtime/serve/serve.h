@@ -32,6 +32,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "runtime/model/batch.h"
+#include "runtime/engine/backend.h"
 #include "runtime/engine/sampler.h"
 
 #define SERVE_MAX_ADAPTERS 64
@@ -40,6 +41,17 @@
 #define SERVE_MAX_N 8           /* OpenAI n: choices per request */
 #define SERVE_MAX_MSGS 4096     /* chat messages per request */
 #define SERVE_CONFIG_MAX (16u << 20) /* bytes of model.yaml */
+/* Prompt tokens a step takes beside decodes (MFC_MAX_PREFILL_TOKENS;
+ * runtime/engine/sched.c "Prefill beside decode") unless set: on the CPU,
+ * where a prompt token costs about what a decode token does, 64 (8 streams
+ * beside two clients sending 480-token prompts: time per output token 235-320
+ * ms against 595-1,406 with no cap, first tokens of the prompts about as soon;
+ * bench/README.md); on a GPU, where a step's weights are read once for all
+ * its tokens, 256: half the default budget, what a 512/128 load of 64
+ * clients needs a step (4 prompt tokens for each decode) so its prompts keep
+ * up (to be measured with bench/serve-gpu). */
+#define SERVE_PREFILL_TOKENS_CPU 64
+#define SERVE_PREFILL_TOKENS_GPU 256
 
 /* ---- settings (serve_config.c) ---- */
 
@@ -63,10 +75,14 @@ struct serve_config {
     char *model_name;    /* owned: the served name (MFC_MODEL_NAME, else the file's stem) */
     char *device;        /* owned: "cpu" (MFC_DEVICE) */
     char *kv_cache_gb;   /* owned or NULL: MFC_KV_CACHE_GB */
-    int kv_8bit;         /* MFC_KV_CACHE_TYPE=q8 (or q8_0): 8-bit K/V on CUDA */
+    int kv_type;         /* MFC_KV_CACHE_TYPE as an enum backend_kv_type: F16 (f16), Q8 (q8,
+                            q8_0) or FP8 (fp8); the last two on CUDA only */
     int threads;         /* CPU threads; 0: one per core */
     int max_seqs;        /* sequences per step (MFC_MAX_SEQS, 64) */
     int max_batch_tokens; /* tokens per step (MFC_MAX_BATCH_TOKENS, 512) */
+    int max_prefill_tokens; /* prompt tokens a step carries beside decodes
+                               (MFC_MAX_PREFILL_TOKENS; 0: the whole budget;
+                               -1: the backend's SERVE_PREFILL_TOKENS_*) */
     int max_requests;    /* generations at once before 429 (MFC_MAX_REQUESTS, 256) */
     int max_waiting;     /* engine queue before 429 (MFC_MAX_WAITING, 256) */
     int ctx;             /* context length; 0: num_ctx parameter or the model's */

@@ -25,14 +25,15 @@
 const char serve_usage[] =
     "usage: mfc-serve --model FILE.gguf [--config model.yaml] [--host ADDR] [--port N]\n"
     "                 [--api-key KEY] [--adapter NAME=PATH[@OFFSET:SIZE]]... [--threads N]\n"
-    "                 [--name NAME] [--ctx N] [--max-seqs N] [--kv-cache-gb G]\n"
-    "                 [--kv-cache-type f16|q8] [--log-level LEVEL]\n"
+    "                 [--name NAME] [--ctx N] [--max-seqs N] [--max-batch-tokens N]\n"
+    "                 [--max-prefill-tokens N] [--kv-cache-gb G]\n"
+    "                 [--kv-cache-type f16|q8|fp8] [--log-level LEVEL]\n"
     "                 [--model-offset BYTES [--model-size BYTES]] [--config-name NAME]\n"
     "                 [--read-timeout S] [--max-connections N] [--max-connections-per-client N]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
     "  MFC_KV_CACHE_GB MFC_KV_CACHE_TYPE MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS\n"
-    "  MFC_MAX_WAITING\n"
+    "  MFC_MAX_PREFILL_TOKENS MFC_MAX_WAITING\n"
     "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n"
     "  MFC_READ_TIMEOUT MFC_MAX_CONNECTIONS MFC_MAX_CONNECTIONS_PER_CLIENT\n"
     "model.yaml's server: mapping sets the same by flag name (server: {read-timeout: 5}).\n"
@@ -58,6 +59,7 @@ void serve_config_init(struct serve_config *c)
     c->device = strdup("auto"); /* the GPU when one is visible (serve_load.c pick_backend) */
     c->max_seqs = 64;
     c->max_batch_tokens = 512;
+    c->max_prefill_tokens = -1; /* the backend's (serve_load.c) */
     c->max_requests = 256;
     c->max_waiting = 256;
     c->max_body = 4u << 20;
@@ -507,16 +509,23 @@ static int apply(struct serve_config *c, const char *key, const char *v, struct 
             return rc;
         set_str(&c->kv_cache_gb, v);
     } else if (!strcmp(key, "kv-cache-type")) {
-        /* q8_0: Ollama's name for its 8-bit cache (OLLAMA_KV_CACHE_TYPE) */
-        if (strcmp(v, "f16") && strcmp(v, "q8") && strcmp(v, "q8_0"))
-            return mf_err_set(err, MF_EUSAGE, "KV cache type \"%s\": expected f16 or q8", v);
-        c->kv_8bit = strcmp(v, "f16") != 0;
+        /* q8_0: Ollama's name for its 8-bit cache (OLLAMA_KV_CACHE_TYPE); fp8: vLLM's */
+        if (!strcmp(v, "f16"))
+            c->kv_type = BACKEND_KV_F16;
+        else if (!strcmp(v, "q8") || !strcmp(v, "q8_0"))
+            c->kv_type = BACKEND_KV_Q8;
+        else if (!strcmp(v, "fp8"))
+            c->kv_type = BACKEND_KV_FP8;
+        else
+            return mf_err_set(err, MF_EUSAGE, "KV cache type \"%s\": expected f16, q8 or fp8", v);
     } else if (!strcmp(key, "threads"))
         return parse_int("threads", v, 0, 1024, &c->threads, err);
     else if (!strcmp(key, "max-seqs"))
         return parse_int("max-seqs", v, 1, 4096, &c->max_seqs, err);
     else if (!strcmp(key, "max-batch-tokens"))
-        return parse_int("MFC_MAX_BATCH_TOKENS", v, 16, 1 << 20, &c->max_batch_tokens, err);
+        return parse_int("max-batch-tokens", v, 16, 1 << 20, &c->max_batch_tokens, err);
+    else if (!strcmp(key, "max-prefill-tokens"))
+        return parse_int("max-prefill-tokens", v, 0, 1 << 20, &c->max_prefill_tokens, err);
     else if (!strcmp(key, "max-requests"))
         return parse_int("MFC_MAX_REQUESTS", v, 1, 1 << 20, &c->max_requests, err);
     else if (!strcmp(key, "max-waiting"))
@@ -560,6 +569,7 @@ static const struct {
     {"MFC_THREADS", "threads"},
     {"MFC_MAX_SEQS", "max-seqs"},
     {"MFC_MAX_BATCH_TOKENS", "max-batch-tokens"},
+    {"MFC_MAX_PREFILL_TOKENS", "max-prefill-tokens"},
     {"MFC_MAX_REQUESTS", "max-requests"},
     {"MFC_MAX_WAITING", "max-waiting"},
     {"MFC_CTX", "ctx"},
@@ -587,6 +597,7 @@ static const struct option long_opts[] = {
     {"model-offset", 1, 0, 'O'}, {"model-size", 1, 0, 'Z'}, {"kv-cache-type", 1, 0, 'T'},
     {"read-timeout", 1, 0, 'R'}, {"max-connections", 1, 0, 'N'},
     {"max-connections-per-client", 1, 0, 'P'},
+    {"max-batch-tokens", 1, 0, 'B'}, {"max-prefill-tokens", 1, 0, 'F'},
     {"config-name", 1, 0, 'Y'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0},
 };
 

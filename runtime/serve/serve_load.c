@@ -289,16 +289,19 @@ static int open_engine(struct serve *s, struct mf_err *err)
     kb.cache_gb = s->cfg.kv_cache_gb;
     kb.free_bytes = mem_available();
     kb.fraction = 0.25;
-    if (s->cfg.kv_8bit && ops == &cuda_backend_ops)
-        bc.kv_type = BACKEND_KV_Q8;
-    else if (s->cfg.kv_8bit)
-        mf_log_warn(&s->log, "MFC_KV_CACHE_TYPE=q8 needs the CUDA backend: K/V stay F16 on the %s",
-                    ops->name);
+    if (s->cfg.kv_type != BACKEND_KV_F16 && ops == &cuda_backend_ops)
+        bc.kv_type = s->cfg.kv_type;
+    else if (s->cfg.kv_type != BACKEND_KV_F16)
+        mf_log_warn(&s->log, "MFC_KV_CACHE_TYPE=%s needs the CUDA backend: K/V stay F16 on the %s",
+                    s->cfg.kv_type == BACKEND_KV_FP8 ? "fp8" : "q8", ops->name);
     kb.bytes_per_block = backend_kv_block_bytes(s->m, bc.kv_type);
     if ((rc = kv_budget_blocks(&kb, &n_blocks, err)))
         return rc;
     mf_log_info(&s->log, "compute backend: %s (MFC_DEVICE=%s), KV cache %s", ops->name,
-                s->cfg.device, bc.kv_type == BACKEND_KV_Q8 ? "8-bit" : "F16");
+                s->cfg.device,
+                bc.kv_type == BACKEND_KV_FP8  ? "FP8 (e4m3)"
+                : bc.kv_type == BACKEND_KV_Q8 ? "8-bit"
+                                              : "F16");
     /* no more than every sequence at full context needs */
     want = (int32_t)(((int64_t)s->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) *
            s->cfg.max_seqs;
@@ -337,6 +340,17 @@ static int open_engine(struct serve *s, struct mf_err *err)
         s->n_ctx = s->n_blocks * KV_BLOCK_TOKENS;
     ec.sched.max_num_seqs = s->cfg.max_seqs;
     ec.sched.max_num_batched_tokens = s->cfg.max_batch_tokens;
+    ec.sched.max_prefill_tokens = s->cfg.max_prefill_tokens;
+    if (ec.sched.max_prefill_tokens < 0)
+        ec.sched.max_prefill_tokens =
+            ops == &cuda_backend_ops ? SERVE_PREFILL_TOKENS_GPU : SERVE_PREFILL_TOKENS_CPU;
+    mf_log_info(&s->log,
+                "steps of up to %d tokens, %d sequences; prompts take up to %d of them beside "
+                "decodes (MFC_MAX_PREFILL_TOKENS%s)",
+                ec.sched.max_num_batched_tokens, ec.sched.max_num_seqs,
+                ec.sched.max_prefill_tokens ? ec.sched.max_prefill_tokens
+                                            : ec.sched.max_num_batched_tokens,
+                s->cfg.max_prefill_tokens < 0 ? ", the backend's default" : "");
     ec.sched.max_model_len = s->n_ctx;
     ec.sched.max_waiting = s->cfg.max_waiting;
     ec.n_kv_blocks = s->n_blocks;

@@ -61,6 +61,12 @@ int serve_metrics_text(struct serve *s, struct mf_buf *b, struct mf_err *err)
           (double)m.generation_tokens, "counter");
     gauge(b, "num_preemptions_total", "Preemptions by the scheduler.", model,
           (double)m.preemptions, "counter");
+    gauge(b, "engine_steps_total", "Model steps run.", model, (double)m.steps, "counter");
+    gauge(b, "engine_host_seconds_total",
+          "Step thread seconds outside the model's calls: scheduling, bookkeeping, host draws.",
+          model, m.host_s, "counter");
+    gauge(b, "engine_model_seconds_total", "Seconds inside the model's step and draw calls.", model,
+          m.model_s, "counter");
     mf_buf_printf(b, NULL,
                   "# HELP mfc:tokens_sampled_total Generated tokens by where they were drawn.\n"
                   "# TYPE mfc:tokens_sampled_total counter\n"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# gguf.bats: GGUF files end to end: mkmodel writes models and LoRA adapters
-# that llama.cpp (node-llama-cpp, tests/tools/llama-ref.mjs) loads and runs,
+# gguf.bats: GGUF files end to end: mkmodel writes models (the same bytes on
+# any number of threads) and LoRA adapters that llama.cpp (node-llama-cpp, tests/tools/llama-ref.mjs) loads and runs,
 # and `mfc inspect` reports what an independent Python header reader finds
 # in llama.cpp's own vocab GGUFs.
 
@@ -54,6 +54,19 @@ print(sys.argv[1], s["file_type"], s["tensor_types"])' "$t"
     run "$MFC" inspect --json "$BATS_FILE_TMPDIR/toy-q4_k_m.gguf"
     [[ "$output" == *'"name": "Q4_K_M"'* ]]
     [[ "$output" == *'"Q6_K"'* ]]
+}
+
+@test "mkmodel --threads N writes the file one thread writes, byte for byte" {
+    for t in f16 q4_k_m; do
+        mk "one-$t" --type "$t" --seed 9
+        for n in 2 5; do
+            mk "threads$n-$t" --type "$t" --seed 9 --threads "$n"
+            cmp "$BATS_FILE_TMPDIR/one-$t.gguf" "$BATS_FILE_TMPDIR/threads$n-$t.gguf"
+        done
+    done
+    run "$MKMODEL" -o "$BATS_FILE_TMPDIR/x.gguf" --threads 0
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"--threads wants a positive integer, not '0'"* ]]
 }
 
 @test "llama.cpp runs mkmodel models with the llama-spm vocabulary (f32, f16, q8_0, q4_k_m)" {

@@ -157,10 +157,13 @@ post() {
     [[ "$output" == *"cannot listen on 0.0.0.0:$(cat "$D/main.port")"* ]]
 }
 
-@test "serve: MFC_KV_CACHE_TYPE=q8 on the CPU keeps F16 and says so; a bad type is a usage error" {
+@test "serve: MFC_KV_CACHE_TYPE=q8 or fp8 on the CPU keeps F16 and says so; a bad type is a usage error" {
     run env MFC_KV_CACHE_TYPE=q4 "$SERVE" --model "$D/toy.gguf"
     [ "$status" -eq 2 ]
-    [[ "$output" == *'KV cache type "q4": expected f16 or q8'* ]]
+    [[ "$output" == *'KV cache type "q4": expected f16, q8 or fp8'* ]]
+    MFC_DEVICE=cpu start_server FP8 --model "$D/toy.gguf" --name toy --kv-cache-type fp8
+    grep -q 'MFC_KV_CACHE_TYPE=fp8 needs the CUDA backend: K/V stay F16 on the cpu' "$D/FP8.log"
+    kill "$(cat "$D/FP8.pid")" && rm "$D/FP8.pid"
     MFC_DEVICE=cpu MFC_KV_CACHE_TYPE=q8 start_server KV8 --model "$D/toy.gguf" --name toy
     grep -q 'MFC_KV_CACHE_TYPE=q8 needs the CUDA backend: K/V stay F16 on the cpu' "$D/KV8.log"
     grep -q 'compute backend: cpu (MFC_DEVICE=cpu), KV cache F16' "$D/KV8.log"
@@ -438,7 +441,8 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
     grep -qi '^content-type: text/plain; version=0.0.4' "$BATS_TEST_TMPDIR/h"
     for m in num_requests_running num_requests_waiting kv_cache_usage_perc \
         prefix_cache_queries_total prefix_cache_hits_total prompt_tokens_total \
-        generation_tokens_total num_preemptions_total; do
+        generation_tokens_total num_preemptions_total engine_steps_total \
+        engine_host_seconds_total engine_model_seconds_total; do
         echo "$output" | grep -q "^# TYPE mfc:$m "
         echo "$output" | grep -q "^mfc:$m{model_name=\"toy\"} "
     done

@@ -2,11 +2,14 @@
  * fuzz_sched.c: libFuzzer target for the scheduler and the KV block manager
  * (runtime/engine/sched.c, runtime/engine/kv.c), driven through the paged fake model.
  *
- * The input is a program: five header bytes pick the pool size, batching
- * limits and hash width (down to 1 bit, so every lookup collides); then each
+ * The input is a program: six header bytes pick the pool size, batching
+ * limits, hash width (down to 1 bit, so every lookup collides) and the
+ * prefill cap beside decodes; then each
  * byte group is an op: submit (prompt over a tiny alphabet, so prefixes
  * repeat), step, cancel, cancel inside a step, free, pause/unpause, clear the
- * prefix cache. sched_check (and so kv_check) runs after every op, every
+ * prefix cache. sched_check (and so kv_check) runs after every op, each
+ * step keeps every decode, advances prompts and honours the prefill cap
+ * (check_step), every
  * request that finishes by length must equal its solo output, and at the end
  * no block may be in use. Any violation traps. Seeds in corpus/sched/.
  */
@@ -35,7 +38,10 @@ struct world {
     struct fake_model fm;
     struct sched_req *reqs[MAX_REQS]; /* NULL once freed */
     struct batch_lora lora[MAX_REQS]; /* each request's adapters */
+    int paused[MAX_REQS];             /* 1 while paused */
     int n_reqs;                       /* slots used */
+    int32_t budget;                   /* max_num_batched_tokens */
+    int32_t prefill_cap;              /* max_prefill_tokens */
 };
 
 static unsigned byte(struct prog *pr)
@@ -94,15 +100,62 @@ static void op_submit(struct world *w, struct prog *pr)
         w->n_reqs++;
 }
 
+/* Prefill beside decode (sched.c): with nothing preempted, every running
+ * request that had one token left is in the step with it (when the budget
+ * holds them all); prompt work of
+ * running requests advances when the budget has room past those; and
+ * beside such a decode the prompts take at most max_prefill_tokens. */
+static void check_step(const struct world *w, const struct sched_step *st,
+                       const int32_t *left_before)
+{
+    int32_t n_last = 0, prompt = 0;
+    int work = 0, advanced = 0;
+
+    if (st->n_preempted)
+        return;
+    for (int k = 0; k < w->n_reqs; k++)
+        n_last += left_before[k] == 1;
+    for (int k = 0; k < w->n_reqs; k++) {
+        struct sched_req *r = w->reqs[k];
+        int32_t in_step = 0;
+        for (int32_t i = 0; r && i < st->batch.n_seqs; i++)
+            if (st->reqs[i] == r)
+                in_step = st->batch.seqs[i].n_tokens;
+        if (left_before[k] == 1) {
+            must(in_step == 1 || n_last > w->budget); /* no decode waits */
+        } else if (left_before[k] > 1) {
+            work = 1;
+            advanced |= in_step > 0;
+        }
+        /* prompt tokens: every entry but a request's last known token */
+        if (in_step && sched_req_n_prompt(r) + sched_req_n_output(r) - sched_req_n_computed(r) > 1)
+            prompt += in_step;
+    }
+    if (work && n_last < w->budget)
+        must(advanced); /* prompts advance */
+    if (n_last && w->prefill_cap)
+        must(prompt <= w->prefill_cap);
+}
+
 /* One step; cancel_at >= 0 cancels that batch entry while the step runs. */
 static void op_step(struct world *w, int cancel_at)
 {
     struct sched_step st;
     int32_t next[64];
+    int32_t left_before[MAX_REQS];
     struct mf_err err;
 
+    /* tokens left of each running, unpaused request (0: none, or not running) */
+    for (int k = 0; k < w->n_reqs; k++) {
+        struct sched_req *r = w->reqs[k];
+        left_before[k] = 0;
+        if (r && sched_req_state(r) == SCHED_RUNNING && !w->paused[k])
+            left_before[k] =
+                sched_req_n_prompt(r) + sched_req_n_output(r) - sched_req_n_computed(r);
+    }
     sched_schedule(w->s, &st);
     check(w);
+    check_step(w, &st, left_before);
     if (st.batch.n_seqs == 0)
         return;
     must(fake_model_step(&w->fm, &st.batch, next, &err) == 0);
@@ -151,8 +204,10 @@ static void run_op(struct world *w, struct prog *pr)
         break;
     case 6:
         r = pick(w, pr, &slot);
-        if (r && sched_req_state(r) != SCHED_FINISHED)
-            sched_set_paused(w->s, r, byte(pr) & 1);
+        if (r && sched_req_state(r) != SCHED_FINISHED) {
+            w->paused[slot] = byte(pr) & 1;
+            sched_set_paused(w->s, r, w->paused[slot]);
+        }
         break;
     default:
         kv_clear_prefix_cache(w->kv);
@@ -166,8 +221,10 @@ static void drain(struct world *w)
 {
     struct kv_stats st;
     for (int i = 0; i < w->n_reqs; i++) {
-        if (w->reqs[i] && sched_req_state(w->reqs[i]) != SCHED_FINISHED)
+        if (w->reqs[i] && sched_req_state(w->reqs[i]) != SCHED_FINISHED) {
             sched_set_paused(w->s, w->reqs[i], 0);
+            w->paused[i] = 0;
+        }
     }
     for (int n = 0; sched_has_work(w->s); n++) {
         must(n < 100000); /* the oldest request always progresses: no livelock */
@@ -195,12 +252,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct mf_err err;
 
     memset(&w, 0, sizeof w);
+    memset(&sc, 0, sizeof sc);
+    memset(&kc, 0, sizeof kc);
     kc.n_blocks = 2 + (int32_t)(byte(&pr) % 40);
     kc.hash_bits = (int32_t)(byte(&pr) % 4); /* 0: full width; 1..3: constant collisions */
     sc.max_num_seqs = 1 + (int32_t)(byte(&pr) % 8);
     sc.max_num_batched_tokens = 1 + (int32_t)(byte(&pr) % 96);
     sc.max_waiting = 1 + (int32_t)(byte(&pr) % 16);
     sc.max_model_len = MAX_PROMPT + 64;
+    sc.max_prefill_tokens = (int32_t)(byte(&pr) % 40); /* 0: no cap */
+    w.budget = sc.max_num_batched_tokens;
+    w.prefill_cap = sc.max_prefill_tokens;
     if (kv_open(&w.kv, &kc, &err) || sched_open(&w.s, &sc, w.kv, &err) ||
         fake_model_init(&w.fm, kc.n_blocks, sc.max_model_len, VOCAB)) {
         sched_close(w.s);

@@ -923,13 +923,35 @@ static float *kv8_scale(const struct mfk_kv_shape *s, uint8_t *a, int blk, int l
            slot;
 }
 
-/* The value attention reads: the F16 element, or q * scale rounded to fp16. */
+/* An FP8 e4m3 byte's value (OCP FP8: bias 7, no infinities, S.1111.111 NaN). */
+static float e4m3_value(uint8_t b)
+{
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v = e == 15 && m == 7 ? NAN : e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf(m / 8.0f, -6);
+    return b & 0x80 ? -v : v;
+}
+
+/* The spacing of e4m3 values at magnitude y (subnormals: 2^-9). */
+static float e4m3_step(float y)
+{
+    y = fabsf(y);
+    return y < 0x1p-6f ? 0x1p-9f : ldexpf(1.0f, ilogbf(y) - 3);
+}
+
+/* The number an 8-bit arena byte codes: int8, or e4m3 (s->fp8). */
+static float kv8_code(const struct mfk_kv_shape *s, uint8_t b)
+{
+    return s->fp8 ? e4m3_value(b) : (float)(int8_t)b;
+}
+
+/* The value attention reads: the F16 element, or code * scale rounded to fp16. */
 static float kv_at(const struct mfk_kv_shape *s, uint8_t *a, int blk, int layer, int kv, int head,
                    int d, int slot)
 {
     const uint8_t *e = a + kv_elem(s, blk, layer, kv, head, d, slot);
     if (s->q8)
-        return h16(quant_f32_to_f16((float)(int8_t)e[0] * *kv8_scale(s, a, blk, layer, kv, head, slot)));
+        return h16(
+            quant_f32_to_f16(kv8_code(s, e[0]) * *kv8_scale(s, a, blk, layer, kv, head, slot)));
     uint16_t h;
     memcpy(&h, e, 2);
     return h16(h);
@@ -937,7 +959,8 @@ static float kv_at(const struct mfk_kv_shape *s, uint8_t *a, int blk, int layer,
 
 /* Checks what mfk_rope_store wrote for token t's head h (keys kv 0 from x,
  * values kv 1) in got: F16 within 1 ulp of x, 8-bit within 1 of
- * rint(x * 127 / absmax) with the scale absmax / 127. Then copies it into
+ * rint(x * 127 / absmax) with the scale absmax / 127, FP8 within one e4m3
+ * step of x * 448 / absmax with the scale absmax / 448. Then copies it into
  * want, so want == got afterwards means nothing else moved. 0 or 1. */
 static int check_store(const struct mfk_kv_shape *s, uint8_t *want, uint8_t *got, int blk,
                        int layer, int kv, int h, int slot, const float *x)
@@ -946,14 +969,19 @@ static int check_store(const struct mfk_kv_shape *s, uint8_t *want, uint8_t *got
     float amax = 0;
     for (int d = 0; d < hd; d++)
         amax = fabsf(x[d]) > amax ? fabsf(x[d]) : amax;
+    const float top = s->fp8 ? 448.0f : 127.0f;
     if (s->q8) {
         float *sg = kv8_scale(s, got, blk, layer, kv, h, slot);
-        bad |= fabsf(*sg - amax / 127.0f) > 1e-6f * amax;
+        bad |= fabsf(*sg - amax / top) > 1e-6f * amax;
         *kv8_scale(s, want, blk, layer, kv, h, slot) = *sg;
     }
     for (int d = 0; d < hd; d++) {
         size_t o = kv_elem(s, blk, layer, kv, h, d, slot);
-        if (s->q8) {
+        if (s->fp8) {
+            const float y = amax > 0 ? x[d] * top / amax : 0.0f;
+            bad |= !(fabsf(e4m3_value(got[o]) - y) <= e4m3_step(y));
+            want[o] = got[o];
+        } else if (s->q8) {
             int diff = (int8_t)got[o] - (int)rintf(x[d] * 127.0f / amax);
             bad |= diff < -1 || diff > 1;
             want[o] = got[o];
@@ -999,11 +1027,19 @@ static int q8_matches(const float *y, int64_t ld, int rows, int64_t n, const int
 /* Three sequences: `past` tokens of context decoding 1 token (199; past the
  * per-token kernel's shared memory when long), a fresh 37-token prompt, a
  * 16-token past plus 5 new tokens. Slots past each sequence's last
- * position hold NaN, as never-written memory may. */
-static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int long_past, int q8)
+ * position hold NaN, as never-written memory may. kv8: the arena, 0 F16,
+ * 1 int8, 2 FP8 e4m3. */
+static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int long_past, int kv8)
 {
-    const struct mfk_kv_shape s = {
-        .n_layer = 2, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .n_rot = n_rot, .q8 = q8};
+    const int q8 = kv8 != 0;
+    const char *const arena = kv8 == 2 ? " fp8" : kv8 ? " 8-bit" : "";
+    const struct mfk_kv_shape s = {.n_layer = 2,
+                                   .n_head = n_head,
+                                   .n_head_kv = n_head_kv,
+                                   .head_dim = hd,
+                                   .n_rot = n_rot,
+                                   .q8 = q8,
+                                   .fp8 = kv8 == 2};
     const int layer = 1, ratio = n_head / n_head_kv;
     const int past[3] = {long_past ? long_past : 199, 0, 16}, nnew[3] = {1, 37, 5};
     int n_blocks = 0;
@@ -1039,6 +1075,8 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         uint16_t h = quant_f32_to_f16(frand());
         memcpy(kv + i, &h, 2);
     }
+    for (size_t i = 0; kv8 == 2 && i < kv_bytes; i++) /* no e4m3 NaN codes (scales follow) */
+        kv[i] = (kv[i] & 0x7F) == 0x7F ? kv[i] ^ 1 : kv[i];
     for (int b = 0; q8 && b < n_blocks; b++)
         for (int l = 0; l < 2; l++)
             for (int u = 0; u < 2 * n_head_kv; u++)
@@ -1105,8 +1143,10 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                                v + t * kvd + h * hd);
         }
     bad += memcmp(kv, kv_got, kv_bytes) != 0;
-    snprintf(name, sizeof name, "paged K/V store%s (%s; rest untouched)", q8 ? ", 8-bit" : "",
-             q8 ? "1 step, scale absmax/127" : "1 ulp");
+    snprintf(name, sizeof name, "paged K/V store%s (%s; rest untouched)", arena,
+             kv8 == 2 ? "1 e4m3 step, scale absmax/448"
+             : q8     ? "1 step, scale absmax/127"
+                      : "1 ulp");
     report(name, bad == 0, "rows off", (double)bad, 0);
     memcpy(kv, kv_got, kv_bytes); /* the reference attends over what was stored */
     for (int sq = 0, off = 0; sq < 3; sq++) {
@@ -1163,8 +1203,8 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                    "rc", (double)(r0 == MF_EINVAL ? r1 : r0), MF_EINVAL);
         }
         d2h(qgot, dout, T * qd * 4);
-        snprintf(name, sizeof name, "attention%s (%d/%d heads, hd %d, ctx %d)", q8 ? " 8-bit" : "",
-                 n_head, n_head_kv, hd, max_ctx);
+        snprintf(name, sizeof name, "attention%s (%d/%d heads, hd %d, ctx %d)", arena, n_head,
+                 n_head_kv, hd, max_ctx);
         double e = rel_err(qgot, ref, T * qd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         /* a token list: the tokens in reverse order, every second one, each
@@ -1188,8 +1228,7 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                          dout, qd, dq8 ? &oq : NULL, &err));
         d2h(qgot, dout, T * qd * 4);
         e = listed_err(qgot, ref, T, qd, list, nl);
-        snprintf(name, sizeof name, "attention%s, listed tokens, 3 splits (hd %d)",
-                 q8 ? " 8-bit" : "", hd);
+        snprintf(name, sizeof name, "attention%s, listed tokens, 3 splits (hd %d)", arena, hd);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         { /* the same through three launches (no cluster): the same bits, 8-bit copy too */
             const size_t nb8 = dq8 ? (size_t)(nq + 2 * nqb * 4) : 0;
@@ -1208,7 +1247,7 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
             const int same = memcmp(flat, qgot, T * qd * 4) == 0 && memcmp(c8, f8, nb8) == 0;
             snprintf(name, sizeof name,
                      "attention%s, 3 splits: one cluster = three launches, bit for bit (hd %d)",
-                     q8 ? " 8-bit" : "", hd);
+                     arena, hd);
             report(name, same, "equal", same, 1);
             free(flat), free(c8), free(f8);
         }
@@ -1225,7 +1264,7 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                                    hd8 + (int64_t)t * (qd / 32), hs + (int64_t)t * (qd / 32));
             }
             snprintf(name, sizeof name, "attention%s, 3 splits: 8-bit copy = k_quant_act's (hd %d)",
-                     q8 ? " 8-bit" : "", hd);
+                     arena, hd);
             report(name, same, "equal", same, 1);
             int r =
                 mfk_attention(ctx, &s, layer, nl, dlist, dq, qd, dpos, dtoff, dtab, dkv, max_ctx, 3,
@@ -1258,8 +1297,8 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
             }
             d2h(qgot, dout, T * qd * 4);
             e = rel_err(qgot, ref, T * qd);
-            snprintf(name, sizeof name, "attention%s, one token a call, %s (hd %d, ctx %d)",
-                     q8 ? " 8-bit" : "", split ? "split" : "unsplit", hd, max_ctx);
+            snprintf(name, sizeof name, "attention%s, one token a call, %s (hd %d, ctx %d)", arena,
+                     split ? "split" : "unsplit", hd, max_ctx);
             report(name, e < 1e-4, "rel err", e, 1e-4);
             mfk_free(dall);
         }
@@ -1280,8 +1319,8 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
                                qd, 0, 0, &err));
         d2h(qgot, dout, T * qd * 4);
         double e = rel_err(qgot, ref, T * qd);
-        snprintf(name, sizeof name, "attention tiles%s (%d/%d heads, hd %d, ctx %d)",
-                 q8 ? " 8-bit" : "", n_head, n_head_kv, hd, max_ctx);
+        snprintf(name, sizeof name, "attention tiles%s (%d/%d heads, hd %d, ctx %d)", arena, n_head,
+                 n_head_kv, hd, max_ctx);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         mfk_free(dtiles);
     }
@@ -1309,7 +1348,7 @@ static void test_attention(int n_head, int n_head_kv, int hd, int n_rot, int lon
         double e = rel_err(qgot, ref, T * qd);
         snprintf(name, sizeof name,
                  "attention decode tiles%s, decode %d, %d warps (%d/%d heads, hd %d, ctx %d)",
-                 q8 ? " 8-bit" : "", decode, warps, n_head, n_head_kv, hd, max_ctx);
+                 arena, decode, warps, n_head, n_head_kv, hd, max_ctx);
         report(name, e < 1e-4, "rel err", e, 1e-4);
         if (dw == 7) {
             int r = mfk_attention_tiles(ctx, &s, layer, ntl, dtiles, dq, qd, dpos, dtoff, dtab, dkv,
@@ -2404,18 +2443,24 @@ static double log_softmax_at(const float *x, int64_t n, int32_t i)
     return x[i] - mx - log(sum);
 }
 
-/* The 8-bit KV cache against F16, both on the GPU, over texts each fed
- * from position 0: the first half in one step (tiles), then a token a
- * step (per-token kernel). The perplexity of every token predicted after
- * that under each arena (the accuracy cost the 8-bit arena is judged by), the mean
- * KL(F16 || 8-bit) of the next-token distributions and the logits'
- * relative difference. The texts: X.heldout beside the model (the demo's
- * held-out sums), else three of random ids. */
-static void test_kv8(const char *path)
+/* An 8-bit KV cache (kind: BACKEND_KV_Q8, int8, or BACKEND_KV_FP8, e4m3)
+ * against F16, both on the GPU, over texts each fed from position 0: the
+ * first half in one step (tiles), then a token a step (per-token kernel).
+ * The perplexity of every token predicted after that under each arena (the
+ * accuracy cost the 8-bit arena is judged by), the mean KL(F16 || 8-bit) of
+ * the next-token distributions and the logits' relative difference. The
+ * texts: X.heldout beside the model (the demo's held-out sums), else three
+ * of random ids. Gates: int8 1% and 1e-3 (measured +0.39%, 7.3e-5 on the
+ * demo); e4m3, whose 3 mantissa bits round each element to 1/16 of its
+ * size, 3% and 5e-3 (set before any measurement). */
+static void test_kv8(const char *path, enum backend_kv_type kind)
 {
     struct model *m;
     char name[200];
     const char *base = base_name(path);
+    const int fp8 = kind == BACKEND_KV_FP8;
+    const char *label = fp8 ? "fp8" : "8-bit";
+    const double ppl_gate = fp8 ? 3e-2 : 1e-2, kl_gate = fp8 ? 5e-3 : 1e-3;
     if (!(m = open_or_report(path, "kv8")))
         return;
     const int64_t V = m->hp.n_vocab;
@@ -2435,7 +2480,7 @@ static void test_kv8(const char *path)
     struct backend *be[2] = {NULL, NULL};
     float *lg[2] = {malloc(V * 4), malloc(V * 4)};
     for (int k = 0; k < 2; k++) {
-        struct backend_config cfg = {.kv_type = k ? BACKEND_KV_Q8 : BACKEND_KV_F16};
+        struct backend_config cfg = {.kv_type = k ? kind : BACKEND_KV_F16};
         cfg.kv_bytes = (uint64_t)nb * backend_kv_block_bytes(m, cfg.kv_type);
         int32_t got;
         CK(backend_create(&cuda_backend_ops, m, &cfg, &be[k], &err));
@@ -2467,17 +2512,17 @@ static void test_kv8(const char *path)
         }
     }
     double ppl0 = exp(nll[0] / count), ppl1 = exp(nll[1] / count), chg = ppl1 / ppl0 - 1;
-    snprintf(name, sizeof name, "kv8 %s: perplexity of %d %s tokens, F16 KV %.4f, 8-bit %.4f", base,
-             count, held ? "held-out" : "random", ppl0, ppl1);
-    report(name, fabs(chg) < 1e-2, "rel change", chg, 1e-2);
+    snprintf(name, sizeof name, "kv8 %s: perplexity of %d %s tokens, F16 KV %.4f, %s %.4f", base,
+             count, held ? "held-out" : "random", ppl0, label, ppl1);
+    report(name, fabs(chg) < ppl_gate, "rel change", chg, ppl_gate);
     /* The distributions' distance is the gate (a wrong scale or a slot read
      * from the wrong block moves it by orders of magnitude); the logits'
      * worst relative difference is shown: 0.8-1.1% on the random toys, 5.7%
      * on the trained demo model, whose sharper logits move more in norm for
      * the same KL (7e-5). */
-    snprintf(name, sizeof name, "kv8 %s: mean KL from F16 KV (worst logits rel err %.3f)", base,
-             worst);
-    report(name, kl / count < 1e-3, "KL", kl / count, 1e-3);
+    snprintf(name, sizeof name, "kv8 %s: %s mean KL from F16 KV (worst logits rel err %.3f)", base,
+             label, worst);
+    report(name, kl / count < kl_gate, "KL", kl / count, kl_gate);
     backend_free(be[0]), backend_free(be[1]);
     free(lg[0]), free(lg[1]), free(ids);
     model_close(m);
@@ -2799,19 +2844,20 @@ int main(int argc, char **argv)
     CK(mfk_ctx_pdl(ctx, !(pdl && strcmp(pdl, "0") == 0), &err));
     /* --only PARTS (comma-separated): types (the kernel sweep over weight
      * types), misc (norms, 8-bit copies, argmax, GEMV refusals and groups),
-     * att-f16 and att-q8 (the attention kernels on each arena, 200-token
-     * contexts), long (a 12,001-token context on both), models (the model
-     * files), moe (the mixture-of-experts kernels: routing, grouped products
-     * of every type, combine). Compute-sanitizer's racecheck runs the parts as separate
-     * processes: the whole sweep outlasts a device lease under it.
-     * --attention: att-f16,att-q8,models. */
+     * att-f16, att-q8 and att-fp8 (the attention kernels on each arena,
+     * 200-token contexts), long (a 12,001-token context on each), models
+     * (the model files), moe (the mixture-of-experts kernels: routing,
+     * grouped products of every type, combine). Compute-sanitizer's
+     * racecheck runs the parts as separate processes: the whole sweep
+     * outlasts a device lease under it.
+     * --attention: att-f16,att-q8,att-fp8,models. */
     const char *only = NULL;
     if (argc > 1 && strcmp(argv[1], "--attention") == 0)
-        only = "att-f16,att-q8,models", argc--, argv++;
+        only = "att-f16,att-q8,att-fp8,models", argc--, argv++;
     else if (argc > 2 && strcmp(argv[1], "--only") == 0)
         only = argv[2], argc -= 2, argv += 2;
-    static const char *const parts[] = {"types",  "misc",   "att-f16", "att-q8",
-                                        "long",   "models", "moe"};
+    static const char *const parts[] = {"types",  "misc", "att-f16", "att-q8",
+                                        "long",   "models", "moe",   "att-fp8"};
     enum { N_PARTS = sizeof parts / sizeof parts[0] };
     int want[N_PARTS];
     for (int i = 0; i < N_PARTS; i++)
@@ -2824,8 +2870,8 @@ int main(int argc, char **argv)
                 want[i] = hit = 1;
         if (!hit) {
             fprintf(stderr,
-                    "test_cuda: --only %.*s: no such part (types, misc, att-f16, att-q8, long, "
-                    "models, moe)\n",
+                    "test_cuda: --only %.*s: no such part (types, misc, att-f16, att-q8, "
+                    "att-fp8, long, models, moe)\n",
                     (int)len, o);
             mfk_ctx_free(ctx);
             return 2;
@@ -2876,17 +2922,17 @@ int main(int argc, char **argv)
         test_q8_copy(4096);
         test_q8_copy(20480);
     }
-    for (int q8 = 0; q8 < 2; q8++) { /* the F16 arena, then the 8-bit one */
-        if (want[2 + q8]) {
-            test_attention(8, 2, 64, 64, 0, q8);
-            test_attention(32, 8, 128, 128, 0, q8);
-            test_attention(6, 6, 64, 32, 0, q8);
-            test_attention(16, 1, 256, 64, 0, q8);  /* MQA, the widest head the kernel takes */
-            test_attention(16, 1, 128, 128, 0, q8); /* 16 query heads a KV head: warps go twice */
-            test_attention(8, 8, 80, 80, 0, q8);    /* phi-2's heads: tiles only */
+    for (int kv8 = 0; kv8 < 3; kv8++) { /* the F16 arena, then the int8 and e4m3 ones */
+        if (want[kv8 < 2 ? 2 + kv8 : 7]) {
+            test_attention(8, 2, 64, 64, 0, kv8);
+            test_attention(32, 8, 128, 128, 0, kv8);
+            test_attention(6, 6, 64, 32, 0, kv8);
+            test_attention(16, 1, 256, 64, 0, kv8);  /* MQA, the widest head the kernel takes */
+            test_attention(16, 1, 128, 128, 0, kv8); /* 16 query heads a KV head: warps go twice */
+            test_attention(8, 8, 80, 80, 0, kv8);    /* phi-2's heads: tiles only */
         }
         if (want[4]) /* past the per-token kernel's shared memory */
-            test_attention(32, 8, 128, 128, 12000, q8);
+            test_attention(32, 8, 128, 128, 12000, kv8);
     }
     if (want[6]) {
         static const struct {
@@ -2918,8 +2964,10 @@ int main(int argc, char **argv)
         test_decode_tiles(argv[i]);
         test_bf16_weights(argv[i]);
         test_qgemm_sk_model(argv[i]);
-        if (strstr(argv[i], "-f16.gguf"))
-            test_kv8(argv[i]);
+        if (strstr(argv[i], "-f16.gguf")) {
+            test_kv8(argv[i], BACKEND_KV_Q8);
+            test_kv8(argv[i], BACKEND_KV_FP8);
+        }
         if (lora_beside(argv[i], lpath, sizeof lpath))
             test_lora(argv[i], lpath, strstr(argv[i], "-f16") ? 1e-3 : 6e-2);
     }

@@ -49,13 +49,17 @@
  * attn_qkv, Phi-3's ffn_up) gets one pair over all its rows, and a model
  * with experts takes q, k, v, o targets only. Tensor data is generated and written
  * row by row (a few MB at a time), so the 8B preset needs no more memory
- * than a 4 MB chunk and one row.
+ * than a 4 MB chunk and one row. --threads N generates and encodes the
+ * rows of each chunk (N x 4 MB) on N threads; a row's values depend only on
+ * its index (splitmix64 is a counter), so the file is the same for every N
+ * (the 8B preset in Q4_K_M: most of a minute on 16 cores, bench/serve-gpu).
  */
 #include "config.h"
 
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +76,7 @@
 #define CHUNK_BYTES ((size_t)4 << 20) /* bytes of tensor data per write */
 #define MAX_JSON ((size_t)64 << 20)   /* tokenizer JSON size cap */
 #define MAX_TENSORS 4096
+#define MAX_THREADS 256
 
 /* ---------------------------------------------------------------------------
  * options
@@ -107,6 +112,7 @@ struct opts {
     const char *vocab_from; /* GGUF to copy tokenizer.* from */
     const char *vocab_json; /* tokenizer JSON */
     uint64_t seed;          /* PRNG seed */
+    uint32_t threads;       /* --threads: rows made in parallel */
     int tied;               /* no output.weight */
     int rope_freqs;         /* write rope_freqs.weight */
     int vocab_given;        /* --vocab was on the command line */
@@ -156,7 +162,8 @@ static void usage(FILE *f)
                "  [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|mxfp4_moe]\n"
                "  [--expert-type mxfp4|q8_0|...]\n"
                "  [--vocab-from FILE.gguf | --vocab-json FILE.json]\n"
-               "  [--lora RANK --targets q,k,v,o,gate,up,down [--lora-alpha F]]\n");
+               "  [--lora RANK --targets q,k,v,o,gate,up,down [--lora-alpha F]]\n"
+               "  [--threads N]\n");
 }
 
 static int parse_u32(const char *flag, const char *s, uint32_t *out, struct mf_err *err)
@@ -248,7 +255,8 @@ enum {
     O_RSCALE,
     O_RFACTOR,
     O_RORIG,
-    O_ETYPE
+    O_ETYPE,
+    O_THREADS
 };
 
 static const struct option long_opts[] = {
@@ -268,7 +276,7 @@ static const struct option long_opts[] = {
     {"swa-pattern", 1, 0, O_SWAP}, {"rope-factors", 1, 0, O_RFACT},
     {"rope-scaling", 1, 0, O_RSCALE}, {"rope-factor", 1, 0, O_RFACTOR},
     {"rope-orig-ctx", 1, 0, O_RORIG}, {"expert-type", 1, 0, O_ETYPE},
-    {"help", 0, 0, 'h'},
+    {"threads", 1, 0, O_THREADS}, {"help", 0, 0, 'h'},
     {0, 0, 0, 0},
 };
 
@@ -358,6 +366,12 @@ static int parse_opt(struct opts *o, int c, const char *a, struct mf_err *err)
     case O_ETYPE:
         o->expert_type = a;
         return 0;
+    case O_THREADS: {
+        int rc = parse_u32("--threads", a, &o->threads, err);
+        if (!rc && o->threads > MAX_THREADS)
+            rc = mf_err_set(err, MF_EUSAGE, "--threads wants 1..%d, not '%s'", MAX_THREADS, a);
+        return rc;
+    }
     default:
         return mf_err_set(err, MF_EUSAGE, "unknown option");
     }
@@ -412,6 +426,7 @@ static int parse_args(int argc, char **argv, struct opts *o, struct mf_err *err)
     o->preset = "toy";
     o->type = "f32";
     o->seed = 42;
+    o->threads = 1;
     o->swa_pattern = -1;
     int c, rc = 0;
     while (!rc && (c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
@@ -1226,23 +1241,88 @@ static int write_lora_kvs(struct gguf_writer *w, const struct opts *o, struct mf
     return rc;
 }
 
-/* Generates, encodes and streams one tensor's rows through chunk. */
-static int write_tensor(struct gguf_writer *w, uint64_t seed, const struct ptensor *t, float *row,
-                        uint8_t *chunk, struct mf_err *err)
+/* A share of one chunk of rows: rows [r0, r1) of a tensor into out. */
+struct rows_job {
+    const struct ptensor *t;
+    uint64_t st0;    /* the tensor's stream at row 0 */
+    uint64_t r0, r1; /* rows */
+    uint8_t *out;    /* row r0's bytes */
+    uint64_t row_bytes;
+    float *row; /* owned by the caller: ne[0] floats */
+    int rc;
+    struct mf_err err;
+};
+
+/* splitmix64 is a counter: the stream n calls on is the start plus n
+ * increments, so any row's values can be made without those before it and
+ * the file does not depend on the thread count. */
+static void *rows_run(void *arg)
+{
+    struct rows_job *j = arg;
+    const struct ptensor *t = j->t;
+    uint64_t st = j->st0 + j->r0 * t->ne[0] * 0x9e3779b97f4a7c15ull;
+    for (uint64_t r = j->r0; r < j->r1 && !j->rc; r++) {
+        fill_row(&st, j->row, t->ne[0], t->mean, t->sd);
+        j->rc = quant_quantize_row(t->type, j->row, j->out + (r - j->r0) * j->row_bytes,
+                                   (int64_t)t->ne[0], &j->err);
+    }
+    return NULL;
+}
+
+struct writer_pool {
+    uint32_t n;       /* threads */
+    uint8_t *chunk;   /* owned: n * CHUNK_BYTES plus a row */
+    float *rows;      /* owned: n rows of the widest tensor */
+    uint64_t max_row; /* its width */
+    struct rows_job jobs[MAX_THREADS];
+};
+
+/* Generates, encodes and streams one tensor's rows, chunks of rows split
+ * over the pool's threads (thread i takes the i-th run of rows). */
+static int write_tensor(struct gguf_writer *w, uint64_t seed, const struct ptensor *t,
+                        struct writer_pool *pl, struct mf_err *err)
 {
     uint64_t st = stream_for(seed, t->name), row_bytes;
     ggml_type_row_size(t->type, t->ne[0], &row_bytes); /* checked by the writer already */
-    size_t used = 0;
-    int rc = 0;
     uint64_t rows = t->ne[1] * t->ne[2];
-    for (uint64_t r = 0; r < rows && !rc; r++) {
-        fill_row(&st, row, t->ne[0], t->mean, t->sd);
-        rc = quant_quantize_row(t->type, row, chunk + used, (int64_t)t->ne[0], err);
-        used += (size_t)row_bytes;
-        if (!rc && (used + row_bytes > CHUNK_BYTES || r + 1 == rows)) {
-            rc = gguf_writer_write(w, chunk, used, err);
-            used = 0;
+    uint64_t per_chunk = (uint64_t)pl->n * CHUNK_BYTES / row_bytes;
+    int rc = 0;
+    if (per_chunk == 0)
+        per_chunk = 1;
+    for (uint64_t c0 = 0; c0 < rows && !rc; c0 += per_chunk) {
+        uint64_t c1 = c0 + per_chunk < rows ? c0 + per_chunk : rows;
+        uint64_t share = (c1 - c0 + pl->n - 1) / pl->n;
+        pthread_t tid[MAX_THREADS];
+        int started[MAX_THREADS] = {0};
+        for (uint32_t i = 0; i < pl->n; i++) {
+            struct rows_job *j = &pl->jobs[i];
+            j->t = t;
+            j->st0 = st;
+            j->r0 = c0 + i * share < c1 ? c0 + i * share : c1;
+            j->r1 = j->r0 + share < c1 ? j->r0 + share : c1;
+            j->out = pl->chunk + (j->r0 - c0) * row_bytes;
+            j->row_bytes = row_bytes;
+            j->row = pl->rows + i * pl->max_row;
+            j->rc = 0;
+            if (j->r0 == j->r1)
+                continue;
+            if (i == 0 || pthread_create(&tid[i], NULL, rows_run, j) != 0)
+                continue; /* thread 0, or a thread that would not start, runs below */
+            started[i] = 1;
         }
+        for (uint32_t i = 0; i < pl->n; i++)
+            if (!started[i] && pl->jobs[i].r0 < pl->jobs[i].r1)
+                rows_run(&pl->jobs[i]);
+        for (uint32_t i = 0; i < pl->n; i++) {
+            if (started[i])
+                pthread_join(tid[i], NULL);
+            if (!rc && pl->jobs[i].rc) {
+                *err = pl->jobs[i].err;
+                rc = pl->jobs[i].rc;
+            }
+        }
+        if (!rc)
+            rc = gguf_writer_write(w, pl->chunk, (size_t)((c1 - c0) * row_bytes), err);
     }
     return rc;
 }
@@ -1250,16 +1330,16 @@ static int write_tensor(struct gguf_writer *w, uint64_t seed, const struct ptens
 static int write_data(struct gguf_writer *w, const struct opts *o, const struct plan *p,
                       struct mf_err *err)
 {
-    uint64_t max_row = 0;
+    struct writer_pool pl = {.n = o->threads ? o->threads : 1};
     for (size_t i = 0; i < p->n; i++)
-        max_row = p->t[i].ne[0] > max_row ? p->t[i].ne[0] : max_row;
-    float *row = malloc(max_row * sizeof *row);
-    uint8_t *chunk = malloc(CHUNK_BYTES + max_row * sizeof(float));
-    int rc = (!row || !chunk) ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
+        pl.max_row = p->t[i].ne[0] > pl.max_row ? p->t[i].ne[0] : pl.max_row;
+    pl.rows = malloc((size_t)pl.n * pl.max_row * sizeof *pl.rows);
+    pl.chunk = malloc((size_t)pl.n * CHUNK_BYTES + pl.max_row * sizeof(float));
+    int rc = (!pl.rows || !pl.chunk) ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
     for (size_t i = 0; i < p->n && !rc; i++)
-        rc = write_tensor(w, o->seed, &p->t[i], row, chunk, err);
-    free(row);
-    free(chunk);
+        rc = write_tensor(w, o->seed, &p->t[i], &pl, err);
+    free(pl.rows);
+    free(pl.chunk);
     return rc;
 }
 

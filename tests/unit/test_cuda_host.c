@@ -4,8 +4,10 @@
  * MFC_GPU_MEMORY_UTILIZATION, one step's bookkeeping, the routed layers'
  * buffers and work-list bounds (cuda_moe.h, kernels.h); and that without a
  * GPU (or without CUDA in the build) the backend refuses to start with
- * MF_EUNSUPPORTED instead of failing later.
+ * MF_EUNSUPPORTED instead of failing later; the FP8 KV arena's planning.
  */
+#include "config.h"
+
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -375,6 +377,55 @@ static void test_kv8_bytes(void **state)
     assert_int_equal(backend_create(&cpu_backend_ops, &m, &cfg, &be, &err), MF_EUNSUPPORTED);
     assert_null(be);
     assert_non_null(strstr(err.msg, "CUDA only"));
+}
+
+/* MFC_KV_CACHE_TYPE=fp8: the 8-bit arena's layout with e4m3 bytes. Its
+ * block is the int8 arena's (Llama-3-8B: 51.6% of F16's), the layer shapes
+ * carry the flag the kernels read, the CUDA backend takes it and the CPU
+ * backend refuses it. */
+static void test_kv_fp8(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct mfk_kv_shape ks;
+    struct backend_config cfg = {.kv_type = BACKEND_KV_FP8};
+    struct backend *be = (struct backend *)(void *)blob;
+    struct mf_err err = {0};
+    (void)state;
+
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+    assert_int_equal(backend_kv_block_bytes(&m, BACKEND_KV_FP8), 2 * 2 * 2 * 16 * (64 + 4));
+    assert_int_equal(backend_kv_block_bytes(&m, BACKEND_KV_FP8),
+                     backend_kv_block_bytes(&m, BACKEND_KV_Q8));
+    for (int k = 0; k < 4; k++) {
+        static const enum backend_kv_type kinds[] = {BACKEND_KV_F16, BACKEND_KV_Q8, BACKEND_KV_FP8,
+                                                     BACKEND_KV_F32};
+        assert_int_equal(cuda_plan_kv_ok(kinds[k]), k < 3);
+        assert_int_equal(cuda_plan_layer_shape(&m, 1, kinds[k], &ks), 0);
+        assert_int_equal(ks.q8, k == 1 || k == 2);
+        assert_int_equal(ks.fp8, k == 2);
+        assert_int_equal(ks.n_head_kv, 2);
+        assert_int_equal(ks.head_dim, 64);
+    }
+    assert_false(cuda_plan_kv_ok((enum backend_kv_type)7));
+    /* Llama-3-8B: 32 layers x K,V x 8 KV heads x 16 slots x (128 + 4) bytes */
+    m.hp.n_layer = 32, m.hp.n_head_kv = 8, m.hp.n_head = 32, m.hp.head_dim = 128;
+    assert_int_equal(backend_kv_block_bytes(&m, BACKEND_KV_FP8), 1081344);
+    assert_int_equal(backend_kv_block_bytes(&m, BACKEND_KV_F16), 2097152);
+    assert_int_equal(backend_kv_n_blocks(&m, BACKEND_KV_FP8, 10 * GiB), 9929);
+    assert_int_equal(backend_kv_n_blocks(&m, BACKEND_KV_F16, 10 * GiB), 5120);
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+    assert_int_equal(backend_create(&cpu_backend_ops, &m, &cfg, &be, &err), MF_EUNSUPPORTED);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "FP8 K/V are CUDA only"));
+#ifdef MFC_HAVE_CUDA_RUNTIME
+    /* the kind is checked before the device: F32 is refused naming the three */
+    cfg.kv_type = BACKEND_KV_F32;
+    be = (struct backend *)(void *)blob;
+    assert_int_equal(backend_create(&cuda_backend_ops, &m, &cfg, &be, &err), MF_EUNSUPPORTED);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "F16, 8-bit integers or FP8 (e4m3)"));
+#endif
 }
 
 /* The FlashDecoding split: none once T x KV heads fill the multiprocessors
@@ -1228,6 +1279,7 @@ int main(void)
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_no_device),
         cmocka_unit_test(test_kv8_bytes),
+        cmocka_unit_test(test_kv_fp8),
         cmocka_unit_test(test_att_splits),
         cmocka_unit_test(test_graph_pad),
         cmocka_unit_test(test_decode_tiles),

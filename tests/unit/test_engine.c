@@ -259,6 +259,10 @@ static void test_shared_prefix_hits_cache(void **state)
     engine_metrics(r.e, &m);
     assert_int_equal(m.kv.prefix_queries, 3 * 74);
     assert_int_equal(m.kv.prefix_hits, 2 * 64);
+    /* every step's time is the host's or the model's, and both had some */
+    assert_true(m.steps >= 3 * 5);
+    assert_true(m.host_s > 0 && m.model_s > 0);
+    assert_true(m.host_s + m.model_s < 60);
     rig_close(&r);
 }
 

@@ -3,8 +3,10 @@
  * (tests/unit/fake_model.c): token budget and max_num_seqs every step,
  * decodes before prefills, exact chunked-prefill splits, preemption of the
  * newest with every request still producing its solo output, cancellation,
- * oversize and overload refusals, priorities and pausing. sched_check (which
- * runs kv_check) runs after every step.
+ * oversize and overload refusals, priorities and pausing; prefill beside
+ * decode (max_prefill_tokens): no decode waits, prompts advance every step
+ * and share at most the cap beside decodes. sched_check (which runs
+ * kv_check) runs after every step.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,7 +36,10 @@ struct rig {
     int32_t steps;                    /* steps driven */
     int32_t max_step_tokens;          /* the largest step, tokens */
     int check_order;                  /* 1: assert decodes come first (no preemption) */
+    int check_progress;               /* 1: assert no decode waits and prefills advance */
     int32_t mixed_steps;              /* steps holding decodes and prefills */
+    int32_t computed[MAX_REQS];       /* tokens each request has in the cache */
+    int32_t max_prefill_beside;       /* most prompt tokens in a step holding a decode */
 };
 
 static void check(const struct sched *s)
@@ -45,11 +50,14 @@ static void check(const struct sched *s)
         fail_msg("sched_check: %s", err.msg);
 }
 
-static void rig_open(struct rig *r, int32_t n_blocks, int32_t seqs, int32_t budget, int32_t waiting)
+/* prefill: sched_config.max_prefill_tokens (0: no cap) */
+static void rig_open_prefill(struct rig *r, int32_t n_blocks, int32_t seqs, int32_t budget,
+                             int32_t waiting, int32_t prefill)
 {
     struct kv_config kc = {.n_blocks = n_blocks};
     struct mf_err err;
     memset(r, 0, sizeof *r);
+    r->cfg.max_prefill_tokens = prefill;
     r->cfg.max_num_seqs = seqs;
     r->cfg.max_num_batched_tokens = budget;
     r->cfg.max_model_len = 4096;
@@ -57,6 +65,11 @@ static void rig_open(struct rig *r, int32_t n_blocks, int32_t seqs, int32_t budg
     assert_int_equal(kv_open(&r->kv, &kc, &err), 0);
     assert_int_equal(sched_open(&r->s, &r->cfg, r->kv, &err), 0);
     assert_int_equal(fake_model_init(&r->m, n_blocks, 4096, VOCAB), 0);
+}
+
+static void rig_open(struct rig *r, int32_t n_blocks, int32_t seqs, int32_t budget, int32_t waiting)
+{
+    rig_open_prefill(r, n_blocks, seqs, budget, waiting, 0);
 }
 
 static void rig_close(struct rig *r)
@@ -104,13 +117,87 @@ static int is_decode(const struct sched_step *st, int32_t i)
     return q->n_tokens == 1 && q->n_past == n - 1 && sched_req_n_output(st->reqs[i]) > 0;
 }
 
+/* 1 when the entry is a request's last known token (a decode, or a prompt's
+ * last token): the scheduler's decode phase, outside the prefill budget. */
+static int is_last_token(const struct sched_step *st, int32_t i)
+{
+    const struct batch_seq *q = &st->batch.seqs[i];
+    int32_t n;
+    sched_req_tokens(st->reqs[i], &n);
+    return q->n_tokens == 1 && q->n_past == n - 1;
+}
+
+static int req_index(const struct rig *r, const struct sched_req *q)
+{
+    for (int i = 0; i < r->n_reqs; i++)
+        if (r->reqs[i] == q)
+            return i;
+    fail_msg("a step holds a request the rig did not submit");
+    return -1;
+}
+
+/* Before a step, with check_progress: which requests have one token left
+ * (a decode, or a prompt's last token) and which have prompt work, and
+ * whether a waiting one could take a sequence slot. */
+struct pre {
+    int last[MAX_REQS];
+    int work[MAX_REQS];
+    int any_last, any_work;
+};
+
+static void snapshot(const struct rig *r, struct pre *pr)
+{
+    int32_t n_running = 0;
+    int waiting = 0, running_work = 0;
+    memset(pr, 0, sizeof *pr);
+    for (int i = 0; i < r->n_reqs; i++)
+        n_running += sched_req_state(r->reqs[i]) == SCHED_RUNNING;
+    for (int i = 0; i < r->n_reqs; i++) {
+        int32_t n;
+        enum sched_state state = sched_req_state(r->reqs[i]);
+        sched_req_tokens(r->reqs[i], &n);
+        pr->last[i] = state == SCHED_RUNNING && n - r->computed[i] == 1;
+        pr->work[i] = (state == SCHED_RUNNING && n - r->computed[i] > 1) ||
+                      state == SCHED_WAITING || state == SCHED_PREEMPTED;
+        running_work |= state == SCHED_RUNNING && pr->work[i];
+        waiting |= state != SCHED_RUNNING && pr->work[i];
+        pr->any_last += pr->last[i];
+    }
+    pr->any_work = running_work || (waiting && n_running < r->cfg.max_num_seqs);
+}
+
+/* With check_progress (a cache big enough that nothing is preempted): every
+ * request that had one token left is in the step with it (no decode waits),
+ * and when prompt work was left and the budget had room past the decodes,
+ * the step advances some of it. */
+static void check_progress(struct rig *r, const struct pre *pr, const struct sched_step *st)
+{
+    int in_step[MAX_REQS] = {0};
+    int advanced = 0;
+
+    assert_int_equal(st->n_preempted, 0);
+    for (int32_t i = 0; i < st->batch.n_seqs; i++)
+        in_step[req_index(r, st->reqs[i])] = st->batch.seqs[i].n_tokens;
+    for (int i = 0; i < r->n_reqs; i++) {
+        if (pr->last[i])
+            assert_int_equal(in_step[i], 1);
+        advanced |= pr->work[i] && in_step[i] > 0;
+    }
+    if (pr->any_work && pr->any_last < r->cfg.max_num_batched_tokens)
+        assert_true(advanced);
+}
+
 /* One step with the per-step assertions; returns the step's sequence count. */
 static int32_t step(struct rig *r, struct sched_step *st)
 {
     int32_t next[64];
     struct mf_err err;
-    int seen_prefill = 0;
+    int seen_prefill = 0, n_last = 0;
+    int32_t prompt_tokens = 0;
+    struct pre pr;
 
+    if (r->check_progress)
+        snapshot(r, &pr);
     sched_schedule(r->s, st);
     check(r->s);
     assert_true(st->n_tokens <= r->cfg.max_num_batched_tokens);
@@ -124,13 +211,27 @@ static int32_t step(struct rig *r, struct sched_step *st)
         seen_prefill |= !decode;
         r->mixed_steps +=
             decode && i == 0 && st->batch.n_seqs > 1 && !is_decode(st, st->batch.n_seqs - 1);
+        if (is_last_token(st, i))
+            n_last++;
+        else
+            prompt_tokens += q->n_tokens;
     }
+    /* beside a decode, prompts share at most max_prefill_tokens */
+    if (n_last && r->cfg.max_prefill_tokens && st->n_preempted == 0)
+        assert_true(prompt_tokens <= r->cfg.max_prefill_tokens);
+    if (n_last && prompt_tokens > r->max_prefill_beside)
+        r->max_prefill_beside = prompt_tokens;
+    if (r->check_progress)
+        check_progress(r, &pr, st);
     if (st->n_tokens > r->max_step_tokens)
         r->max_step_tokens = st->n_tokens;
     if (st->batch.n_seqs == 0)
         return 0;
     if (fake_model_step(&r->m, &st->batch, next, &err))
         fail_msg("fake model: %s", err.msg);
+    for (int32_t i = 0; i < st->batch.n_seqs; i++)
+        r->computed[req_index(r, st->reqs[i])] =
+            st->batch.seqs[i].n_past + st->batch.seqs[i].n_tokens;
     assert_int_equal(sched_update(r->s, next, st->n_logits, &err), 0);
     check(r->s);
     r->steps++;
@@ -409,6 +510,95 @@ static void test_mixed_load(void **state)
     }
 }
 
+/* Long prompts arriving while short ones decode: every decode keeps its
+ * token each step, the prompts share at most max_prefill_tokens a step and
+ * still advance every step, and all outputs equal their solo runs. */
+static void test_prefill_beside_decode(void **state)
+{
+    struct rig r;
+    struct sched_step st;
+    int32_t steps_before;
+
+    rig_open_prefill(&r, 512, 8, 256, 16, 32);
+    r.check_order = 1;
+    r.check_progress = 1;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(submit(&r, 10, 40 + i, 60, 0), 0);
+    step(&r, &st); /* four 10-token prompts: 40 tokens, no decode yet */
+    assert_int_equal(st.n_tokens, 40);
+    for (int k = 0; k < 3; k++)
+        step(&r, &st);
+    assert_int_equal(submit(&r, 200, 50, 20, 0), 0);
+    assert_int_equal(submit(&r, 150, 51, 20, 0), 0);
+    steps_before = r.steps;
+    /* 350 prompt tokens, 32 a step beside the four decodes: 11 steps */
+    while (sched_req_n_output(r.reqs[5]) == 0)
+        step(&r, &st);
+    assert_int_equal(r.steps - steps_before, 11);
+    assert_int_equal(r.max_prefill_beside, 32);
+    drive(&r, 500);
+    assert_solo_outputs(&r);
+    rig_close(&r);
+}
+
+/* With no decode in the step, a prompt takes the whole budget. */
+static void test_prefill_whole_budget_alone(void **state)
+{
+    struct rig r;
+    struct sched_step st;
+    struct mf_err err;
+
+    rig_open_prefill(&r, 64, 4, 256, 4, 16);
+    assert_int_equal(submit(&r, 200, 1, 3, 0), 0);
+    assert_int_equal(step(&r, &st), 1);
+    assert_int_equal(st.batch.seqs[0].n_tokens, 200);
+    /* the next prompt goes beside the first one's decode: 16 tokens */
+    assert_int_equal(submit(&r, 100, 2, 3, 0), 0);
+    assert_int_equal(step(&r, &st), 2);
+    assert_int_equal(st.batch.seqs[0].n_tokens, 1);
+    assert_int_equal(st.batch.seqs[1].n_tokens, 16);
+    drive(&r, 100);
+    assert_solo_outputs(&r);
+    rig_close(&r);
+
+    struct sched_config bad = {.max_num_seqs = 1,
+                               .max_num_batched_tokens = 8,
+                               .max_model_len = 64,
+                               .max_waiting = 1,
+                               .max_prefill_tokens = -1};
+    struct kv_config kc = {.n_blocks = 8};
+    struct kv_cache *kv;
+    struct sched *s = NULL;
+    assert_int_equal(kv_open(&kv, &kc, &err), 0);
+    assert_int_equal(sched_open(&s, &bad, kv, &err), MF_ERANGE);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "max_prefill_tokens"));
+    kv_close(kv);
+}
+
+/* Random arrivals under several caps: the progress checks hold every step. */
+static void test_prefill_cap_random(void **state)
+{
+    static const int32_t caps[] = {0, 1, 5, 48};
+    uint64_t x = 12345;
+    for (int c = 0; c < 4; c++) {
+        struct rig r;
+        struct sched_step st;
+        rig_open_prefill(&r, 1024, 6, 64, 16, caps[c]);
+        r.check_progress = 1;
+        for (int i = 0; i < MAX_REQS; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            assert_int_equal(
+                submit(&r, 1 + (int32_t)(x >> 33) % 150, i, 1 + (int32_t)(x >> 50) % 30, 0), 0);
+            for (int k = (int)(x >> 60) % 4; k > 0; k--)
+                step(&r, &st);
+        }
+        drive(&r, 5000);
+        assert_solo_outputs(&r);
+        rig_close(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +613,9 @@ int main(void)
         cmocka_unit_test(test_priority_order_and_victim),
         cmocka_unit_test(test_paused_is_skipped),
         cmocka_unit_test(test_mixed_load),
+        cmocka_unit_test(test_prefill_beside_decode),
+        cmocka_unit_test(test_prefill_whole_budget_alone),
+        cmocka_unit_test(test_prefill_cap_random),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
 }

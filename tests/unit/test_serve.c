@@ -240,19 +240,22 @@ static void test_precedence(void **state)
 
     const char *env[] = {"MFC_CONFIG", path,   "MFC_PORT", "9000", "MFC_HOST", "127.0.0.1",
                          "MFC_API_KEY", "k1", "MFC_MAX_SEQS", "8", "MFC_KV_CACHE_GB", "0.5",
-                         "MFC_KV_CACHE_TYPE", "q8_0", NULL};
+                         "MFC_KV_CACHE_TYPE", "q8_0", "MFC_MAX_PREFILL_TOKENS", "100",
+                         "MFC_MAX_BATCH_TOKENS", "2048", NULL};
     fake_env = env;
     char *argv[] = {"mfc-serve", "--port", "9001", "--adapter", "sql=/x/sql2.gguf",
-                    "--adapter", "new=/x/new.gguf", NULL};
+                    "--adapter", "new=/x/new.gguf", "--max-batch-tokens", "1024", NULL};
     serve_config_init(&c);
-    assert_int_equal(serve_config_parse(&c, 7, argv, env_get, &help, &err), 0);
+    assert_int_equal(serve_config_parse(&c, 9, argv, env_get, &help, &err), 0);
+    assert_int_equal(c.max_prefill_tokens, 100); /* env */
+    assert_int_equal(c.max_batch_tokens, 1024);  /* flag over env */
     assert_int_equal(help, 0);
     assert_int_equal(c.port, 9001);                 /* flag over env */
     assert_string_equal(c.host, "127.0.0.1");       /* env over default */
     assert_string_equal(c.api_key, "k1");
     assert_int_equal(c.max_seqs, 8);
     assert_string_equal(c.kv_cache_gb, "0.5");
-    assert_int_equal(c.kv_8bit, 1); /* MFC_KV_CACHE_TYPE=q8_0 */
+    assert_int_equal(c.kv_type, BACKEND_KV_Q8);              /* MFC_KV_CACHE_TYPE=q8_0 */
     assert_string_equal(c.model_path, "/models/model.gguf"); /* from the yaml */
     assert_string_equal(c.model_name, "model");              /* its stem */
     assert_int_equal(c.n_adapters, 3);
@@ -267,11 +270,15 @@ static void test_precedence(void **state)
     serve_config_init(&c);
     assert_int_equal(serve_config_parse(&c, 1, argv2, env_get, &help, &err), 0);
     assert_string_equal(c.model_path, "/e.gguf");
-    assert_int_equal(c.kv_8bit, 0); /* the default */
+    assert_int_equal(c.kv_type, BACKEND_KV_F16); /* the default */
+    assert_int_equal(c.max_batch_tokens, 512);
+    assert_int_equal(c.max_prefill_tokens, -1); /* the backend's default */
     serve_config_free(&c);
-    char *argv3[] = {"mfc-serve", "--model=/f/my-model.gguf", "--name", "m", NULL};
+    char *argv3[] = {
+        "mfc-serve", "--model=/f/my-model.gguf", "--name", "m", "--kv-cache-type", "fp8", NULL};
     serve_config_init(&c);
-    assert_int_equal(serve_config_parse(&c, 4, argv3, env_get, &help, &err), 0);
+    assert_int_equal(serve_config_parse(&c, 6, argv3, env_get, &help, &err), 0);
+    assert_int_equal(c.kv_type, BACKEND_KV_FP8);
     assert_string_equal(c.model_path, "/f/my-model.gguf");
     assert_string_equal(c.model_name, "m");
     serve_config_free(&c);
@@ -346,6 +353,9 @@ static void test_flag_errors(void **state)
         {5, {"mfc-serve", "--model", "m.gguf", "--kv-cache-gb", "lots"}, "KV cache size"},
         {5, {"mfc-serve", "--model", "m.gguf", "--kv-cache-type", "q4"}, "KV cache type \"q4\""},
         {4, {"mfc-serve", "--model", "m.gguf", "extra"}, "unexpected argument"},
+        {5, {"mfc-serve", "--model", "m.gguf", "--max-prefill-tokens", "-1"},
+         "max-prefill-tokens \"-1\": expected a whole number in 0..1048576"},
+        {5, {"mfc-serve", "--model", "m.gguf", "--max-batch-tokens", "8"}, "max-batch-tokens \"8\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         serve_config_init(&c);

@@ -285,7 +285,7 @@ tags() {
     run "$MFC" build --progress plain -t bad "$CTX"
     echo "$output"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"Modelfile:2: FROM ./falcon.gguf: "*"architecture 'falcon' is not supported (mfc runs llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)"* ]]
+    [[ "$output" == *"Modelfile:2: FROM ./falcon.gguf: "*"architecture 'falcon' is not supported (mfc runs llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt-oss)"* ]]
     [ -z "$(tags)" ]
     # every family it runs builds
     modelfile "FROM ./q.gguf"

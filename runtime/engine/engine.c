@@ -731,8 +731,9 @@ static void spec_round(struct engine *e)
         int32_t k = 0;
         if (!decoding(r))
             continue;
-        if (on && n < e->cfg.sched.max_num_seqs)
-            k = spec_want(e->spec, r->spec, spec_room(e, r));
+        int32_t room = on && n < e->cfg.sched.max_num_seqs ? spec_room(e, r) : 0;
+        if (room > 0)
+            k = spec_want(e->spec, r->spec, room);
         if (!k) {
             if (sched_req_n_draft(r->sr))
                 sched_set_draft(e->s, r->sr, NULL, 0); /* no stale proposals */

@@ -49,3 +49,20 @@ tests_unit_test_spec_SOURCES = tests/unit/test_spec.c
 tests_unit_test_spec_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_spec_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS) -lm
 TESTS += tests/unit/test_spec
+check_PROGRAMS += tests/unit/test_engine_spec
+tests_unit_test_engine_spec_SOURCES = tests/unit/test_engine_spec.c tests/unit/fake_model.c \
+	tests/unit/fake_model.h
+tests_unit_test_engine_spec_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_engine_spec_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS) -lm
+TESTS += tests/unit/test_engine_spec
+## Speculation over the real model and CPU backend (mkmodel's toy llama).
+check_PROGRAMS += tests/unit/test_spec_model
+tests_unit_test_spec_model_SOURCES = tests/unit/test_spec_model.c
+tests_unit_test_spec_model_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_spec_model_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
+TESTS += tests/unit/test_spec_model
+check_PROGRAMS += tests/unit/test_sched_draft
+tests_unit_test_sched_draft_SOURCES = tests/unit/test_sched_draft.c
+tests_unit_test_sched_draft_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_sched_draft_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_sched_draft

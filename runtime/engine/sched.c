@@ -635,7 +635,7 @@ int sched_update_n(struct sched *s, const int32_t *out, const int32_t *n_out, in
         int32_t c = s->seqs[i].want_logits ? (n_out ? n_out[j] : 1) : 0;
         if (r && r->state == SCHED_RUNNING)
             advance(s, r, s->ent_n[i], out + at, c);
-        at += (size_t)c;
+        at += (size_t)s->seqs[i].want_logits; /* its tokens start at its first row */
         j += c > 0;
     }
     forget_step(s);

@@ -123,11 +123,13 @@ void sched_schedule(struct sched *s, struct sched_step *step);
  * 0, or MF_EINVAL when n_sampled does not match (nothing changes). */
 int sched_update(struct sched *s, const int32_t *sampled, int32_t n_sampled, struct mf_err *err);
 /* sched_update for a step with verify sequences: the j-th sequence with
- * want_logits (j < n_logits) produced n_out[j] tokens, 1 .. its want_logits,
- * which follow one another in out: its accepted proposals in order, then the
- * token drawn after them. Only those positions count as computed; the
+ * want_logits (j < n_logits) produced n_out[j] tokens, 1 .. its want_logits:
+ * its accepted proposals in order, then the token drawn after them, in out
+ * from its first logits row on (the want_logits of the sequences before it
+ * summed; n_out NULL: one token each, one after another). Only those
+ * positions count as computed; the
  * blocks past them are given back (kv_seq_trim) and the rejected proposals
- * forgotten. n_out NULL: one token each (sched_update). Returns 0, or
+ * forgotten. Returns 0, or
  * MF_EINVAL when n_logits or a count does not match (nothing changes). */
 int sched_update_n(struct sched *s, const int32_t *out, const int32_t *n_out, int32_t n_logits,
                    struct mf_err *err);

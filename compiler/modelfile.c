@@ -265,6 +265,20 @@ static int param_typed(struct mf_param *pm, const char *v)
     }
 }
 
+/* An mfc parameter outside the range mfc-serve takes: diagnosed, 1. */
+static int param_out_of_range(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
+                              const struct mf_param_def *d, const struct mf_param *pm)
+{
+    double v = d->type == MF_PARAM_INT ? (double)pm->i : (double)pm->f, lo, hi;
+    if (!mf_modelfile_param_range(d->name, &lo, &hi) || (v >= lo && v <= hi))
+        return 0;
+    mf_modelfile_diag(p, MF_DIAG_ERROR, c->val_line, c->val_col, (int)strlen(c->raw),
+                      mf_modelfile_fmt(p, "%s takes %g to %g (default %s)", d->name, lo, hi,
+                                       d->deflt),
+                      "%s %s is out of range", d->name, pm->text);
+    return 1;
+}
+
 static int analyze_param(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
                          struct mf_instr *in)
 {
@@ -306,6 +320,8 @@ static int analyze_param(struct mf_modelfile_parser *p, const struct mf_lexcmd *
     in->value = pm->text;
     if (!(unset && p->opts->lenient_args) && param_typed(pm, pm->text) != 0)
         return param_value_error(p, c, d, pm->text, unset);
+    if (!unset && param_out_of_range(p, c, d, pm))
+        return -1;
     if (d->type != MF_PARAM_STRING)
         replaces(p, &p->last_param[d - table], c, mf_modelfile_fmt(p, "PARAMETER %s", d->name));
     return 0;

@@ -5,12 +5,16 @@
  * The table mirrors the json tags of api.Options/api.Runner in Ollama's
  * api/types.go (FormatParams builds its map from them by reflection) and
  * the deprecatedParameters list in parser/parser.go. Names are matched
- * exactly (case-sensitive), as FormatParams does. Owns only constant data.
+ * exactly (case-sensitive), as FormatParams does. mfc's own parameters
+ * (speculative decoding) follow, with the ranges mfc-serve accepts
+ * (common/limits.h). Owns only constant data.
  */
 #include "compiler/modelfile_int.h"
 
 #include <ctype.h>
 #include <string.h>
+
+#include "common/limits.h"
 
 static const struct mf_param_def params[] = {
     {"num_ctx", MF_PARAM_INT, "0 (auto; OLLAMA_CONTEXT_LENGTH)"},
@@ -33,6 +37,13 @@ static const struct mf_param_def params[] = {
     {"presence_penalty", MF_PARAM_FLOAT, "0"},
     {"frequency_penalty", MF_PARAM_FLOAT, "0"},
     {"stop", MF_PARAM_STRING, "none"},
+    /* mfc: speculative decoding (docs/modelfile.md, DRAFT) */
+    {"speculative", MF_PARAM_BOOL, "true"},
+    {"draft_max", MF_PARAM_INT, "8"},
+    {"draft_min", MF_PARAM_INT, "1"},
+    {"draft_p_min", MF_PARAM_FLOAT, "0.75"},
+    {"lookup_ngram", MF_PARAM_INT, "3"},
+    {"lookup_ngram_min", MF_PARAM_INT, "2"},
     /* parser.go deprecatedParameters: warned about and dropped */
     {"penalize_newline", MF_PARAM_DEPRECATED, NULL},
     {"low_vram", MF_PARAM_DEPRECATED, NULL},
@@ -52,6 +63,28 @@ const struct mf_param_def *mf_modelfile_param_find(const char *name)
         if (strcmp(params[i].name, name) == 0)
             return &params[i];
     return NULL;
+}
+
+/* The ranges of mfc's own parameters (Ollama checks types only). */
+static const struct {
+    const char *name;
+    double lo, hi;
+} ranges[] = {
+    {"draft_max", 1, MF_SPEC_DRAFT_MAX},        {"draft_min", 0, MF_SPEC_DRAFT_MAX},
+    {"draft_p_min", 0, 1},                      {"lookup_ngram", 1, MF_SPEC_NGRAM_MAX},
+    {"lookup_ngram_min", 1, MF_SPEC_NGRAM_MAX},
+};
+
+int mf_modelfile_param_range(const char *name, double *lo, double *hi)
+{
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        if (strcmp(ranges[i].name, name) == 0) {
+            *lo = ranges[i].lo;
+            *hi = ranges[i].hi;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 const struct mf_param_def *mf_modelfile_param_table(size_t *n)

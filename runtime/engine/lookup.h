@@ -10,7 +10,9 @@
 
 #include <stdint.h>
 
-#define LOOKUP_NGRAM_MAX 16 /* the longest n-gram looked up */
+#include "common/limits.h"
+
+#define LOOKUP_NGRAM_MAX MF_SPEC_NGRAM_MAX /* the longest n-gram looked up */
 
 /* Proposes up to max tokens to follow hist[0..n): for g from ngram_max down
  * to ngram_min (clamped to 1..LOOKUP_NGRAM_MAX), the latest i < n - g with

@@ -372,6 +372,12 @@ int spec_propose(struct spec *sp, struct spec_cand *c, int32_t n, struct mf_err 
     for (int32_t i = 0; i < n; i++) {
         if (rc || c[i].n_out < sp->cfg.draft_min)
             c[i].n_out = 0;
+        if (!c[i].n_out && c[i].k > 0 && !c[i].script && sp->cfg.source == SPEC_DRAFT) {
+            /* the draft ran and was too unsure to propose: as a rejection, so a
+             * draft that never is sure stops costing a step every round */
+            c[i].r->acc_s *= SPEC_EMA;
+            c[i].r->acc_t = SPEC_EMA * c[i].r->acc_t + 1;
+        }
         c[i].r->n_prop = c[i].n_out;
         c[i].r->prop_hist = c[i].n_hist;
         c[i].r->settled = sp->cfg.source != SPEC_DRAFT;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/limits.h"
 #include "runtime/engine/sampler.h"
 
 struct engine_model;
@@ -27,13 +28,13 @@ struct engine_sampler;
 struct spec;
 struct spec_req;
 
-#define SPEC_MAX_DRAFT 32 /* proposals one step may verify per sequence */
+#define SPEC_MAX_DRAFT MF_SPEC_DRAFT_MAX /* proposals one step may verify per sequence */
 #define SPEC_BUCKETS 10   /* throughput guard buckets: 1, 2, 3-4, ..., 257+ sequences */
 
 /* Defaults, documented in docs/modelfile.md (PARAMETER draft_*, lookup_*). */
 #define SPEC_DEFAULT_DRAFT_MAX 8
 #define SPEC_DEFAULT_DRAFT_MIN 1
-#define SPEC_DEFAULT_P_MIN 0.5f
+#define SPEC_DEFAULT_P_MIN 0.75f /* llama.cpp's (common_params_speculative.p_min) */
 #define SPEC_DEFAULT_NGRAM_MIN 2
 #define SPEC_DEFAULT_NGRAM_MAX 3
 #define SPEC_DEFAULT_MAX_BATCH 32

@@ -51,6 +51,7 @@ struct run_adapter {
 struct run_model {
     char *name;                   /* owned: the argument as given (the API's model name) */
     struct run_file weights;      /* the base GGUF */
+    struct run_file draft;        /* the DRAFT's /models/draft.gguf; path NULL: none */
     struct run_adapter *adapters; /* owned; n_adapters entries */
     size_t n_adapters;
     int config_fd;                /* memfd with model.yaml (inherited by mfc-serve), or -1 */
@@ -180,5 +181,13 @@ void run_ndjson_free(struct run_ndjson *p);
  * is MF_ENET with the server's error message. */
 int run_client_json(const struct run_client *c, const char *path, const json_t *body,
                     json_t **out, struct mf_err *err);
+
+/* ---- the DRAFT of an image (draft_image.c) ---- */
+
+/* For `mfc inspect IMAGE`: *out the image's draft model (its GGUF facts and
+ * the speculative settings of model.yaml), or NULL when it has none.
+ * Returns 0 or MF_E* (the image or the draft's header unreadable). */
+int draft_image_describe(const char *store_root, const char *ref, json_t **out,
+                         struct mf_err *err);
 
 #endif

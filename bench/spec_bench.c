@@ -5,7 +5,7 @@
  *   spec_bench --model M.gguf [--draft D.gguf] [--device cpu|cuda] [--threads N]
  *              [--k K] [--tokens N] [--prompt N] [--batch B] [--runs R]
  *              [--modes off,oracle,never,never-fixed,lookup,copy,draft,auto]
- *              [--copy-text FILE --vocab-from M.gguf]
+ *              [--copy-text FILE | --copy-tokens FILE]
  *
  * Each mode runs B requests at once, greedy, N tokens each past a prompt of
  * P tokens (seeded, distinct per request), and reports decode tokens/s
@@ -22,8 +22,10 @@
  *   never        the same script under the engine's policy (adaptive k, the
  *                throughput guard): what a hopeless proposer costs in practice
  *   lookup       prompt lookup under the engine's policy
- *   copy         prompt lookup on a copy-heavy request: the prompt is the
- *                tokens of --copy-text, twice (an edit of text it was given)
+ *   copy         prompt lookup (as "lookup"), named for the copy-heavy prompts:
+ *                with --copy-text (its tokens through the model's tokenizer,
+ *                twice) or --copy-tokens (ids, whitespace-separated, as they
+ *                are), every mode's requests take that prompt
  *   draft        the --draft model under the engine's policy
  *   auto         prompt lookup under the policy, max_batch and guard as
  *                mfc-serve runs them (the batch-64 "never below off" check)
@@ -53,7 +55,7 @@
 #define MAX_MODES 8
 
 struct opts {
-    const char *model, *draft, *device, *copy_text;
+    const char *model, *draft, *device, *copy_text, *copy_tokens;
     int32_t threads, k, tokens, prompt, batch, runs;
     char modes[256];
 };
@@ -73,6 +75,7 @@ struct bench {
     const struct backend_ops *ops;
     struct backend *be, *db;
     int32_t n_blocks, d_blocks;
+    int32_t max_prompt;  /* the longest prompt, tokens */
     int32_t *ref[MAX_B]; /* "off"'s tokens per request */
     int32_t n_ref[MAX_B];
     double off_tps, off_cps;
@@ -104,7 +107,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: spec_bench --model M.gguf [--draft D.gguf] [--device cpu|cuda] "
                     "[--threads N] [--k K] [--tokens N] [--prompt N] [--batch B] [--runs R] "
-                    "[--modes LIST] [--copy-text FILE]\n");
+                    "[--modes LIST] [--copy-text FILE | --copy-tokens FILE]\n");
     return 2;
 }
 
@@ -133,6 +136,8 @@ static int parse(int argc, char **argv, struct opts *o)
             o->device = v;
         else if (!strcmp(a, "--copy-text") && v)
             o->copy_text = v;
+        else if (!strcmp(a, "--copy-tokens") && v)
+            o->copy_tokens = v;
         else if (!strcmp(a, "--modes") && v)
             snprintf(o->modes, sizeof o->modes, "%s", v);
         else if (!strcmp(a, "--threads") && v)
@@ -160,7 +165,7 @@ static int parse(int argc, char **argv, struct opts *o)
 static int backend_for(struct bench *b, const struct model *m, struct backend **out,
                        int32_t *n_blocks, struct mf_err *err)
 {
-    int32_t per = (b->o.prompt * 2 + b->o.tokens + SPEC_MAX_DRAFT + 32) / KV_BLOCK_TOKENS + 2;
+    int32_t per = (b->max_prompt + b->o.tokens + SPEC_MAX_DRAFT + 32) / KV_BLOCK_TOKENS + 2;
     struct backend_config bc = {.n_threads = b->o.threads,
                                 .max_tokens = 2048,
                                 .max_seqs = b->o.batch,
@@ -208,6 +213,40 @@ static int engine_for(struct bench *b, enum spec_source src, int fixed, int guar
         ec.spec.draft_kv_blocks = b->d_blocks;
     }
     return engine_open(&ec, &em, NULL, e, err);
+}
+
+/* The ids of --copy-tokens, whitespace-separated. */
+static int copy_ids(struct bench *b, int32_t **out, int32_t *n, struct mf_err *err)
+{
+    FILE *f = fopen(b->o.copy_tokens, "r");
+    int32_t *v = NULL, cap = 0, k = 0;
+    long long x;
+    if (!f)
+        return mf_err_set(err, MF_EIO, "%s: cannot open", b->o.copy_tokens);
+    while (fscanf(f, "%lld", &x) == 1 && k < 1 << 20) {
+        if (x < 0 || x >= b->m->hp.n_vocab) {
+            fclose(f);
+            free(v);
+            return mf_err_set(err, MF_EINVAL, "%s: token %lld is outside the vocabulary",
+                              b->o.copy_tokens, x);
+        }
+        if (k == cap) {
+            cap = cap ? cap * 2 : 1024;
+            int32_t *p = realloc(v, (size_t)cap * sizeof *p);
+            if (!p)
+                break;
+            v = p;
+        }
+        v[k++] = (int32_t)x;
+    }
+    fclose(f);
+    if (!k) {
+        free(v);
+        return mf_err_set(err, MF_EINVAL, "%s: no token ids", b->o.copy_tokens);
+    }
+    *out = v;
+    *n = k;
+    return 0;
 }
 
 /* Tokens of --copy-text (through the model's tokenizer), twice, as the
@@ -386,11 +425,13 @@ static int run_mode(struct bench *b, const char *mode, struct req *rq, struct mf
     return same ? 0 : mf_err_set(err, MF_EINTEGRITY, "%s: tokens differ from off", mode);
 }
 
-static int make_requests(struct bench *b, struct req *rq, const char *mode, struct mf_err *err)
+static int make_requests(struct bench *b, struct req *rq, struct mf_err *err)
 {
     int32_t *copy = NULL, n_copy = 0;
     int rc = 0;
-    if (!strcmp(mode, "copy") && b->o.copy_text && (rc = copy_prompt(b, &copy, &n_copy, err)))
+    if ((b->o.copy_text || b->o.copy_tokens) &&
+        (rc = b->o.copy_tokens ? copy_ids(b, &copy, &n_copy, err)
+                               : copy_prompt(b, &copy, &n_copy, err)))
         return rc;
     for (int32_t i = 0; i < b->o.batch; i++) {
         free(rq[i].prompt);
@@ -407,6 +448,7 @@ static int make_requests(struct bench *b, struct req *rq, const char *mode, stru
                                    : (int32_t)((uint32_t)(i * 7919 + t * 104729 + 17) %
                                                (uint32_t)b->m->hp.n_vocab);
         rq[i].n_prompt = n;
+        b->max_prompt = n > b->max_prompt ? n : b->max_prompt;
     }
     free(copy);
     return rc;
@@ -427,6 +469,8 @@ int main(int argc, char **argv)
     if (!rc && b.o.draft)
         rc = model_open(b.o.draft, &b.dm, &err);
     if (!rc)
+        rc = make_requests(&b, rq, &err);
+    if (!rc)
         rc = backend_for(&b, b.m, &b.be, &b.n_blocks, &err);
     if (!rc && b.dm)
         rc = backend_for(&b, b.dm, &b.db, &b.d_blocks, &err);
@@ -434,17 +478,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "spec_bench: %s\n", err.msg);
         return 1;
     }
-    printf("# %s on %s, %d thread(s); draft %s; %d-token prompts, %d tokens each\n", b.o.model,
-           b.ops->name, b.o.threads, b.o.draft ? b.o.draft : "none", b.o.prompt, b.o.tokens);
+    printf("# %s on %s, %d thread(s); draft %s; %d-token prompts%s, %d tokens each\n", b.o.model,
+           b.ops->name, b.o.threads, b.o.draft ? b.o.draft : "none", b.o.prompt,
+           b.o.copy_text || b.o.copy_tokens ? " (the copy prompt instead)" : "", b.o.tokens);
     char *save = NULL;
     for (char *mode = strtok_r(b.o.modes, ",", &save); mode; mode = strtok_r(NULL, ",", &save)) {
-        rc = make_requests(&b, rq, mode, &err);
-        if (!rc && !strcmp(mode, "copy")) { /* its own baseline: the copy prompt's "off" */
-            rc = run_mode(&b, "off", rq, &err);
-            printf("  (the line above: copy's prompt, without speculation)\n");
-        }
-        if (!rc)
-            rc = run_mode(&b, mode, rq, &err);
+        rc = run_mode(&b, mode, rq, &err);
         if (rc) {
             fprintf(stderr, "spec_bench: %s\n", err.msg);
             failed = 1;

@@ -681,7 +681,7 @@ static void run_step(struct engine *e)
         int32_t made = 0;
         for (int32_t j = 0; j < e->step.n_logits; j++)
             made += e->n_emit[j];
-        spec_step_end(e->spec, n_dec, verify, made, now_s() - t0);
+        spec_step_end(e->spec, n_dec, verify, made, e->step.n_tokens, now_s() - t0);
     }
     pthread_mutex_lock(&e->mu);
     e->in_step = 0;

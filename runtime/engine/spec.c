@@ -19,8 +19,9 @@
  *
  * How many: a sequence whose proposals are accepted with probability a
  * each gains E(k) = (1 - a^(k+1)) / (1 - a) tokens from a step of k
- * proposals, which costs about 1 + c k decode steps (c: SPEC_VERIFY_COST
- * for verifying a token, plus the draft model's measured share); spec_want
+ * proposals, which costs about 1 + c k decode steps (c: what a verified
+ * token adds to a step, measured on batch-1 steps, SPEC_VERIFY_COST until
+ * then, plus the draft model's measured share); spec_want
  * picks the k in 0..draft_max with the best E(k) / (1 + c k), a from the
  * sequence's own history (an exponential average of accepted and tried
  * proposals). A k of 0 backs the sequence off for a number of rounds that
@@ -45,7 +46,7 @@
 #include "runtime/engine/lookup.h"
 #include "runtime/engine/spec_int.h"
 
-#define SPEC_VERIFY_COST 0.1 /* a verified token's cost in decode steps (docs/spec.md) */
+#define SPEC_VERIFY_COST 0.1 /* a verified token's cost in decode steps until measured */
 #define SPEC_EMA 0.7         /* weight of the past in a sequence's acceptance */
 #define SPEC_BACKOFF_MAX 64  /* rounds a poor sequence waits, at most */
 #define GUARD_MIN 3          /* steps each side needs before the guard decides */
@@ -240,7 +241,8 @@ int spec_round_on(struct spec *sp, int32_t n_decoding)
     return on;
 }
 
-void spec_step_end(struct spec *sp, int32_t n_decoding, int spec, int32_t n_tokens, double seconds)
+void spec_step_end(struct spec *sp, int32_t n_decoding, int spec, int32_t n_tokens,
+                   int32_t n_computed, double seconds)
 {
     struct spec_guard *g;
     double rate;
@@ -261,7 +263,12 @@ void spec_step_end(struct spec *sp, int32_t n_decoding, int spec, int32_t n_toke
     }
     if (!spec && n_decoding == 1)
         sp->decode_seconds =
-            sp->decode_seconds > 0 ? 0.8 * sp->decode_seconds + 0.2 * seconds : seconds;
+            sp->decode_seconds > 0 ? 0.8 * sp->decode_seconds + 0.2 * seconds : seconds;    if (spec && n_decoding == 1 && n_computed > 1 && sp->decode_seconds > 0) {
+        /* what each verified token added to a decode step, in decode steps */
+        double c = (seconds / sp->decode_seconds - 1.0) / (n_computed - 1);
+        c = c < 0.01 ? 0.01 : c > 2.0 ? 2.0 : c;
+        sp->verify_cost = sp->verify_cost > 0 ? 0.8 * sp->verify_cost + 0.2 * c : c;
+    }
 }
 
 /* Tokens a round of k proposals yields per unit of cost, at acceptance a. */
@@ -275,7 +282,7 @@ int32_t spec_want(struct spec *sp, struct spec_req *r, int32_t room)
 {
     const struct spec_config *c = &sp->cfg;
     double a = r->acc_t > 0 ? r->acc_s / r->acc_t : 0.5;
-    double cost = SPEC_VERIFY_COST;
+    double cost = sp->verify_cost > 0 ? sp->verify_cost : SPEC_VERIFY_COST;
     int32_t best = 0;
     double best_y = 1.0;
 

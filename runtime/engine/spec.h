@@ -160,9 +160,12 @@ int spec_verify(struct spec *sp, struct spec_req *r, void *sampling, float *rows
  * only what the kept tokens confirm. */
 void spec_settle(struct spec *sp, struct spec_req *r, int32_t n_hist, int32_t k, int32_t n_out);
 
-/* The end of a step of n_decoding sequences that produced n_tokens tokens
- * in seconds (draft time included), spec: whether it speculated. */
-void spec_step_end(struct spec *sp, int32_t n_decoding, int spec, int32_t n_tokens, double seconds);
+/* The end of a step: n_decoding sequences decoded (0: the step computed
+ * prompts too, and is not measured), spec: whether one verified proposals;
+ * n_tokens tokens kept, n_computed computed, in seconds (the draft's time of
+ * the round is added). Feeds the throughput guard and the cost model. */
+void spec_step_end(struct spec *sp, int32_t n_decoding, int spec, int32_t n_tokens,
+                   int32_t n_computed, double seconds);
 
 /* The rule alone, for tests: accepts proposal d (drawn with probability
  * q_d from its proposer) against the distribution ids/probs[0..n) with the

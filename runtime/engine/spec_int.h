@@ -31,6 +31,8 @@ struct spec {
     double draft_seconds;                  /* draft time since the last spec_step_end */
     double draft_step_seconds;             /* average draft step, seconds (spec_draft.c) */
     double decode_seconds;                 /* average target decode step at batch 1, seconds */
+    double verify_cost;             /* what a verified token adds to a batch-1 step, in
+                                       decode steps (average); 0: not measured yet */
     int32_t *ids;                          /* owned: n_vocab, one row's survivors */
     float *probs;                          /* owned: n_vocab, their probabilities */
     float *qd;                             /* owned: n_vocab, a proposal distribution spread out;

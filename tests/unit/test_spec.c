@@ -284,7 +284,7 @@ static void test_guard(void **state)
      * probing now and then */
     for (int i = 0; i < 400; i++) {
         int on = spec_round_on(sp, 4);
-        spec_step_end(sp, 4, on, on ? 4 : 8, 0.01);
+        spec_step_end(sp, 4, on, on ? 4 : 8, on ? 20 : 4, 0.01);
         on_count += i >= 100 && on;
     }
     assert_true(on_count > 0 && on_count < 20);
@@ -292,7 +292,7 @@ static void test_guard(void **state)
     on_count = 0;
     for (int i = 0; i < 400; i++) {
         int on = spec_round_on(sp, 1);
-        spec_step_end(sp, 1, on, on ? 3 : 1, 0.01);
+        spec_step_end(sp, 1, on, on ? 3 : 1, on ? 5 : 1, 0.01);
         on_count += i >= 100 && on;
     }
     assert_true(on_count > 250);

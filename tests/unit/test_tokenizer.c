@@ -109,8 +109,8 @@ static uint32_t gpt2_cp(unsigned b)
     if (!map['!']) {
         uint32_t n = 0;
         for (unsigned i = 0; i < 256; i++)
-            map[i] =
-                (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE ? i : 256 + n++;
+            map[i] = (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE ? i
+                                                                                 : 256 + n++;
     }
     return map[b];
 }
@@ -162,10 +162,10 @@ static struct tok *build(struct vocab *v)
 }
 
 /* Encodes s and checks the ids against want[0..n). */
-#define ENCODES(t, s, flags, ...)                                                                  \
-    do {                                                                                           \
-        const int32_t want_[] = {__VA_ARGS__};                                                     \
-        check_ids(t, s, flags, want_, sizeof want_ / sizeof want_[0]);                             \
+#define ENCODES(t, s, flags, ...)                                                                 \
+    do {                                                                                          \
+        const int32_t want_[] = {__VA_ARGS__};                                                    \
+        check_ids(t, s, flags, want_, sizeof want_ / sizeof want_[0]);                            \
     } while (0)
 
 static void check_ids(const struct tok *t, const char *s, unsigned flags, const int32_t *want,
@@ -311,7 +311,7 @@ static void test_bpe_llama3_ignore_merges_and_default_bos(void **state)
     v->d.special[TOK_ID_BOS] = B_ENDTEXT;
     struct tok *t = build(v);
     assert_int_equal(tok_adds_bos(t), 1);
-    ENCODES(t, "thee", 0, B_N); /* ignore_merges: the word is a token */
+    ENCODES(t, "thee", 0, B_N);            /* ignore_merges: the word is a token */
     ENCODES(t, "the", TOK_ADD_SPECIAL, B_ENDTEXT, 't', B_HE);
     /* \p{N}{1,3}: digits in threes */
     ENCODES(t, "12345", 0, '1', '2', '3', '4', '5');
@@ -408,7 +408,8 @@ static void test_decode_rejects_out_of_range(void **state)
 }
 
 /* Pushes ids one at a time; returns the text (caller frees). */
-static char *stream(const struct tok *t, unsigned flags, const int32_t *ids, size_t n, size_t *lens)
+static char *stream(const struct tok *t, unsigned flags, const int32_t *ids, size_t n,
+                    size_t *lens)
 {
     struct tok_stream s;
     struct mf_buf b;
@@ -433,8 +434,7 @@ static void test_stream_holds_split_characters(void **state)
     const int32_t ids[] = {'a', 0xE2, 0x82, 0xAC, 'b'};
     size_t lens[5];
     char *s = stream(t, 0, ids, 5, lens);
-    assert_string_equal(s, "a\xe2\x82\xac"
-                           "b");
+    assert_string_equal(s, "a\xe2\x82\xac" "b");
     assert_int_equal(lens[0], 1);
     assert_int_equal(lens[1], 1);
     assert_int_equal(lens[2], 1);
@@ -572,19 +572,17 @@ static void write_gguf(const char *path, const struct vocab *v, int bad)
     assert_int_equal(gguf_writer_add_cstr(w, "tokenizer.ggml.model", v->d.model, &err), 0);
     assert_int_equal(gguf_writer_add_cstr(w, "tokenizer.ggml.pre", "gpt-2", &err), 0);
     if (bad == 1) /* tokens as an array of integers */
-        assert_int_equal(
-            gguf_writer_add_arr(w, "tokenizer.ggml.tokens", GGUF_TYPE_INT32, v->type, v->n, &err),
-            0);
+        assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.tokens", GGUF_TYPE_INT32,
+                                             v->type, v->n, &err), 0);
     else
-        assert_int_equal(gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, v->n, &err), 0);
-    assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->type,
-                                         bad == 2 ? v->n - 1 : v->n, &err),
-                     0);
-    assert_int_equal(gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, v->n_merges, &err),
-                     0);
-    assert_int_equal(
-        gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", bad == 3 ? 100000 : B_ENDTEXT, &err),
-        0);
+        assert_int_equal(gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, v->n, &err),
+                         0);
+    assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32,
+                                         v->type, bad == 2 ? v->n - 1 : v->n, &err), 0);
+    assert_int_equal(gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, v->n_merges,
+                                             &err), 0);
+    assert_int_equal(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id",
+                                         bad == 3 ? 100000 : B_ENDTEXT, &err), 0);
     assert_int_equal(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 0, &err), 0);
     assert_int_equal(gguf_writer_finish(w, &err), 0);
     gguf_writer_free(w);
@@ -689,10 +687,10 @@ static void test_limits_and_long_input(void **state)
 static void test_every_pre_tokenizer_on_long_runs(void **state)
 {
     static const char *const pres[] = {
-        "default",   "llama-bpe", "dbrx", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
-        "starcoder", "gpt-2",     "mpt",  "bloom", "viking",       "chatglm-bpe"};
-    static const char *const units[] = {"中", "！", " \n", "\u3000", "  ",
-                                        "a",  "7",  "'s",  "é",      "\xe2\x80\x89x"};
+        "default", "llama-bpe", "dbrx", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
+        "starcoder", "gpt-2", "mpt", "bloom", "viking", "chatglm-bpe"};
+    static const char *const units[] = {"中", "！", " \n", "\u3000", "  ", "a", "7", "'s", "é",
+                                        "\xe2\x80\x89x"};
     size_t n = 100000;
     char *s = malloc(n + 8);
     assert_non_null(s);

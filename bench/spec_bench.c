@@ -3,7 +3,7 @@
  * (runtime/engine/engine.h) on the CPU or CUDA backend.
  *
  *   spec_bench --model M.gguf [--draft D.gguf] [--device cpu|cuda] [--threads N]
- *              [--k K] [--tokens N] [--prompt N] [--batch B] [--runs R]
+ *              [--k K] [--tokens N] [--prompt N] [--batch B] [--runs R] [--p-min P]
  *              [--modes off,oracle,never,never-fixed,lookup,copy,draft,auto]
  *              [--copy-text FILE | --copy-tokens FILE]
  *
@@ -59,6 +59,7 @@
 struct opts {
     const char *model, *draft, *device, *copy_text, *copy_tokens;
     int32_t threads, k, tokens, prompt, batch, runs;
+    double p_min; /* draft_p_min; < 0: the default */
     char modes[256];
 };
 
@@ -109,6 +110,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: spec_bench --model M.gguf [--draft D.gguf] [--device cpu|cuda] "
                     "[--threads N] [--k K] [--tokens N] [--prompt N] [--batch B] [--runs R] "
+                    "[--p-min P] "
                     "[--modes LIST] [--copy-text FILE | --copy-tokens FILE]\n");
     return 2;
 }
@@ -124,8 +126,14 @@ static int int_arg(const char *s, int32_t lo, int32_t hi, int32_t *out)
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){
-        .device = "cpu", .threads = 1, .k = 4, .tokens = 128, .prompt = 32, .batch = 1, .runs = 2};
+    *o = (struct opts){.device = "cpu",
+                       .threads = 1,
+                       .k = 4,
+                       .tokens = 128,
+                       .prompt = 32,
+                       .batch = 1,
+                       .runs = 2,
+                       .p_min = -1};
     snprintf(o->modes, sizeof o->modes, "off,oracle,never-fixed,never,lookup");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -154,6 +162,8 @@ static int parse(int argc, char **argv, struct opts *o)
             bad = int_arg(v, 1, MAX_B, &o->batch);
         else if (!strcmp(a, "--runs") && v)
             bad = int_arg(v, 1, 100, &o->runs);
+        else if (!strcmp(a, "--p-min") && v)
+            bad = mf_num_parse_f64(v, &o->p_min) || o->p_min < 0 || o->p_min > 1;
         else
             return usage();
         if (bad)
@@ -200,6 +210,8 @@ static int engine_for(struct bench *b, enum spec_source src, int fixed, int guar
     ec.n_kv_blocks = b->n_blocks;
     spec_config_default(&ec.spec, src);
     ec.spec.draft_max = b->o.k;
+    if (b->o.p_min >= 0)
+        ec.spec.p_min = (float)b->o.p_min;
     ec.spec.fixed_k = fixed;
     ec.spec.no_guard = !guard;
     if (!guard)

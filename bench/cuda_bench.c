@@ -3,19 +3,26 @@
  * roofline measured in the same run (tests/gpu/run calls it on a GPU host).
  *
  *   cuda_bench SHAPE TYPE [BATCH...]
+ *   cuda_bench MODEL.gguf - [BATCH...]   (a model file instead of a shape)
  *   cuda_bench gemv -|TYPE (GEMV alone, Llama-3-8B shapes, at 1-8 tokens)
  *   cuda_bench qgemm -|TYPE   (Q4_K/Q6_K products of 8-128 tokens on each path,
  *                             stream-K too; Q4_K's q+k+v and gate+up in one launch)
  *   cuda_bench mem SHAPE TYPE [SEQS [CTX]]   (peak device memory, below)
  *   cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]   (512 and 256: below)
- *     SHAPE: 1b | llama3-8b | qwen2.5-7b | gemma2-9b | phi3-mini (mkmodel's presets:
- *            Llama 3.2 1B, Llama 3 8B, and the families' models of those sizes)
+ *     SHAPE: 1b | llama3-8b | qwen2.5-7b | gemma2-9b | phi3-mini | qwen3-30b-a3b
+ *            (mkmodel's presets: Llama 3.2 1B, Llama 3 8B, the families' models
+ *            of those sizes, and Qwen3-30B-A3B: 48 layers of 128 experts of 768
+ *            rows, top 8, random F32 routers)
  *     TYPE:  f16 | bf16 | q8_0 | q4_k_m (llama.cpp's per-tensor mix) | q4_k
  *     BATCH: sequences decoding together (default 1 8 32)
  *
  * The model is synthesized in memory (random bytes with sane block scales,
  * mkmodel's shapes and llama.cpp's type mix), so an 8B model costs seconds,
- * not a 16 GB file; throughput does not depend on the values. Steps:
+ * not a 16 GB file; throughput does not depend on the values, but for the
+ * routers' (random, so tokens spread over the experts as a trained router
+ * spreads them). A MODEL.gguf (mkmodel --preset qwen3-30b-a3b --type q4_k_m,
+ * say) is measured as it is, the file llama.cpp's llama-bench and
+ * llama-batched-bench can read too. Steps:
  *   1. device-to-device copy bandwidth (4 GiB, bytes read + written), the
  *      roofline's denominator;
  *   2. upload (backend create): GB/s from the host mapping to the device;
@@ -28,7 +35,9 @@
  *      tokens/s over the wall clock of those steps (host planning, copies
  *      and logits included), and the roofline: bytes a step must read
  *      (every weight except the embedding table, B embedding rows, B
- *      contexts of K/V) over the measured bandwidth.
+ *      contexts of K/V; of a routed layer's experts only those B tokens
+ *      choose, n (1 - (1 - k/n)^B) of n under uniform routing) over the
+ *      measured bandwidth.
  *      CUDA_BENCH_CONTEXTS=shared gives the B sequences the blocks of one
  *      context instead (a cached prefix): batched
  *      attention then reads K/V from L2 and beats the roofline's count.
@@ -59,6 +68,7 @@
  * step 3's long prefill.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,25 +189,30 @@ struct shape {
     int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
     int32_t head_dim;   /* 0: n_embd / n_head */
     int32_t swa, swa_period; /* sliding window and layer pattern; 0: none */
+    int32_t n_expert, n_used, n_ff_exp; /* routed layers (every one); 0: dense */
 };
 
 static const struct shape shapes[] = {
-    {"1b", "llama", 16, 2048, 8192, 32, 8, 128256, 0, 0, 0},
-    {"llama3-8b", "llama", 32, 4096, 14336, 32, 8, 128256, 0, 0, 0},
-    {"qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 0, 0, 0},
-    {"gemma2-9b", "gemma2", 42, 3584, 14336, 16, 8, 256000, 256, 4096, 2},
-    {"phi3-mini", "phi3", 32, 3072, 8192, 32, 32, 32064, 0, 0, 0},
+    {"1b", "llama", 16, 2048, 8192, 32, 8, 128256, 0, 0, 0, 0, 0, 0},
+    {"llama3-8b", "llama", 32, 4096, 14336, 32, 8, 128256, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 0, 0, 0, 0, 0, 0},
+    {"gemma2-9b", "gemma2", 42, 3584, 14336, 16, 8, 256000, 256, 4096, 2, 0, 0, 0},
+    {"phi3-mini", "phi3", 32, 3072, 8192, 32, 32, 32064, 0, 0, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 6144, 32, 4, 151936, 128, 0, 0, 128, 8, 768},
 };
 
 static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct shape *s,
-                           const char *name, int64_t ne0, int64_t ne1)
+                           const char *name, int64_t ne0, int64_t ne1, int64_t ne2)
 {
     if (strcmp(type, "q4_k") == 0)
         return GGML_TYPE_Q4_K;
-    struct quant_model_info mi = {
-        .arch = s->arch, .n_layer = s->n_layer, .n_gqa = s->n_head / s->n_head_kv, .has_output = 1};
+    struct quant_model_info mi = {.arch = s->arch,
+                                  .n_layer = s->n_layer,
+                                  .n_expert = s->n_expert,
+                                  .n_gqa = s->n_head / s->n_head_kv,
+                                  .has_output = 1};
     struct quant_tensor_info ti = {
-        .name = name, .type = GGML_TYPE_F32, .n_dims = 2, .ne = {ne0, ne1, 1, 1}};
+        .name = name, .type = GGML_TYPE_F32, .n_dims = ne2 > 1 ? 3 : 2, .ne = {ne0, ne1, ne2, 1}};
     enum ggml_type t;
     struct mf_err err = {0};
     if (quant_ftype_tensor_type(ft, &mi, &ti, &t, &err))
@@ -205,22 +220,58 @@ static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct s
     return t;
 }
 
-static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
-                  const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int vec)
+/* A weight of ne2 matrices (experts; 1 for others) of ne1 rows x ne0 in
+ * the type llama.cpp's mix gives it; vec: an F32 vector of ones (norms). */
+static void set_wn(struct model_weight *w, const char *type, enum quant_ftype ft,
+                   const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                   int vec)
 {
-    enum ggml_type t = vec ? GGML_TYPE_F32 : pick(type, ft, s, name, ne0, ne1);
+    enum ggml_type t = vec ? GGML_TYPE_F32 : pick(type, ft, s, name, ne0, ne1, ne2);
     w->type = t;
     w->ne0 = ne0;
     w->ne1 = ne1;
+    w->ne2 = ne2;
     w->name = strdup(name);
-    w->data = make_data(t, ne0, ne1, &w->row_bytes);
+    w->data = make_data(t, ne0, ne1 * ne2, &w->row_bytes);
 }
 
-static struct model *synth(const struct shape *s, const char *type, uint64_t *mat_bytes,
-                           uint64_t *embd_row)
+static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
+                  const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int vec)
+{
+    set_wn(w, type, ft, s, name, ne0, ne1, 1, vec);
+}
+
+/* A router [n_embd, n_expert] in F32 (llama.cpp leaves ffn_gate_inp
+ * unquantized) of random values in +-0.05, so tokens choose different
+ * experts (ones would send every token to experts 0..k-1). */
+static void set_router(struct model_weight *w, const char *name, int64_t ne0, int64_t ne1)
+{
+    float *p = malloc((size_t)(ne0 * ne1) * sizeof *p);
+    if (!p) {
+        fprintf(stderr, "cuda_bench: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < ne0 * ne1; i++) {
+        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+        p[i] = (float)((double)(rs >> 11) * 0x1.0p-53 - 0.5) * 0.1f;
+    }
+    *w = (struct model_weight){.data = p,
+                               .type = GGML_TYPE_F32,
+                               .ne0 = ne0,
+                               .ne1 = ne1,
+                               .ne2 = 1,
+                               .row_bytes = (uint64_t)ne0 * 4,
+                               .name = strdup(name)};
+}
+
+/* The model of shape s in type's mix, synthesized (see the file's
+ * comment) with its family's switches; a routed shape has every layer
+ * routed (router, 3-D expert tensors, no dense FFN). */
+static struct model *synth(const struct shape *s, const char *type)
 {
     static const char *wn[MODEL_W_PER_LAYER] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                                                 "ffn_gate", "ffn_up", "ffn_down"};
+    static const char *en[MODEL_EXP_COUNT] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     enum quant_ftype ft;
     struct model *m = calloc(1, sizeof *m);
     if (strcmp(type, "q4_k") != 0 && quant_ftype_from_name(type, &ft)) {
@@ -243,7 +294,10 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
                                    .rope_base = 500000.0f,
                                    .rope_freq_scale = 1.0f,
                                    .rms_eps = 1e-5f,
-                                   .n_swa = s->swa};
+                                   .n_swa = s->swa,
+                                   .n_expert = s->n_expert,
+                                   .n_expert_used = s->n_used,
+                                   .n_ff_exp = s->n_ff_exp};
     model_hparams_derive(&m->hp);
     set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 0);
     if (a->flags & ARCH_TIED_ALWAYS) {
@@ -255,8 +309,6 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
     set_w(&m->out_norm, type, ft, s, "output_norm.weight", s->n_embd, 1, 1);
     m->layers = calloc((size_t)s->n_layer, sizeof *m->layers);
     model_layer_kinds(m, s->swa_period, 0.0f);
-    *mat_bytes = m->output.row_bytes * (uint64_t)m->output.ne1 + 4u * (uint64_t)s->n_embd;
-    *embd_row = m->tok_embd.row_bytes;
     for (int32_t l = 0; l < s->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
         char name[64];
@@ -267,16 +319,23 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
         set_w(&L->attn_norm, type, ft, s, name, s->n_embd, 1, 1);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
         set_w(&L->ffn_norm, type, ft, s, name, s->n_embd, 1, 1);
-        for (int w = 0; w < MODEL_W_PER_LAYER; w++) {
+        for (int w = 0; w < (s->n_expert ? MODEL_W_GATE : MODEL_W_PER_LAYER); w++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, wn[w]);
             set_w(&L->w[w], type, ft, s, name, in[w], out[w], 0);
-            *mat_bytes += L->w[w].row_bytes * (uint64_t)out[w];
         }
-        *mat_bytes += 8u * (uint64_t)s->n_embd;
         for (int i = 0; i < 3 && strcmp(s->arch, "qwen2") == 0; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.bias", l, wn[i]);
             set_w(&L->bias[i], type, ft, s, name, out[i], 1, 1);
-            *mat_bytes += 4u * (uint64_t)out[i];
+        }
+        if (s->n_expert) {
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+            set_router(&L->gate_inp, name, s->n_embd, s->n_expert);
+            for (int x = 0; x < MODEL_EXP_COUNT; x++) {
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, en[x]);
+                set_wn(&L->exps[x], type, ft, s, name,
+                       x == MODEL_EXP_DOWN ? s->n_ff_exp : s->n_embd,
+                       x == MODEL_EXP_DOWN ? s->n_embd : s->n_ff_exp, s->n_expert, 0);
+            }
         }
         if (a->flags & ARCH_QK_NORM) {
             snprintf(name, sizeof name, "blk.%d.attn_q_norm.weight", l);
@@ -289,10 +348,47 @@ static struct model *synth(const struct shape *s, const char *type, uint64_t *ma
             set_w(&L->attn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
             snprintf(name, sizeof name, "blk.%d.post_ffw_norm.weight", l);
             set_w(&L->ffn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
-            *mat_bytes += 8u * (uint64_t)s->n_embd;
         }
     }
     return m;
+}
+
+static uint64_t wbytes(const struct model_weight *w)
+{
+    return w->data ? w->row_bytes * (uint64_t)w->ne1 * (uint64_t)(w->ne2 > 1 ? w->ne2 : 1) : 0;
+}
+
+/* Experts of a routed layer a decode step of B tokens reads, expected
+ * under uniform routing: a token takes k of n, so an expert is left out
+ * by all B with probability (1 - k/n)^B. */
+static double experts_read(const struct model *m, int B)
+{
+    const double n = m->hp.n_expert, k = m->hp.n_expert_used;
+    return n > 0 ? n * (1.0 - pow(1.0 - k / n, B)) : 0;
+}
+
+/* Bytes of weights a decode step of B tokens must read: every tensor but
+ * the embedding table (B rows of it instead; a tied output reads it
+ * whole), of a routed layer's experts only as many as experts_read
+ * expects. */
+static double weight_bytes(const struct model *m, int B)
+{
+    double b = (double)wbytes(&m->output) + (double)wbytes(&m->out_norm) +
+               (double)B * (double)m->tok_embd.row_bytes;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *v[] = {&L->attn_norm, &L->ffn_norm,       &L->gate_inp,
+                                          &L->bias[0],   &L->bias[1],        &L->bias[2],
+                                          &L->q_norm,    &L->k_norm,         &L->attn_post_norm,
+                                          &L->ffn_post_norm};
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+            b += (double)wbytes(v[i]);
+        for (int w = 0; w < MODEL_W_PER_LAYER; w++)
+            b += (double)wbytes(&L->w[w]);
+        for (int x = 0; L->gate_inp.data && x < MODEL_EXP_COUNT; x++)
+            b += (double)wbytes(&L->exps[x]) / (double)m->hp.n_expert * experts_read(m, B);
+    }
+    return b;
 }
 
 static double copy_bandwidth(void)
@@ -319,14 +415,22 @@ static double copy_bandwidth(void)
     return 2.0 * (double)n * 10 / (ms * 1e-3);
 }
 
-/* Elements of the layers' matrices: a prefill token multiplies each once
- * (the output matrix only for the logits row, left out). */
+/* Elements of the layers' matrices a prefill token multiplies once each
+ * (the output matrix only for the logits row, left out): a routed layer's
+ * router and k of its n experts. */
 static double n_params(const struct model *m)
 {
     double n = 0;
-    for (int32_t l = 0; l < m->hp.n_layer; l++)
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
         for (int w = 0; w < MODEL_W_PER_LAYER; w++)
-            n += (double)m->layers[l].w[w].ne0 * (double)m->layers[l].w[w].ne1;
+            n += L->w[w].data ? (double)L->w[w].ne0 * (double)L->w[w].ne1 : 0;
+        if (!L->gate_inp.data)
+            continue;
+        n += (double)L->gate_inp.ne0 * (double)L->gate_inp.ne1;
+        for (int x = 0; x < MODEL_EXP_COUNT; x++)
+            n += (double)L->exps[x].ne0 * (double)L->exps[x].ne1 * m->hp.n_expert_used;
+    }
     return n;
 }
 
@@ -653,7 +757,6 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
 {
     struct mf_err err = {0};
     struct mfk_ctx *c;
-    uint64_t mat_bytes, embd_row;
     size_t base = 0, peak = 0;
     const int chunk = 512, n_dec = 16, prompt = ctx - n_dec, nbs = (ctx + 15) / 16;
     if (n_seqs < 1 || n_seqs > MAX_B || ctx < 32 || ctx > 1 << 20)
@@ -661,7 +764,7 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
     if (mfk_ctx_new(0, &c, &err))
         die("mem", &err);
     mem_peak(c, &base);
-    struct model *m = synth(s, type, &mat_bytes, &embd_row);
+    struct model *m = synth(s, type);
     struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = chunk, .max_seqs = 64};
     cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
@@ -757,14 +860,13 @@ static void offline_req(int i, int *n_prompt, int *n_out)
 static int offline_bench(const struct shape *s, const char *type, int n_req, int n_seqs)
 {
     struct mf_err err = {0};
-    uint64_t mat_bytes, embd_row;
     const int max_len = 1024 + 512, nbs = (max_len + 15) / 16;
     if (n_req < 1 || n_seqs < 1 || n_seqs > OFF_SEQS_MAX) {
         fprintf(stderr, "cuda_bench offline: REQUESTS must be 1 or more, SEQS 1 to %d\n",
                 OFF_SEQS_MAX);
         return 2;
     }
-    struct model *m = synth(s, type, &mat_bytes, &embd_row);
+    struct model *m = synth(s, type);
     struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = OFF_BUDGET, .max_seqs = n_seqs};
     cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
@@ -894,7 +996,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]\n");
         return 2;
     }
-    if (!s && strcmp(argv[1], "gemv") != 0 && strcmp(argv[1], "qgemm") != 0) {
+    const size_t a1 = strlen(argv[1]);
+    const int file = a1 > 5 && strcmp(argv[1] + a1 - 5, ".gguf") == 0; /* a model file */
+    if (!s && !file && strcmp(argv[1], "gemv") != 0 && strcmp(argv[1], "qgemm") != 0) {
         fprintf(stderr, "cuda_bench: unknown shape %s\n", argv[1]);
         return 2;
     }
@@ -921,7 +1025,7 @@ int main(int argc, char **argv)
         return 77;
     }
     double bw = copy_bandwidth();
-    double peak = !s ? 0 : gemm_peak();
+    double peak = !s && !file ? 0 : gemm_peak();
     if (strcmp(argv[1], "qgemm") == 0) {
         printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
         qgemm_bench(bw, argv[2]);
@@ -933,9 +1037,14 @@ int main(int argc, char **argv)
         return 0;
     }
     double t0 = now_s();
-    uint64_t mat_bytes, embd_row;
-    struct model *m = synth(s, argv[2], &mat_bytes, &embd_row);
+    struct model *m = NULL;
+    if (file && model_open(argv[1], &m, &err))
+        die(argv[1], &err);
+    if (!file)
+        m = synth(s, argv[2]);
     double t_synth = now_s() - t0;
+    const char *sname = file ? argv[1] : s->name, *tname = file ? "file" : argv[2];
+    const int32_t n_vocab = m->hp.n_vocab;
 
     int32_t max_b = 1;
     for (int i = 0; i < nb; i++)
@@ -968,7 +1077,7 @@ int main(int argc, char **argv)
      * private tail; the long prefill's blocks come after all of them */
     int32_t *toks = malloc((ctx + STEPS_MAX) * sizeof *toks);
     for (int i = 0; i < ctx + STEPS_MAX; i++)
-        toks[i] = (int32_t)((i * 7919) % s->n_vocab);
+        toks[i] = (int32_t)((i * 7919) % n_vocab);
     const int32_t tw = ctx / 16 + 8; /* a sequence's table entries */
     int32_t *table = malloc((size_t)MAX_B * tw * sizeof *table);
     for (int b = 0; b < max_b; b++) {
@@ -980,7 +1089,7 @@ int main(int argc, char **argv)
     /* the engine's logits buffer comes from backend_host_alloc (pinned);
      * CUDA_BENCH_PAGEABLE=1 times malloc's instead, for the difference */
     const int pageable = getenv("CUDA_BENCH_PAGEABLE") != NULL;
-    const size_t lbytes = (size_t)MAX_B * (size_t)s->n_vocab * sizeof(float);
+    const size_t lbytes = (size_t)MAX_B * (size_t)n_vocab * sizeof(float);
     float *logits = pageable ? malloc(lbytes) : backend_host_alloc(be, lbytes);
     struct batch_seq bs[MAX_B];
     bs[0] = (struct batch_seq){.tokens = toks,
@@ -999,7 +1108,7 @@ int main(int argc, char **argv)
     /* the long prefill, twice (the first picks cuBLAS's kernels); blocks past the others' */
     int32_t *ptoks = malloc(PREFILL * sizeof *ptoks), ptable[PREFILL / 16];
     for (int i = 0; i < PREFILL; i++)
-        ptoks[i] = (int32_t)((i * 104729) % s->n_vocab);
+        ptoks[i] = (int32_t)((i * 104729) % n_vocab);
     for (int k = 0; k < PREFILL / 16; k++)
         ptable[k] = n_ctx * (ctx / 16) + max_b * per_seq + k;
     double t_long = 0;
@@ -1031,8 +1140,12 @@ int main(int argc, char **argv)
             die("context prefill", &err);
     }
 
-    printf("shape %s type %s: %.2f GB of weights (synthesized in %.1f s)\n", s->name, argv[2],
-           st.bytes / 1e9, t_synth);
+    printf("shape %s type %s: %.2f GB of weights (%s in %.1f s)\n", sname, tname, st.bytes / 1e9,
+           file ? "mapped" : "synthesized", t_synth);
+    if (m->hp.n_expert)
+        printf("routed layers: %d experts of %d rows, %d a token; the roofline counts the "
+               "experts a step reads under uniform routing, n (1 - (1 - k/n)^B)\n",
+               m->hp.n_expert, m->hp.n_ff_exp, m->hp.n_expert_used);
     printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw / 1e9);
     printf("upload: %.2f GB in %.2f s = %.1f GB/s\n", st.bytes / 1e9, st.seconds,
            st.bytes / 1e9 / st.seconds);
@@ -1077,10 +1190,10 @@ int main(int argc, char **argv)
                 dt += now_s() - t0;
         }
         double ms = dt / STEPS * 1e3;
-        double bytes = (double)mat_bytes + (double)B * embd_row +
+        double bytes = weight_bytes(m, B) +
                        (double)B * (ctx + STEPS / 2) * (double)kv_tok;
         double roof = bytes / bw * 1e3; /* bytes over the copy's traffic rate */
-        printf("| %s | %s | %d | %d | %.1f | %.3f | %.3f | %.0f%% |\n", s->name, argv[2], B, ctx,
+        printf("| %s | %s | %d | %d | %.1f | %.3f | %.3f | %.0f%% |\n", sname, tname, B, ctx,
                B / (ms * 1e-3), ms, roof, 100 * roof / ms);
     }
     if (pageable)

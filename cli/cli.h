@@ -60,6 +60,11 @@ struct store;
 int mfc_push_stored(struct mfc_ctx *ctx, struct store *s, const char *local, const char *remote,
                     int insecure, FILE *line);
 int mfc_cmd_pull(int argc, char **argv, struct mfc_ctx *ctx);   /* cmd_registry.c */
+/* mfc run/serve of a reference that is not in the store pulls it, as docker
+ * run and ollama run do, with each blob's progress on ctx->err (cmd_registry.c).
+ * 0 when pulled; otherwise err says why (the reference is no registry
+ * reference: MF_ENOTFOUND, kept from the store lookup's message). */
+int mfc_pull_missing(struct mfc_ctx *ctx, const char *root, const char *ref, struct mf_err *err);
 int mfc_cmd_login(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_registry.c */
 int mfc_cmd_logout(int argc, char **argv, struct mfc_ctx *ctx); /* cmd_registry.c */
 int mfc_cmd_serve(int argc, char **argv, struct mfc_ctx *ctx);  /* cmd_serve.c */

@@ -5,7 +5,8 @@
  * one (the build context is the Modelfile's directory unless PATH is a
  * directory); -f, -t (repeatable), --build-arg (repeatable), --no-cache,
  * --progress, -q, -o/--output (type=oci|docker,dest=... or
- * type=registry[,name=REF], a push as `mfc push` does); mfc's own
+ * type=registry[,name=REF], a push as `mfc push` does), --allow (BuildKit's
+ * entitlements: network.host); mfc's own
  * --quantize TYPE (Ollama's create -q) and --merge-adapters (every ADAPTER
  * as if it had --merge; docs/merge.md). Progress and
  * diagnostics go to stderr; stdout gets the image digest (with -q, nothing
@@ -41,6 +42,7 @@
 #include "common/num.h"
 #include "cli/cli.h"
 #include "exec/exec.h"
+#include "exec/exec_allow.h"
 #include "convert/lora_merge.h"
 #include "image/oci.h"
 #include "compiler/plan.h"
@@ -70,6 +72,7 @@ struct build_cli {
     size_t n_secrets;                             /* entries in secrets */
     int64_t run_timeout_ms;                       /* --run-timeout (default 1h) */
     uint64_t run_memory;                          /* --run-memory (0: none) */
+    unsigned allow;                               /* --allow: EXEC_ALLOW_* granted */
 };
 
 /* --secret id=ID,src=FILE (also source=): the file must be readable now. */
@@ -146,13 +149,16 @@ static void usage(FILE *f, const char *cmd)
     }
     fputs("Usage: mfc build [OPTIONS] [PATH]\n\n"
           "Build an image from a Modelfile. PATH is a Modelfile or a directory holding\n"
-          "one (default .); relative sources resolve in the Modelfile's directory.\n\n"
+          "one (default .): the build context, where relative sources resolve (a\n"
+          "Modelfile's own directory when PATH names it).\n\n"
           "  -f, --file=FILE        the Modelfile (default PATH/Modelfile)\n"
           "  -t, --tag=NAME         tag the image (repeatable)\n"
           "      --build-arg=K=V    set a build argument (ARG; repeatable)\n"
           "      --secret=id=ID,src=FILE  a secret for RUN --mount=type=secret (repeatable)\n"
           "      --run-timeout=DUR  a RUN's timeout unless it sets --timeout (default 1h)\n"
           "      --run-memory=SIZE  address-space limit of each RUN (e.g. 8G; default none)\n"
+          "      --allow=ENT        grant an entitlement RUN steps ask for: network.host\n"
+          "                         (RUN --network=host; repeatable)\n"
           "      --no-cache         run every step, ignoring the build cache\n"
           "      --progress=MODE    auto, tty, plain, json or quiet (default auto)\n"
           "  -q, --quiet            print only the image digest\n"
@@ -258,6 +264,10 @@ static int parse_one(struct build_cli *cli, int c, struct mfc_ctx *ctx)
             return mfc_usage_error(ctx, cli->cmd, "--run-memory takes a size such as 512M or "
                                    "8G: '%s'", optarg);
         return -1;
+    case 'A':
+        if (exec_allow_parse(optarg, &cli->allow, &err) != 0)
+            return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
+        return -1;
     case 'F':
         if (plan_parse_format(optarg, &cli->format, &err) != 0)
             return mfc_usage_error(ctx, cli->cmd, "%s", err.msg);
@@ -276,7 +286,7 @@ static int parse_opts(int argc, char **argv, struct mfc_ctx *ctx, struct build_c
     static const struct option build_opts[] = {
         {"help", no_argument, NULL, 'h'},          {"file", required_argument, NULL, 'f'},
         {"secret", required_argument, NULL, 'S'},  {"run-timeout", required_argument, NULL, 'T'},
-        {"run-memory", required_argument, NULL, 'm'},
+        {"run-memory", required_argument, NULL, 'm'}, {"allow", required_argument, NULL, 'A'},
         {"tag", required_argument, NULL, 't'},     {"build-arg", required_argument, NULL, 'a'},
         {"no-cache", no_argument, NULL, 'n'},      {"progress", required_argument, NULL, 'p'},
         {"quiet", no_argument, NULL, 'q'},         {"jobs", required_argument, NULL, 'j'},
@@ -320,7 +330,7 @@ static int locate(struct build_cli *cli, struct mf_err *err)
     if (stat(cli->path, &st) != 0)
         return mf_err_sys(err, MF_ENOTFOUND, errno, "%s", cli->path);
     int is_dir = S_ISDIR(st.st_mode);
-    size_t n = strlen(cli->path) + 16;
+    size_t n = (cli->file ? strlen(cli->file) : strlen(cli->path)) + 16;
     cli->modelfile = malloc(n);
     if (!cli->modelfile)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -338,7 +348,9 @@ static int locate(struct build_cli *cli, struct mf_err *err)
     free(copy);
     if (!cli->context)
         return mf_err_sys(err, MF_ENOTFOUND, errno, "%s", cli->path);
-    return 0;
+    /* PATH/Modelfile is the context's: a symlink to a host file is not read (its
+     * lines would be quoted in the diagnostics); -f FILE or PATH=FILE name one */
+    return cli->file || !is_dir ? 0 : fetch_confined(cli->modelfile, cli->context, err);
 }
 
 /* Reads, parses and plans. Returns -1 to go on, or the exit status. */
@@ -554,6 +566,8 @@ static int execute(struct mfc_ctx *ctx, struct build_cli *cli, const struct plan
     eo.n_secrets = cli->n_secrets;
     eo.run_timeout_ms = cli->run_timeout_ms;
     eo.run_memory = cli->run_memory;
+    eo.allow = cli->allow;
+    eo.model_name = cli->n_tags ? cli->tags[0] : NULL; /* the name the image serves */
     int rc = exec_run(p, &eo, &b, &err);
     enum progress_mode mode = progress_get_mode(pr);
     progress_close(pr);
@@ -582,7 +596,9 @@ static int build(struct mfc_ctx *ctx, struct build_cli *cli, struct fetch_opts *
     int st = load_plan(cli, ctx, fo, &p);
     if (st >= 0)
         return st;
-    int rc = find_runtime(&runtime, &err);
+    int rc = exec_allow_check(p, cli->allow, &err); /* before anything runs */
+    if (!rc)
+        rc = find_runtime(&runtime, &err);
     if (!rc && !runtime && !cli->quiet) /* -q: the digest and errors only */
         fputs("mfc: warning: no " RUNTIME_BIN " found; the image has no runtime yet "
               "(set MFC_SERVE to add one)\n",

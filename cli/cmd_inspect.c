@@ -112,6 +112,44 @@ static void print_model(FILE *f, const json_t *s)
     row(f, "rope", "%s dims, freq base %s, scaling %s (factor %s), rope_freqs tensor: %s",
         T(0, r, "dimension_count"), T(1, r, "freq_base"), T(2, r, "scaling_type"),
         T(3, r, "scaling_factor"), T(4, r, "freqs_tensor"));
+    if (json_is_true(json_object_get(r, "long_factors")) ||
+        json_is_number(json_object_get(r, "original_context_length")))
+        row(f, "", "original context %s, attn_factor %s, LongRoPE factors: %s",
+            T(0, r, "original_context_length"), T(1, r, "attn_factor"), T(2, r, "long_factors"));
+}
+
+/* The family: what users know it as, and what sets its forward pass apart. */
+static void print_family(FILE *f, const json_t *s)
+{
+    char tb[4][128];
+    const json_t *fam = json_object_get(s, "family");
+    if (!json_is_object(fam) || json_is_null(json_object_get(fam, "name")))
+        return;
+    if (!json_is_true(json_object_get(fam, "supported"))) {
+        row(f, "family", "%s (mfc-serve does not run it)", T(0, fam, "name"));
+        return;
+    }
+    row(f, "family", "%s: %s", T(0, fam, "name"), T(1, fam, "known_as"));
+    struct mf_buf tr;
+    mf_buf_init(&tr, 1024);
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(fam, "traits"), i, v)
+        mf_buf_printf(&tr, NULL, "%s%s", i ? ", " : "", json_string_value(v));
+    row(f, "traits", "%s", tr.len ? tr.data : "-");
+    mf_buf_free(&tr);
+    const json_t *e = json_object_get(fam, "experts");
+    if (json_is_object(e))
+        row(f, "experts", "%s, %s used a token (feed forward %s)", T(0, e, "count"),
+            T(1, e, "used"), T(2, e, "feed_forward_length"));
+    const json_t *w = json_object_get(fam, "sliding_window");
+    if (json_is_object(w))
+        row(f, "sliding window", "%s positions, period %s, freq base %s", T(0, w, "window"),
+            T(1, w, "period"), T(2, w, "freq_base"));
+    if (!json_is_null(json_object_get(fam, "attn_softcap")) ||
+        !json_is_null(json_object_get(fam, "final_softcap")))
+        row(f, "soft-caps", "attention %s, logits %s", T(0, fam, "attn_softcap"),
+            T(1, fam, "final_softcap"));
 }
 
 static void print_tokenizer(FILE *f, const json_t *s)
@@ -188,6 +226,7 @@ static int emit(struct mfc_ctx *ctx, const json_t *s, int as_json)
         const json_t *a = json_object_get(s, "adapter");
         print_file(ctx->out, s);
         if (!a) { /* adapters carry no hyperparameters or vocabulary */
+            print_family(ctx->out, s);
             print_model(ctx->out, s);
             print_tokenizer(ctx->out, s);
         }

@@ -32,10 +32,63 @@ static const char manifest_usage[] =
     "  -c, --compose     a Compose file with one service\n"
     "  -n, --name NAME   the app/service name (default: from IMAGE, e.g. 'llama3-sql')\n"
     "  -i, --image REF   the reference to pull, e.g. registry.example.com/team/m:1\n"
-    "                    (default IMAGE as given)\n"
+    "                    (default: IMAGE, or the registry name it was pushed as, pinned\n"
+    "                    by digest: REGISTRY/NAME@sha256:...)\n"
     "  -p, --port PORT   the port to serve on (default: the image's MFC_PORT, else 8080)\n"
-    "  -g, --gpus N      GPUs per replica (default 1; 0 for none)\n"
+    "  -g, --gpus N      GPUs per replica (default: 1 when the image's runtime is a\n"
+    "                    CUDA build, else none; 0 for none)\n"
     "  -r, --replicas N  Kubernetes replicas (default 1)\n";
+
+/* 1 when ref names a registry host (docker's rule: a first component with a
+ * '.' or ':', or localhost), so a cluster can pull it. */
+static int has_registry(const char *ref)
+{
+    const char *slash = strchr(ref, '/');
+    if (!slash)
+        return 0;
+    size_t k = (size_t)(slash - ref);
+    return memchr(ref, '.', k) || memchr(ref, ':', k) || (k == 9 && !strncmp(ref, "localhost", 9));
+}
+
+/* ref without its tag or digest, "@" and digest: what a cluster pulls, pinned.
+ * For a local name, the first tag in the store with a registry host that
+ * points at the same manifest (mfc push records the pushed name). NULL when
+ * there is none; otherwise malloc'd. */
+static char *pullable_ref(struct store *s, const char *ref, const char *digest)
+{
+    struct store_tag *tags = NULL;
+    size_t n = 0;
+    struct mf_err ignored;
+    const char *use = has_registry(ref) ? ref : NULL;
+    if (!use && store_tag_list(s, &tags, &n, &ignored) == 0)
+        for (size_t i = 0; i < n && !use; i++)
+            if (has_registry(tags[i].name) && digest && !strcmp(tags[i].desc.digest, digest))
+                use = tags[i].name;
+    char *out = NULL;
+    if (use && digest) {
+        const char *slash = strrchr(use, '/');
+        size_t len = strcspn(slash ? slash : use, ":@") + (size_t)(slash ? slash - use : 0);
+        if (asprintf(&out, "%.*s@%s", (int)len, use, digest) < 0)
+            out = NULL;
+    }
+    free(tags);
+    return out;
+}
+
+/* Bytes of the weights' and adapters' layers (plain tar layers). */
+static uint64_t model_bytes(const json_t *manifest)
+{
+    uint64_t sum = 0;
+    size_t i;
+    const json_t *l;
+    json_array_foreach(json_object_get(manifest, "layers"), i, l)
+    {
+        const char *mt = json_string_value(json_object_get(l, "mediaType"));
+        if (mt && !strcmp(mt, "application/vnd.oci.image.layer.v1.tar"))
+            sum += (uint64_t)json_integer_value(json_object_get(l, "size"));
+    }
+    return sum;
+}
 
 /* An integer option within [lo, hi]; 0, or a usage error's 2. */
 static int int_opt(struct mfc_ctx *ctx, const char *what, const char *s, int lo, int hi, int *out)
@@ -59,7 +112,7 @@ int mfc_cmd_manifest(int argc, char **argv, struct mfc_ctx *ctx)
                                          {"replicas", required_argument, NULL, 'r'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    struct manifest_opts o = {.kind = MANIFEST_KUBERNETES, .gpus = 1, .replicas = 1};
+    struct manifest_opts o = {.kind = MANIFEST_KUBERNETES, .gpus = -1, .replicas = 1};
     int kinds = 0, c, rc = 0;
     opterr = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, ":hkcn:i:p:g:r:", opts, NULL)) != -1) {
@@ -111,29 +164,37 @@ int mfc_cmd_manifest(int argc, char **argv, struct mfc_ctx *ctx)
                                "ending with a letter or digit",
                                o.name);
     }
-    if (!o.image)
-        o.image = ref;
 
     struct mf_err err;
     struct store *s = NULL;
     json_t *info = NULL, *docs = NULL;
     char *root = NULL, *yaml = NULL;
     size_t len = 0;
+    char *pinned = NULL;
     rc = store_default_root(&root, &err);
     if (rc == 0)
         rc = store_open(&s, root, &err);
     if (rc == 0)
         rc = oci_inspect(s, ref, &info, &err);
-    store_close(s);
-    free(root);
     if (rc == 0) {
         o.digest = json_string_value(json_object_get(info, "digest"));
+        o.model_bytes = model_bytes(json_object_get(info, "manifest"));
+        if (!o.image && !(o.image = pinned = pullable_ref(s, ref, o.digest)))
+            o.image = ref;
+        if (o.image == ref && !has_registry(ref))
+            fprintf(ctx->err,
+                    "mfc: warning: '%s' is a local name a cluster cannot pull: push it (mfc push "
+                    "%s REGISTRY/NAME) and run mfc manifest again, or pass --image\n",
+                    ref, ref);
         rc = manifest_docs(json_object_get(info, "config"), &o, &docs, &err);
     }
+    store_close(s);
+    free(root);
     if (rc == 0)
         rc = manifest_yaml(docs, &yaml, &len, &err);
     json_decref(docs);
     json_decref(info);
+    free(pinned);
     if (rc)
         return mfc_report(ctx, &err);
     fwrite(yaml, 1, len, ctx->out);

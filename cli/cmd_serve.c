@@ -76,13 +76,18 @@ static int prepare(struct mfc_ctx *ctx, const char *arg, const char *host, int p
     int rc = run_find_server(&bin, err);
     if (!rc)
         rc = store_default_root(&root, err);
-    if (!rc)
+    if (!rc) {
         rc = run_model_resolve(root, arg, m, err);
+        /* a registry reference not in the store: pulled first, as docker run does */
+        if (rc == MF_ENOTFOUND && mfc_pull_missing(ctx, root, arg, err) == 0)
+            rc = run_model_resolve(root, arg, m, err);
+    }
     if (!rc) {
         int image = m->weights.offset || m->weights.size;
         rc = run_model_materialize(m, err); /* every layer stays in place */
         if (!rc)
-            rc = run_server_argv(m, bin, image ? arg : NULL, host, port, api_key, argv, err);
+            rc = run_server_argv(m, bin, image ? (m->served ? m->served : arg) : NULL, host,
+                                 port, api_key, argv, err);
         if (rc)
             run_model_free(m);
     }

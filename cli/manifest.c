@@ -15,7 +15,13 @@
  * - prometheus.io/{scrape,port,path} annotations point at /metrics, on the
  *   pod (kubernetes-pods discovery) and on the Service (endpoints discovery);
  * - GPUs are a limit on nvidia.com/gpu (the NVIDIA device plugin), and in
- *   Compose a device reservation with the nvidia driver.
+ *   Compose a device reservation with the nvidia driver, asked for only
+ *   when the image's runtime is a CUDA build (label dev.mfc.runtime=cuda)
+ *   or --gpus says so: a CPU image would hold a GPU it cannot use;
+ * - CPU and memory requests follow the model's size (manifest_resources), so
+ *   a scheduler places the pod where the weights fit;
+ * - the image is named by digest (REF@sha256:...) when its reference names a
+ *   registry, so every replica runs the bytes that were inspected.
  *
  * Owns nothing past one call; no I/O.
  */
@@ -154,7 +160,50 @@ static json_t *probe(int period, int failures)
                      "periodSeconds", period, "timeoutSeconds", 5, "failureThreshold", failures);
 }
 
-static json_t *k8s_deployment(const struct manifest_opts *o, int port, json_t *env)
+void manifest_resources(const json_t *image_config, const struct manifest_opts *o,
+                        struct manifest_resources *r)
+{
+    const char *rt = json_string_value(
+        json_object_get(json_object_get(json_object_get(image_config, "config"), "Labels"),
+                        "dev.mfc.runtime"));
+    const uint64_t mib = 1u << 20, step = 256;
+    uint64_t need = o->model_bytes ? o->model_bytes + o->model_bytes / 4 + 512 * mib : 0;
+    r->memory_mib = (need / mib + step - 1) / step * step;
+    uint64_t c = o->model_bytes / (2048 * mib) + 1;
+    r->cpus = o->model_bytes ? (int)(c > 8 ? 8 : c) : 0;
+    r->gpus = o->gpus >= 0 ? o->gpus : rt && strcmp(rt, "cuda") == 0;
+}
+
+/* resources: requests (cpu, memory) and limits (memory, GPUs); NULL when
+ * there is nothing to ask for. */
+static json_t *k8s_resources(const struct manifest_resources *r)
+{
+    json_t *req = json_object(), *lim = json_object(), *res = json_object();
+    char mem[32], cpu[16];
+    snprintf(mem, sizeof mem, "%lluMi", (unsigned long long)r->memory_mib);
+    snprintf(cpu, sizeof cpu, "%d", r->cpus);
+    if (r->memory_mib) {
+        json_object_set_new(req, "cpu", json_string(cpu));
+        json_object_set_new(req, "memory", json_string(mem));
+        json_object_set_new(lim, "memory", json_string(mem));
+    }
+    if (r->gpus > 0)
+        json_object_set_new(lim, "nvidia.com/gpu", json_integer(r->gpus));
+    if (json_object_size(req))
+        json_object_set(res, "requests", req);
+    if (json_object_size(lim))
+        json_object_set(res, "limits", lim);
+    json_decref(req);
+    json_decref(lim);
+    if (!json_object_size(res)) {
+        json_decref(res);
+        return NULL;
+    }
+    return res;
+}
+
+static json_t *k8s_deployment(const struct manifest_opts *o, const struct manifest_resources *rs,
+                              int port, json_t *env)
 {
     json_t *ann = prometheus_annotations(port);
     if (ann && o->digest && o->digest[0])
@@ -164,9 +213,9 @@ static json_t *k8s_deployment(const struct manifest_opts *o, int port, json_t *e
         o->image, "imagePullPolicy", "IfNotPresent", "ports", "name", "http", "containerPort",
         port, "protocol", "TCP", "env", env, "startupProbe", probe(5, 120), "readinessProbe",
         probe(5, 2), "livenessProbe", probe(10, 3));
-    if (container && o->gpus > 0)
-        json_object_set_new(container, "resources",
-                            json_pack("{s:{s:i}}", "limits", "nvidia.com/gpu", o->gpus));
+    json_t *res = container ? k8s_resources(rs) : NULL;
+    if (res)
+        json_object_set_new(container, "resources", res);
     return json_pack("{s:s, s:s, s:{s:s, s:{s:s, s:s}}, s:{s:i, s:{s:{s:s}}, "
                      "s:{s:{s:{s:s}, s:o}, s:{s:i, s:[o]}}}}",
                      "apiVersion", "apps/v1", "kind", "Deployment", "metadata", "name", o->name,
@@ -188,7 +237,8 @@ static json_t *k8s_service(const struct manifest_opts *o, int port)
                      "targetPort", "http", "protocol", "TCP");
 }
 
-static json_t *compose_file(const struct manifest_opts *o, int port, const json_t *env)
+static json_t *compose_file(const struct manifest_opts *o, const struct manifest_resources *rs,
+                            int port, const json_t *env)
 {
     char ports[32];
     snprintf(ports, sizeof ports, "%d:%d", port, port);
@@ -204,11 +254,22 @@ static json_t *compose_file(const struct manifest_opts *o, int port, const json_
     json_t *svc = json_pack("{s:s, s:[s], s:o, s:o, s:s, s:s}", "image", o->image, "ports", ports,
                             "environment", environment, "labels", labels, "stop_grace_period",
                             "45s", "restart", "unless-stopped");
-    if (svc && o->gpus > 0)
+    json_t *resv = json_object();
+    char mem[32], cpu[16];
+    if (rs->memory_mib) {
+        snprintf(mem, sizeof mem, "%lluM", (unsigned long long)rs->memory_mib);
+        snprintf(cpu, sizeof cpu, "%d", rs->cpus);
+        json_object_set_new(resv, "memory", json_string(mem));
+        json_object_set_new(resv, "cpus", json_string(cpu));
+    }
+    if (rs->gpus > 0)
+        json_object_set_new(resv, "devices",
+                            json_pack("[{s:s, s:i, s:[s]}]", "driver", "nvidia", "count",
+                                      rs->gpus, "capabilities", "gpu"));
+    if (svc && json_object_size(resv))
         json_object_set_new(svc, "deploy",
-                            json_pack("{s:{s:{s:[{s:s, s:i, s:[s]}]}}}", "resources",
-                                      "reservations", "devices", "driver", "nvidia", "count",
-                                      o->gpus, "capabilities", "gpu"));
+                            json_pack("{s:{s:O}}", "resources", "reservations", resv));
+    json_decref(resv);
     json_t *services = json_object();
     if (svc && services)
         json_object_set_new(services, o->name, svc);
@@ -229,8 +290,10 @@ int manifest_docs(const json_t *image_config, const struct manifest_opts *o, jso
         return mf_err_set(err, MF_EINVAL, "no image reference to deploy");
     if (o->port < 0 || o->port > 65535)
         return mf_err_set(err, MF_EINVAL, "port %d: expected 1 to 65535", o->port);
-    if (o->gpus < 0 || o->gpus > 64)
+    if (o->gpus < -1 || o->gpus > 64)
         return mf_err_set(err, MF_EINVAL, "gpus %d: expected 0 to 64", o->gpus);
+    struct manifest_resources rs;
+    manifest_resources(image_config, o, &rs);
     if (o->replicas < 1 || o->replicas > 10000)
         return mf_err_set(err, MF_EINVAL, "replicas %d: expected 1 to 10000", o->replicas);
     int port = o->port ? o->port : manifest_image_port(image_config);
@@ -238,11 +301,11 @@ int manifest_docs(const json_t *image_config, const struct manifest_opts *o, jso
     json_t *out = json_array();
     int rc = env && out ? 0 : -1;
     if (rc == 0 && o->kind == MANIFEST_KUBERNETES) {
-        rc = json_array_append_new(out, k8s_deployment(o, port, json_incref(env)));
+        rc = json_array_append_new(out, k8s_deployment(o, &rs, port, json_incref(env)));
         if (rc == 0)
             rc = json_array_append_new(out, k8s_service(o, port));
     } else if (rc == 0) {
-        rc = json_array_append_new(out, compose_file(o, port, env));
+        rc = json_array_append_new(out, compose_file(o, &rs, port, env));
     }
     json_decref(env);
     if (rc != 0) {

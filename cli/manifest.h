@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include <jansson.h>
 
 #include "common/err.h"
@@ -33,9 +35,25 @@ struct manifest_opts {
     const char *image;       /* borrowed: the reference the cluster or engine pulls */
     const char *digest;      /* borrowed: the manifest digest (an annotation), or NULL */
     int port;                /* 1..65535; 0: the image's MFC_PORT, else its exposed port, else 8080 */
-    int gpus;                /* nvidia.com/gpu per replica, 0..64; 0 asks for none */
+    int gpus;                /* nvidia.com/gpu per replica, 0..64; 0 asks for none; -1: one
+                                when the image's runtime is CUDA (label dev.mfc.runtime) */
     int replicas;            /* Kubernetes replicas, 1.. */
+    uint64_t model_bytes;    /* the weights' and adapters' layers: sizes the CPU and memory
+                                requests (manifest_resources); 0: no requests */
 };
+
+/* What a replica asks for, from the model's bytes: memory is the weights
+ * (mapped, so resident) plus a quarter for the KV cache and buffers plus
+ * 512 MiB for the runtime, rounded up to 256 MiB; CPUs 1 per 2 GiB of weights
+ * (decode reads every weight per token), 1 to 8. gpus as struct
+ * manifest_opts says, resolved. */
+struct manifest_resources {
+    uint64_t memory_mib; /* requests and limits.memory, MiB */
+    int cpus;            /* requests.cpu */
+    int gpus;            /* limits nvidia.com/gpu, 0: none */
+};
+void manifest_resources(const json_t *image_config, const struct manifest_opts *o,
+                        struct manifest_resources *r);
 
 /* 1 when s is a DNS-1123 label (1..63 of [a-z0-9-], alphanumeric at both
  * ends), the rule Kubernetes applies to Deployment/Service/container names. */

@@ -49,7 +49,9 @@ struct run_adapter {
 
 /* What mfc-serve is started with. */
 struct run_model {
-    char *name;                   /* owned: the argument as given (the API's model name) */
+    char *name;                   /* owned: the argument as given */
+    char *served;                 /* owned: the image's MFC_MODEL_NAME (the API's model name
+                                     under podman run too), or NULL */
     struct run_file weights;      /* the base GGUF */
     struct run_file draft;        /* the DRAFT's /models/draft.gguf; path NULL: none */
     struct run_adapter *adapters; /* owned; n_adapters entries */

@@ -17,8 +17,8 @@
 
 #define INPUT_MAX (16u << 20) /* one message typed or piped in */
 
-int run_chat_init(struct run_chat *ch, const struct run_client *cl, const char *model,
-                  FILE *in, FILE *out, FILE *diag, struct mf_err *err)
+int run_chat_init(struct run_chat *ch, const struct run_client *cl, const char *model, FILE *in,
+                  FILE *out, FILE *diag, struct mf_err *err)
 {
     memset(ch, 0, sizeof *ch);
     ch->cl = cl, ch->model = model, ch->in = in, ch->out = out, ch->diag = diag;
@@ -54,8 +54,8 @@ static int turn(struct run_chat *ch, const char *prompt, struct mf_err *err)
 {
     json_t *msgs = json_array();
     if (ch->system)
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content",
-                                              ch->system));
+        json_array_append_new(msgs,
+                              json_pack("{s:s,s:s}", "role", "system", "content", ch->system));
     json_array_extend(msgs, ch->messages);
     json_t *user = json_pack("{s:s,s:s}", "role", "user", "content", prompt);
     json_array_append(msgs, user);
@@ -80,8 +80,9 @@ static int turn(struct run_chat *ch, const char *prompt, struct mf_err *err)
         json_array_append_new(ch->messages,
                               json_pack("{s:s,s:s}", "role", "assistant", "content", reply));
         if (ch->verbose && st.eval_duration > 0)
-            fprintf(ch->diag, "prompt eval count: %lld token(s)\neval count: %lld token(s)\n"
-                              "eval rate: %.2f tokens/s\n",
+            fprintf(ch->diag,
+                    "prompt eval count: %lld token(s)\neval count: %lld token(s)\n"
+                    "eval rate: %.2f tokens/s\n",
                     (long long)st.prompt_eval_count, (long long)st.eval_count,
                     (double)st.eval_count * 1e9 / (double)st.eval_duration);
     }
@@ -102,10 +103,18 @@ static const struct {
     const char *name;
     enum ptype type;
 } params[] = {
-    {"temperature", P_FLOAT}, {"top_p", P_FLOAT},         {"min_p", P_FLOAT},
-    {"top_k", P_INT},         {"seed", P_INT},            {"num_predict", P_INT},
-    {"num_ctx", P_INT},       {"repeat_last_n", P_INT},   {"repeat_penalty", P_FLOAT},
-    {"presence_penalty", P_FLOAT}, {"frequency_penalty", P_FLOAT}, {"stop", P_LIST},
+    {"temperature", P_FLOAT},
+    {"top_p", P_FLOAT},
+    {"min_p", P_FLOAT},
+    {"top_k", P_INT},
+    {"seed", P_INT},
+    {"num_predict", P_INT},
+    {"num_ctx", P_INT},
+    {"repeat_last_n", P_INT},
+    {"repeat_penalty", P_FLOAT},
+    {"presence_penalty", P_FLOAT},
+    {"frequency_penalty", P_FLOAT},
+    {"stop", P_LIST},
 };
 
 /* "NAME VALUE..." -> options[NAME]; a message to the user on a bad value. */
@@ -152,27 +161,69 @@ static void set_parameter(struct run_chat *ch, char *args)
     fprintf(ch->out, "Couldn't set parameter: unknown parameter '%s'\n", name);
 }
 
-static void show(struct run_chat *ch, const char *what)
+/* The model's own /api/show answer (its model.yaml's system, parameters,
+ * template), or NULL with the error printed. */
+static json_t *model_show(struct run_chat *ch)
 {
     struct mf_err e = {0};
-    if (!strcmp(what, "parameters")) {
-        if (!json_object_size(ch->options)) {
-            fprintf(ch->out, "No parameters set in this session.\n");
-            return;
-        }
-        fprintf(ch->out, "Session parameters:\n");
+    json_t *req = json_pack("{s:s}", "model", ch->model), *res = NULL;
+    if (run_client_json(ch->cl, "/api/show", req, &res, &e) != 0) {
+        fprintf(ch->out, "error: %s\n", e.msg);
+        res = NULL;
+    }
+    json_decref(req);
+    return res;
+}
+
+/* /show parameters as ollama run shows them: the model's, then this
+ * session's /set parameter values. */
+static void show_parameters(struct run_chat *ch)
+{
+    json_t *res = model_show(ch);
+    const char *mp = json_string_value(json_object_get(res, "parameters"));
+    if (mp && *mp) {
+        /* lines "key<padding> value", as the server formats them */
+        fprintf(ch->out, "Model defined parameters:\n%s%s", mp,
+                mp[strlen(mp) - 1] == '\n' ? "" : "\n");
+    }
+    json_decref(res);
+    if (json_object_size(ch->options)) {
+        fprintf(ch->out, "User defined parameters:\n");
         const char *k;
         json_t *v;
         json_object_foreach(ch->options, k, v)
         {
             char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            fprintf(ch->out, "  %-20s %s\n", k, s ? s : "?");
+            fprintf(ch->out, "%-30s %s\n", k, s ? s : "?");
             free(s);
         }
+    }
+    if ((!mp || !*mp) && !json_object_size(ch->options))
+        fprintf(ch->out, "No parameters were specified for this model.\n");
+}
+
+/* /show system: this session's /set system, else the model's own. */
+static void show_system(struct run_chat *ch)
+{
+    if (ch->system) {
+        fprintf(ch->out, "%s\n", ch->system);
+        return;
+    }
+    json_t *res = model_show(ch);
+    const char *s = json_string_value(json_object_get(res, "system"));
+    fprintf(ch->out, "%s\n", s && *s ? s : "No system message was specified for this model.");
+    json_decref(res);
+}
+
+static void show(struct run_chat *ch, const char *what)
+{
+    struct mf_err e = {0};
+    if (!strcmp(what, "parameters")) {
+        show_parameters(ch);
     } else if (!strcmp(what, "system")) {
-        fprintf(ch->out, "%s\n", ch->system ? ch->system : "No system message was specified.");
-    } else if (!strcmp(what, "info") || !strcmp(what, "template") ||
-               !strcmp(what, "modelfile") || !strcmp(what, "license")) {
+        show_system(ch);
+    } else if (!strcmp(what, "info") || !strcmp(what, "template") || !strcmp(what, "modelfile") ||
+               !strcmp(what, "license")) {
         json_t *req = json_pack("{s:s}", "model", ch->model), *res = NULL;
         if (run_client_json(ch->cl, "/api/show", req, &res, &e) != 0) {
             fprintf(ch->out, "error: %s\n", e.msg);
@@ -309,8 +360,7 @@ int run_chat_loop(struct run_chat *ch, struct mf_err *err)
             show(ch, s + 5 + strspn(s + 5, " \t"));
             continue;
         } else if (s[0] == '/') {
-            fprintf(ch->out, "Unknown command '%.*s'. Type /? for help\n", (int)strcspn(s, " "),
-                    s);
+            fprintf(ch->out, "Unknown command '%.*s'. Type /? for help\n", (int)strcspn(s, " "), s);
             continue;
         } else if (!*s) {
             continue;

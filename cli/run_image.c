@@ -77,6 +77,7 @@ static void file_free(struct run_file *f)
 void run_model_free(struct run_model *m)
 {
     free(m->name);
+    free(m->served);
     file_free(&m->weights);
     file_free(&m->draft);
     for (size_t i = 0; i < m->n_adapters; i++) {
@@ -214,6 +215,26 @@ static int is_existing_file(const char *p)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The image's MFC_MODEL_NAME (config.Env, written by mfc build from its
+ * first tag) into m->served: the name mfc-serve answers to in a container,
+ * so mfc serve/run answer to the same one. None: m->served stays NULL. */
+static int served_name(const json_t *cfg, struct run_model *m, struct mf_err *err)
+{
+    size_t i;
+    const json_t *e;
+    static const char key[] = "MFC_MODEL_NAME=";
+    json_array_foreach(json_object_get(json_object_get(cfg, "config"), "Env"), i, e)
+    {
+        const char *v = json_string_value(e);
+        if (v && strncmp(v, key, sizeof key - 1) == 0 && v[sizeof key - 1]) {
+            free(m->served);
+            if (!(m->served = strdup(v + sizeof key - 1)))
+                return mf_err_set(err, MF_ENOMEM, "out of memory");
+        }
+    }
+    return 0;
+}
+
 static int resolve_image(const char *store_root, const char *ref, struct run_model *m,
                          struct mf_err *err)
 {
@@ -226,6 +247,8 @@ static int resolve_image(const char *store_root, const char *ref, struct run_mod
                                                          "layers");
     if (!rc && !json_is_array(layers))
         rc = mf_err_set(err, MF_EFORMAT, "image %s: its manifest has no layers", ref);
+    if (!rc)
+        rc = served_name(json_object_get(info, "config"), m, err);
     struct scan sc = {.m = m};
     size_t i;
     const json_t *l;

@@ -108,6 +108,8 @@ int run_server_argv(const struct run_model *m, const char *bin, const char *name
     if (m->config_fd >= 0) {
         push(&a, "--config");
         push(&a, "/proc/self/fd/%d", m->config_fd);
+        push(&a, "--config-name"); /* errors name the image's file, not the memfd */
+        push(&a, "%s:/etc/mfc/model.yaml", name ? name : "image");
     }
     push(&a, "--model");
     push(&a, "%s", m->weights.path);

@@ -341,11 +341,12 @@ static int parse_header(struct gguf_file *gf, struct gguf_rd *r)
                             "header (24 bytes)",
                             r->end);
     const uint8_t *b = r->base;
+    /* the bytes found are not quoted: the file may be anything (a symlink to
+     * /etc/shadow), and an error message ends up in logs */
     if (gguf_le32(b) != GGUF_MAGIC)
         return gguf_rd_fail(r, 0, MF_EFORMAT,
-                            "not a GGUF file: magic is %02x %02x %02x %02x, "
-                            "expected 47 47 55 46 (\"GGUF\")",
-                            b[0], b[1], b[2], b[3]);
+                            "not a GGUF file: it does not start with the magic \"GGUF\" "
+                            "(47 47 55 46)");
     uint32_t v = gguf_le32(b + 4);
     if (v != 0 && (v & 0xffff) == 0)
         return gguf_rd_fail(r, 4, MF_EUNSUPPORTED,

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/arch.h"
 #include "common/num.h"
 #include "common/quant.h"
 #include "common/utf8.h"
@@ -231,6 +232,92 @@ static void rope(struct jb *b, json_t *o, const struct gguf_file *gf, const char
     put(b, r, "original_context_length",
         get_uint(gf, akey(k, sizeof k, arch, "rope.scaling.original_context_length")));
     put(b, r, "freqs_tensor", json_boolean(gguf_find_tensor(gf, "rope_freqs.weight") != NULL));
+    put(b, r, "attn_factor", get_real(gf, akey(k, sizeof k, arch, "rope.scaling.attn_factor")));
+    put(b, r, "long_factors",
+        json_boolean(gguf_find_tensor(gf, "rope_factors_long.weight") != NULL));
+}
+
+/* A key's unsigned value, else def (the family's default); 0 reads as none. */
+static uint64_t uint_or(const struct gguf_file *gf, const char *key, uint64_t def)
+{
+    uint64_t v;
+    return gguf_get_u64(gf, key, &v, NULL) == 0 ? v : def;
+}
+
+static double real_or(const struct gguf_file *gf, const char *key, double def)
+{
+    double v;
+    return gguf_get_f64(gf, key, &v, NULL) == 0 ? v : def;
+}
+
+/* What the family is and what sets it apart, with common/arch.h's defaults
+ * for keys a file leaves out (Gemma 2's window and soft-caps): the values
+ * mfc-serve runs with. */
+static void family(struct jb *b, json_t *o, const struct gguf_file *gf, const char *arch)
+{
+    const struct arch_desc *d = arch ? arch_find(arch, strlen(arch)) : NULL;
+    char k[160];
+    json_t *f = json_object();
+    put(b, o, "family", f);
+    if (!f)
+        return;
+    put(b, f, "name", arch ? jcstr(arch) : json_null());
+    put(b, f, "supported", json_boolean(d != NULL));
+    put(b, f, "known_as", d ? jcstr(d->models) : json_null());
+    if (!d)
+        return;
+    json_t *traits = json_array();
+    put(b, f, "traits", traits);
+    if (traits) {
+        append(b, traits, jcstr(d->rope == ARCH_ROPE_NEOX ? "neox_rope" : "normal_rope"));
+        append(b, traits, jcstr(d->act == ARCH_ACT_GELU ? "gelu_gate" : "silu_gate"));
+        if (d->flags & ARCH_QK_NORM)
+            append(b, traits, jcstr("qk_norm"));
+        if (d->flags & ARCH_POST_NORMS)
+            append(b, traits, jcstr("post_norms"));
+        if (d->flags & ARCH_EMBD_SCALE)
+            append(b, traits, jcstr("embedding_scale"));
+        if (gguf_find_tensor(gf, "blk.0.attn_qkv.weight"))
+            append(b, traits, jcstr("fused_qkv"));
+        if (d->flags & ARCH_FUSED_UP)
+            append(b, traits, jcstr("fused_gate_up"));
+        if (gguf_find_tensor(gf, "blk.0.attn_q.bias"))
+            append(b, traits, jcstr("qkv_bias"));
+        if (!gguf_find_tensor(gf, "output.weight") || (d->flags & ARCH_TIED_ALWAYS))
+            append(b, traits, jcstr("tied_output"));
+    }
+    uint64_t n_exp = uint_or(gf, akey(k, sizeof k, arch, "expert_count"), 0);
+    json_t *e = n_exp > 1 ? json_object() : json_null();
+    put(b, f, "experts", e);
+    if (n_exp > 1 && e) {
+        put(b, e, "count", json_integer((json_int_t)n_exp));
+        put(b, e, "used", get_uint(gf, akey(k, sizeof k, arch, "expert_used_count")));
+        json_t *ff = get_uint(gf, akey(k, sizeof k, arch, "expert_feed_forward_length"));
+        if (json_is_null(ff)) { /* Mixtral: each expert is a full-width FFN */
+            json_decref(ff);
+            ff = get_uint(gf, akey(k, sizeof k, arch, "feed_forward_length"));
+        }
+        put(b, e, "feed_forward_length", ff);
+    }
+    uint64_t win =
+        uint_or(gf, akey(k, sizeof k, arch, "attention.sliding_window"), (uint64_t)d->swa_window);
+    json_t *w = win ? json_object() : json_null();
+    put(b, f, "sliding_window", w);
+    if (win && w) {
+        put(b, w, "window", json_integer((json_int_t)win));
+        uint64_t per = uint_or(gf, akey(k, sizeof k, arch, "attention.sliding_window_pattern"),
+                               (uint64_t)d->swa_period);
+        /* layer il slides iff il % period < period - 1; 0: every layer */
+        put(b, w, "period", json_integer((json_int_t)per));
+        double base = real_or(gf, akey(k, sizeof k, arch, "rope.freq_base_swa"), d->swa_rope_base);
+        if (!(base > 0)) /* the sliding layers share the model's base */
+            base = real_or(gf, akey(k, sizeof k, arch, "rope.freq_base"), 10000.0);
+        put(b, w, "freq_base", json_real(base));
+    }
+    double ac = real_or(gf, akey(k, sizeof k, arch, "attn_logit_softcapping"), d->attn_softcap);
+    double fc = real_or(gf, akey(k, sizeof k, arch, "final_logit_softcapping"), d->final_softcap);
+    put(b, f, "attn_softcap", ac > 0 ? json_real(ac) : json_null());
+    put(b, f, "final_softcap", fc > 0 ? json_real(fc) : json_null());
 }
 
 static void tokenizer(struct jb *b, json_t *o, const struct gguf_file *gf)
@@ -356,6 +443,7 @@ json_t *mf_inspect_gguf(const struct gguf_file *gf, int with_tensors, struct mf_
     params(&b, o, gf);
     hparams(&b, o, gf, arch);
     rope(&b, o, gf, arch);
+    family(&b, o, gf, arch);
     tokenizer(&b, o, gf);
     adapter(&b, o, gf);
     if (with_tensors)

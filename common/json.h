@@ -18,7 +18,8 @@
 #include "err.h"
 
 /* Parses len bytes of text named `what` in messages. Returns a new reference
- * (json_decref it) or NULL with err filled. */
+ * (json_decref it) or NULL with err filled: "what:LINE:COL: invalid JSON:
+ * reason", never quoting the input. */
 json_t *mf_json_parse(const char *text, size_t len, const char *what, struct mf_err *err);
 
 /* Serialises v into b (appending). flags are jansson's JSON_* flags;

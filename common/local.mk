@@ -8,6 +8,7 @@ libmfc_common_a_SOURCES = \
 	common/buf.c common/buf.h \
 	common/log.c common/log.h \
 	common/num.c common/num.h \
+	common/params.c common/params.h \
 	common/utf8.c common/utf8.h \
 	common/sha256.c common/sha256.h \
 	common/file.c common/file.h \
@@ -47,8 +48,8 @@ TESTS += tests/unit/test_common tests/unit/test_gguf tests/unit/test_safetensors
 	tests/unit/test_progress
 
 ## CLI tests (bats): mkmodel -> llama.cpp, mfc inspect vs an independent reader.
-TESTS += tests/cli/gguf.bats
-EXTRA_DIST += tests/cli/gguf.bats tests/cli/gguf_header.py
+TESTS += tests/cli/gguf.bats tests/cli/inspect-families.bats
+EXTRA_DIST += tests/cli/gguf.bats tests/cli/gguf_header.py tests/cli/inspect-families.bats
 
 ## Fuzzing (tests/fuzz/run): the targets and their seeds.
 EXTRA_DIST += tests/fuzz/fuzz_gguf.c tests/fuzz/corpus/gguf \

@@ -131,6 +131,27 @@ static double job_rate(const struct job *j, int64_t now)
     return (double)(j->done - j->base) * NS / (double)dt;
 }
 
+/* "[=======>            ] " for done of total (a tty line's bar), or "" when
+ * the total is unknown or the terminal is narrower than BAR_MIN_COLS (the
+ * name and the amounts matter more). BAR_WIDTH cells between the brackets. */
+#define BAR_WIDTH 20
+#define BAR_MIN_COLS 72
+static void fmt_bar(const struct progress *p, uint64_t done, uint64_t total, char *buf,
+                    size_t cap)
+{
+    char cells[BAR_WIDTH + 1];
+    if (!total || cap < BAR_WIDTH + 4 || p->width < BAR_MIN_COLS) {
+        if (cap)
+            buf[0] = '\0';
+        return;
+    }
+    int fill = done >= total ? BAR_WIDTH : (int)((double)done / (double)total * BAR_WIDTH);
+    for (int i = 0; i < BAR_WIDTH; i++)
+        cells[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+    cells[BAR_WIDTH] = '\0';
+    snprintf(buf, cap, "[%s] ", cells);
+}
+
 /* "1.2 GiB / 4.6 GiB 310 MB/s ETA 11s" (parts omitted when unknown). */
 static void fmt_amounts(const struct job *j, int64_t now, int eta, char *buf, size_t cap)
 {
@@ -352,11 +373,12 @@ static void compose(const struct progress *p, const char *prefix, const char *na
 static void tty_line(const struct progress *p, const struct job *j, int64_t now, char *buf,
                      size_t cap)
 {
-    char amounts[160], prefix[64], suffix[200] = "";
+    char amounts[160], prefix[64], suffix[200] = "", bar[BAR_WIDTH + 8];
     fmt_amounts(j, now, 1, amounts, sizeof amounts);
+    fmt_bar(p, j->done, j->total, bar, sizeof bar);
     snprintf(prefix, sizeof prefix, "#%d %.40s ", j->id, j->verb);
     if (j->updated)
-        snprintf(suffix, sizeof suffix, " %s", amounts);
+        snprintf(suffix, sizeof suffix, " %s%s", bar, amounts);
     compose(p, prefix, j->name, suffix, buf, cap);
 }
 
@@ -385,8 +407,10 @@ static void step_line(const struct progress *p, const struct job *j, int64_t now
     else if (j->ended)
         snprintf(suffix, sizeof suffix, " %s", j->status);
     else if (j->updated) {
+        char bar[BAR_WIDTH + 8];
         fmt_amounts(j, now, 1, amounts, sizeof amounts);
-        snprintf(suffix, sizeof suffix, " %s", amounts);
+        fmt_bar(p, j->done, j->total, bar, sizeof bar);
+        snprintf(suffix, sizeof suffix, " %s%s", bar, amounts);
     } else
         snprintf(suffix, sizeof suffix, " %.1fs", (double)(now - j->start_ns) / NS);
     compose(p, prefix, j->name, suffix, buf, cap);
@@ -546,8 +570,9 @@ static void update_output(struct progress *p, struct job *j, int64_t now)
         j->last_ns = now;
     } else if (p->mode == PROGRESS_JSON && now - j->last_ns >= JSON_INTERVAL_NS) {
         emit_json(p, j, "progress",
-                  json_pack("{s:I, s:I, s:I}", "done", (json_int_t)j->done, "total",
-                            (json_int_t)j->total, "rate", (json_int_t)job_rate(j, now)));
+                  json_pack("{s:I, s:I, s:I, s:I}", "done", (json_int_t)j->done, "bytes",
+                            (json_int_t)j->done, "total", (json_int_t)j->total, "rate",
+                            (json_int_t)job_rate(j, now)));
         j->last_ns = now;
     }
 }

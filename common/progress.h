@@ -3,9 +3,11 @@
  *
  * A job (a fetch, later each executor step) is begun, updated with bytes done
  * and total, and ended. Output goes to one stream in one of three forms:
- *   tty    lines redrawn in place: "#3 fetch https://… 1.2 GiB / 4.6 GiB 310 MB/s ETA 11s"
+ *   tty    lines redrawn in place, a bar when the total is known:
+ *          "#3 fetch https://… [====>     ] 1.2 GiB / 4.6 GiB 310 MB/s ETA 11s"
  *   plain  the same as lines, at most one per job every 2 s (logs, pipes)
- *   json   one JSON object per line per event, for CI (docs/store.md)
+ *   json   one JSON object per line per event, for CI (docs/store.md); progress
+ *          events carry "bytes" (done) and "total" (0: unknown)
  * All calls are thread-safe (the executor runs jobs in parallel) and accept a
  * NULL struct progress, which does nothing, so library code can take one
  * optionally.

@@ -254,6 +254,13 @@ static int parse_header(struct st_file *f, struct mf_err *err)
                           "%s: byte 0: file is %llu bytes, too short for a safetensors header",
                           f->name, (unsigned long long)f->size);
     uint64_t n = rd_u64le(f->base);
+    /* a length whose top 4 bytes are not zero is not quoted: those 8 bytes may be
+     * text of any file (a symlink to a key), and error messages end up in logs */
+    if ((n >> 32) != 0)
+        return mf_err_set(err, MF_EFORMAT,
+                          "%s: byte 0: not a safetensors file: the first 8 bytes are not a "
+                          "header length (the header is at most %u bytes)",
+                          f->name, ST_HEADER_MAX);
     if (n > ST_HEADER_MAX || n > f->size - 8)
         return mf_err_set(err, MF_EFORMAT,
                           "%s: byte 0: header length %llu exceeds the file (%llu bytes) or the "

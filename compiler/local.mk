@@ -15,8 +15,9 @@ tests_unit_test_modelfile_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
 tests_unit_test_plan_SOURCES = tests/unit/test_plan.c
 tests_unit_test_plan_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_plan_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
-TESTS += tests/unit/test_modelfile tests/unit/test_plan tests/cli/modelfile.bats
+TESTS += tests/unit/test_modelfile tests/unit/test_plan tests/cli/modelfile.bats \
+	tests/cli/first-use.bats
 ## automake copies listed directories whole (make distcheck needs the data)
-EXTRA_DIST += tests/cli/modelfile.bats tests/data/modelfile tests/fuzz/corpus/modelfile \
+EXTRA_DIST += tests/cli/modelfile.bats tests/cli/first-use.bats tests/data/modelfile tests/fuzz/corpus/modelfile \
 	tests/fuzz/fuzz_modelfile.c modelfiles/demo docs/modelfile.md script/gen-modelfile-isprint \
 	tests/fuzz/fuzz_plan_config.c tests/fuzz/corpus/plan_config

@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "common/params.h"
+#include "text/template.h"
 
 /* ------------------------------------------------------------------ arena */
 
@@ -247,6 +249,25 @@ static int param_value_error(struct mf_modelfile_parser *p, const struct mf_lexc
     return -1;
 }
 
+/* A value mfc-serve would refuse (common/params.c, the table both share):
+ * an error at the value, so `mfc check` catches what would fail at serve. */
+static int param_range_error(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
+                             const struct mf_param *pm)
+{
+    const struct mf_param_limit *l = mf_params_find(pm->name);
+    struct mf_err e;
+    if (!l || (pm->type != MF_PARAM_INT && pm->type != MF_PARAM_FLOAT))
+        return 0;
+    double v = pm->type == MF_PARAM_INT ? (double)pm->i : (double)pm->f;
+    if (mf_params_check(pm->name, pm->name, v, &e) == 0)
+        return 0;
+    mf_modelfile_diag(p, MF_DIAG_ERROR, c->val_line, c->val_col, (int)strlen(c->raw),
+                      mf_modelfile_fmt(p, "mfc-serve accepts %s from %g to %g", pm->name, l->lo,
+                                       l->hi),
+                      "%s %s is out of range", pm->name, pm->text);
+    return -1;
+}
+
 /* Go's ParseInt(v, 10, 64) / ParseFloat(v, 32) / ParseBool. Floats must
  * also be finite: Ollama stores params as JSON, which has no NaN or Inf. */
 static int param_typed(struct mf_param *pm, const char *v)
@@ -263,20 +284,6 @@ static int param_typed(struct mf_param *pm, const char *v)
     case MF_PARAM_BOOL: return mf_num_parse_bool(v, &pm->b);
     default: return 0;
     }
-}
-
-/* An mfc parameter outside the range mfc-serve takes: diagnosed, 1. */
-static int param_out_of_range(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
-                              const struct mf_param_def *d, const struct mf_param *pm)
-{
-    double v = d->type == MF_PARAM_INT ? (double)pm->i : (double)pm->f, lo, hi;
-    if (!mf_modelfile_param_range(d->name, &lo, &hi) || (v >= lo && v <= hi))
-        return 0;
-    mf_modelfile_diag(p, MF_DIAG_ERROR, c->val_line, c->val_col, (int)strlen(c->raw),
-                      mf_modelfile_fmt(p, "%s takes %g to %g (default %s)", d->name, lo, hi,
-                                       d->deflt),
-                      "%s %s is out of range", d->name, pm->text);
-    return 1;
 }
 
 static int analyze_param(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
@@ -320,11 +327,47 @@ static int analyze_param(struct mf_modelfile_parser *p, const struct mf_lexcmd *
     in->value = pm->text;
     if (!(unset && p->opts->lenient_args) && param_typed(pm, pm->text) != 0)
         return param_value_error(p, c, d, pm->text, unset);
-    if (!unset && param_out_of_range(p, c, d, pm))
+    if (!(unset && p->opts->lenient_args) && param_range_error(p, c, pm) != 0)
         return -1;
     if (d->type != MF_PARAM_STRING)
         replaces(p, &p->last_param[d - table], c, mf_modelfile_fmt(p, "PARAMETER %s", d->name));
     return 0;
+}
+
+/* A TEMPLATE that mfc-serve's parser (text/template.c, the one the image
+ * runs) refuses: an error at the template's own position in the Modelfile.
+ * The value's first byte is at (val_line, val_col); the template's line L,
+ * column C is the Modelfile's val_line + L - 1, and column val_col + C - 1
+ * on its first line, C on the others (a quoted value is taken verbatim). */
+static int template_error(struct mf_modelfile_parser *p, const struct mf_lexcmd *c)
+{
+    struct tmpl *t = NULL;
+    struct mf_err e = {0};
+    unsigned line = 1, col = 1;
+    int off = 0;
+    if (tmpl_compile(&t, c->raw, strlen(c->raw), NULL, TMPL_F_OLLAMA, &e) == 0) {
+        tmpl_free(t);
+        return 0;
+    }
+    /* "template:L:C: message" (template.h) */
+    if (strncmp(e.msg, "template:", 9) == 0) {
+        char *end = NULL;
+        unsigned long tl = strtoul(e.msg + 9, &end, 10), tc = 0;
+        if (end && *end == ':')
+            tc = strtoul(end + 1, &end, 10);
+        if (end && end[0] == ':' && end[1] == ' ' && tl >= 1 && tl < 1000000 && tc >= 1 &&
+            tc < 1000000) {
+            line = (unsigned)tl, col = (unsigned)tc;
+            off = (int)(end + 2 - e.msg);
+        }
+    }
+    int mline = c->val_line + (int)line - 1;
+    int mcol = line == 1 ? c->val_col + (int)col - 1 : (int)col;
+    mf_modelfile_diag(p, MF_DIAG_ERROR, mline, mcol, 1,
+                      "mfc-serve would refuse this template at start; see docs/modelfile.md, "
+                      "TEMPLATE",
+                      "TEMPLATE: %s", e.msg + off);
+    return -1;
 }
 
 static int analyze_text(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
@@ -345,6 +388,8 @@ static int analyze_text(struct mf_modelfile_parser *p, const struct mf_lexcmd *c
         if (expand_value(p, c, c->raw, &in->value, &unset) != 0)
             return -1;
     }
+    if (c->kind == MF_INSTR_TEMPLATE && template_error(p, c) != 0)
+        return -1;
     if (c->kind == MF_INSTR_REQUIRES && !(unset && p->opts->lenient_args) &&
         !mf_modelfile_semver_ok(in->value)) {
         mf_modelfile_diag(p, MF_DIAG_ERROR, c->val_line, c->val_col, (int)strlen(c->raw),

@@ -128,6 +128,7 @@ struct mf_run {
     const struct mf_mount *mounts; /* --mount, in order */
     size_t n_mounts;
     int64_t timeout_ms;      /* --timeout, 0 when not given */
+    int root;                /* --user=0: uid 0 inside the sandbox (still nobody outside) */
 };
 
 /* One KEY=VALUE of ENV, LABEL or ARG. */

@@ -1,7 +1,7 @@
 /*
  * modelfile_flags.c: mfc's Dockerfile-style flags: on FROM/ADAPTER/DRAFT
  * (--checksum, and --name/--scale/--merge on ADAPTER), digest pins
- * (ref@sha256:HEX), and RUN's --network, --mount and --timeout with its
+ * (ref@sha256:HEX), and RUN's --network, --mount, --timeout and --user with its
  * shell or exec (JSON array) command.
  *
  * A flag is a blank-separated token starting with "--". On FROM, ADAPTER
@@ -377,6 +377,13 @@ static int run_flag(struct mf_modelfile_parser *p, const struct mf_lexcmd *c, co
         else
             return flag_error(p, c, t, "write --network=none or --network=host",
                               mf_modelfile_fmt(p, "unknown network '%s'", f->value));
+    } else if (strcmp(f->name, "user") == 0) {
+        if (strcmp(f->value, "0") == 0 || strcmp(f->value, "root") == 0)
+            run->root = 1;
+        else if (strcmp(f->value, "1000") != 0 && strcmp(f->value, "mfc") != 0)
+            return flag_error(p, c, t, "write --user=0 for root inside the sandbox (the "
+                                       "default is the unprivileged user 1000)",
+                              mf_modelfile_fmt(p, "unknown --user '%s'", f->value));
     } else if (strcmp(f->name, "timeout") == 0) {
         if (mf_modelfile_duration_ms(f->value, &run->timeout_ms) != 0 || run->timeout_ms <= 0)
             return flag_error(p, c, t, "write a positive duration such as 90s, 10m or 1h30m",
@@ -432,9 +439,9 @@ static int run_command(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
 int mf_modelfile_run(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
                      struct mf_instr *in)
 {
-    static const char *const names[] = {"network", "mount", "timeout"};
+    static const char *const names[] = {"network", "mount", "timeout", "user"};
     static const char *usage = "RUN takes --network=none|host, --mount=type=cache,target=P, "
-                               "--mount=type=secret,id=ID and --timeout=DURATION";
+                               "--mount=type=secret,id=ID, --timeout=DURATION and --user=0";
     struct tok *t;
     struct mf_flag *fl;
     struct mf_vec mounts = {.elem = sizeof(struct mf_mount)};
@@ -444,7 +451,7 @@ int mf_modelfile_run(struct mf_modelfile_parser *p, const struct mf_lexcmd *c,
         return -1;
     for (; nf < n && is_flag(c->raw, &t[nf]); nf++) {
         if (split_flag(p, c, &t[nf], &fl[nf]) != 0 ||
-            check_flag_shape(p, c, &t[nf], &fl[nf], names, 3, usage) != 0 ||
+            check_flag_shape(p, c, &t[nf], &fl[nf], names, 4, usage) != 0 ||
             run_flag(p, c, &t[nf], &fl[nf], &in->u.run, &mounts) != 0)
             rc = -1;
     }

@@ -159,9 +159,6 @@ struct mf_param_def {
 };
 /* The entry for name (exact, case-sensitive like Ollama), or NULL. */
 const struct mf_param_def *mf_modelfile_param_find(const char *name);
-/* 1 and the range an int or float value of parameter name must lie in
- * (mfc's own parameters: what mfc-serve takes), or 0 when any is fine. */
-int mf_modelfile_param_range(const char *name, double *lo, double *hi);
 /* Every entry, deprecated ones included; *n gets the count. */
 const struct mf_param_def *mf_modelfile_param_table(size_t *n);
 /* The candidate closest to word (case-insensitive Levenshtein distance at

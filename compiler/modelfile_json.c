@@ -109,6 +109,8 @@ static void run_json(json_t *o, const struct mf_run *r, int *bad)
     }
     if (r->timeout_ms)
         put(o, "timeout_ms", json_integer(r->timeout_ms), bad);
+    if (r->root)
+        put(o, "user", json_integer(0), bad);
 }
 
 static void kv_json(json_t *o, const struct mf_instr *in, int *bad)

@@ -27,7 +27,8 @@
  * Quirks kept on purpose (docs/modelfile.md, "Compatibility"): runes that
  * fail strconv.IsPrint are dropped except blanks inside values; a quoted
  * value only ends at a line whose trimmed text ends with its quote; \r and
- * \n both end a line (mfc counts CRLF as one line when reporting).
+ * \n both end a line (mfc counts CRLF as one line when reporting), and in a
+ * value both become \n (crlf_to_lf; Ollama keeps the \r).
  */
 #include "compiler/modelfile_int.h"
 
@@ -335,6 +336,23 @@ static void value_rune(struct lexer *lx, uint32_t r, const char *bytes, int nb)
     lx->v_end = lx->val.len;
 }
 
+/* A multi-line value's line breaks as LF: CRLF (a Modelfile saved on
+ * Windows) and a lone CR both become "\n", so no value carries a '\r' into
+ * the image (Ollama keeps them; a template or SYSTEM with "\r\n" then
+ * renders differently from the same file saved with LF). In place; returns
+ * the new length. */
+static size_t crlf_to_lf(char *s, size_t n)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\r' && i + 1 < n && s[i + 1] == '\n')
+            continue;
+        s[w++] = s[i] == '\r' ? '\n' : s[i];
+    }
+    s[w] = '\0';
+    return w;
+}
+
 static void finish_value(struct lexer *lx, size_t start, size_t len, int quote)
 {
     int end_line = lx->line;
@@ -345,12 +363,13 @@ static void finish_value(struct lexer *lx, size_t start, size_t len, int quote)
         lx->comments.n = 0;
         return;
     }
-    lx->cmd.raw = mf_modelfile_strndup(lx->p->arena, lx->val.data ? lx->val.data + start : "",
-                                       len);
-    if (!lx->cmd.raw) {
+    char *raw = mf_modelfile_strndup(lx->p->arena, lx->val.data ? lx->val.data + start : "", len);
+    if (!raw) {
         lx->p->oom = 1;
         return;
     }
+    len = crlf_to_lf(raw, len);
+    lx->cmd.raw = raw;
     lx->cmd.quoted = quote > 0;
     lx->cmd.val_line = lx->vline;
     lx->cmd.val_col = lx->vcol + quote;

@@ -6,15 +6,13 @@
  * api/types.go (FormatParams builds its map from them by reflection) and
  * the deprecatedParameters list in parser/parser.go. Names are matched
  * exactly (case-sensitive), as FormatParams does. mfc's own parameters
- * (speculative decoding) follow, with the ranges mfc-serve accepts
- * (common/limits.h). Owns only constant data.
+ * (speculative decoding) follow; their ranges are in common/params.c with
+ * everyone else's. Owns only constant data.
  */
 #include "compiler/modelfile_int.h"
 
 #include <ctype.h>
 #include <string.h>
-
-#include "common/limits.h"
 
 static const struct mf_param_def params[] = {
     {"num_ctx", MF_PARAM_INT, "0 (auto; OLLAMA_CONTEXT_LENGTH)"},
@@ -63,28 +61,6 @@ const struct mf_param_def *mf_modelfile_param_find(const char *name)
         if (strcmp(params[i].name, name) == 0)
             return &params[i];
     return NULL;
-}
-
-/* The ranges of mfc's own parameters (Ollama checks types only). */
-static const struct {
-    const char *name;
-    double lo, hi;
-} ranges[] = {
-    {"draft_max", 1, MF_SPEC_DRAFT_MAX},        {"draft_min", 0, MF_SPEC_DRAFT_MAX},
-    {"draft_p_min", 0, 1},                      {"lookup_ngram", 1, MF_SPEC_NGRAM_MAX},
-    {"lookup_ngram_min", 1, MF_SPEC_NGRAM_MAX},
-};
-
-int mf_modelfile_param_range(const char *name, double *lo, double *hi)
-{
-    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
-        if (strcmp(ranges[i].name, name) == 0) {
-            *lo = ranges[i].lo;
-            *hi = ranges[i].hi;
-            return 1;
-        }
-    }
-    return 0;
 }
 
 const struct mf_param_def *mf_modelfile_param_table(size_t *n)

@@ -136,6 +136,8 @@ static json_t *run_args(const struct mf_modelfile *mf, size_t at, const json_t *
                           "env", env, "mounts", "inputs", "exclude");
     if (!a)
         return NULL;
+    if (r->root) /* only when given, so the keys of other RUN steps stay as they were */
+        json_object_set_new(a, "user", json_integer(0));
     if (r->argv) {
         json_t *v = json_array();
         for (size_t i = 0; v && i < r->argc; i++)

@@ -32,9 +32,26 @@ struct gguf_writer;
 
 enum hf_rope_scaling {
     HF_ROPE_NONE = 0,
-    HF_ROPE_LINEAR = 1, /* rope_scaling.type "linear": llama.rope.scaling.* keys */
-    HF_ROPE_LLAMA3 = 2, /* rope_type "llama3": the rope_freqs.weight tensor */
+    HF_ROPE_LINEAR = 1,   /* rope_scaling.type "linear": <arch>.rope.scaling.* keys */
+    HF_ROPE_LLAMA3 = 2,   /* rope_type "llama3": the rope_freqs.weight tensor */
+    HF_ROPE_YARN = 3,     /* rope_type "yarn": scaling type, factor, original context */
+    HF_ROPE_LONGROPE = 4, /* rope_type "longrope" / "su": Phi-3's rope_factors_long/short */
 };
+
+/* The model classes mfc converts, by the GGUF architecture they become
+ * (hf_family.c holds the class table and each family's keys). */
+enum hf_family {
+    HF_FAM_LLAMA = 0, /* LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM */
+    HF_FAM_QWEN2,     /* Qwen2ForCausalLM */
+    HF_FAM_QWEN3,     /* Qwen3ForCausalLM */
+    HF_FAM_QWEN3MOE,  /* Qwen3MoeForCausalLM */
+    HF_FAM_GEMMA2,    /* Gemma2ForCausalLM */
+    HF_FAM_GEMMA3,    /* Gemma3ForCausalLM, Gemma3ForConditionalGeneration's text tower */
+    HF_FAM_PHI3,      /* Phi3ForCausalLM */
+};
+
+#define HF_MAX_ROPE_FACTORS 512 /* LongRoPE factors: rope dimensions / 2 */
+#define HF_MAX_EXPERTS 512
 
 struct hf_config {
     char arch[64];             /* architectures[0], e.g. "LlamaForCausalLM" */
@@ -59,24 +76,66 @@ struct hf_config {
     double rope_high;          /* high_freq_factor (llama3; default 4) */
     double rope_orig_ctx;      /* original_max_position_embeddings (llama3; default 8192) */
     int64_t bos_id, eos_id, pad_id; /* config.json's *_token_id (ints only); -1 when absent */
+
+    /* the family (hf_family.c) */
+    enum hf_family family;
+    const char *gguf_arch; /* general.architecture written: "llama", "qwen2", ... */
+    int multimodal;        /* Gemma3ForConditionalGeneration: text_config, language_model. */
+    int64_t n_vocab_src;   /* Gemma 3: embedding rows in the checkpoint when n_vocab was cut
+                              to the tokenizer's size; 0 otherwise */
+    int has_rope_orig;     /* rope_orig_ctx was given (YaRN, LongRoPE) */
+    int64_t n_expert;      /* num_local_experts / num_experts; 0: dense */
+    int64_t n_expert_used; /* num_experts_per_tok; 0 when absent */
+    int64_t n_ff_exp;      /* moe_intermediate_size (qwen3moe); n_ff for Mixtral */
+    int64_t swa;           /* sliding_window written; 0: none */
+    int64_t swa_pattern;   /* Gemma 3's layer period when config.json's differs from 6; 0 */
+    int64_t rope_dim;      /* rotated dimensions (Phi-3's partial_rotary_factor), head_dim */
+    int has_theta_swa;     /* rope_theta of sliding layers was given */
+    double rope_theta_swa; /* its value (rope_local_base_freq, sliding_attention) */
+    int has_attn_softcap, has_final_softcap;
+    double attn_softcap, final_softcap; /* attn_logit_softcapping, final_logit_softcapping */
+    int yarn_has[4];         /* extrapolation_factor, attention_factor, beta_fast, beta_slow */
+    double yarn[4];          /* their values */
+    double rope_attn_factor; /* LongRoPE: sqrt(1 + ln s / ln orig), s = ctx / orig, or 1 */
+    uint32_t n_rope_factors; /* LongRoPE: entries of each table (rope_dim / 2) */
+    float rope_long[HF_MAX_ROPE_FACTORS], rope_short[HF_MAX_ROPE_FACTORS];
 };
 
 /* Parses config.json text (what: the path, for messages). Refuses an
- * architecture other than LlamaForCausalLM / MistralForCausalLM with
- * MF_EUNSUPPORTED naming it, a missing or non-positive size, heads that do
- * not divide the width, n_head not a multiple of n_head_kv, an odd head_dim
- * (MF_EINVAL / MF_EFORMAT). */
+ * architecture hf_family_names() does not list with MF_EUNSUPPORTED naming
+ * it, a missing or non-positive size, heads that do not divide the width,
+ * n_head not a multiple of n_head_kv, an odd head_dim, and a family's
+ * missing or contradictory keys (MF_EFORMAT), each naming the key. */
 int hf_config_parse(const char *text, size_t len, const char *what, struct hf_config *c,
                     struct mf_err *err);
 
-/* Adds the llama.* keys and general.file_type in convert_hf_to_gguf.py's
- * order and types (Model + LlamaModel.set_gguf_parameters). */
+/* Adds the <arch>.* keys and general.file_type in convert_hf_to_gguf.py's
+ * order and types (TextModel + the family's set_gguf_parameters). */
 int hf_config_write(const struct hf_config *c, enum quant_ftype ft, struct gguf_writer *w,
                     struct mf_err *err);
 
 /* The n_rot/2 llama3 rope factors (LlamaModel.generate_extra_tensors), in
  * float as torch computes them. out holds head_dim/2 floats. */
 void hf_config_rope_factors(const struct hf_config *c, float *out);
+
+/* ---- families (hf_family.c) ---- */
+
+/* The family of a model class (architectures[0]); -1 when mfc does not
+ * convert it. *gguf_arch gets the GGUF architecture name. */
+int hf_family_find(const char *cls, enum hf_family *fam, const char **gguf_arch);
+/* "LlamaForCausalLM, MistralForCausalLM, ..." for messages. */
+const char *hf_family_names(void);
+/* The family's config.json keys beyond the llama ones (hf_config_parse
+ * calls it with the parsed root); errors name the key. */
+struct json_t;
+int hf_family_parse(const struct json_t *root, const char *what, struct hf_config *c,
+                    struct mf_err *err);
+/* The keys of a family other than HF_FAM_LLAMA, in the converter's order. */
+int hf_family_write(const struct hf_config *c, enum quant_ftype ft, struct gguf_writer *w,
+                    struct mf_err *err);
+/* A key written before general.type (Phi-3's rope.scaling.attn_factor comes
+ * from generate_extra_tensors, which the converter runs first). */
+int hf_family_write_early(const struct hf_config *c, struct gguf_writer *w, struct mf_err *err);
 
 /* ---- tokenizer files (hf_tokenizer.c) ---- */
 
@@ -111,6 +170,9 @@ uint32_t hf_vocab_size(const struct hf_vocab *v);
 const char *hf_vocab_model(const struct hf_vocab *v); /* "gpt2" or "llama" */
 const char *hf_vocab_pre(const struct hf_vocab *v);   /* "llama-bpe", "default", ... */
 void hf_vocab_free(struct hf_vocab *v);
+/* tokenizer.ggml.add_space_prefix, written last (Gemma's set_vocab writes
+ * false); unset by default. */
+void hf_vocab_set_add_space_prefix(struct hf_vocab *v, int on);
 
 /* ---- conversion (hf_tensors.c, hf_convert.c) ---- */
 

@@ -6,8 +6,9 @@
  * in the same order, with the types gguf-py's writer gives them (u32 for
  * sizes, f32 for eps and theta). transformers 5's "rope_parameters" is read
  * where 4.x configs have rope_theta and rope_scaling. A JSON null counts as absent, as
- * hparams.get() does. Only LlamaForCausalLM and MistralForCausalLM (which the
- * converter also handles as LlamaModel) are accepted.
+ * hparams.get() does. The model class picks the family (hf_family.c), which
+ * reads its own keys and writes every family but llama's (LlamaForCausalLM,
+ * MistralForCausalLM, MixtralForCausalLM: LlamaModel, written here).
  */
 #include "convert/hf.h"
 
@@ -67,41 +68,99 @@ static int64_t get_id(const json_t *o, const char *key)
     return json_is_integer(v) && json_integer_value(v) >= 0 ? (int64_t)json_integer_value(v) : -1;
 }
 
+/* The first of keys present in o (find_hparam), or NULL. */
+static json_t *first_of(const json_t *o, const char *const *keys)
+{
+    for (; *keys; keys++) {
+        json_t *v = get(o, *keys);
+        if (v)
+            return v;
+    }
+    return NULL;
+}
+
+/* A number from v (NULL: MF_ENOTFOUND). */
+static int real_of(const json_t *v, const char *key, const char *what, double *out,
+                   struct mf_err *err)
+{
+    if (!v)
+        return MF_ENOTFOUND;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)))
+        return mf_err_set(err, MF_EFORMAT, "%s: \"%s\" must be a finite number", what, key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+/* RoPE as TextModel.__init__ and set_gguf_parameters read it: the
+ * parameters object is "rope_parameters" (transformers 5) or "rope_scaling",
+ * its "full_attention" member when it has one per layer type; rope_theta,
+ * the sliding layers' theta and original_max_position_embeddings come from
+ * it, or from the top level when it is not split by layer type. */
 static int parse_rope(const json_t *root, const char *what, struct hf_config *c, struct mf_err *err)
 {
-    /* transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}
-     * where 4.x had rope_theta and rope_scaling */
-    json_t *rs = get(root, "rope_scaling");
+    static const char *const theta_keys[] = {"global_rope_theta", "rope_global_theta",
+                                             "rope_theta_global", "rope_theta",
+                                             "rotary_emb_base",   NULL};
+    static const char *const local_keys[] = {"local_rope_theta",     "rope_local_theta",
+                                             "rope_theta_local",     "swa_rope_theta",
+                                             "rope_local_base_freq", NULL};
     json_t *rp = get(root, "rope_parameters");
-    if (!rs && json_is_object(rp))
-        rs = rp;
+    if (!rp)
+        rp = get(root, "rope_scaling");
     c->rope = HF_ROPE_NONE;
     c->rope_factor = 8.0;
     c->rope_low = 1.0;
     c->rope_high = 4.0;
     c->rope_orig_ctx = 8192;
+    c->rope_theta = 10000.0;
+    if (rp && !json_is_object(rp))
+        return mf_err_set(err, MF_EFORMAT, "%s: \"rope_scaling\" must be an object", what);
+    json_t *full = rp ? get(rp, "full_attention") : NULL;
+    json_t *slide = rp ? get(rp, "sliding_attention") : NULL;
+    int split = json_is_object(full) || json_is_object(slide);
+    json_t *rs = json_is_object(full) ? full : rp;
+    int rc = real_of(rs ? get(rs, "rope_theta") : NULL, "rope_theta", what, &c->rope_theta, err);
+    if (rc == MF_ENOTFOUND && !split)
+        rc = real_of(first_of(root, theta_keys), "rope_theta", what, &c->rope_theta, err);
+    c->has_theta = rc == 0;
+    if (rc == MF_EFORMAT)
+        return rc;
+    rc = real_of(json_is_object(slide) ? get(slide, "rope_theta") : NULL, "rope_theta", what,
+                 &c->rope_theta_swa, err);
+    if (rc == MF_ENOTFOUND && !split)
+        rc = real_of(first_of(root, local_keys), "rope_local_base_freq", what, &c->rope_theta_swa,
+                     err);
+    c->has_theta_swa = rc == 0;
+    if (rc == MF_EFORMAT)
+        return rc;
+    rc = get_real(rs ? rs : root, "original_max_position_embeddings", what, &c->rope_orig_ctx, err);
+    if (rc == MF_ENOTFOUND && rs && !split)
+        rc = get_real(root, "original_max_position_embeddings", what, &c->rope_orig_ctx, err);
+    c->has_rope_orig = rc == 0;
+    if (rc == MF_EFORMAT)
+        return rc;
+    if (!c->has_rope_orig)
+        c->rope_orig_ctx = 8192;
     if (!rs)
         return 0;
-    if (!json_is_object(rs))
-        return mf_err_set(err, MF_EFORMAT, "%s: \"rope_scaling\" must be an object", what);
     const char *type = json_string_value(get(rs, "rope_type"));
     if (!type)
         type = json_string_value(get(rs, "type"));
     if (!type)
-        return mf_err_set(err, MF_EFORMAT, "%s: \"rope_scaling\" has no \"rope_type\"", what);
-    int rc = 0;
+        return rp == get(root, "rope_parameters")
+                   ? 0 /* transformers 5 may write the theta alone */
+                   : mf_err_set(err, MF_EFORMAT, "%s: \"rope_scaling\" has no \"rope_type\"", what);
+    rc = 0;
     if (strcmp(type, "llama3") == 0) {
+        if (c->family != HF_FAM_LLAMA)
+            return mf_err_set(err, MF_EUNSUPPORTED,
+                              "%s: rope_type llama3 is a Llama scaling; the converter writes "
+                              "nothing for it in a %s",
+                              what, c->arch);
         c->rope = HF_ROPE_LLAMA3;
         if ((rc = get_real(rs, "factor", what, &c->rope_factor, err)) == MF_EFORMAT ||
             (rc = get_real(rs, "low_freq_factor", what, &c->rope_low, err)) == MF_EFORMAT ||
             (rc = get_real(rs, "high_freq_factor", what, &c->rope_high, err)) == MF_EFORMAT)
-            return rc;
-        /* the current converter reads rope_scaling's value (older ones the
-         * top-level key), then 8192 */
-        if ((rc = get_real(rs, "original_max_position_embeddings", what, &c->rope_orig_ctx, err)) ==
-            MF_ENOTFOUND)
-            rc = get_real(root, "original_max_position_embeddings", what, &c->rope_orig_ctx, err);
-        if (rc == MF_EFORMAT)
             return rc;
         if (c->rope_low == c->rope_high || c->rope_factor <= 0 || c->rope_orig_ctx <= 0)
             return mf_err_set(err, MF_EFORMAT,
@@ -111,18 +170,49 @@ static int parse_rope(const json_t *root, const char *what, struct hf_config *c,
                               what);
         return 0;
     }
-    if (strcmp(type, "linear") == 0) {
+    if (strcmp(type, "linear") == 0 || strcmp(type, "yarn") == 0) {
+        int yarn = type[0] == 'y';
         rc = get_real(rs, "factor", what, &c->rope_factor, err);
         if (rc == MF_EFORMAT)
             return rc;
-        c->rope = rc == 0 ? HF_ROPE_LINEAR : HF_ROPE_NONE; /* written only with a factor */
+        if (rc == MF_ENOTFOUND) /* written only with a factor */
+            return 0;
+        if (!(c->rope_factor > 0))
+            return mf_err_set(err, MF_EFORMAT, "%s: rope_scaling \"factor\" must be positive",
+                              what);
+        c->rope = yarn ? HF_ROPE_YARN : HF_ROPE_LINEAR;
+        if (!yarn)
+            return 0;
+        if (!c->has_rope_orig)
+            return mf_err_set(err, MF_EFORMAT,
+                              "%s: yarn rope_scaling needs \"original_max_position_embeddings\"",
+                              what);
+        static const char *const yk[4][2] = {{"extrapolation_factor", NULL},
+                                             {"attention_factor", "attn_factor"},
+                                             {"beta_fast", NULL},
+                                             {"beta_slow", NULL}};
+        for (int i = 0; i < 4; i++) {
+            rc = get_real(rs, yk[i][0], what, &c->yarn[i], err);
+            if (rc == MF_ENOTFOUND && yk[i][1])
+                rc = get_real(rs, yk[i][1], what, &c->yarn[i], err);
+            if (rc == MF_EFORMAT)
+                return rc;
+            c->yarn_has[i] = rc == 0;
+        }
         return 0;
     }
-    if (strcmp(type, "default") == 0)
+    if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0) {
+        if (c->family != HF_FAM_PHI3)
+            return mf_err_set(err, MF_EUNSUPPORTED,
+                              "%s: rope_type %s is converted for Phi3ForCausalLM only", what, type);
+        c->rope = HF_ROPE_LONGROPE; /* the factor tables: hf_family_parse */
+        return 0;
+    }
+    if (strcmp(type, "default") == 0 || strcmp(type, "none") == 0)
         return 0;
     return mf_err_set(err, MF_EUNSUPPORTED,
-                      "%s: rope_scaling type \"%s\" is not supported (mfc converts llama3 and "
-                      "linear)",
+                      "%s: rope_scaling type \"%s\" is not supported (mfc converts llama3, "
+                      "linear, yarn and longrope)",
                       what, type);
 }
 
@@ -140,13 +230,25 @@ int hf_config_parse(const char *text, size_t len, const char *what, struct hf_co
         rc = mf_err_set(err, MF_EFORMAT, "%s: not a JSON object", what);
     else if (!arch)
         rc = mf_err_set(err, MF_EFORMAT, "%s: \"architectures\" must list the model class", what);
-    else if (strcmp(arch, "LlamaForCausalLM") != 0 && strcmp(arch, "MistralForCausalLM") != 0)
+    else if (hf_family_find(arch, &c->family, &c->gguf_arch) != 0)
         rc = mf_err_set(err, MF_EUNSUPPORTED,
-                        "%s: architecture %s is not supported (mfc converts LlamaForCausalLM "
-                        "and MistralForCausalLM)",
-                        what, arch);
+                        "%s: architecture %s is not supported (mfc converts %s)", what, arch,
+                        hf_family_names());
     if (!rc) {
         snprintf(c->arch, sizeof c->arch, "%s", arch);
+        /* a multimodal model's text tower: text_config over the top level,
+         * as TextModel.__init__ merges them */
+        json_t *text_cfg = get(root, "text_config");
+        if (json_is_object(text_cfg)) {
+            json_t *merged = json_deep_copy(root);
+            if (!merged || json_object_update(merged, text_cfg) != 0) {
+                json_decref(merged);
+                rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+                goto out;
+            }
+            json_decref(root);
+            root = merged;
+        }
         if ((rc = get_dim(root, "vocab_size", what, 1, &c->n_vocab, err)) ||
             (rc = get_dim(root, "hidden_size", what, 1, &c->n_embd, err)) ||
             (rc = get_dim(root, "num_hidden_layers", what, 1, &c->n_layer, err)) ||
@@ -176,13 +278,6 @@ int hf_config_parse(const char *text, size_t len, const char *what, struct hf_co
             c->rms_eps = 1e-5;
         else if (rc)
             goto out;
-        c->rope_theta = 10000.0;
-        rc = get_real(root, "rope_theta", what, &c->rope_theta, err);
-        if (rc == MF_ENOTFOUND && json_is_object(get(root, "rope_parameters")))
-            rc = get_real(get(root, "rope_parameters"), "rope_theta", what, &c->rope_theta, err);
-        c->has_theta = rc == 0;
-        if (rc && rc != MF_ENOTFOUND)
-            goto out;
         rc = 0;
         json_t *tie = get(root, "tie_word_embeddings");
         if (tie && !json_is_boolean(tie))
@@ -203,6 +298,9 @@ int hf_config_parse(const char *text, size_t len, const char *what, struct hf_co
                             (long long)c->head_dim);
         if (!rc)
             rc = parse_rope(root, what, c, err);
+        c->rope_dim = c->head_dim;
+        if (!rc)
+            rc = hf_family_parse(root, what, c, err);
         c->bos_id = get_id(root, "bos_token_id");
         c->eos_id = get_id(root, "eos_token_id");
         c->pad_id = get_id(root, "pad_token_id");
@@ -215,38 +313,7 @@ out:
 int hf_config_write(const struct hf_config *c, enum quant_ftype ft, struct gguf_writer *w,
                     struct mf_err *err)
 {
-    int rc = gguf_writer_add_u32(w, "llama.block_count", (uint32_t)c->n_layer, err);
-    if (!rc && c->n_ctx)
-        rc = gguf_writer_add_u32(w, "llama.context_length", (uint32_t)c->n_ctx, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)c->n_embd, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)c->n_ff, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)c->n_head, err);
-    if (!rc && c->has_head_kv)
-        rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv, err);
-    if (!rc && c->has_theta)
-        rc = gguf_writer_add_f32(w, "llama.rope.freq_base", (float)c->rope_theta, err);
-    /* llama.cpp requires the eps for llama: write the transformers default when absent */
-    if (!rc)
-        rc = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", (float)c->rms_eps,
-                                 err);
-    if (!rc && c->has_head_dim)
-        rc = gguf_writer_add_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim, err);
-    if (!rc && c->has_head_dim)
-        rc = gguf_writer_add_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)ft, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)c->n_vocab, err);
-    if (!rc)
-        rc = gguf_writer_add_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim, err);
-    if (!rc && c->rope == HF_ROPE_LINEAR)
-        rc = gguf_writer_add_cstr(w, "llama.rope.scaling.type", "linear", err);
-    if (!rc && c->rope == HF_ROPE_LINEAR)
-        rc = gguf_writer_add_f32(w, "llama.rope.scaling.factor", (float)c->rope_factor, err);
-    return rc;
+    return hf_family_write(c, ft, w, err);
 }
 
 void hf_config_rope_factors(const struct hf_config *c, float *out)

@@ -5,7 +5,7 @@
  * big is opened), tokenizer files, shards (each mapped and validated whole),
  * the tensor table (names, dtypes, shapes checked: every error is found
  * before a byte is written), then the GGUF: KVs in convert_hf_to_gguf.py's
- * order (general.architecture, general.type, general.name, llama.*,
+ * order (general.architecture, general.type, general.name, <arch>.*,
  * general.file_type, tokenizer.*, general.quantization_version), tensor infos,
  * and the data tensor by tensor through a 4 MiB buffer (rows that need
  * converting are split among threads, one per CPU by default). Source pages are
@@ -45,10 +45,29 @@ int hf_dir_kind(const char *dir)
 /* Drops the mapped pages of t's source rows [0, rows) (clean file pages:
  * reading them again would fault them back in), so the resident size stays
  * near one buffer's worth of source rows even inside a big tensor. */
+static void drop_src(const struct st_file *f, const struct st_tensor *s, uint64_t end)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)st_data(f, s), e = a + end;
+    uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t hi = e & ~((uintptr_t)page - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 static void drop_rows(const struct hf_tensor *t, uint64_t rows)
 {
     if (!t->src)
         return;
+    if (t->blk_rows) { /* expert blocks: their sources are dropped when all are done */
+        if (rows != UINT64_MAX)
+            return;
+        uint64_t nb = t->xs ? t->ne[2] : 1;
+        for (uint64_t b = 0; b < nb; b++)
+            drop_src(t->xs ? t->xf[b] : t->f, t->xs ? t->xs[b] : t->src,
+                     (t->xs ? t->xs[b] : t->src)->size);
+        return;
+    }
     long page = sysconf(_SC_PAGESIZE);
     uint64_t total = t->n_dims == 2 ? t->ne[1] : 1;
     uint64_t end = rows >= total ? t->src->size : rows * (t->src->size / total);
@@ -76,7 +95,7 @@ static void populate(const void *p, uint64_t n)
  * rows move only within their head), or before r itself. */
 static uint64_t rows_done(const struct hf_tensor *t, uint64_t r)
 {
-    if (t->perm_heads <= 0 || t->n_dims != 2)
+    if (t->perm_heads <= 0 || t->n_dims != 2 || t->blk_rows)
         return r;
     uint64_t hd = t->ne[1] / (uint64_t)t->perm_heads;
     return r / hd * hd;
@@ -153,7 +172,8 @@ static int write_data(struct gguf_writer *w, const struct hf_tensor *t, size_t n
     int rc = buf && tmp ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
     uint64_t done = 0;
     for (size_t i = 0; !rc && i < n; i++) {
-        uint64_t row = t[i].bytes / t[i].ne[1];
+        uint64_t nrows = hf_tensor_nrows(&t[i]);
+        uint64_t row = t[i].bytes / nrows;
         if (row > HF_BUF) { /* a row larger than the buffer: only a vector can be */
             uint8_t *big = malloc(row);
             rc = big ? hf_tensor_rows(&t[i], 0, 1, big, tmp, err)
@@ -164,8 +184,8 @@ static int write_data(struct gguf_writer *w, const struct hf_tensor *t, size_t n
             done += row;
         } else {
             uint64_t per = HF_BUF / row;
-            for (uint64_t r = 0; !rc && r < t[i].ne[1]; r += per) {
-                uint64_t nr = t[i].ne[1] - r < per ? t[i].ne[1] - r : per;
+            for (uint64_t r = 0; !rc && r < nrows; r += per) {
+                uint64_t nr = nrows - r < per ? nrows - r : per;
                 const void *direct = hf_tensor_direct(&t[i], r);
                 if (direct)
                     populate(direct, nr * row);
@@ -229,8 +249,22 @@ int hf_convert(const char *dir, const char *out_path, const struct hf_convert_op
     if (!rc)
         rc = hf_config_parse(text, len, path, &c, err);
     free(text);
+    if (!rc && c.family == HF_FAM_GEMMA3) {
+        /* Gemma3Model drops embedding rows past the tokenizer's tokens */
+        struct hf_config sized = c;
+        sized.n_vocab = 0;
+        rc = hf_vocab_load(dir, &sized, &v, err);
+        if (!rc && hf_vocab_size(v) < c.n_vocab) {
+            c.n_vocab_src = c.n_vocab;
+            c.n_vocab = hf_vocab_size(v);
+        }
+        hf_vocab_free(v);
+        v = NULL;
+    }
     if (!rc)
         rc = hf_vocab_load(dir, &c, &v, err);
+    if (!rc && (c.family == HF_FAM_GEMMA2 || c.family == HF_FAM_GEMMA3))
+        hf_vocab_set_add_space_prefix(v, 0); /* Gemma2Model/Gemma3Model.set_vocab */
     if (!rc)
         rc = hf_shards_open(dir, &sh, err);
     if (!rc && c.rope == HF_ROPE_LLAMA3) {
@@ -246,7 +280,9 @@ int hf_convert(const char *dir, const char *out_path, const struct hf_convert_op
     if (!rc)
         rc = gguf_writer_open(out_path, &w, err);
     if (!rc)
-        rc = gguf_writer_add_cstr(w, "general.architecture", "llama", err);
+        rc = gguf_writer_add_cstr(w, "general.architecture", c.gguf_arch, err);
+    if (!rc)
+        rc = hf_family_write_early(&c, w, err);
     if (!rc)
         rc = gguf_writer_add_cstr(w, "general.type", "model", err);
     if (!rc)
@@ -271,7 +307,7 @@ int hf_convert(const char *dir, const char *out_path, const struct hf_convert_op
     if (!rc && info)
         *info = (struct hf_convert_info){n, total, src_bytes, ft};
     gguf_writer_free(w);
-    free(t);
+    hf_tensors_free(t, n);
     free(rope);
     hf_shards_close(&sh);
     hf_vocab_free(v);

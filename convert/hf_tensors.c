@@ -150,34 +150,69 @@ int hf_shards_open(const char *dir, struct hf_shards *s, struct mf_err *err)
 
 /* ---- names ---- */
 
-enum dim { D_1, D_VOCAB, D_EMBD, D_FF, D_Q, D_KV };
+enum dim { D_1, D_VOCAB, D_EMBD, D_FF, D_Q, D_KV, D_QKV, D_FF2, D_HD, D_NEXP, D_FFX, D_FFX2 };
+
+#define FB(f) (1u << (f))
+#define F_ALL 0xffu
+#define F_QKNORM (FB(HF_FAM_QWEN3) | FB(HF_FAM_QWEN3MOE) | FB(HF_FAM_GEMMA3))
+#define F_GEMMA (FB(HF_FAM_GEMMA2) | FB(HF_FAM_GEMMA3))
+#define F_PHI FB(HF_FAM_PHI3)
+#define F_NOPHI (F_ALL & ~F_PHI)
+
+/* What a block tensor is for: when it is required and allowed. */
+enum use { U_ALL, U_DENSE, U_MOE };
 
 /* Per-block tensors: HF suffix after "model.layers.N.", GGUF suffix, shape
  * (rows, cols; cols D_1 for a vector), permutation heads (1 = n_head, 2 =
- * n_head_kv), required. */
+ * n_head_kv; llama only), the families that have it and those that must,
+ * and whether it belongs to dense or routed layers. */
 static const struct {
     const char *hf, *gguf;
     enum dim rows, cols;
-    int perm, required;
+    int perm;
+    unsigned fam, req;
+    enum use use;
 } blk_map[] = {
-    {"input_layernorm.weight", "attn_norm.weight", D_EMBD, D_1, 0, 1},
-    {"self_attn.q_proj.weight", "attn_q.weight", D_Q, D_EMBD, 1, 1},
-    {"self_attn.k_proj.weight", "attn_k.weight", D_KV, D_EMBD, 2, 1},
-    {"self_attn.v_proj.weight", "attn_v.weight", D_KV, D_EMBD, 0, 1},
-    {"self_attn.o_proj.weight", "attn_output.weight", D_EMBD, D_Q, 0, 1},
-    {"self_attn.q_proj.bias", "attn_q.bias", D_Q, D_1, 1, 0},
-    {"self_attn.k_proj.bias", "attn_k.bias", D_KV, D_1, 2, 0},
-    {"self_attn.v_proj.bias", "attn_v.bias", D_KV, D_1, 0, 0},
-    {"self_attn.o_proj.bias", "attn_output.bias", D_EMBD, D_1, 0, 0},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", D_EMBD, D_1, 0, 1},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", D_FF, D_EMBD, 0, 1},
-    {"mlp.up_proj.weight", "ffn_up.weight", D_FF, D_EMBD, 0, 1},
-    {"mlp.down_proj.weight", "ffn_down.weight", D_EMBD, D_FF, 0, 1},
-    {"mlp.gate_proj.bias", "ffn_gate.bias", D_FF, D_1, 0, 0},
-    {"mlp.up_proj.bias", "ffn_up.bias", D_FF, D_1, 0, 0},
-    {"mlp.down_proj.bias", "ffn_down.bias", D_EMBD, D_1, 0, 0},
+    {"input_layernorm.weight", "attn_norm.weight", D_EMBD, D_1, 0, F_ALL, F_ALL, U_ALL},
+    {"self_attn.q_proj.weight", "attn_q.weight", D_Q, D_EMBD, 1, F_NOPHI, F_NOPHI, U_ALL},
+    {"self_attn.k_proj.weight", "attn_k.weight", D_KV, D_EMBD, 2, F_NOPHI, F_NOPHI, U_ALL},
+    {"self_attn.v_proj.weight", "attn_v.weight", D_KV, D_EMBD, 0, F_NOPHI, F_NOPHI, U_ALL},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight", D_QKV, D_EMBD, 0, F_PHI, F_PHI, U_ALL},
+    {"self_attn.o_proj.weight", "attn_output.weight", D_EMBD, D_Q, 0, F_ALL, F_ALL, U_ALL},
+    {"self_attn.q_proj.bias", "attn_q.bias", D_Q, D_1, 1, F_NOPHI, 0, U_ALL},
+    {"self_attn.k_proj.bias", "attn_k.bias", D_KV, D_1, 2, F_NOPHI, 0, U_ALL},
+    {"self_attn.v_proj.bias", "attn_v.bias", D_KV, D_1, 0, F_NOPHI, 0, U_ALL},
+    {"self_attn.o_proj.bias", "attn_output.bias", D_EMBD, D_1, 0, F_ALL, 0, U_ALL},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", D_HD, D_1, 0, F_QKNORM, F_QKNORM, U_ALL},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", D_HD, D_1, 0, F_QKNORM, F_QKNORM, U_ALL},
+    /* Gemma's post_attention_layernorm is its post-attention norm (gguf-py maps
+     * it to post_attention_norm for gemma2/3): renamed in slot_name */
+    {"post_attention_layernorm.weight", "ffn_norm.weight", D_EMBD, D_1, 0, F_ALL, F_ALL, U_ALL},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight", D_EMBD, D_1, 0, F_GEMMA, F_GEMMA,
+     U_ALL},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight", D_EMBD, D_1, 0, F_GEMMA, F_GEMMA,
+     U_ALL},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", D_FF, D_EMBD, 0, F_NOPHI, F_NOPHI, U_DENSE},
+    {"mlp.up_proj.weight", "ffn_up.weight", D_FF, D_EMBD, 0, F_NOPHI, F_NOPHI, U_DENSE},
+    {"mlp.gate_up_proj.weight", "ffn_up.weight", D_FF2, D_EMBD, 0, F_PHI, F_PHI, U_DENSE},
+    {"mlp.down_proj.weight", "ffn_down.weight", D_EMBD, D_FF, 0, F_ALL, F_ALL, U_DENSE},
+    {"mlp.gate_proj.bias", "ffn_gate.bias", D_FF, D_1, 0, F_NOPHI, 0, U_DENSE},
+    {"mlp.up_proj.bias", "ffn_up.bias", D_FF, D_1, 0, F_NOPHI, 0, U_DENSE},
+    {"mlp.down_proj.bias", "ffn_down.bias", D_EMBD, D_1, 0, F_ALL, 0, U_DENSE},
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight", D_NEXP, D_EMBD, 0, FB(HF_FAM_LLAMA), 0,
+     U_MOE},
+    {"mlp.gate.weight", "ffn_gate_inp.weight", D_NEXP, D_EMBD, 0,
+     FB(HF_FAM_LLAMA) | FB(HF_FAM_QWEN3MOE), 0, U_MOE},
 };
 #define N_BLK (sizeof blk_map / sizeof blk_map[0])
+#define K_ROUTER_A (N_BLK - 2)
+#define K_ROUTER_B (N_BLK - 1)
+
+/* Expert slots after a layer's N_BLK: the stacked tensors of transformers 5
+ * (gate_up_proj [n_expert, 2 ff, embd], down_proj [n_expert, embd, ff]),
+ * then gate, up, down of each expert. */
+enum { X_GU, X_DOWN, X_EACH };
+enum { E_GATE, E_UP, E_DOWN };
 
 /* Model-level tensors, slots after the blocks. */
 enum { G_EMBD, G_NORM, G_OUT, N_GLOBAL };
@@ -203,18 +238,114 @@ static int64_t dim_of(const struct hf_config *c, enum dim d)
         return c->n_head * c->head_dim;
     case D_KV:
         return c->n_head_kv * c->head_dim;
+    case D_QKV:
+        return (c->n_head + 2 * c->n_head_kv) * c->head_dim;
+    case D_FF2:
+        return 2 * c->n_ff;
+    case D_HD:
+        return c->head_dim;
+    case D_NEXP:
+        return c->n_expert;
+    case D_FFX:
+        return c->n_ff_exp;
+    case D_FFX2:
+        return 2 * c->n_ff_exp;
     default:
         return 1;
     }
 }
 
-/* The slot of an HF name: G_* for model tensors, N_GLOBAL + layer*N_BLK + k
- * for block tensors; -1 for names to skip; -2 for unknown names. */
-static int64_t slot_of(const char *name, int64_t n_layer)
+static size_t slots_per_layer(const struct hf_config *c)
 {
+    return N_BLK + (c->n_expert ? X_EACH + 3 * (size_t)c->n_expert : 0);
+}
+
+/* A non-negative decimal index at *p (no leading zeros), below max; -1 if none. */
+static int64_t index_at(const char **p, int64_t max)
+{
+    const char *q = *p;
+    int64_t v = 0;
+    if (*q < '0' || *q > '9' || (*q == '0' && q[1] >= '0' && q[1] <= '9'))
+        return -1;
+    while (*q >= '0' && *q <= '9') {
+        v = v * 10 + (*q++ - '0');
+        if (v >= max)
+            return -2;
+    }
+    *p = q;
+    return v;
+}
+
+/* The expert slot (relative to the layer's N_BLK) of p, or -1. */
+static int64_t expert_slot(const struct hf_config *c, const char *p)
+{
+    if (!c->n_expert)
+        return -1;
+    if (!strcmp(p, "mlp.experts.gate_up_proj") || !strcmp(p, "mlp.experts.gate_up_proj.weight"))
+        return X_GU;
+    if (!strcmp(p, "mlp.experts.down_proj") || !strcmp(p, "mlp.experts.down_proj.weight"))
+        return X_DOWN;
+    static const char *const pfx[] = {"block_sparse_moe.experts.", "mlp.experts."};
+    static const char *const parts[2][3] = {
+        {"w1.weight", "w3.weight", "w2.weight"},
+        {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}};
+    for (int k = 0; k < 2; k++) {
+        size_t n = strlen(pfx[k]);
+        if (strncmp(p, pfx[k], n) != 0)
+            continue;
+        const char *q = p + n;
+        int64_t e = index_at(&q, c->n_expert);
+        if (e < 0 || *q++ != '.')
+            return -1;
+        for (int w = 0; w < 3; w++)
+            if (!strcmp(q, parts[k][w]))
+                return X_EACH + e * 3 + w;
+    }
+    return -1;
+}
+
+/* Whether block tensor k belongs to c's family and layer kind. */
+static int blk_allowed(const struct hf_config *c, size_t k)
+{
+    if (!(blk_map[k].fam & FB(c->family)))
+        return 0;
+    return blk_map[k].use == U_ALL || (blk_map[k].use == U_MOE) == (c->n_expert > 0);
+}
+
+static int blk_required(const struct hf_config *c, size_t k)
+{
+    return blk_allowed(c, k) && (blk_map[k].req & FB(c->family));
+}
+
+/* Names the converter's filter drops from a multimodal checkpoint. */
+static int is_other_tower(const char *name)
+{
+    return strstr(name, "vision_") || strstr(name, "vision.") || strstr(name, "audio_") ||
+           strstr(name, "projector.") || strncmp(name, "mlp", 3) == 0;
+}
+
+/* The slot of an HF name: G_* for model tensors, N_GLOBAL + layer * per + k
+ * for block tensors; -1 for names to skip; -2 for unknown names; -3 for a
+ * layer beyond n_layer. */
+static int64_t slot_of(const struct hf_config *c, const char *name)
+{
+    char buf[256];
+    if (c->multimodal) { /* language_model.model.x or model.language_model.x -> model.x */
+        if (is_other_tower(name))
+            return -1;
+        const char *lm = strstr(name, "language_model.");
+        if (lm && strlen(name) < sizeof buf) {
+            size_t pre = (size_t)(lm - name);
+            memcpy(buf, name, pre);
+            snprintf(buf + pre, sizeof buf - pre, "%s", lm + strlen("language_model."));
+            name = buf;
+        }
+    }
     for (int g = 0; g < N_GLOBAL; g++)
         if (strcmp(name, glob_map[g].hf) == 0)
-            return g;
+            return g == G_OUT && (c->family == HF_FAM_GEMMA2 || c->family == HF_FAM_GEMMA3)
+                       ? -1 /* Gemma's converter skips lm_head (tied) */
+                       : g;
     size_t n = strlen(name);
     static const char inv[] = ".rotary_emb.inv_freq";
     if (n >= sizeof inv - 1 && strcmp(name + n - (sizeof inv - 1), inv) == 0)
@@ -223,20 +354,17 @@ static int64_t slot_of(const char *name, int64_t n_layer)
     if (strncmp(name, pfx, sizeof pfx - 1) != 0)
         return -2;
     const char *p = name + sizeof pfx - 1;
-    int64_t layer = 0;
-    if (*p < '0' || *p > '9' || (*p == '0' && p[1] != '.'))
+    int64_t layer = index_at(&p, c->n_layer);
+    if (layer == -2)
+        return -3;
+    if (layer < 0 || *p++ != '.')
         return -2;
-    while (*p >= '0' && *p <= '9') {
-        layer = layer * 10 + (*p++ - '0');
-        if (layer >= n_layer)
-            return -3; /* a layer config.json does not have */
-    }
-    if (*p++ != '.')
-        return -2;
+    size_t per = slots_per_layer(c);
     for (size_t k = 0; k < N_BLK; k++)
         if (strcmp(p, blk_map[k].hf) == 0)
-            return N_GLOBAL + layer * (int64_t)N_BLK + (int64_t)k;
-    return -2;
+            return blk_allowed(c, k) ? N_GLOBAL + layer * (int64_t)per + (int64_t)k : -2;
+    int64_t x = expert_slot(c, p);
+    return x < 0 ? -2 : N_GLOBAL + layer * (int64_t)per + (int64_t)N_BLK + x;
 }
 
 struct found {
@@ -244,26 +372,38 @@ struct found {
     const struct st_tensor *t;
 };
 
-static int check_shape(const struct hf_config *c, const struct st_file *f,
-                       const struct st_tensor *t, enum dim rows, enum dim cols, struct mf_err *err)
+static int shape_error(const struct st_file *f, const struct st_tensor *t, const int64_t *want,
+                       int nd, struct mf_err *err)
 {
-    int64_t r = dim_of(c, rows), k = dim_of(c, cols);
-    int ok = cols == D_1 ? t->n_dims == 1 && t->shape[0] == r
-                         : t->n_dims == 2 && t->shape[0] == r && t->shape[1] == k;
-    if (ok)
-        return 0;
-    char got[128] = "";
-    size_t at = 0;
+    char got[128] = "", exp[128] = "";
+    size_t at = 0, ae = 0;
     for (int32_t i = 0; i < t->n_dims && at < sizeof got - 24; i++)
         at += (size_t)snprintf(got + at, sizeof got - at, "%s%lld", i ? ", " : "",
                                (long long)t->shape[i]);
-    if (cols == D_1)
-        return mf_err_set(err, MF_EFORMAT,
-                          "%s: tensor %s has shape [%s], but config.json implies [%lld]",
-                          st_name(f), t->name, got, (long long)r);
-    return mf_err_set(err, MF_EFORMAT,
-                      "%s: tensor %s has shape [%s], but config.json implies [%lld, %lld]",
-                      st_name(f), t->name, got, (long long)r, (long long)k);
+    for (int i = 0; i < nd && ae < sizeof exp - 24; i++)
+        ae += (size_t)snprintf(exp + ae, sizeof exp - ae, "%s%lld", i ? ", " : "",
+                               (long long)want[i]);
+    return mf_err_set(err, MF_EFORMAT, "%s: tensor %s has shape [%s], but config.json implies [%s]",
+                      st_name(f), t->name, got, exp);
+}
+
+/* t's shape must be want[0..nd) (torch order). */
+static int check_dims(const struct st_file *f, const struct st_tensor *t, const int64_t *want,
+                      int nd, struct mf_err *err)
+{
+    int ok = t->n_dims == nd;
+    for (int i = 0; ok && i < nd; i++)
+        ok = t->shape[i] == want[i];
+    return ok ? 0 : shape_error(f, t, want, nd, err);
+}
+
+static int check_shape(const struct hf_config *c, const struct st_file *f,
+                       const struct st_tensor *t, enum dim rows, enum dim cols, struct mf_err *err)
+{
+    int64_t want[2] = {dim_of(c, rows), dim_of(c, cols)};
+    if (rows == D_VOCAB && c->n_vocab_src)
+        want[0] = c->n_vocab_src; /* Gemma 3: rows past the tokenizer's are dropped */
+    return check_dims(f, t, want, cols == D_1 ? 1 : 2, err);
 }
 
 static void fill(struct hf_tensor *o, const char *name, const struct found *fd, int64_t rows,
@@ -277,19 +417,125 @@ static void fill(struct hf_tensor *o, const char *name, const struct found *fd, 
     o->n_dims = cols > 1 || (fd->t && fd->t->n_dims == 2) ? 2 : 1;
     o->ne[0] = (uint64_t)(o->n_dims == 2 ? cols : rows);
     o->ne[1] = (uint64_t)(o->n_dims == 2 ? rows : 1);
+    o->ne[2] = 1;
+}
+
+static int is_gemma(const struct hf_config *c)
+{
+    return c->family == HF_FAM_GEMMA2 || c->family == HF_FAM_GEMMA3;
+}
+
+/* Gemma's RMSNorm scales by 1 + weight: the converter stores weight + 1,
+ * computed in the source's precision (BF16 is widened to F32 first). */
+static void norm_shift(const struct hf_config *c, const char *hf_name, struct hf_tensor *t)
+{
+    size_t n = strlen(hf_name);
+    if (!is_gemma(c) || n < 11 || strcmp(hf_name + n - 11, "norm.weight") != 0 || !t->src)
+        return;
+    t->add = 1.0f;
+    t->add_f16 = t->src->dtype == ST_F16;
+}
+
+/* The three *_exps tensors of layer l from its expert slots x. */
+static int plan_experts(const struct hf_config *c, int64_t l, const struct found *x,
+                        struct hf_tensor *t, size_t *n, struct mf_err *err)
+{
+    int64_t ne_ = c->n_expert, ff = c->n_ff_exp, embd = c->n_embd;
+    int stacked = x[X_GU].t || x[X_DOWN].t;
+    static const char *const gguf[3] = {"ffn_gate_exps.weight", "ffn_down_exps.weight",
+                                        "ffn_up_exps.weight"};
+    static const int which[3] = {E_GATE, E_DOWN, E_UP};
+    if (stacked) {
+        for (int k = 0; k < 2; k++)
+            if (!x[k].t)
+                return mf_err_set(err, MF_EFORMAT,
+                                  "the checkpoint has no model.layers.%lld.mlp.experts.%s tensor",
+                                  (long long)l, k == X_GU ? "gate_up_proj" : "down_proj");
+        for (int64_t e = 0; e < ne_ * 3; e++)
+            if (x[X_EACH + e].t)
+                return mf_err_set(err, MF_EFORMAT,
+                                  "%s: tensor %s and the stacked experts of layer %lld are both "
+                                  "present",
+                                  st_name(x[X_EACH + e].f), x[X_EACH + e].t->name, (long long)l);
+        int64_t gu[3] = {ne_, 2 * ff, embd}, dn[3] = {ne_, embd, ff};
+        int rc = check_dims(x[X_GU].f, x[X_GU].t, gu, 3, err);
+        if (!rc)
+            rc = check_dims(x[X_DOWN].f, x[X_DOWN].t, dn, 3, err);
+        if (rc)
+            return rc;
+    }
+    for (int k = 0; k < 3; k++) {
+        int w = which[k];
+        int64_t rows = w == E_DOWN ? embd : ff, cols = w == E_DOWN ? ff : embd;
+        struct hf_tensor *o = &t[(*n)++];
+        char name[64];
+        snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, gguf[k]);
+        const struct found *src = &x[w == E_DOWN ? X_DOWN : X_GU];
+        if (!stacked)
+            src = &x[X_EACH + w];
+        fill(o, name, src, rows, cols, 0);
+        o->n_dims = 3;
+        o->ne[0] = (uint64_t)cols;
+        o->ne[1] = (uint64_t)rows;
+        o->ne[2] = (uint64_t)ne_;
+        o->blk_rows = (uint64_t)rows;
+        if (stacked) {
+            o->blk_stride = w == E_DOWN ? (uint64_t)embd : 2 * (uint64_t)ff;
+            o->blk_off = w == E_UP ? (uint64_t)ff : 0;
+            continue;
+        }
+        o->xs = calloc((size_t)ne_, sizeof *o->xs);
+        o->xf = calloc((size_t)ne_, sizeof *o->xf);
+        if (!o->xs || !o->xf)
+            return mf_err_set(err, MF_ENOMEM, "out of memory");
+        for (int64_t e = 0; e < ne_; e++) {
+            const struct found *fe = &x[X_EACH + e * 3 + w];
+            static const char *const part[3] = {"gate_proj (w1)", "up_proj (w3)", "down_proj (w2)"};
+            if (!fe->t)
+                return mf_err_set(err, MF_EFORMAT,
+                                  "the checkpoint has no %s weight of expert %lld in layer %lld "
+                                  "(config.json has %lld experts)",
+                                  part[w], (long long)e, (long long)l, (long long)ne_);
+            int64_t want[2] = {rows, cols};
+            int rc = check_dims(fe->f, fe->t, want, 2, err);
+            if (!rc && fe->t->dtype != x[X_EACH + w].t->dtype)
+                rc = mf_err_set(err, MF_EUNSUPPORTED,
+                                "%s: tensor %s has dtype %s, unlike expert 0's", st_name(fe->f),
+                                fe->t->name, st_dtype_name(fe->t->dtype));
+            if (rc)
+                return rc;
+            o->xs[e] = fe->t;
+            o->xf[e] = fe->f;
+        }
+        o->f = o->xf[0];
+        o->src = o->xs[0];
+    }
+    return 0;
+}
+
+void hf_tensors_free(struct hf_tensor *t, size_t n)
+{
+    for (size_t i = 0; t && i < n; i++) {
+        free(t[i].xs);
+        free(t[i].xf);
+    }
+    free(t);
 }
 
 int hf_tensors_plan(const struct hf_config *c, const struct hf_shards *s, const float *rope,
                     struct hf_tensor **out, size_t *n_out, struct mf_err *err)
 {
-    size_t n_slots = N_GLOBAL + (size_t)c->n_layer * N_BLK;
+    size_t per = slots_per_layer(c);
+    size_t n_slots = N_GLOBAL + (size_t)c->n_layer * per;
+    /* at most: 3 generated, the globals, every block tensor and 3 expert tensors a layer */
+    size_t cap = 3 + N_GLOBAL + (size_t)c->n_layer * (N_BLK + 3);
     struct found *fd = calloc(n_slots, sizeof *fd);
-    struct hf_tensor *t = calloc(n_slots + 1, sizeof *t);
+    struct hf_tensor *t = calloc(cap, sizeof *t);
     int rc = fd && t ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
     for (size_t i = 0; !rc && i < s->n; i++) {
         for (size_t k = 0; !rc && k < st_count(s->f[i]); k++) {
             const struct st_tensor *x = st_at(s->f[i], k);
-            int64_t slot = slot_of(x->name, c->n_layer);
+            int64_t slot = slot_of(c, x->name);
             if (slot == -1)
                 continue;
             if (slot == -3)
@@ -313,10 +559,16 @@ int hf_tensors_plan(const struct hf_config *c, const struct hf_shards *s, const 
         }
     }
     size_t n = 0;
+    struct found none = {0};
     if (!rc && c->rope == HF_ROPE_LLAMA3) {
-        struct found none = {0};
         fill(&t[n], "rope_freqs.weight", &none, c->head_dim / 2, 1, 0);
         t[n++].gen = rope;
+    }
+    if (!rc && c->n_rope_factors) { /* Phi-3's generate_extra_tensors: long, then short */
+        fill(&t[n], "rope_factors_long.weight", &none, c->n_rope_factors, 1, 0);
+        t[n++].gen = c->rope_long;
+        fill(&t[n], "rope_factors_short.weight", &none, c->n_rope_factors, 1, 0);
+        t[n++].gen = c->rope_short;
     }
     /* model tensors and blocks, in GGUF order */
     static const int order[] = {G_EMBD, -1, G_NORM, G_OUT};
@@ -332,35 +584,55 @@ int hf_tensors_plan(const struct hf_config *c, const struct hf_shards *s, const 
             continue; /* tied: token_embd serves as the output (a stored copy is dropped) */
         if (g >= 0) {
             rc = check_shape(c, fd[g].f, fd[g].t, glob_map[g].rows, glob_map[g].cols, err);
-            fill(&t[n++], glob_map[g].gguf, &fd[g], dim_of(c, glob_map[g].rows),
+            fill(&t[n], glob_map[g].gguf, &fd[g], dim_of(c, glob_map[g].rows),
                  dim_of(c, glob_map[g].cols), 0);
+            norm_shift(c, glob_map[g].hf, &t[n++]);
             continue;
         }
         for (int64_t l = 0; !rc && l < c->n_layer; l++) {
+            const struct found *lx = &fd[N_GLOBAL + (size_t)l * per];
+            int router = 0;
             for (size_t k = 0; !rc && k < N_BLK; k++) {
-                const struct found *x = &fd[N_GLOBAL + (size_t)l * N_BLK + k];
+                const struct found *x = &lx[k];
                 char name[64];
                 if (!x->t) {
-                    if (blk_map[k].required)
+                    if (blk_required(c, k))
                         rc = mf_err_set(err, MF_EFORMAT,
                                         "the checkpoint has no model.layers.%lld.%s tensor "
                                         "(config.json has %lld layers)",
                                         (long long)l, blk_map[k].hf, (long long)c->n_layer);
                     continue;
                 }
-                rc = check_shape(c, x->f, x->t, blk_map[k].rows, blk_map[k].cols, err);
-                snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, blk_map[k].gguf);
-                int64_t perm = blk_map[k].perm == 1   ? c->n_head
-                               : blk_map[k].perm == 2 ? c->n_head_kv
-                                                      : 0;
-                fill(&t[n++], name, x, dim_of(c, blk_map[k].rows), dim_of(c, blk_map[k].cols),
-                     perm);
+                if (k == K_ROUTER_A || k == K_ROUTER_B) {
+                    if (router++)
+                        rc = mf_err_set(err, MF_EFORMAT, "%s: layer %lld has two expert routers",
+                                        st_name(x->f), (long long)l);
+                }
+                if (!rc)
+                    rc = check_shape(c, x->f, x->t, blk_map[k].rows, blk_map[k].cols, err);
+                const char *gg = blk_map[k].gguf;
+                if (is_gemma(c) && !strcmp(blk_map[k].hf, "post_attention_layernorm.weight"))
+                    gg = "post_attention_norm.weight";
+                snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, gg);
+                int64_t perm = c->family != HF_FAM_LLAMA ? 0
+                               : blk_map[k].perm == 1    ? c->n_head
+                               : blk_map[k].perm == 2    ? c->n_head_kv
+                                                         : 0;
+                fill(&t[n], name, x, dim_of(c, blk_map[k].rows), dim_of(c, blk_map[k].cols), perm);
+                norm_shift(c, blk_map[k].hf, &t[n++]);
             }
+            if (!rc && c->n_expert && !router)
+                rc = mf_err_set(err, MF_EFORMAT,
+                                "the checkpoint has no expert router of layer %lld "
+                                "(model.layers.%lld.mlp.gate.weight)",
+                                (long long)l, (long long)l);
+            if (!rc && c->n_expert)
+                rc = plan_experts(c, l, lx + N_BLK, t, &n, err);
         }
     }
     free(fd);
     if (rc) {
-        free(t);
+        hf_tensors_free(t, cap);
         return rc;
     }
     *out = t;
@@ -423,9 +695,9 @@ int hf_tensors_types(const struct hf_config *c, const struct hf_convert_opts *o,
               : ftt == GGML_TYPE_BF16 ? QUANT_FTYPE_MOSTLY_BF16
                                       : QUANT_FTYPE_MOSTLY_F16;
     }
-    struct quant_model_info mi = {.arch = "llama",
+    struct quant_model_info mi = {.arch = c->gguf_arch ? c->gguf_arch : "llama",
                                   .n_layer = (int32_t)c->n_layer,
-                                  .n_expert = 0,
+                                  .n_expert = (int32_t)c->n_expert,
                                   .n_gqa = (int32_t)(c->n_head / c->n_head_kv),
                                   .has_output = has_output,
                                   .is_70b = c->n_layer == 80 && c->n_head != c->n_head_kv};
@@ -433,13 +705,15 @@ int hf_tensors_types(const struct hf_config *c, const struct hf_convert_opts *o,
         enum ggml_type base = t[i].src ? float_type(o->outtype, t[i].src->dtype) : GGML_TYPE_F32;
         if (!o->quantize && o->outtype == HF_OUT_AUTO)
             base = ftt; /* one type for the file, as the converter's auto mode picks it */
-        if (t[i].n_dims == 1 || is_norm(t[i].name) || !t[i].src) {
+        if (t[i].n_dims == 1 || is_norm(t[i].name) || !t[i].src ||
+            strstr(t[i].name, ".ffn_gate_inp.")) { /* the converter keeps routers F32 */
             t[i].type = GGML_TYPE_F32;
         } else if (o->quantize) {
-            struct quant_tensor_info ti = {.name = t[i].name,
-                                           .type = base,
-                                           .n_dims = (int)t[i].n_dims,
-                                           .ne = {(int64_t)t[i].ne[0], (int64_t)t[i].ne[1], 1, 1}};
+            struct quant_tensor_info ti = {
+                .name = t[i].name,
+                .type = base,
+                .n_dims = (int)t[i].n_dims,
+                .ne = {(int64_t)t[i].ne[0], (int64_t)t[i].ne[1], (int64_t)t[i].ne[2], 1}};
             int rc = quant_ftype_tensor_type(o->ftype, &mi, &ti, &t[i].type, err);
             if (rc)
                 return mf_err_prefix(err, "%s", t[i].name);
@@ -450,20 +724,42 @@ int hf_tensors_types(const struct hf_config *c, const struct hf_convert_opts *o,
         if (ggml_type_row_size(t[i].type, t[i].ne[0], &row) != 0)
             return mf_err_set(err, MF_EINVAL, "%s: rows of %llu do not fit type %s", t[i].name,
                               (unsigned long long)t[i].ne[0], ggml_type_name(t[i].type));
-        t[i].bytes = row * t[i].ne[1];
+        t[i].bytes = row * hf_tensor_nrows(&t[i]);
     }
     return 0;
 }
 
 /* ---- rows ---- */
 
+uint64_t hf_tensor_nrows(const struct hf_tensor *t)
+{
+    return t->n_dims == 1 ? 1 : t->ne[1] * (t->n_dims == 3 ? t->ne[2] : 1);
+}
+
 uint64_t hf_tensor_src_row(const struct hf_tensor *t, uint64_t r)
 {
+    if (t->blk_rows) {
+        uint64_t b = r / t->blk_rows, j = r % t->blk_rows;
+        return (t->xs ? 0 : b * t->blk_stride) + t->blk_off + j;
+    }
     if (t->perm_heads <= 0)
         return r;
     uint64_t rows = t->n_dims == 2 ? t->ne[1] : t->ne[0];
     uint64_t hd = rows / (uint64_t)t->perm_heads, h = r / hd, rem = r % hd;
     return h * hd + (rem % 2) * (hd / 2) + rem / 2;
+}
+
+/* The source (shard and tensor) output row r reads. */
+static void row_src(const struct hf_tensor *t, uint64_t r, const struct st_file **f,
+                    const struct st_tensor **s)
+{
+    if (t->xs) {
+        *f = t->xf[r / t->blk_rows];
+        *s = t->xs[r / t->blk_rows];
+    } else {
+        *f = t->f;
+        *s = t->src;
+    }
 }
 
 static enum ggml_type st_ggml(enum st_dtype d)
@@ -512,7 +808,8 @@ static int have_f16c(void)
 
 const void *hf_tensor_direct(const struct hf_tensor *t, uint64_t r0)
 {
-    if (!t->src || t->n_dims != 2 || t->perm_heads > 0 || st_ggml(t->src->dtype) != t->type)
+    if (!t->src || t->n_dims != 2 || t->perm_heads > 0 || t->blk_rows ||
+        st_ggml(t->src->dtype) != t->type)
         return NULL;
     return (const uint8_t *)st_data(t->f, t->src) + r0 * t->ne[0] * st_dtype_size(t->src->dtype);
 }
@@ -543,15 +840,21 @@ int hf_tensor_rows(const struct hf_tensor *t, uint64_t r0, uint64_t nr, void *ds
             int rc = st_read_f32(t->f, t->src, hf_tensor_src_row(t, i), 1, &tmp[i], err);
             if (rc)
                 return rc;
+            if (t->add != 0.0f) /* in the source's precision (F16 stays F16 in torch) */
+                tmp[i] = t->add_f16 ? quant_f16_to_f32(quant_f32_to_f16(tmp[i] + t->add))
+                                    : tmp[i] + t->add;
         }
         return quant_quantize_row(t->type, tmp, out, (int64_t)t->ne[0], err);
     }
     enum ggml_type in = st_ggml(t->src->dtype);
     int same = in == t->type, f16c = t->type == GGML_TYPE_F16 && have_f16c();
     size_t esz = st_dtype_size(t->src->dtype);
-    const uint8_t *base = st_data(t->f, t->src);
     for (uint64_t r = r0; r < r0 + nr; r++, out += row_bytes) {
-        const uint8_t *row = base + hf_tensor_src_row(t, r) * t->ne[0] * esz;
+        const struct st_file *sf;
+        const struct st_tensor *st;
+        row_src(t, r, &sf, &st);
+        const uint8_t *row =
+            (const uint8_t *)st_data(sf, st) + hf_tensor_src_row(t, r) * t->ne[0] * esz;
         if (same) {
             memcpy(out, row, row_bytes);
             continue;

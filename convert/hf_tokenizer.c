@@ -65,6 +65,7 @@ struct hf_vocab {
     int n_order;
     int64_t eot;         /* -1: none */
     int add[2];          /* add_bos_token, add_eos_token: 1/0, -1 absent */
+    int space_prefix;    /* add_space_prefix: 1/0, -1 not written */
     char *chat_template; /* owned or NULL */
 };
 
@@ -95,6 +96,10 @@ const char *hf_vocab_model(const struct hf_vocab *v)
 const char *hf_vocab_pre(const struct hf_vocab *v)
 {
     return v->pre;
+}
+void hf_vocab_set_add_space_prefix(struct hf_vocab *v, int on)
+{
+    v->space_prefix = on != 0;
 }
 
 /* ---- pre-tokenizer names ---- */
@@ -458,6 +463,7 @@ int hf_vocab_build(const struct hf_tokenizer_src *src, const struct hf_config *c
         v->special[i] = -1;
     v->eot = -1;
     v->add[0] = v->add[1] = -1;
+    v->space_prefix = -1;
     /* the size: config.json's vocab_size, else the largest id + 1 */
     int64_t n = c && c->n_vocab ? c->n_vocab : 0;
     if (!n) {
@@ -644,5 +650,7 @@ int hf_vocab_write(const struct hf_vocab *v, struct gguf_writer *w, struct mf_er
         rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", v->add[1], err);
     if (!rc && v->chat_template)
         rc = gguf_writer_add_cstr(w, "tokenizer.chat_template", v->chat_template, err);
+    if (!rc && v->space_prefix >= 0)
+        rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", v->space_prefix, err);
     return rc;
 }

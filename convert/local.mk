@@ -1,7 +1,7 @@
 ### convert/: Hugging Face directories to GGUF, PEFT adapters to GGUF LoRA,
 ### adapter checks against the base, LoRA merging and quantize-on-build
 libmfc_compiler_a_SOURCES += \
-	convert/hf.h convert/hf_int.h convert/hf_config.c \
+	convert/hf.h convert/hf_int.h convert/hf_config.c convert/hf_family.c \
 	convert/hf_tokenizer.c convert/hf_tensors.c convert/hf_convert.c \
 	convert/lora.h convert/lora_check.c convert/lora_peft.c \
 	convert/lora_merge.c convert/lora_merge.h
@@ -20,9 +20,12 @@ TESTS += tests/unit/test_hf tests/unit/test_lora tests/unit/test_lora_merge
 
 ## CLI tests (bats) with stdlib-Python references: an HF writer and reader,
 ## a PEFT writer and reference converter.
-TESTS += tests/cli/convert.bats tests/cli/lora.bats tests/cli/merge.bats
-EXTRA_DIST += tests/cli/convert.bats tests/cli/hf_mkdir.py tests/cli/hf_gguf.py \
-	tests/cli/lora.bats tests/cli/peft_ref.py tests/cli/merge.bats \
+TESTS += tests/cli/convert.bats tests/cli/convert-families.bats tests/cli/lora.bats \
+	tests/cli/lora-families.bats \
+	tests/cli/merge.bats
+EXTRA_DIST += tests/cli/convert.bats tests/cli/convert-families.bats tests/cli/hf_mkdir.py \
+	tests/cli/hf_gguf.py \
+	tests/cli/lora.bats tests/cli/lora-families.bats tests/cli/peft_ref.py tests/cli/merge.bats \
 	docs/convert.md docs/lora.md docs/merge.md
 
 EXTRA_DIST += tests/fuzz/fuzz_hf_config.c tests/fuzz/corpus/hf_config \

@@ -7,12 +7,16 @@
  * adapter_model.safetensors (common/safetensors.c validates it whole).
  * PEFT tensor names "base_model.model.<module>.lora_A.weight" (A: [r, in])
  * and ".lora_B.weight" (B: [out, r]), or ".lora_embedding_A"/"_B" for an
- * embedding (A: [r, n_vocab], B: [n_embd, r]).
+ * embedding (A: [r, n_vocab], B: [n_embd, r]). Modules per family: q/k/v/o
+ * and gate/up/down projections, Phi-3's fused qkv_proj and gate_up_proj
+ * (-> attn_qkv, ffn_up), a multimodal model's language_model. tower; a base
+ * of any architecture common/arch.h runs.
  *
  * Output, tensor by tensor (convert_lora_to_gguf.py's LoraTorchTensor):
  *   <base>.lora_a = A   (ne [in, r]);   <base>.lora_b = B (ne [r, out]);
  *   token_embd.weight.lora_a = A^T (ne [r, n_vocab]), lora_b = B (ne [r, n_embd]);
- *   for the llama architecture the rows of q's and k's lora_b are permuted
+ *   for the llama architecture (and no other: Qwen, Gemma and Phi-3 keep
+ *   HF's NeoX row order) the rows of q's and k's lora_b are permuted
  *   exactly as convert_hf_to_gguf.py's LlamaModel.permute permutes q and k
  *   (reshape(n_head, 2, rows/n_head/2, r).swapaxes(1, 2)), with n_head for q
  *   and n_head_kv for k, so B·A matches the permuted base weights; A is not
@@ -35,6 +39,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/arch.h"
 #include "common/file.h"
 #include "common/ggml_type.h"
 #include "common/json.h"
@@ -47,10 +52,16 @@
 
 /* "q_proj" -> "attn_q" and the others llama.cpp's tensor_mapping.py knows. */
 static const char *const proj_map[][2] = {
-    {"self_attn.q_proj", "attn_q"},    {"self_attn.k_proj", "attn_k"},
-    {"self_attn.v_proj", "attn_v"},    {"self_attn.o_proj", "attn_output"},
-    {"mlp.gate_proj", "ffn_gate"},     {"mlp.up_proj", "ffn_up"},
+    {"self_attn.q_proj", "attn_q"},
+    {"self_attn.k_proj", "attn_k"},
+    {"self_attn.v_proj", "attn_v"},
+    {"self_attn.o_proj", "attn_output"},
+    {"mlp.gate_proj", "ffn_gate"},
+    {"mlp.up_proj", "ffn_up"},
     {"mlp.down_proj", "ffn_down"},
+    /* Phi-3's fused projections stay fused, as the base conversion keeps them */
+    {"self_attn.qkv_proj", "attn_qkv"},
+    {"mlp.gate_up_proj", "ffn_up"},
 };
 static const char *const norm_map[][2] = {
     {"input_layernorm.weight", "attn_norm.weight"},
@@ -240,13 +251,14 @@ static int read_base(struct conv *c, struct mf_err *err)
     if (rc)
         return mf_err_prefix(err, "base model");
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)(s.len > 63 ? 63 : s.len), s.p);
-    if (strcmp(c->arch, "llama") == 0)
-        c->permute = 1;
-    else if (strcmp(c->arch, "qwen2") != 0 && strcmp(c->arch, "qwen3") != 0)
+    const struct arch_desc *d = arch_find(c->arch, strlen(c->arch));
+    if (!d)
         return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: architecture '%s': mfc converts PEFT adapters for llama, qwen2 "
-                          "and qwen3 bases (it must know how the base conversion laid out q/k)",
-                          base_path, c->arch);
+                          "%s: architecture '%s' is not one mfc runs (%s), so mfc does not "
+                          "convert adapters for it",
+                          base_path, c->arch, arch_names());
+    /* only llama's base conversion permutes q/k rows (LlamaModel.permute) */
+    c->permute = d->rope == ARCH_ROPE_NORMAL;
     if (!c->permute)
         return 0;
     char key[128];
@@ -333,8 +345,15 @@ static int classify(struct conv *c, const struct st_tensor *t, struct mf_err *er
     static const char *const a_suf[] = {".lora_A.weight", ".lora_embedding_A"};
     static const char *const b_suf[] = {".lora_B.weight", ".lora_embedding_B"};
     const char *name = t->name;
+    char text_only[512];
     if (strncmp(name, PEFT_PREFIX, sizeof PEFT_PREFIX - 1) == 0)
         name += sizeof PEFT_PREFIX - 1;
+    const char *lm = strstr(name, "language_model.");
+    if (lm && strlen(name) < sizeof text_only) { /* a multimodal model's text tower */
+        snprintf(text_only, sizeof text_only, "%.*s%s", (int)(lm - name), name,
+                 lm + strlen("language_model."));
+        name = text_only;
+    }
     int half = -1;
     size_t mlen = 0;
     for (int i = 0; i < 2 && half < 0; i++) {
@@ -370,7 +389,8 @@ static int classify(struct conv *c, const struct st_tensor *t, struct mf_err *er
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "%s: tensor '%s' adapts module '%s', which mfc cannot map to a GGUF "
                           "tensor (supported: q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                          "up_proj, down_proj, embed_tokens, lm_head)",
+                          "up_proj, down_proj, qkv_proj, gate_up_proj, embed_tokens, lm_head; "
+                          "not experts)",
                           st_name(c->st), t->name, module);
     struct pair *p = pair_for(c, gname, err);
     if (!p)

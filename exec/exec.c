@@ -224,6 +224,10 @@ static int start_workers(struct exec_ctx *x, struct exec_worker *w, int n, int *
         int rc = store_open(&w[i].s, x->o->store_root, err);
         if (rc)
             return rc;
+        /* a killed build's temporary files (its owner lock is free): reclaimed now,
+         * not only by mfc prune */
+        if (i == 0)
+            store_tmp_reclaim(w[i].s, NULL, NULL, err);
         if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]) != 0) {
             store_close(w[i].s);
             w[i].s = NULL;

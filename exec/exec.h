@@ -63,6 +63,8 @@ struct exec_opts {
     int no_cache;                /* nonzero: ignore cache records (still write them) */
     const char *runtime;         /* borrowed: the mfc-serve binary for the runtime layer;
                                     NULL: the image gets no runtime layer */
+    const char *model_name;      /* borrowed: the name the image serves (MFC_MODEL_NAME in
+                                    its config: the first -t), or NULL: none recorded */
     /* RUN steps (docs/run.md): */
     const char *bwrap;           /* borrowed: bubblewrap binary; NULL: "bwrap" in $PATH */
     const char *self_exe;        /* borrowed: mfc, bound at /opt/mfc/bin/mfc; NULL: none */
@@ -70,6 +72,7 @@ struct exec_opts {
     size_t n_secrets;
     int64_t run_timeout_ms;      /* a RUN's timeout when it has no --timeout; 0: none */
     uint64_t run_memory;         /* RLIMIT_AS of each RUN in bytes; 0: none */
+    unsigned allow;              /* EXEC_ALLOW_* entitlements --allow granted (exec_allow.h) */
 };
 
 /* What happened to one plan node. */

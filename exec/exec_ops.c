@@ -7,7 +7,8 @@
  *            into the store (the blob is the output);
  *            a name: source_ref_resolve (a local or registry image's GGUF,
  *            its tar layer when it has one, and its config defaults)
- *   check    gguf_open on the blob: a base needs general.architecture, an
+ *   check    gguf_open on the blob: a base needs a general.architecture that
+ *            common/arch.h runs (or it is refused naming it and those it runs), an
  *            adapter general.type=adapter (the LoRA issue adds the check
  *            against the base, whose check node is already an input)
  *   layer    layer_write: its input blob as a deterministic one-file tar at the
@@ -42,9 +43,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/arch.h"
 #include "common/buf.h"
 #include "common/gguf.h"
 #include "common/json.h"
+#include "common/progress.h"
 #include "common/sha256.h"
 #include "common/inspect.h"
 #include "image/layer.h"
@@ -62,23 +65,43 @@ const struct exec_node *exec_input(const struct exec_job *j, size_t i)
     return &j->b->nodes[j->node->inputs[i]];
 }
 
+/* A layer write's bytes on its step's progress line. */
+struct layer_progress {
+    struct progress *pg; /* a scope on the step, or NULL */
+    int id;              /* its job */
+};
+
+static void on_layer_progress(void *arg, uint64_t done, uint64_t total)
+{
+    struct layer_progress *lp = arg;
+    progress_update(lp->pg, lp->id, done, total);
+}
+
 /* ---- source ---------------------------------------------------------------------- */
 
 /* The key content of a layer or the image: sha256 of the entries' mtime and,
- * for the image, the runtime binary's digest (stat-cached) or "none". */
+ * for the image, the runtime layer's key (every file in it, stat-cached, and
+ * its compression: layer_runtime_digest) or "none". */
 static int build_content(const struct exec_job *j, char content[STORE_DIGEST_BUF],
                          struct mf_err *err)
 {
-    char runtime[STORE_DIGEST_BUF] = "none", text[160], hex[MF_SHA256_HEX_LEN + 1];
+    char runtime[STORE_DIGEST_BUF] = "none", text[512], hex[MF_SHA256_HEX_LEN + 1];
     uint8_t d[MF_SHA256_LEN];
-    uint64_t size;
+    enum layer_compression comp;
     int64_t mtime;
     int rc = layer_source_date(&mtime, err);
-    if (!rc && j->node->op == PLAN_IMAGE && j->o->runtime)
-        rc = store_digest_file(j->s, j->o->runtime, runtime, &size, err);
+    if (!rc && j->node->op == PLAN_IMAGE && j->o->runtime) {
+        rc = layer_runtime_compression(&comp, err);
+        if (!rc)
+            rc = layer_runtime_digest(j->s, j->o->runtime, RUNTIME_NAME, mtime, comp, runtime,
+                                      err);
+    }
     if (rc)
         return rc;
-    int n = snprintf(text, sizeof text, "mtime=%" PRId64 " runtime=%s", mtime, runtime);
+    /* the recorded model name is in the image config: part of the image's key */
+    const char *name = j->node->op == PLAN_IMAGE && j->o->model_name ? j->o->model_name : "";
+    int n = snprintf(text, sizeof text, "mtime=%" PRId64 " runtime=%s name=%.300s", mtime,
+                     runtime, name);
     rc = mf_sha256_mem(text, (size_t)n, d, err);
     if (rc)
         return rc;
@@ -334,7 +357,35 @@ static int check_gguf(const struct gguf_file *gf, enum plan_role role, struct mf
     }
     if (gguf_get_str(gf, "general.architecture", &s, err) != 0)
         return mf_err_prefix(err, "not a GGUF model");
+    /* mfc-serve would refuse it at start: say so at build time (common/arch.h) */
+    if (!arch_find(s.p, (size_t)s.len))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "%s: architecture '%.*s' is not supported (mfc runs %s)", gguf_name(gf),
+                          (int)(s.len > 64 ? 64 : s.len), s.p, arch_names());
     return 0;
+}
+
+/* PARAMETER num_ctx above the base's <arch>.context_length: a warning on the
+ * check step (mfc-serve caps the context at the model's, and warns again). */
+static void warn_num_ctx(const struct exec_job *j, const struct gguf_file *gf,
+                         struct gguf_str arch)
+{
+    const json_t *v = json_object_get(json_object_get(j->plan->config, "params"), "num_ctx");
+    char key[128], line[MF_ERR_MSG_MAX];
+    uint32_t n_ctx;
+    struct mf_err ignored;
+    snprintf(key, sizeof key, "%.*s.context_length", (int)(arch.len < 64 ? arch.len : 64),
+             arch.p);
+    if (!json_is_integer(v) || gguf_get_u32(gf, key, &n_ctx, &ignored) != 0 ||
+        json_integer_value(v) <= (json_int_t)n_ctx)
+        return;
+    snprintf(line, sizeof line,
+             "warning: PARAMETER num_ctx %" JSON_INTEGER_FORMAT " is larger than the model's "
+             "context length %u (%s); mfc-serve will use %u",
+             json_integer_value(v), n_ctx, key, n_ctx);
+    struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
+    progress_note(pg, progress_begin(pg, "check", j->node->name), line);
+    progress_close(pg);
 }
 
 static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
@@ -356,6 +407,8 @@ static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
         struct mf_err ignored;
         if (gguf_get_str(gf, "general.architecture", &arch, &ignored) != 0)
             arch.len = 0;
+        else if (j->node->role == PLAN_ROLE_BASE)
+            warn_num_ctx(j, gf, arch);
         r->result = json_pack("{s:s, s:I, s:s%}", "digest", in->digest, "size",
                               (json_int_t)in->size, "architecture", arch.p, (size_t)arch.len);
         rc = r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -463,8 +516,11 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
     if (!rc && j->node->role == PLAN_ROLE_BASE)
         rc = model_facts(src, &facts, err);
     e.src = src;
+    struct layer_progress lp = {progress_scope(j->o->progress, (int)j->node->id + 1), 0};
+    lp.id = progress_begin(lp.pg, "layer", e.path ? e.path : "");
     if (!rc)
-        rc = layer_write(j->s, &e, 1, comp, mtime, &lr, err);
+        rc = layer_write_progress(j->s, &e, 1, comp, mtime, on_layer_progress, &lp, &lr, err);
+    progress_close(lp.pg);
     /* changed while tarred: the blob is whole and named by its own digest, but
      * it is not what the key promises, so no record names it (gc drops it) */
     if (!rc && local)
@@ -489,7 +545,8 @@ static int op_layer(const struct exec_job *j, struct exec_node *r, struct mf_err
 /* The document with a base image's defaults under it, as `ollama create`
  * does: TEMPLATE and SYSTEM replace the base's (an empty one inherits),
  * PARAMETERs merge per key (the Modelfile's win; its stop list replaces the
- * base's), MESSAGEs replace the base's when there are any. */
+ * base's), MESSAGEs and LICENSE replace the base's when there are any. The
+ * base's adapters are not inherited (op_config warns). */
 static json_t *config_inherit(const json_t *doc, const json_t *base)
 {
     json_t *out = json_deep_copy(doc), *v;
@@ -506,16 +563,46 @@ static json_t *config_inherit(const json_t *doc, const json_t *base)
         if ((!mine || !*mine) && json_is_string(json_object_get(base, text[i])))
             json_object_set(out, text[i], json_object_get(base, text[i]));
     }
-    if (json_array_size(json_object_get(out, "messages")) == 0 &&
-        json_is_array(json_object_get(base, "messages")))
-        json_object_set(out, "messages", json_object_get(base, "messages"));
+    static const char *const lists[] = {"messages", "license"};
+    for (size_t i = 0; i < 2; i++)
+        if (json_array_size(json_object_get(out, lists[i])) == 0 &&
+            json_array_size(json_object_get(base, lists[i])) > 0)
+            json_object_set(out, lists[i], json_object_get(base, lists[i]));
     return out;
+}
+
+/* FROM an image with adapters: they are not carried over (the build takes
+ * only the base's GGUF), which the config step says, naming them. */
+static void warn_adapters(const struct exec_job *j, const json_t *base)
+{
+    const json_t *ads = json_object_get(base, "adapters"), *a;
+    char names[512] = "", line[MF_ERR_MSG_MAX];
+    size_t i, len = 0;
+    if (!json_array_size(ads))
+        return;
+    json_array_foreach (ads, i, a) {
+        const char *n = json_string_value(json_object_get(a, "name"));
+        int w = snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", n ? n : "?");
+        if (w < 0 || (size_t)w >= sizeof names - len)
+            break;
+        len += (size_t)w;
+    }
+    snprintf(line, sizeof line,
+             "warning: %s: the base image's %zu adapter(s) (%s) are not inherited; add an "
+             "ADAPTER line for each one to keep it",
+             exec_input(j, 0)->result ? j->plan->nodes[j->node->inputs[0]].name : "FROM",
+             json_array_size(ads), names);
+    struct progress *pg = progress_scope(j->o->progress, (int)j->node->id + 1);
+    progress_note(pg, progress_begin(pg, "config", j->node->name), line);
+    progress_close(pg);
 }
 
 static int op_config(const struct exec_job *j, struct exec_node *r, struct mf_err *err)
 {
     char *yaml = NULL;
     size_t len = 0;
+    if (j->node->n_inputs)
+        warn_adapters(j, json_object_get(exec_input(j, 0)->result, "defaults"));
     json_t *doc = config_inherit(json_object_get(j->node->args, "document"),
                                  j->node->n_inputs
                                      ? json_object_get(exec_input(j, 0)->result, "defaults")
@@ -579,12 +666,31 @@ static int layer_from_record(const json_t *rec, struct layer_result *l, struct m
     return 0;
 }
 
+/* The runtime layer: from the build cache when its inputs are unchanged
+ * (layer_write_runtime), else written with its bytes on the step's line. */
+static int image_runtime(const struct exec_job *j, struct image_parts *P, int64_t mtime,
+                         struct mf_err *err)
+{
+    enum layer_compression comp;
+    struct layer_progress lp = {progress_scope(j->o->progress, (int)j->node->id + 1), 0};
+    int cached = 0;
+    int rc = layer_runtime_compression(&comp, err);
+    lp.id = progress_begin(lp.pg, "layer", RUNTIME_NAME);
+    if (!rc)
+        rc = layer_write_runtime(j->s, j->o->runtime, RUNTIME_NAME, mtime, comp,
+                                 on_layer_progress, &lp, &P->res[0], &cached, err);
+    if (!rc && cached)
+        progress_note(lp.pg, lp.id, "runtime layer CACHED");
+    progress_close(lp.pg);
+    return rc;
+}
+
 /* The runtime layer (when there is a runtime), then one per input, base first. */
 static int image_layers(const struct exec_job *j, struct image_parts *P, int64_t mtime,
                         struct mf_err *err)
 {
     if (j->o->runtime) {
-        int rc = layer_write_runtime(j->s, j->o->runtime, RUNTIME_NAME, mtime, &P->res[0], err);
+        int rc = image_runtime(j, P, mtime, err);
         if (rc)
             return mf_err_prefix(err, "runtime %s", j->o->runtime);
         snprintf(P->by[0], sizeof P->by[0], "COPY %s /usr/bin/%s", RUNTIME_NAME, RUNTIME_NAME);
@@ -657,6 +763,9 @@ static void image_labels(const struct exec_job *j, struct image_parts *P, const 
            json_string_value(json_object_get(facts, "license")));
     kv_add(P->labels, &P->n_labels, "org.opencontainers.image.licenses",
            license_label(json_object_get(cfg, "license")));
+    /* what mfc manifest reads to ask for a GPU only for an image that can use one */
+    if (j->o->runtime)
+        kv_add(P->labels, &P->n_labels, "dev.mfc.runtime", P->res[0].cuda ? "cuda" : "cpu");
     kv_add(P->labels, &P->n_labels, "dev.mfc.architecture",
            json_string_value(json_object_get(facts, "architecture")));
     if (json_is_integer(v = json_object_get(facts, "parameters"))) {
@@ -678,11 +787,15 @@ static void image_labels(const struct exec_job *j, struct image_parts *P, const 
         kv_add(P->labels, &P->n_labels, key, json_string_value(val));
 }
 
-/* Env: the runtime's defaults unless ENV sets them, then ENV in order. */
+/* Env: the runtime's defaults unless ENV sets them, then ENV in order. The
+ * model name (the build's first tag) is MFC_MODEL_NAME, so the image
+ * serves the same name under podman/docker run as under mfc serve/run,
+ * which read it back (run_image.c). */
 static void image_env(const struct exec_job *j, struct image_parts *P)
 {
-    static const struct oci_kv defaults[] = {{"MFC_CONFIG", CONFIG_IN_IMAGE},
-                                             {"MFC_PORT", "8080"}};
+    const struct oci_kv defaults[] = {{"MFC_CONFIG", CONFIG_IN_IMAGE},
+                                      {"MFC_PORT", "8080"},
+                                      {"MFC_MODEL_NAME", j->o->model_name}};
     json_t *env = json_object_get(j->plan->config, "env"), *val;
     const char *key;
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)

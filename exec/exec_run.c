@@ -13,11 +13,12 @@
  *
  * Inside: /context (the build context, read-only), /inputs (earlier outputs,
  * read-only), /out (a fresh directory under the store's tmp/, writable),
- * cache mounts under <store>/run-cache/, secrets at /run/secrets/ID, mfc at
- * /opt/mfc/bin/mfc. After a zero exit every /out file is stored as a blob
- * (the record's "files" map, merged with the previous RUN's) and tarred
+ * cache mounts under <store>/run-cache/, secrets copied to /run/secrets/ID,
+ * mfc at /opt/mfc/bin/mfc. After a zero exit every /out file is stored as a
+ * blob (the record's "files" map, merged with the previous RUN's) and tarred
  * into one deterministic layer at out/...; the temp directory is always
- * removed. A failure names the status and the last output lines.
+ * removed. A failure names the status and the last output lines, with every
+ * secret of the build masked in them (secret_mask.h), or withheld.
  */
 #include "exec/exec_int.h"
 
@@ -38,7 +39,9 @@
 #include "common/file.h"
 #include "common/sha256.h"
 #include "image/layer.h"
+#include "exec/exec_allow.h"
 #include "exec/sandbox.h"
+#include "exec/secret_mask.h"
 
 #define RUN_MAX_BINDS 4096         /* inputs, mounts and secrets of one RUN */
 #define RUN_MAX_CONTEXT 100000     /* entries of the build context we hash */
@@ -296,7 +299,8 @@ static char *own(struct run_ctx *c, char *s)
     return NULL;
 }
 
-/* Adds a bind; src or dst NULL (an allocation or own() failed) is an error. */
+/* Adds a bind (rw: writable, 2: src's bytes copied in, for a secret); src or
+ * dst NULL (an allocation or own() failed) is an error. */
 static int bind(struct run_ctx *c, const char *src, const char *dst, int rw, struct mf_err *err)
 {
     if (!src || !dst)
@@ -304,7 +308,7 @@ static int bind(struct run_ctx *c, const char *src, const char *dst, int rw, str
     if (c->n_binds == RUN_MAX_BINDS)
         return mf_err_set(err, MF_ERANGE, "a RUN has at most %d mounts and inputs",
                           RUN_MAX_BINDS);
-    c->binds[c->n_binds++] = (struct sandbox_bind){src, dst, rw};
+    c->binds[c->n_binds++] = (struct sandbox_bind){src, dst, rw == 1, rw == 2};
     return 0;
 }
 
@@ -401,7 +405,7 @@ static int bind_mounts(struct run_ctx *c, struct mf_err *err)
             char *dst = NULL;
             if (!target && asprintf(&dst, "/run/secrets/%s", id) < 0)
                 dst = NULL;
-            rc = bind(c, s->src, target ? target : own(c, dst), 0, err);
+            rc = bind(c, s->src, target ? target : own(c, dst), 2, err);
         }
         if (rc)
             return rc;
@@ -591,30 +595,25 @@ static int store_out(const struct exec_job *j, const char *dir, struct exec_node
 
 /* ---- the step --------------------------------------------------------------------- */
 
-/* Masks the content of every secret this RUN mounted wherever it shows in
- * the output tail (a command that prints its token must not put it into the
- * build's error message). Secrets over 64 KiB or unreadable are skipped. */
-static void redact(const struct exec_job *j, char *tail)
+/* The mask of every secret given to the build, not only those this RUN
+ * mounts: an earlier step may have left one in a cache mount. A secret that
+ * cannot be read leaves the mask unusable, so the output is withheld rather
+ * than printed unmasked; NULL (out of memory) withholds it too. */
+static struct secret_mask *build_mask(const struct exec_job *j)
 {
-    size_t i;
-    json_t *m;
-    json_array_foreach (json_object_get(j->node->args, "mounts"), i, m) {
-        const char *id = json_string_value(json_object_get(m, "id"));
-        const char *type = json_string_value(json_object_get(m, "type"));
-        for (size_t k = 0; id && type && !strcmp(type, "secret") && k < j->o->n_secrets; k++) {
-            char *data = NULL;
-            size_t len = 0;
-            struct mf_err ignored;
-            if (strcmp(j->o->secrets[k].id, id) != 0 ||
-                mf_file_read(j->o->secrets[k].src, 64u << 10, &data, &len, &ignored) != 0)
-                continue;
-            while (len && (data[len - 1] == '\n' || data[len - 1] == '\r'))
-                data[--len] = '\0'; /* a token file usually ends in a newline */
-            for (char *at; len >= 4 && (at = memmem(tail, strlen(tail), data, len));)
-                memset(at, '*', len);
-            free(data);
-        }
-    }
+    struct secret_mask *m = NULL;
+    struct mf_err ignored;
+    if (secret_mask_new(&m, &ignored) != 0)
+        return NULL;
+    for (size_t k = 0; k < j->o->n_secrets; k++)
+        if (secret_mask_add_file(m, j->o->secrets[k].src, &ignored) != 0)
+            break;
+    return m;
+}
+
+static int mask_output(void *arg, char *out, size_t n)
+{
+    return arg && secret_mask_apply(arg, out, n) >= 0 ? 0 : -1;
 }
 
 static int run_failed(const struct sandbox_result *res, int64_t timeout_ms, struct mf_err *err)
@@ -726,10 +725,19 @@ int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached, 
     if (!timeout)
         timeout = j->o->run_timeout_ms;
     const char *net = json_string_value(json_object_get(a, "network"));
+    struct secret_mask *mask = j->o->n_secrets ? build_mask(j) : NULL;
     struct sandbox_spec sp = {
         .bwrap = j->o->bwrap, .argv = argv, .argc = argc, .env = env, .n_env = n_env,
         .binds = c->binds, .n_binds = c->n_binds, .share_net = net && !strcmp(net, "host"),
-        .cwd = "/context", .timeout_ms = timeout, .mem_limit = j->o->run_memory};
+        .cwd = "/context", .timeout_ms = timeout, .mem_limit = j->o->run_memory,
+        .root = json_integer_value(json_object_get(a, "user")) == 0 &&
+                json_object_get(a, "user") != NULL,
+        .mask = j->o->n_secrets ? mask_output : NULL, .mask_arg = mask};
+    /* exec_allow_check refuses this before the build; here too for a caller that skipped it */
+    const char *flag = "";
+    if (!rc && (exec_allow_needed(j->node, &flag) & ~j->o->allow))
+        rc = mf_err_set(err, MF_EINVAL, "%s needs an entitlement this build does not grant "
+                        "(mfc build --allow)", flag);
     if (!rc)
         rc = sandbox_run(&sp, &res, err);
     if (!rc && (res.status != 0 || res.timed_out || res.signal)) {
@@ -741,7 +749,7 @@ int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached, 
             (rc = sandbox_probe(&bare, err)) != 0)
             ;
         else
-            rc = (redact(j, res.tail), run_failed(&res, timeout, err));
+            rc = run_failed(&res, timeout, err);
     }
     if (!rc)
         rc = store_out(j, c->out_dir, r, err);
@@ -755,5 +763,6 @@ int exec_op_sandbox(const struct exec_job *j, struct exec_node *r, int *cached, 
     free(argv);
     free_env(env, n_env);
     free(name);
+    secret_mask_free(mask);
     return rc;
 }

@@ -1,37 +1,41 @@
 /*
- * sandbox.c: bubblewrap's argv for a RUN step, and running it with a
- * timeout, a memory limit and its output's last lines kept (sandbox.h).
+ * sandbox.c: bubblewrap's argv for a RUN step, the /etc it gets, and the
+ * tail of its output kept for errors (sandbox.h). Running it is
+ * sandbox_run.c.
  *
  * Why a fresh root with a few read-only binds instead of --ro-bind / /: the
- * sandbox must not see the host's home, the build store or the test's temp
- * directory at all, and bwrap needs a writable root to create the mount
- * points /context, /inputs, /out and the cache targets; the root is
- * remounted read-only once everything is mounted.
+ * sandbox must not see the host's home, the build store, the test's temp
+ * directory or the host's /etc at all, and bwrap needs a writable root to
+ * create the mount points /context, /inputs, /out and the cache targets; the
+ * root is remounted read-only once everything is mounted.
  */
 #include "exec/sandbox.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
+
+#include "common/buf.h"
 
 /* The host directories every sandbox sees, read-only. */
 static const char *const base_dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32",
-                                        "/lib64", "/libx32", "/etc"};
+                                        "/lib64", "/libx32"};
 
-#define PROBE_TIMEOUT_MS 20000
-#define KILL_GRACE_MS 5000 /* after SIGKILL, how long the pipe may stay open */
+/* Host files of /etc that hold no secret and that tools read: the dynamic
+ * linker's cache, Debian's alternatives (awk, editor, ...), the time zone. */
+static const char *const etc_public[] = {
+    "/etc/alternatives", "/etc/ld.so.cache",  "/etc/ld.so.conf",     "/etc/ld.so.conf.d",
+    "/etc/localtime",    "/etc/os-release",   "/etc/protocols",      "/etc/services",
+    "/etc/mime.types",   "/etc/ssl/openssl.cnf"};
+/* ... and what TLS and name lookups need, with the host's network only. */
+static const char *const etc_net[] = {"/etc/ssl/certs", "/etc/pki", "/etc/ca-certificates",
+                                      "/etc/gai.conf"};
+
+#define HOSTNAME "mfc-run"
 
 struct argv_b {
     char **v;
@@ -68,6 +72,14 @@ static void push3(struct argv_b *b, const char *a, const char *c, const char *d)
         push(b, d);
 }
 
+static void push_fd(struct argv_b *b, const char *perms, const char *opt, int fd, const char *dst)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", fd);
+    push3(b, "--perms", perms, NULL);
+    push3(b, opt, n, dst);
+}
+
 void sandbox_argv_free(char **argv)
 {
     for (size_t i = 0; argv && argv[i]; i++)
@@ -96,10 +108,23 @@ static void base(struct argv_b *b)
     }
 }
 
-int sandbox_argv(const struct sandbox_spec *sp, char ***argv, size_t *argc, struct mf_err *err)
+/* /etc: mfc's own files from fds[0..SANDBOX_ETC_FILES), then the public
+ * host files that exist (bwrap skips a missing --ro-bind-try source). */
+static void etc(struct argv_b *b, const struct sandbox_spec *sp, const int *fds)
 {
-    struct argv_b b = {0};
-    *argv = NULL;
+    for (int i = 0; i < SANDBOX_ETC_FILES; i++) {
+        const char *path = NULL;
+        sandbox_etc(NULL, i, NULL, &path, NULL);
+        push_fd(b, "0644", "--file", fds ? fds[i] : 3 + i, path);
+    }
+    for (size_t i = 0; i < sizeof etc_public / sizeof etc_public[0]; i++)
+        push3(b, "--ro-bind-try", etc_public[i], etc_public[i]);
+    for (size_t i = 0; sp->share_net && i < sizeof etc_net / sizeof etc_net[0]; i++)
+        push3(b, "--ro-bind-try", etc_net[i], etc_net[i]);
+}
+
+static int check_spec(const struct sandbox_spec *sp, struct mf_err *err)
+{
     if (!sp->argc || !sp->argv || !sp->argv[0])
         return mf_err_set(err, MF_EINVAL, "the sandbox needs a command");
     for (size_t i = 0; i < sp->n_binds; i++)
@@ -110,11 +135,28 @@ int sandbox_argv(const struct sandbox_spec *sp, char ***argv, size_t *argc, stru
         if (!sp->env[i] || !strchr(sp->env[i], '=') || sp->env[i][0] == '=')
             return mf_err_set(err, MF_EINVAL, "sandbox environment entry '%s' is not KEY=VALUE",
                               sp->env[i] ? sp->env[i] : "(null)");
+    return 0;
+}
+
+int sandbox_argv(const struct sandbox_spec *sp, const int *fds, char ***argv, size_t *argc,
+                 struct mf_err *err)
+{
+    struct argv_b b = {0};
+    char id[16];
+    *argv = NULL;
+    int rc = check_spec(sp, err);
+    if (rc)
+        return rc;
+    snprintf(id, sizeof id, "%d", sp->root ? 0 : SANDBOX_USER);
     push(&b, sp->bwrap ? sp->bwrap : "bwrap");
     push(&b, "--unshare-all");
     push(&b, "--unshare-user");
     if (sp->share_net)
         push(&b, "--share-net");
+    push3(&b, "--uid", id, NULL);
+    push3(&b, "--gid", id, NULL);
+    push(&b, "--disable-userns"); /* no nested namespace regains capabilities */
+    push3(&b, "--hostname", HOSTNAME, NULL);
     push(&b, "--die-with-parent");
     push(&b, "--new-session");
     push3(&b, "--cap-drop", "ALL", NULL);
@@ -130,11 +172,17 @@ int sandbox_argv(const struct sandbox_spec *sp, char ***argv, size_t *argc, stru
         free(key);
     }
     base(&b);
+    etc(&b, sp, fds);
     push3(&b, "--dev", "/dev", NULL);
     push3(&b, "--proc", "/proc", NULL);
     push3(&b, "--tmpfs", "/tmp", NULL);
-    for (size_t i = 0; i < sp->n_binds; i++)
-        push3(&b, sp->binds[i].rw ? "--bind" : "--ro-bind", sp->binds[i].src, sp->binds[i].dst);
+    for (size_t i = 0, k = SANDBOX_ETC_FILES; i < sp->n_binds; i++) {
+        const struct sandbox_bind *bd = &sp->binds[i];
+        if (bd->data)
+            push_fd(&b, "0400", "--ro-bind-data", fds ? fds[k] : 3 + (int)k, bd->dst), k++;
+        else
+            push3(&b, bd->rw ? "--bind" : "--ro-bind", bd->src, bd->dst);
+    }
     push3(&b, "--remount-ro", "/", NULL);
     push3(&b, "--chdir", sp->cwd ? sp->cwd : "/", NULL);
     push(&b, "--");
@@ -147,6 +195,70 @@ int sandbox_argv(const struct sandbox_spec *sp, char ***argv, size_t *argc, stru
     *argv = b.v;
     *argc = b.n;
     return 0;
+}
+
+/* ---- /etc ---------------------------------------------------------------------- */
+
+/* The host's file at path, if it reads, into out; 0 when absent or unreadable. */
+static int host_file(const char *path, struct mf_buf *out, struct mf_err *err)
+{
+    char buf[4096];
+    size_t n;
+    FILE *f = fopen(path, "re");
+    int rc = 0;
+    if (!f)
+        return 0;
+    while (!rc && (n = fread(buf, 1, sizeof buf, f)) > 0)
+        rc = mf_buf_append(out, buf, n, err);
+    fclose(f);
+    return rc;
+}
+
+int sandbox_etc(const struct sandbox_spec *sp, int i, struct mf_buf *out, const char **path,
+                struct mf_err *err)
+{
+    static const char *const paths[SANDBOX_ETC_FILES] = {
+        "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf"};
+    if (i < 0 || i >= SANDBOX_ETC_FILES)
+        return mf_err_set(err, MF_EINVAL, "no such /etc file");
+    *path = paths[i];
+    if (!out)
+        return 0;
+    mf_buf_reset(out);
+    int rc = 0;
+    switch (i) {
+    case 0:
+        rc = mf_buf_printf(out, err,
+                           "root:x:0:0:root:/tmp:/bin/sh\n"
+                           "mfc:x:%d:%d:mfc build step:/tmp:/bin/sh\n"
+                           "nobody:x:%d:%d:nobody:/nonexistent:/usr/sbin/nologin\n",
+                           SANDBOX_USER, SANDBOX_USER, SANDBOX_NOBODY, SANDBOX_NOBODY);
+        break;
+    case 1:
+        rc = mf_buf_printf(out, err, "root:x:0:\nmfc:x:%d:\nnogroup:x:%d:\n", SANDBOX_USER,
+                           SANDBOX_NOBODY);
+        break;
+    case 2:
+        if (sp->share_net)
+            rc = host_file("/etc/hosts", out, err);
+        if (!rc && !out->len)
+            rc = mf_buf_puts(out, "127.0.0.1\tlocalhost " HOSTNAME "\n"
+                                  "::1\tlocalhost ip6-localhost ip6-loopback\n", err);
+        break;
+    case 3:
+        rc = mf_buf_puts(out, "passwd: files\ngroup: files\nshadow: files\n"
+                              "hosts: files dns\nnetworks: files\nprotocols: files\n"
+                              "services: files\n", err);
+        break;
+    default:
+        if (sp->share_net)
+            rc = host_file("/etc/resolv.conf", out, err);
+        if (!rc && !out->len)
+            rc = mf_buf_puts(out, "# no network in this RUN step (RUN --network=host and "
+                                  "mfc build --allow network.host give it one)\n", err);
+        break;
+    }
+    return rc;
 }
 
 /* ---- tail ------------------------------------------------------------------------ */
@@ -182,176 +294,4 @@ void sandbox_tail_lines(const char *buf, size_t n, size_t max_lines, char *out, 
         out[o++] = (ch == '\n' || ch == '\t' || ch >= 0x20) && ch != 0x7f ? (char)ch : '?';
     }
     out[o] = '\0';
-}
-
-/* ---- running --------------------------------------------------------------------- */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The executable bwrap names: a path as is, a name through $PATH. */
-static int find_bwrap(const char *name, char out[PATH_MAX], struct mf_err *err)
-{
-    const char *path = getenv("PATH");
-    if (strchr(name, '/')) {
-        if (access(name, X_OK) == 0) {
-            snprintf(out, PATH_MAX, "%s", name);
-            return 0;
-        }
-    } else {
-        for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-            size_t l = strcspn(p, ":");
-            int n = snprintf(out, PATH_MAX, "%.*s/%s", (int)l, l ? p : ".", name);
-            if (n > 0 && n < PATH_MAX && access(out, X_OK) == 0)
-                return 0;
-            p += l + (p[l] == ':');
-        }
-    }
-    return mf_err_set(err, MF_EUNSUPPORTED,
-                      "bubblewrap (%s) is not installed, and mfc never runs RUN steps "
-                      "unsandboxed: install it (apt-get install bubblewrap)", name);
-}
-
-/* In the child, between fork and exec: only async-signal-safe calls. */
-static void child(const char *exe, char **argv, int out, int devnull, uint64_t mem)
-{
-    setpgid(0, 0);
-    if (dup2(devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
-        _exit(126);
-#ifdef SYS_close_range
-    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
-#endif
-    {
-        long max = sysconf(_SC_OPEN_MAX);
-        for (int fd = 3; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
-            close(fd);
-    }
-    if (mem) {
-        struct rlimit rl = {.rlim_cur = (rlim_t)mem, .rlim_max = (rlim_t)mem};
-        if (setrlimit(RLIMIT_AS, &rl) != 0)
-            _exit(126);
-    }
-    signal(SIGPIPE, SIG_DFL);
-    execv(exe, argv);
-    _exit(127);
-}
-
-/* Reads the child's output into ring until EOF, killing the process group
- * when the deadline passes. */
-static void pump(int fd, pid_t pid, int64_t timeout_ms, char *ring, size_t *total, int *timed_out)
-{
-    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0, kill_deadline = 0;
-    char buf[4096];
-    for (;;) {
-        int wait = -1;
-        int64_t now = now_ms();
-        if (kill_deadline)
-            wait = now >= kill_deadline ? 0 : (int)(kill_deadline - now);
-        else if (deadline)
-            wait = now >= deadline ? 0 : (int)(deadline - now > 60000 ? 60000 : deadline - now);
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, wait);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0 || r < 0) {
-            if (kill_deadline)
-                return; /* killed, but something still holds the pipe: stop reading */
-            if (deadline && now_ms() >= deadline) {
-                kill(-pid, SIGKILL);
-                *timed_out = 1;
-                kill_deadline = now_ms() + KILL_GRACE_MS;
-            }
-            continue;
-        }
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
-            return;
-        for (ssize_t i = 0; i < n; i++)
-            ring[(*total)++ % SANDBOX_RING] = buf[i];
-    }
-}
-
-int sandbox_run(const struct sandbox_spec *sp, struct sandbox_result *res, struct mf_err *err)
-{
-    char exe[PATH_MAX], **argv = NULL, *ring = NULL;
-    size_t argc, total = 0;
-    int fds[2] = {-1, -1}, devnull = -1, timed_out = 0, st = 0;
-    int rc = find_bwrap(sp->bwrap ? sp->bwrap : "bwrap", exe, err);
-    if (!rc)
-        rc = sandbox_argv(sp, &argv, &argc, err);
-    if (!rc && !(ring = malloc(SANDBOX_RING)))
-        rc = mf_err_set(err, MF_ENOMEM, "out of memory");
-    if (!rc && pipe2(fds, O_CLOEXEC) != 0)
-        rc = mf_err_sys(err, MF_EIO, errno, "cannot create a pipe for the sandbox");
-    if (!rc && (devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
-        rc = mf_err_sys(err, MF_EIO, errno, "cannot open /dev/null");
-    pid_t pid = -1;
-    if (!rc && (pid = fork()) < 0)
-        rc = mf_err_sys(err, MF_EIO, errno, "cannot start %s", exe);
-    if (!rc && pid == 0)
-        child(exe, argv, fds[1], devnull, sp->mem_limit);
-    if (!rc) {
-        setpgid(pid, pid); /* also here: no window where kill(-pid) misses it */
-        close(fds[1]);
-        fds[1] = -1;
-        pump(fds[0], pid, sp->timeout_ms, ring, &total, &timed_out);
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-            ;
-        memset(res, 0, sizeof *res);
-        res->timed_out = timed_out;
-        res->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        res->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-        if (total <= SANDBOX_RING) {
-            sandbox_tail_lines(ring, total, SANDBOX_TAIL_LINES, res->tail, sizeof res->tail);
-        } else {
-            char *lin = malloc(SANDBOX_RING);
-            size_t at = total % SANDBOX_RING;
-            if (lin) {
-                memcpy(lin, ring + at, SANDBOX_RING - at);
-                memcpy(lin + SANDBOX_RING - at, ring, at);
-                sandbox_tail_lines(lin, SANDBOX_RING, SANDBOX_TAIL_LINES, res->tail,
-                                   sizeof res->tail);
-                free(lin);
-            }
-        }
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    if (devnull >= 0)
-        close(devnull);
-    free(ring);
-    sandbox_argv_free(argv);
-    return rc;
-}
-
-int sandbox_probe(const struct sandbox_spec *sp, struct mf_err *err)
-{
-    static const char *const t[] = {"true"};
-    struct sandbox_spec p = *sp;
-    struct sandbox_result res;
-    p.argv = t;
-    p.argc = 1;
-    p.timeout_ms = PROBE_TIMEOUT_MS;
-    p.mem_limit = 0;
-    int rc = sandbox_run(&p, &res, err);
-    if (rc)
-        return rc;
-    if (res.status == 0)
-        return 0;
-    char why[128];
-    sandbox_tail_lines(res.tail, strlen(res.tail), 1, why, sizeof why);
-    return mf_err_set(err, MF_EUNSUPPORTED,
-                      "bubblewrap cannot create the RUN sandbox here (%s), and mfc never runs "
-                      "RUN steps unsandboxed: allow unprivileged user namespaces (sysctl -w "
-                      "kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
-                      "kernel.apparmor_restrict_unprivileged_userns=0), or run the container "
-                      "with --privileged or --security-opt seccomp=unconfined",
-                      why[0] ? why : res.timed_out ? "it timed out" : "it failed");
 }

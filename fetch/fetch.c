@@ -12,6 +12,11 @@
  * Every piece of a reference that ends up in a URL or a path is validated:
  * hf:// owner and repo names are [A-Za-z0-9._-], path segments are never "."
  * or "..", and each segment is percent-encoded.
+ *
+ * The build context is a boundary, as Docker's is: a relative path (with a
+ * base_dir) must stay inside base_dir once ".." and symlinks are resolved,
+ * and so must every symlink in a directory source under it; only a path the
+ * Modelfile names explicitly (absolute, or "~") may point elsewhere.
  */
 #include "fetch/fetch.h"
 
@@ -32,6 +37,8 @@
 #define HF_DEFAULT "https://huggingface.co"
 #define MAX_DIR_GGUF 1024 /* GGUF files we list from one directory */
 #define REF_MAX 8192      /* bytes of one reference */
+#define CONFINE_DEPTH 8   /* directory levels of a source checked for escaping symlinks */
+#define CONFINE_MAX 100000 /* entries checked */
 
 int fetch_global_init(struct mf_err *err)
 {
@@ -357,6 +364,93 @@ static int examine_dir(const char *path, struct fetch_source *src, struct mf_err
     return rc;
 }
 
+/* ---- the build context's boundary ------------------------------------------------- */
+
+/* 1 when real (resolved) is ctx or lies under it. */
+static int inside(const char *real, const char *ctx)
+{
+    size_t n = strlen(ctx);
+    if (n == 1 && ctx[0] == '/')
+        return 1;
+    return strncmp(real, ctx, n) == 0 && (real[n] == '\0' || real[n] == '/');
+}
+
+static int escapes(const char *ref, const char *what, const char *real, const char *ctx,
+                   struct mf_err *err)
+{
+    return mf_err_set(err, MF_EINVAL,
+                      "%.300s: %s leaves the build context %s (it resolves to %s); as in "
+                      "docker build, a relative path and the symlinks it reaches must stay "
+                      "inside the context: name a file outside it by its absolute path, or "
+                      "move it into the context",
+                      ref, what, ctx, real);
+}
+
+/* Every symlink under dir (CONFINE_DEPTH levels) resolves inside ctx. */
+static int dir_confined(const char *ref, const char *dir, const char *ctx, int depth, size_t *n,
+                        struct mf_err *err)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int rc = 0;
+    if (!d)
+        return mf_err_sys(err, MF_EIO, errno, "cannot read directory %s", dir);
+    while (!rc && (e = readdir(d))) {
+        struct stat st;
+        char path[PATH_MAX];
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (++*n > CONFINE_MAX) {
+            rc = mf_err_set(err, MF_ERANGE, "%.300s: more than %d entries to check", ref,
+                            CONFINE_MAX);
+            break;
+        }
+        int pn = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (pn < 0 || pn >= (int)sizeof path || lstat(path, &st) != 0)
+            continue;
+        if (S_ISLNK(st.st_mode)) {
+            char *real = realpath(path, NULL);
+            if (real && !inside(real, ctx))
+                rc = escapes(ref, path, real, ctx, err);
+            free(real); /* a dangling link reads nothing */
+        } else if (S_ISDIR(st.st_mode) && depth < CONFINE_DEPTH) {
+            rc = dir_confined(ref, path, ctx, depth + 1, n, err);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int fetch_confined(const char *path, const char *ctx, struct mf_err *err)
+{
+    char *real = realpath(path, NULL), *c = realpath(ctx, NULL);
+    int rc = !real || !c ? mf_err_sys(err, MF_ENOTFOUND, errno, "%s", !real ? path : ctx)
+             : inside(real, c) ? 0
+                                : escapes(path, "the path", real, c, err);
+    free(real);
+    free(c);
+    return rc;
+}
+
+/* For a relative reference with a base_dir: real (the source resolved) and,
+ * for a directory, the symlinks under it must stay inside base_dir. */
+static int confine(const char *ref, const char *body, const struct fetch_opts *o,
+                   const char *real, int is_dir, struct mf_err *err)
+{
+    if (!o->base_dir || body[0] == '/' || body[0] == '~')
+        return 0; /* named explicitly: may be anywhere (docs/modelfile.md) */
+    char *ctx = realpath(o->base_dir, NULL);
+    size_t n = 0;
+    if (!ctx)
+        return mf_err_sys(err, MF_EIO, errno, "cannot resolve the build context %s",
+                          o->base_dir);
+    int rc = inside(real, ctx) ? 0 : escapes(ref, "the path", real, ctx, err);
+    if (!rc && is_dir)
+        rc = dir_confined(ref, real, ctx, 0, &n, err);
+    free(ctx);
+    return rc;
+}
+
 static int resolve_path(const char *ref, const char *body, const struct fetch_opts *o,
                         struct fetch_source *src, struct mf_err *err)
 {
@@ -376,6 +470,8 @@ static int resolve_path(const char *ref, const char *body, const struct fetch_op
     }
     if (!rc && !(real = realpath(path, NULL)))
         rc = mf_err_sys(err, MF_EIO, errno, "cannot resolve %s", path);
+    if (!rc)
+        rc = confine(ref, body, o, real, S_ISDIR(st.st_mode), err);
     if (!rc && S_ISDIR(st.st_mode)) {
         rc = examine_dir(real, src, err);
     } else if (!rc && S_ISREG(st.st_mode)) {

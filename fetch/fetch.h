@@ -8,7 +8,9 @@
  *   fetch_run(source)   -> struct fetch_result: digest and size of the blob
  *
  * Reference forms (docs/store.md, "Sources"):
- *   ./model.gguf, /abs/x.gguf, ~/m.gguf   a file (relative to the Modelfile's directory)
+ *   ./model.gguf, /abs/x.gguf, ~/m.gguf   a file (relative to the Modelfile's directory;
+ *                                         with a base_dir, a relative path and the
+ *                                         symlinks it reaches stay inside base_dir)
  *   ./dir                                 a directory: its one *.gguf, or a safetensors
  *                                         model / PEFT adapter (FETCH_DIR, for the converter)
  *   https://host/x.gguf, http://...       a download (resumable, retried, verified)
@@ -84,6 +86,11 @@ void fetch_opts_init(struct fetch_opts *o);
 int fetch_resolve(const char *ref, const struct fetch_opts *o, struct fetch_source *src,
                   struct mf_err *err);
 void fetch_source_fini(struct fetch_source *src);
+
+/* 0 when path, resolved (".." and symlinks), lies inside the directory ctx;
+ * MF_EINVAL naming both otherwise (as for a relative source that leaves the
+ * build context), MF_ENOTFOUND when either does not resolve. */
+int fetch_confined(const char *path, const char *ctx, struct mf_err *err);
 
 /* Brings a FILE or URL source into the store and verifies its pin. A partial
  * download is kept in the store's tmp/ and resumed by the next call. A digest

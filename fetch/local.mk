@@ -15,6 +15,6 @@ tests_unit_test_source_ref_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_source_ref_LDADD = $(MFC_COMPILER_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_fetch tests/unit/test_source_ref
 
-TESTS += tests/cli/fetch.bats tests/cli/build-from.bats
-EXTRA_DIST += tests/cli/fetch.bats tests/cli/build-from.bats tests/tools/httpd.py \
+TESTS += tests/cli/fetch.bats tests/cli/build-from.bats tests/cli/build-context.bats
+EXTRA_DIST += tests/cli/fetch.bats tests/cli/build-from.bats tests/cli/build-context.bats tests/tools/httpd.py \
 	tests/cli/registry_helpers.bash bench/fetch

@@ -419,11 +419,13 @@ static int layer_desc(const json_t *manifest, int i, struct store_desc *d, struc
                                 "layer", d, err);
 }
 
-/* mfc: template, system, params, messages of etc/mfc/model.yaml. */
+/* mfc: template, system, params, messages, license and adapters of
+ * etc/mfc/model.yaml (the adapters only to say that they are not inherited). */
 static int mfc_defaults(struct store *s, const json_t *m, const struct source_ref_pick *p,
                         json_t *out, struct mf_err *err)
 {
-    static const char *const keys[] = {"template", "system", "params", "messages"};
+    static const char *const keys[] = {"template", "system", "params",
+                                       "messages", "license", "adapters"};
     struct store_desc d;
     char *text = NULL;
     size_t len = 0;

@@ -4,8 +4,8 @@
  * One layer_write call is one pass:
  *
  *   entries --sort, add parents--> libarchive (pax restricted, no blocking)
- *     --tar bytes--> sink: [sha256 of the tar = diff_id] --> [zlib gzip] -->
- *     store_blob_writer (hashes the blob, tmp file, commit = rename)
+ *     --tar bytes--> sink: [sha256 of the tar = diff_id] --> [zlib gzip or
+ *     libzstd] --> store_blob_writer (hashes the blob, tmp file, commit = rename)
  *
  * State of the sink: OPEN (layer_write set it up) -> WRITING (sink_write,
  * from libarchive's callback) -> FINISHED (sink_finish: gzip trailer, diff_id,
@@ -13,6 +13,13 @@
  * tmp file). Invariants: the blob writer only ever sees complete, ordered
  * bytes; nothing enters blobs/sha256 unless every entry was written in full.
  * What makes two runs byte-identical is listed in layer.h.
+ *
+ * The sink counts the tar bytes it is given and reports them, with the sum
+ * of the entries' sizes as the total, to the caller's progress function at
+ * most every PROGRESS_STEP bytes (layer_write_progress).
+ *
+ * The runtime layer's closure, compression choice and cache are in
+ * layer_runtime.c.
  *
  * layer_tar_write_fd (image archives) is the same tar into a file, except that
  * a file's content never passes through user space: libarchive writes the
@@ -24,18 +31,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include "common/buf.h"
 #include "common/num.h"
@@ -43,24 +49,27 @@
 
 #define COPY_CHUNK (1u << 20)  /* bytes per read while copying a file into the tar */
 #define ZOUT_CHUNK (64u << 10) /* bytes of compressed output per deflate round */
-#define LDD_OUT_MAX (64u << 10) /* bytes of `ldd` output we agree to read */
+#define PROGRESS_STEP (8u << 20) /* bytes of tar between two progress reports */
 #define KCOPY_CHUNK (8u << 20) /* bytes per placeholder write when the kernel copies a file */
 /* In an archive written by layer_tar_write_fd, a file of ALIGN_MIN bytes or
  * more starts its content on an ALIGN boundary (layer_pax.c says why) */
 #define ALIGN_MIN (64u << 20)
 #define ALIGN (512u << 10)
 
-extern char **environ;
-
 /* ---- the sink: tar bytes -> (diff_id, gzip) -> blob writer ---- */
 
 struct sink {
     struct store_blob_writer *w; /* owned until commit/abort */
     struct mf_sha256 raw;        /* digest of the tar (diff_id); ctx NULL when unused */
-    int gzip;                    /* nonzero: deflate before the blob writer */
+    enum layer_compression comp; /* what goes between the tar and the blob writer */
     int z_live;                  /* nonzero: z needs deflateEnd */
     z_stream z;                  /* gzip state (windowBits 31: gzip header, mtime 0) */
+    ZSTD_CCtx *zc;               /* owned: zstd state, or NULL */
     unsigned char *zout;         /* owned: ZOUT_CHUNK bytes */
+    layer_progress_fn progress;  /* called with tar bytes done, or NULL */
+    void *progress_arg;          /* for progress */
+    uint64_t done, total;        /* tar bytes so far; sum of the entries' sizes */
+    uint64_t shown;              /* done at the last report */
     int rc;                      /* first error, or 0 */
     struct mf_err err;           /* its message */
 };
@@ -83,16 +92,39 @@ static int sink_deflate(struct sink *k, const void *p, size_t n, int flush)
     return 0;
 }
 
+/* Compresses n bytes into the blob writer; mode ZSTD_e_end ends the frame. */
+static int sink_zstd(struct sink *k, const void *p, size_t n, ZSTD_EndDirective mode)
+{
+    ZSTD_inBuffer in = {p, n, 0};
+    size_t left;
+    do {
+        ZSTD_outBuffer out = {k->zout, ZOUT_CHUNK, 0};
+        left = ZSTD_compressStream2(k->zc, &out, &in, mode);
+        if (ZSTD_isError(left))
+            return mf_err_set(&k->err, MF_EIO, "zstd: %s", ZSTD_getErrorName(left));
+        if (out.pos && store_blob_writer_write(k->w, k->zout, out.pos, &k->err) != 0)
+            return k->err.code;
+    } while (mode == ZSTD_e_end ? left != 0 : in.pos < in.size);
+    return 0;
+}
+
 static int sink_write(struct sink *k, const void *p, size_t n)
 {
     if (k->rc)
         return k->rc;
-    if (!k->gzip)
+    if (k->comp == LAYER_NONE)
         k->rc = store_blob_writer_write(k->w, p, n, &k->err);
-    else if ((k->rc = mf_sha256_update(&k->raw, p, n, &k->err)) == 0) {
+    else if ((k->rc = mf_sha256_update(&k->raw, p, n, &k->err)) == 0 && k->comp == LAYER_ZSTD)
+        k->rc = sink_zstd(k, p, n, ZSTD_e_continue);
+    else if (k->rc == 0) {
         /* deflate takes a uInt; libarchive never hands us more than a few blocks */
         k->rc = n > UINT32_MAX ? mf_err_set(&k->err, MF_ERANGE, "tar write too large")
                                : sink_deflate(k, p, n, Z_NO_FLUSH);
+    }
+    k->done += n;
+    if (k->progress && k->rc == 0 && k->done - k->shown >= PROGRESS_STEP) {
+        k->shown = k->done;
+        k->progress(k->progress_arg, k->done < k->total ? k->done : k->total, k->total);
     }
     return k->rc;
 }
@@ -205,21 +237,38 @@ static int sink_out(void *arg, const void *p, size_t n, struct mf_err *err)
     return rc ? mf_err_set(err, rc, "%s", k->err.msg) : 0;
 }
 
-static int sink_open(struct sink *k, struct store *s, int gzip)
+/* zstd's parameters are all fixed (level, checksum, one thread, no size in
+ * the frame header: it is not known in advance), so one libzstd version
+ * always writes the same bytes for the same tar. */
+static int zstd_open(struct sink *k)
+{
+    if (!(k->zc = ZSTD_createCCtx()))
+        return mf_err_set(&k->err, MF_ENOMEM, "zstd: cannot start a compressor");
+    if (ZSTD_isError(ZSTD_CCtx_setParameter(k->zc, ZSTD_c_compressionLevel, LAYER_ZSTD_LEVEL)) ||
+        ZSTD_isError(ZSTD_CCtx_setParameter(k->zc, ZSTD_c_checksumFlag, 1)))
+        return mf_err_set(&k->err, MF_EIO, "zstd: cannot set level %d", LAYER_ZSTD_LEVEL);
+    return 0;
+}
+
+static int sink_open(struct sink *k, struct store *s, enum layer_compression comp)
 {
     memset(k, 0, sizeof *k);
-    k->gzip = gzip;
+    k->comp = comp;
     int rc = store_blob_writer_open(s, NULL, &k->w, &k->err);
     /* a plain tar (the weights): hash on a second core while this one reads and writes */
-    if (rc == 0 && !gzip)
+    if (rc == 0 && comp == LAYER_NONE)
         rc = store_blob_writer_hash_async(k->w, &k->err);
-    if (rc == 0 && gzip) {
+    if (rc == 0 && comp != LAYER_NONE) {
         rc = mf_sha256_init(&k->raw, &k->err);
         k->zout = malloc(ZOUT_CHUNK);
         if (rc == 0 && !k->zout)
-            rc = mf_err_set(&k->err, MF_ENOMEM, "out of memory for gzip output");
+            rc = mf_err_set(&k->err, MF_ENOMEM, "out of memory for compressed output");
+    }
+    if (rc == 0 && comp == LAYER_ZSTD)
+        rc = zstd_open(k);
+    if (rc == 0 && comp == LAYER_GZIP) {
         /* level 6 (zlib's default), 32 KiB window, 8 memLevel: fixed, so fixed output */
-        if (rc == 0 && deflateInit2(&k->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        if (deflateInit2(&k->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
             rc = mf_err_set(&k->err, MF_ENOMEM, "gzip: cannot start deflate");
         k->z_live = rc == 0;
     }
@@ -235,6 +284,8 @@ static void sink_abort(struct sink *k)
     if (k->z_live)
         deflateEnd(&k->z);
     k->z_live = 0;
+    ZSTD_freeCCtx(k->zc);
+    k->zc = NULL;
     free(k->zout);
     k->zout = NULL;
 }
@@ -245,20 +296,26 @@ static int sink_finish(struct sink *k, struct layer_result *out)
     uint8_t d[MF_SHA256_LEN];
     char hex[MF_SHA256_HEX_LEN + 1];
     struct layer_result r = {0};
-    if (!k->rc && k->gzip && (k->rc = sink_deflate(k, NULL, 0, Z_FINISH)) == 0)
+    if (!k->rc && k->comp == LAYER_GZIP)
+        k->rc = sink_deflate(k, NULL, 0, Z_FINISH);
+    if (!k->rc && k->comp == LAYER_ZSTD)
+        k->rc = sink_zstd(k, NULL, 0, ZSTD_e_end);
+    if (!k->rc && k->comp != LAYER_NONE)
         k->rc = mf_sha256_final(&k->raw, d, &k->err);
     if (!k->rc) {
         k->rc = store_blob_writer_commit(k->w, r.desc.digest, &r.desc.size, &k->err);
         k->w = NULL;
     }
     if (!k->rc) {
-        if (k->gzip) {
+        if (k->comp != LAYER_NONE) {
             mf_sha256_hex(d, hex);
             memcpy(r.diff_id, "sha256:", 7);
             memcpy(r.diff_id + 7, hex, sizeof hex);
         } else
             memcpy(r.diff_id, r.desc.digest, sizeof r.diff_id);
-        const char *mt = k->gzip ? LAYER_MT_TAR_GZIP : LAYER_MT_TAR;
+        const char *mt = k->comp == LAYER_GZIP   ? LAYER_MT_TAR_GZIP
+                         : k->comp == LAYER_ZSTD ? LAYER_MT_TAR_ZSTD
+                                                 : LAYER_MT_TAR;
         memcpy(r.desc.media_type, mt, strlen(mt) + 1);
         *out = r;
     }
@@ -594,19 +651,41 @@ int layer_tar_write_fd(const struct layer_entry *e, size_t n, int64_t mtime, int
     return rc;
 }
 
+/* The bytes of the entries' content: the progress total (headers aside). */
+static uint64_t entries_bytes(const struct layer_entry *e, size_t n)
+{
+    uint64_t sum = 0;
+    struct stat st;
+    for (size_t i = 0; i < n; i++)
+        sum += e[i].src ? (stat(e[i].src, &st) == 0 ? (uint64_t)st.st_size : 0) : e[i].len;
+    return sum;
+}
+
 int layer_write(struct store *s, const struct layer_entry *e, size_t n,
                 enum layer_compression comp, int64_t mtime, struct layer_result *out,
                 struct mf_err *err)
 {
+    return layer_write_progress(s, e, n, comp, mtime, NULL, NULL, out, err);
+}
+
+int layer_write_progress(struct store *s, const struct layer_entry *e, size_t n,
+                         enum layer_compression comp, int64_t mtime, layer_progress_fn fn,
+                         void *arg, struct layer_result *out, struct mf_err *err)
+{
     struct sink k;
     struct layer_result r = {0};
-    int rc = sink_open(&k, s, comp == LAYER_GZIP);
+    int rc = sink_open(&k, s, comp);
+    k.progress = fn;
+    k.progress_arg = arg;
+    k.total = fn ? entries_bytes(e, n) : 0;
     if (rc != 0)
         mf_err_set(err, k.err.code, "%s", k.err.msg);
     if (rc == 0)
         rc = layer_tar_stream(e, n, mtime, sink_out, &k, err);
     if (rc == 0 && (rc = sink_finish(&k, &r)) != 0)
         mf_err_set(err, k.err.code, "%s", k.err.msg);
+    if (rc == 0 && fn)
+        fn(arg, k.total, k.total);
     if (rc == 0 && n == 1) {
         r.filepath[0] = '/';
         memcpy(r.filepath + 1, e[0].path, strlen(e[0].path) + 1);
@@ -617,184 +696,3 @@ int layer_write(struct store *s, const struct layer_entry *e, size_t n,
     return rc;
 }
 
-/* ---- the runtime closure (ldd) ---- */
-
-static int paths_add(char ***paths, size_t *n, const char *p, size_t len, struct mf_err *err)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (strlen((*paths)[i]) == len && memcmp((*paths)[i], p, len) == 0)
-            return 0;
-    char **grown = realloc(*paths, (*n + 1) * sizeof *grown);
-    char *s = grown ? strndup(p, len) : NULL;
-    if (grown)
-        *paths = grown;
-    if (!s)
-        return mf_err_set(err, MF_ENOMEM, "out of memory reading ldd output");
-    grown[(*n)++] = s;
-    return 0;
-}
-
-/* One line of ldd: "\tname => /path (0x..)", "\t/path (0x..)", "\tlinux-vdso.so.1 (0x..)". */
-static int ldd_line(const char *line, size_t len, char ***paths, size_t *n, struct mf_err *err)
-{
-    const char *end = line + len;
-    const char *arrow = memmem(line, len, "=> ", 3);
-    const char *p = arrow ? arrow + 3 : line;
-    while (p < end && (*p == ' ' || *p == '\t'))
-        p++;
-    if (end - p >= 9 && memcmp(p, "not found", 9) == 0)
-        return mf_err_set(err, MF_ENOTFOUND, "runtime library not found: %.*s", (int)len, line);
-    if (p >= end || *p != '/')
-        return 0; /* the vDSO, "statically linked", "not a dynamic executable" */
-    const char *q = memmem(p, (size_t)(end - p), " (", 2);
-    return paths_add(paths, n, p, q ? (size_t)(q - p) : (size_t)(end - p), err);
-}
-
-int layer_parse_ldd(const char *text, char ***paths, size_t *n, struct mf_err *err)
-{
-    char **ps = NULL;
-    size_t k = 0;
-    int rc = 0;
-    for (const char *l = text; rc == 0 && *l;) {
-        const char *nl = strchr(l, '\n');
-        size_t len = nl ? (size_t)(nl - l) : strlen(l);
-        rc = ldd_line(l, len, &ps, &k, err);
-        l += len + (nl != NULL);
-    }
-    if (rc != 0) {
-        for (size_t i = 0; i < k; i++)
-            free(ps[i]);
-        free(ps);
-        return rc;
-    }
-    *paths = ps;
-    *n = k;
-    return 0;
-}
-
-/* Runs `ldd binary` (argv, no shell) and collects its stdout, at most LDD_OUT_MAX. */
-static int run_ldd(const char *binary, struct mf_buf *out, struct mf_err *err)
-{
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0)
-        return mf_err_sys(err, MF_EIO, errno, "cannot run ldd on %s", binary);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-    char *argv[] = {"ldd", (char *)binary, NULL};
-    pid_t pid;
-    int sr = posix_spawnp(&pid, "ldd", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pfd[1]);
-    int rc = sr ? mf_err_sys(err, MF_EIO, sr, "cannot run ldd on %s", binary) : 0;
-    char buf[4096];
-    ssize_t got;
-    while (rc == 0 && ((got = read(pfd[0], buf, sizeof buf)) > 0 || (got < 0 && errno == EINTR)))
-        if (got > 0)
-            rc = mf_buf_append(out, buf, (size_t)got, err);
-    close(pfd[0]);
-    int status = 0;
-    while (sr == 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    /* ldd exits 1 for a static binary ("not a dynamic executable"): not an error */
-    return rc;
-}
-
-/* Runs ldd on file and adds the paths it lists to *libs (no duplicates). */
-static int ldd_add(const char *file, char ***libs, size_t *n, struct mf_err *err)
-{
-    struct mf_buf b;
-    char **got = NULL;
-    size_t k = 0;
-    mf_buf_init(&b, LDD_OUT_MAX);
-    int rc = run_ldd(file, &b, err);
-    if (rc == 0)
-        rc = layer_parse_ldd(b.data ? b.data : "", &got, &k, err);
-    for (size_t i = 0; i < k; i++) {
-        if (rc == 0)
-            rc = paths_add(libs, n, got[i], strlen(got[i]), err);
-        free(got[i]);
-    }
-    free(got);
-    mf_buf_free(&b);
-    return rc;
-}
-
-int layer_cublas_path(char *const *libs, size_t n, char **path, struct mf_err *err)
-{
-    /* open_cublas's names, in its order (kernels/gemm.cu) */
-    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    const char *cudart = NULL;
-    *path = NULL;
-    for (size_t i = 0; i < n && !cudart; i++) {
-        const char *base = strrchr(libs[i], '/');
-        if (base && strncmp(base + 1, "libcudart.so", 12) == 0)
-            cudart = libs[i];
-    }
-    if (!cudart)
-        return 0;
-    size_t dir = (size_t)(strrchr(cudart, '/') - cudart) + 1; /* with the '/' */
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        size_t len = strlen(names[k]);
-        char *p = malloc(dir + len + 1);
-        if (!p)
-            return mf_err_set(err, MF_ENOMEM, "out of memory looking for cuBLAS");
-        memcpy(p, cudart, dir);
-        memcpy(p + dir, names[k], len + 1);
-        struct stat st;
-        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
-            *path = p;
-            return 0;
-        }
-        free(p);
-    }
-    return 0;
-}
-
-/* The runtime's libraries: ldd's list for binary, plus, beside a listed
- * libcudart, cuBLAS and ldd's list for it (libcublasLt among it). The
- * cuBLAS path is the one found (often the soname symlink): layer_write
- * stores the file it points to under that name, where open_cublas looks.
- * *libs holds what was collected so far even on failure; the caller frees it. */
-static int runtime_libs(const char *binary, char ***libs, size_t *n, struct mf_err *err)
-{
-    char *blas = NULL;
-    int rc = ldd_add(binary, libs, n, err);
-    if (rc == 0)
-        rc = layer_cublas_path(*libs, *n, &blas, err);
-    if (rc == 0 && blas)
-        rc = paths_add(libs, n, blas, strlen(blas), err);
-    if (rc == 0 && blas && (rc = ldd_add(blas, libs, n, err)) != 0)
-        mf_err_prefix(err, "cuBLAS %s (dlopen'd by the runtime)", blas);
-    free(blas);
-    return rc;
-}
-
-int layer_write_runtime(struct store *s, const char *binary, const char *name, int64_t mtime,
-                        struct layer_result *out, struct mf_err *err)
-{
-    char **libs = NULL, bin_path[LAYER_PATH_MAX];
-    size_t n = 0;
-    struct layer_entry *e = NULL;
-    int rc = runtime_libs(binary, &libs, &n, err);
-    if (rc == 0 && !(e = calloc(n + 1, sizeof *e)))
-        rc = mf_err_set(err, MF_ENOMEM, "out of memory for the runtime layer");
-    int pn = snprintf(bin_path, sizeof bin_path, "usr/bin/%s", name);
-    if (rc == 0 && (pn < 0 || (size_t)pn >= sizeof bin_path || strchr(name, '/')))
-        rc = mf_err_set(err, MF_EINVAL, "runtime name '%s' is too long or has a '/'", name);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        e[i] = (struct layer_entry){.path = libs[i] + 1, .src = libs[i], .mode = 0755};
-    if (rc == 0) {
-        e[n] = (struct layer_entry){.path = bin_path, .src = binary, .mode = 0755};
-        rc = layer_write(s, e, n + 1, LAYER_GZIP, mtime, out, err);
-        if (rc == 0)
-            out->filepath[0] = '\0';
-    }
-    if (rc != 0)
-        mf_err_prefix(err, "runtime layer for %s", binary);
-    free(e);
-    for (size_t i = 0; i < n; i++)
-        free(libs[i]);
-    free(libs);
-    return rc;
-}

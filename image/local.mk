@@ -1,10 +1,11 @@
-### image/: deterministic tar layers (libarchive, gzip through zlib), image
-### config and manifest, OCI and docker archives; and their tests
+### image/: deterministic tar layers (libarchive, gzip through zlib, zstd), the
+### cached runtime layer, image config and manifest, OCI and docker archives; and
+### their tests
 libmfc_compiler_a_SOURCES += \
-	image/layer.c image/layer.h image/layer_pax.c \
-	image/oci.c image/oci.h
-libmfc_compiler_a_CFLAGS += $(ARCHIVE_CFLAGS)
-MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) $(ZLIB_LIBS)
+	image/layer.c image/layer.h image/layer_pax.c image/layer_runtime.c \
+	image/oci.c image/oci.h image/oci_docker.c
+libmfc_compiler_a_CFLAGS += $(ARCHIVE_CFLAGS) $(ZSTD_CFLAGS)
+MFC_COMPILER_LIBS += $(ARCHIVE_LIBS) $(ZLIB_LIBS) $(ZSTD_LIBS)
 
 check_PROGRAMS += tests/unit/test_layer tests/unit/test_oci
 tests_unit_test_layer_SOURCES = tests/unit/test_layer.c
@@ -22,7 +23,8 @@ tests_tools_mkimage_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_tools_mkimage_LDADD = $(MFC_COMPILER_LIBS)
 
 TESTS += tests/cli/image.bats
-EXTRA_DIST += tests/cli/image.bats bench/image
+EXTRA_DIST += tests/cli/image.bats bench/image tests/fuzz/fuzz_docker_manifest.c \
+	tests/fuzz/corpus/docker_manifest
 
 ## bench/image: mfc save / push of a multi-GB weight layer against read+write and
 ## skopeo (`make bench-image`; never part of make check). See bench/README.md.

@@ -13,7 +13,8 @@
  *       check; the tar is read once, in order, blobs streamed to the store.
  *
  * oci_load's states: READING (members, oci_load_member) -> CHECKING (index
- * and manifests, check_index) -> TAGGING (set_tags) -> done; any failure
+ * and manifests, check_index; docker's manifest.json against them,
+ * check_docker and oci_docker.c) -> TAGGING (set_tags) -> done; any failure
  * before TAGGING leaves the tags as they were.
  */
 #include "image/oci.h"
@@ -37,6 +38,7 @@
 #define JSON_CANON (JSON_SORT_KEYS | JSON_COMPACT)
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define LAYOUT_MAX 4096u  /* bytes of oci-layout we agree to parse */
+#define MEMBERS_MAX 1000000u /* regular members of an archive we keep the names of */
 #define COPY_CHUNK (1u << 20)
 
 #if defined(__x86_64__)
@@ -530,9 +532,32 @@ int oci_member_check(const char *name, const char **clean, struct mf_err *err)
 struct loaded {
     struct mf_buf layout;  /* oci-layout text */
     struct mf_buf index;   /* index.json text */
+    struct mf_buf docker;  /* manifest.json text */
     int have_layout;       /* nonzero once oci-layout was read */
     int have_index;        /* nonzero once index.json was read */
+    int have_docker;       /* nonzero once manifest.json was read */
+    char **members;        /* owned: every regular member's clean name */
+    size_t n_members;      /* entries in members */
+    size_t cap_members;    /* allocated */
 };
+
+static int add_member(struct loaded *L, const char *p, struct mf_err *err)
+{
+    if (L->n_members == MEMBERS_MAX)
+        return mf_err_set(err, MF_ERANGE, "the archive has more than %u files", MEMBERS_MAX);
+    if (L->n_members == L->cap_members) {
+        size_t cap = L->cap_members ? L->cap_members * 2 : 64;
+        char **m = realloc(L->members, cap * sizeof *m);
+        if (!m)
+            return mf_err_set(err, MF_ENOMEM, "out of memory");
+        L->members = m;
+        L->cap_members = cap;
+    }
+    if (!(L->members[L->n_members] = strdup(p)))
+        return mf_err_set(err, MF_ENOMEM, "out of memory");
+    L->n_members++;
+    return 0;
+}
 
 static int read_member_text(struct archive *a, struct mf_buf *b, const char *what,
                             struct mf_err *err)
@@ -585,15 +610,20 @@ static int oci_load_member(struct store *s, struct archive *a, struct archive_en
         return 0;
     if (rc == 0 && type != AE_IFREG)
         return mf_err_set(err, MF_EFORMAT, "archive member '%s' is not a regular file", name);
+    if (rc == 0)
+        rc = add_member(L, p, err);
     if (rc != 0)
         return rc;
     if (strcmp(p, "oci-layout") == 0 && (rc = read_member_text(a, &L->layout, p, err)) == 0)
         L->have_layout = 1;
     else if (strcmp(p, "index.json") == 0 && (rc = read_member_text(a, &L->index, p, err)) == 0)
         L->have_index = 1;
+    else if (strcmp(p, "manifest.json") == 0 &&
+             (rc = read_member_text(a, &L->docker, p, err)) == 0)
+        L->have_docker = 1;
     else if (strncmp(p, "blobs/sha256/", 13) == 0)
         rc = read_member_blob(s, a, p + 13, archive_entry_size(ae), err);
-    return rc; /* other members (manifest.json, repositories, …) are allowed and unused */
+    return rc; /* other members (repositories, …) are allowed and unused */
 }
 
 static int check_manifest(struct store *s, const struct store_desc *d, struct mf_err *err)
@@ -674,6 +704,61 @@ static int check_index(struct store *s, const struct loaded *L, const char *name
     return rc;
 }
 
+/* One index entry's image: its manifest's config and layer digests. */
+static int docker_image(struct store *s, const json_t *entry, struct oci_docker_image *img,
+                        struct mf_err *err)
+{
+    struct store_desc d;
+    char *text = NULL;
+    size_t len = 0, i;
+    json_t *m = NULL, *l;
+    int rc = store_oci_parse_desc(entry, "index.json", &d, err);
+    if (!rc)
+        rc = store_blob_read(s, d.digest, STORE_MANIFEST_MAX, &text, &len, err);
+    if (!rc && !(m = mf_json_parse(text, len, d.digest, err)))
+        rc = MF_EFORMAT;
+    const char *cfg = json_string_value(json_object_get(json_object_get(m, "config"), "digest"));
+    json_t *layers = json_object_get(m, "layers");
+    if (!rc && (!cfg || !json_is_array(layers)))
+        rc = mf_err_set(err, MF_EFORMAT, "manifest %s has no config or layers", d.digest);
+    if (!rc && !(img->layers = calloc(json_array_size(layers) + 1, sizeof *img->layers)))
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+    if (!rc) {
+        snprintf(img->config, sizeof img->config, "%s", cfg);
+        json_array_foreach (layers, i, l) {
+            const char *ld = json_string_value(json_object_get(l, "digest"));
+            snprintf(img->layers[img->n_layers++], STORE_DIGEST_BUF, "%s", ld ? ld : "");
+        }
+    }
+    json_decref(m);
+    free(text);
+    return rc;
+}
+
+/* docker's manifest.json, when the archive has one, against the index. */
+static int check_docker(struct store *s, const struct loaded *L, const json_t *idx,
+                        struct mf_err *err)
+{
+    const json_t *ms = json_object_get(idx, "manifests");
+    size_t n = json_array_size(ms);
+    struct oci_docker_image imgs[OCI_DOCKER_MAX_IMAGES];
+    int rc = 0;
+    if (!L->have_docker)
+        return 0;
+    if (n > OCI_DOCKER_MAX_IMAGES)
+        return mf_err_set(err, MF_EUNSUPPORTED, "index.json lists %zu images (at most %d)", n,
+                          OCI_DOCKER_MAX_IMAGES);
+    memset(imgs, 0, sizeof imgs);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = docker_image(s, json_array_get(ms, i), &imgs[i], err);
+    if (!rc)
+        rc = oci_docker_check(L->docker.data, L->docker.len, imgs, n,
+                              (const char *const *)L->members, L->n_members, err);
+    for (size_t i = 0; i < n; i++)
+        free(imgs[i].layers);
+    return rc;
+}
+
 static int set_tags(struct store *s, const json_t *idx, const char *name, size_t *n_loaded,
                     struct mf_err *err)
 {
@@ -708,6 +793,7 @@ int oci_load(struct store *s, const char *tar_path, const char *name, size_t *n_
     struct loaded L = {0};
     mf_buf_init(&L.layout, LAYOUT_MAX);
     mf_buf_init(&L.index, STORE_INDEX_MAX);
+    mf_buf_init(&L.docker, STORE_INDEX_MAX);
     json_t *idx = NULL;
     struct archive *a = archive_read_new();
     struct archive_entry *ae;
@@ -726,6 +812,8 @@ int oci_load(struct store *s, const char *tar_path, const char *name, size_t *n_
     if (rc == 0)
         rc = check_index(s, &L, name, &idx, err);
     if (rc == 0)
+        rc = check_docker(s, &L, idx, err);
+    if (rc == 0)
         rc = set_tags(s, idx, name, n_loaded, err);
     if (rc != 0 && strncmp(err->msg, tar_path, strlen(tar_path)) != 0)
         mf_err_prefix(err, "%s", tar_path);
@@ -733,5 +821,9 @@ int oci_load(struct store *s, const char *tar_path, const char *name, size_t *n_
     archive_read_free(a);
     mf_buf_free(&L.layout);
     mf_buf_free(&L.index);
+    mf_buf_free(&L.docker);
+    for (size_t i = 0; i < L.n_members; i++)
+        free(L.members[i]);
+    free(L.members);
     return rc;
 }

@@ -109,13 +109,34 @@ int oci_export(struct store *s, const char *ref, const char *name, const struct 
  * paths, no "..", regular files or directories, blobs at most OCI_BLOB_MAX,
  * JSON files at most STORE_INDEX_MAX), every blob is verified against its
  * name, every manifest's config and layers must be present with their
- * sizes. Only then are the tags set: name when not NULL, else each index
+ * sizes, and a docker manifest.json must describe the same images through
+ * members of the archive (oci_docker_check). Only then are the tags set:
+ * name when not NULL, else each index
  * entry's io.containerd.image.name or ref.name. On failure no tag changes
  * (verified blobs may stay, unreferenced, for gc). *n_loaded counts images. */
 int oci_load(struct store *s, const char *tar_path, const char *name, size_t *n_loaded,
              struct mf_err *err);
 
 /* Internals for tests. */
+
+#define OCI_DOCKER_MAX_IMAGES 16 /* images of one archive (as index.json may list) */
+
+/* One image as an archive's index.json describes it, for oci_docker_check. */
+struct oci_docker_image {
+    char config[STORE_DIGEST_BUF];     /* its config's digest */
+    char (*layers)[STORE_DIGEST_BUF];  /* borrowed: its layers' digests, in order */
+    size_t n_layers;                   /* entries in layers */
+};
+
+/* Checks a docker archive's manifest.json (text[0..len), untrusted) against
+ * the n_imgs images of its index.json and the names of the n_members
+ * regular members the archive holds (oci_member_check'ed): a list of as
+ * many entries as images, each naming by safe relative member paths one
+ * image's config (Config) and its layers in order (Layers), no image twice,
+ * RepoTags null or names. 0, or MF_EFORMAT naming the entry and field. */
+int oci_docker_check(const char *text, size_t len, const struct oci_docker_image *imgs,
+                     size_t n_imgs, const char *const *members, size_t n_members,
+                     struct mf_err *err);
 
 /* Checks one archive member name: relative, no "..", no empty components
  * (a leading "./" is dropped). *clean points into name. 0 or MF_EFORMAT. */

@@ -637,14 +637,26 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
     __half *ph = (__half *)(sf + FA_ROWS * FA_SF);
     const int r = lane & 15, c0 = (lane >> 4) * 8; /* lanes r and r + 16 share row r */
     const int lim = r < n ? pos[t0 + r] : -1; /* the last position row r sees */
-    /* row r's 8 scores of block b (slots c0 ..), scaled; masked: -inf */
+    /* the first position row r sees (a sliding window's start), and the first
+     * block any row sees: row 0's positions are the tile's smallest */
+    const int first = s.window > 0 && lim - s.window + 1 > 0 ? lim - s.window + 1 : 0;
+    const int b_lo = s.window > 0 && pos[t0] - s.window + 1 > 0 ? (pos[t0] - s.window + 1) / KVB
+                                                               : 0;
+    const float cinv = s.softcap > 0.0f ? __fdiv_rn(1.0f, s.softcap) : 0.0f;
+    /* row r's 8 scores of block b (slots c0 ..), scaled and soft-capped (the
+     * CPU's order); masked: -inf */
     auto row8 = [&](int b, float v[8]) {
         const float4 *p = reinterpret_cast<const float4 *>(sf + r * FA_SF + c0);
         const float4 lo = p[0], hi = p[1];
         const float raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-        for (int c = 0; c < 8; c++)
-            v[c] = b * KVB + c0 + c <= lim ? __fmul_rn(raw[c], kq_scale) : -INFINITY;
+        for (int c = 0; c < 8; c++) {
+            const int j = b * KVB + c0 + c;
+            float x = __fmul_rn(raw[c], kq_scale);
+            if (s.softcap > 0.0f)
+                x = __fmul_rn(tanhf(__fmul_rn(x, cinv)), s.softcap);
+            v[c] = j <= lim && j >= first ? x : -INFINITY;
+        }
     };
 
     for (int h = warp; h < ratio; h += nw) {
@@ -679,7 +691,7 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
             __syncwarp();
         };
         float m = -INFINITY;
-        for (int b = 0; b < nblk; b++) {
+        for (int b = b_lo; b < nblk; b++) {
             float v[8];
             scores(b);
             row8(b, v);
@@ -690,7 +702,7 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
         }
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
         double sum = 0.0;
-        for (int b = 0; b < nblk; b++) {
+        for (int b = b_lo; b < nblk; b++) {
             float v[8];
             scores(b);
             row8(b, v);
@@ -702,7 +714,7 @@ __global__ void k_tiles(struct mfk_kv_shape s, int32_t layer, const int32_t *til
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 16);
         const float inv = r < n ? (float)(1.0 / sum) : 0.0f;
-        for (int b = 0; b < nblk; b++) {
+        for (int b = b_lo; b < nblk; b++) {
             const __half *vt = (const __half *)kv + (Q8 ? 0 : kv_index(s, bt[b], layer, 1, g));
             if constexpr (Q8) {
                 const int8_t *v8 = (const int8_t *)kv + kv8_offset(s, bt[b], layer, 1, g);
@@ -844,6 +856,11 @@ extern "C" int mfk_attention_tiles(struct mfk_ctx *c, const struct mfk_kv_shape 
 #define LAUNCH(F, ...)                                                                             \
     return F<__VA_ARGS__>(c, s, layer, n_tiles, tiles, q, ldq, pos, toff, tables, kv, out, ldo,    \
                           decode, warps, err)
+    /* a sliding window or a soft-cap: k_tiles, which takes both */
+    if ((s->window > 0 || s->softcap > 0.0f) && s->q8)
+        LAUNCH(tiles_launch, true);
+    if (s->window > 0 || s->softcap > 0.0f)
+        LAUNCH(tiles_launch, false);
     if (s->head_dim == 128 && s->q8)
         LAUNCH(flash_launch, 128, true);
     if (s->head_dim == 128)

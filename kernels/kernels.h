@@ -379,6 +379,105 @@ static inline MFK_HD int mfk_sk_slot(int64_t iters, int blocks, int b, int64_t f
     return 2 * b + (mfk_sk_start(iters, blocks, b) >= first ? 0 : 1);
 }
 
+/* ---- mixture of experts (kernels/moe.cu) --------------------------------- */
+
+/* A routed feed-forward layer over T tokens (runtime/cuda/cuda_moe.c),
+ * entirely on the device, so a decode step records as a graph:
+ *   mfk_moe_route    per token the router's softmax (the sum in double), its
+ *                    k best experts (ties to the lower expert, best first) and
+ *                    their weights divided by their sum (clamped below at
+ *                    2^-14), as runtime/cpu/cpu_moe.c; then the T k (token,
+ *                    choice) pairs grouped by expert, an expert's rows in
+ *                    token order ("gathered rows"), and the work list: each
+ *                    expert's rows in items of at most mfk_moe_tile(T);
+ *   mfk_moe_gemm     one launch for every expert's rows of up to two weights
+ *                    of one input (gate and up; down), experts with no rows
+ *                    costing nothing, each chosen expert's weights read once
+ *                    per item, in their GGUF block type;
+ *   mfk_moe_combine  out[t] (+)= sum over j of w[t][j] y[gathered row of
+ *                    (t, j)], added best first, then to out.
+ * The state lives in device memory the caller owns (struct mfk_moe_route,
+ * sized by mfk_moe_items_max for the largest T). */
+#define MFK_MOE_MAX_EXPERTS 512 /* experts a router may have (MODEL_MAX_EXPERTS) */
+#define MFK_MOE_TILE 8          /* rows of an item, at most */
+#define MFK_MOE_HIST 8192       /* the grouping's (chunk, expert) counters, at most */
+/* items a grouped launch's block rows take at once (the grid's y); a block
+ * takes every MFK_MOE_SLOTS-th item */
+#define MFK_MOE_SLOTS 64
+
+struct mfk_moe_route {
+    int32_t *sel;     /* (T k) expert of pair t k + j, best first */
+    float *w;         /* (T k) its weight */
+    int32_t *eoff;    /* (n_expert + 1) first gathered row of each expert; T k last */
+    int32_t *grow;    /* (T k) token of each gathered row */
+    int32_t *prow;    /* (T k) gathered row of each pair */
+    int32_t *items;   /* (mfk_moe_items_max, 4) expert, first gathered row, rows, 0;
+                         16-byte aligned */
+    int32_t *n_items; /* (1) items of the last route */
+    unsigned *done;   /* (1) routing blocks finished: 0 before the first launch, and
+                         the last block puts it back */
+};
+
+/* Rows an item takes at most for a step of T tokens: 1, 2, 4, then 8
+ * (the grouped kernels' token count per pass over the weights). */
+static inline MFK_HD int32_t mfk_moe_tile(int32_t T)
+{
+    return T <= 2 ? (T < 1 ? 1 : T) : T <= 4 ? 4 : MFK_MOE_TILE;
+}
+
+/* Items of a step of T tokens, k of n_expert experts each, at most: an
+ * expert with c rows takes ceil(c / tile) items, and every item has a
+ * row, so min(T k, live experts + T k / tile) with live <= min(n_expert,
+ * T k). */
+static inline MFK_HD int64_t mfk_moe_items_max(int32_t T, int32_t n_expert, int32_t k)
+{
+    const int64_t pairs = (int64_t)T * k, live = pairs < n_expert ? pairs : n_expert;
+    const int64_t most = live + pairs / mfk_moe_tile(T);
+    return T < 1 || k < 1 ? 0 : most < pairs ? most : pairs;
+}
+
+/* The grouping's chunks (counting sort by (chunk, expert), one thread a
+ * chunk): *per tokens a chunk, as few as keep chunks x n_expert within
+ * MFK_MOE_HIST and the chunks within 256 (the block); returns the chunks. */
+static inline MFK_HD int32_t mfk_moe_chunks(int32_t T, int32_t n_expert, int32_t *per)
+{
+    int32_t cmax = n_expert > 0 ? MFK_MOE_HIST / n_expert : 1;
+    cmax = cmax > 256 ? 256 : cmax < 1 ? 1 : cmax;
+    *per = T < 1 ? 1 : (T + cmax - 1) / cmax;
+    return T < 1 ? 0 : (T + *per - 1) / *per;
+}
+
+/* Routes T tokens whose router logits are logits[t][0..n_expert) (rows ld
+ * apart) to k experts each, into r (sized for T: sel, w, grow, prow T k;
+ * items mfk_moe_items_max(T, n_expert, k)). MF_EINVAL for n_expert past
+ * MFK_MOE_MAX_EXPERTS or k outside 1..n_expert. */
+int mfk_moe_route(struct mfk_ctx *c, const float *logits, int64_t ld, int32_t T, int32_t n_expert,
+                  int32_t k, const struct mfk_moe_route *r, struct mf_err *err);
+
+/* y[i][g][0..ne1) = W_i[e] x[row g] for every gathered row g of every
+ * expert e (rows ldy apart), i < n (1 or 2: weights of one input, one
+ * launch when they share a type): w[i] holds n_expert matrices of ne1 rows,
+ * expert e's from data + e ne1 row_bytes. The input of gathered row g is
+ * row xrow[g] (r->grow: inputs by token) or g (xrow NULL: inputs by
+ * gathered row) of x (floats, 16-byte aligned rows ldx apart: F32, F16,
+ * BF16, Q8_0, Q4_0, Q5_K weights, which meet it as mfk_gemv does) and of
+ * xq8 (its 8-bit form, rows ne0 apart: Q4_K and Q6_K weights, dp4a on the
+ * integer codes). T and k as routed. MF_EINVAL when an input a weight
+ * needs is missing or misaligned, MF_EUNSUPPORTED for a type the kernels
+ * do not read. */
+int mfk_moe_gemm(struct mfk_ctx *c, int n, const struct mfk_weight *const *w, int32_t n_expert,
+                 const float *x, int64_t ldx, const struct mfk_q8 *xq8, const int32_t *xrow,
+                 int32_t T, int32_t k, const struct mfk_moe_route *r, float *const *y, int64_t ldy,
+                 struct mf_err *err);
+
+/* out[t][i] = acc (+ out[t][i] when add), acc = w[t][0] y[p0][i] + w[t][1]
+ * y[p1][i] + ... in that order (pj the gathered row of pair (t, j), its
+ * products and sums rounded one at a time, as the CPU's combine), i < n,
+ * t < T; n a multiple of 4 and rows 16-byte aligned. */
+int mfk_moe_combine(struct mfk_ctx *c, const float *y, int64_t ldy, int32_t T, int32_t k, int64_t n,
+                    const struct mfk_moe_route *r, float *out, int64_t ldo, int add,
+                    struct mf_err *err);
+
 /* Shape of the paged KV arena (runtime/engine/backend.h layout, F16 elements:
  * keys [head_dim][16] per block and head, values [16][head_dim]). q8: the
  * 8-bit arena instead (BACKEND_KV_Q8): the same two layouts in int8, each
@@ -430,10 +529,10 @@ int mfk_attention(struct mfk_ctx *c, const struct mfk_kv_shape *s, int32_t layer
                   int32_t splits, float *out, int64_t ldo, const struct mfk_q8 *q8,
                   struct mf_err *err);
 
-/* (s->softcap and s->window apply to mfk_attention, which masks a
- * sliding window's earlier positions and reads only the blocks it needs;
- * the tile kernels below take neither: runtime/cuda sends such layers'
- * tokens all to mfk_attention.) */
+/* (s->softcap and s->window: both kernels mask a sliding window's earlier
+ * positions and read only the blocks from the window's first on; the tiles
+ * of such a layer all go to the generic tile kernel, k_tiles, whatever the
+ * head width and decode say.) */
 
 /* The same for runs of a sequence's tokens, on the tensor cores: tile i is
  * tokens tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (1 to 16 of them, one
@@ -512,6 +611,8 @@ struct mfk_draw {
     float top_p, min_p;
     float repeat_penalty, presence_penalty, frequency_penalty;
     int32_t adj_off, n_adj; /* this row's entries of the adjust array, n_adj <= 1024 */
+    int32_t mask_off;       /* mfk_sample_masked: this row's grammar mask, words from here
+                               in the masks array (bit i: token i allowed); < 0: none */
 };
 struct mfk_adjust {
     int32_t token, count;
@@ -528,6 +629,13 @@ struct mfk_adjust {
 int mfk_sample(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows, int64_t n,
                const struct mfk_draw *d, const struct mfk_adjust *a, int32_t *out,
                struct mf_err *err);
+/* mfk_sample where a row's d[r].mask_off >= 0 first bans (sets to -inf, in
+ * place: a row given back holds its masked logits) every token whose bit in
+ * masks[mask_off..] is clear: a grammar's mask (runtime/grammar), applied
+ * where the logits are. masks NULL: as mfk_sample. */
+int mfk_sample_masked(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows, int64_t n,
+                      const struct mfk_draw *d, const struct mfk_adjust *a, const uint32_t *masks,
+                      int32_t *out, struct mf_err *err);
 
 #ifdef __cplusplus
 }

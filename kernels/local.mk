@@ -4,15 +4,16 @@ NVCC_FLAGS = -O3 -std=c++17 -I$(top_srcdir) -I$(top_builddir) \
 	-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
 	-Xcompiler -fPIC,-Wall
 KERNELS_CU = kernels/device.cu kernels/mem.cu kernels/llama.cu kernels/attention.cu kernels/attention_tiles.cu kernels/gemm.cu \
-	kernels/graph.cu kernels/mmq.cu kernels/qgemm.cu kernels/sample.cu kernels/family.cu
-EXTRA_DIST += $(KERNELS_CU) kernels/kernels.h kernels/internal.cuh
+	kernels/graph.cu kernels/mmq.cu kernels/qgemm.cu kernels/sample.cu kernels/family.cu \
+	kernels/moe.cu
+EXTRA_DIST += $(KERNELS_CU) kernels/kernels.h kernels/internal.cuh kernels/blocks.cuh
 if HAVE_CUDA
 noinst_LIBRARIES += libmfc_kernels.a
 libmfc_kernels_a_SOURCES = kernels/kernels.h
 libmfc_kernels_a_LIBADD = $(KERNELS_CU:.cu=_cu.o)
 libmfc_kernels_a_DEPENDENCIES = $(libmfc_kernels_a_LIBADD)
 CLEANFILES += $(KERNELS_CU:.cu=_cu.o)
-kernels/%_cu.o: kernels/%.cu kernels/kernels.h kernels/internal.cuh
+kernels/%_cu.o: kernels/%.cu kernels/kernels.h kernels/internal.cuh kernels/blocks.cuh
 	@$(MKDIR_P) $(@D)
 	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 endif
@@ -28,4 +29,4 @@ noinst_PROGRAMS += tests/gpu/gpuinfo
 tests_gpu_gpuinfo_SOURCES = tests/gpu/gpuinfo.c
 tests_gpu_gpuinfo_LDADD = $(MFC_CUDA_LIBS)
 endif
-EXTRA_DIST += tests/gpu/gpuinfo.c
+EXTRA_DIST += tests/gpu/gpuinfo.c tests/gpu/hf_families.py

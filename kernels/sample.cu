@@ -18,7 +18,9 @@
  *  - Otherwise the draw walks the row in id order: each warp sums its slice,
  *    and the slice where u * z falls is scanned.
  * Results match sampler_sample's for equal logits up to the last bits of
- * expf/logf and of double sums taken in another order.
+ * expf/logf and of double sums taken in another order. A row with a grammar
+ * mask (mfk_sample_masked) has its banned tokens set to -inf first, as the
+ * host's candidate load does.
  */
 #include <climits>
 
@@ -493,13 +495,25 @@ __device__ __forceinline__ int32_t draw_row(const float *x, int64_t n, const str
 
 __global__ void __launch_bounds__(ST, 1)
     k_sample(float *x0, int64_t ldx, int64_t n, const struct mfk_draw *dd,
-             const struct mfk_adjust *aa, int32_t *out)
+             const struct mfk_adjust *aa, const uint32_t *masks, int32_t *out)
 {
     pdl_start();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     struct sample_smem *s = reinterpret_cast<struct sample_smem *>(smem_raw);
     float *x = x0 + (int64_t)blockIdx.x * ldx;
     const struct mfk_draw d = dd[blockIdx.x];
+    if (masks && d.mask_off >= 0) { /* the grammar's bans, a word of 32 tokens a thread */
+        const uint32_t *m = masks + d.mask_off;
+        for (int64_t w = threadIdx.x; w * 32 < n; w += ST) {
+            const uint32_t bits = m[w];
+            if (bits == FULL)
+                continue;
+            for (int b = 0; b < 32 && w * 32 + b < n; b++)
+                if (!((bits >> b) & 1u))
+                    x[w * 32 + b] = -INFINITY;
+        }
+        __syncthreads();
+    }
     int64_t tok = -1;
     float orig = 0.0f;
     if ((int)threadIdx.x < d.n_adj) {
@@ -523,6 +537,13 @@ extern "C" int mfk_sample(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows
                           const struct mfk_draw *d, const struct mfk_adjust *a, int32_t *out,
                           struct mf_err *err)
 {
+    return mfk_sample_masked(c, x, ldx, rows, n, d, a, NULL, out, err);
+}
+
+extern "C" int mfk_sample_masked(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows,
+                                 int64_t n, const struct mfk_draw *d, const struct mfk_adjust *a,
+                                 const uint32_t *masks, int32_t *out, struct mf_err *err)
+{
     const int sm = (int)sizeof(struct sample_smem);
     if (rows <= 0)
         return 0;
@@ -533,6 +554,6 @@ extern "C" int mfk_sample(struct mfk_ctx *c, float *x, int64_t ldx, int32_t rows
     if (e != cudaSuccess)
         return mf_err_set(err, MF_EIO, "CUDA sample: %d bytes of shared memory refused: %s", sm,
                           cudaGetErrorString(e));
-    mfk_go(mfk_queue(c), rows, ST, sm, k_sample, x, ldx, n, d, a, out);
+    mfk_go(mfk_queue(c), rows, ST, sm, k_sample, x, ldx, n, d, a, masks, out);
     return mfk_launched("sample", err);
 }

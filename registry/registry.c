@@ -163,6 +163,16 @@ static size_t domain_len(const char *s, size_t n)
     return 0;
 }
 
+/* Hugging Face's registry (hf.co, the form Hugging Face shows for Ollama)
+ * names repositories as the Hub does, in mixed case, and matches them
+ * without regard to case: such a name is accepted as Ollama accepts it and
+ * sent lowercased, the distribution spec's form. */
+static int hf_domain(const char *s, size_t dl)
+{
+    return (dl == 5 && strncasecmp(s, "hf.co", 5) == 0) ||
+           (dl == 14 && strncasecmp(s, "huggingface.co", 14) == 0);
+}
+
 static int parse_name(const char *s, size_t n, struct registry_ref *r, const char *what,
                       struct mf_err *err)
 {
@@ -181,6 +191,12 @@ static int parse_name(const char *s, size_t n, struct registry_ref *r, const cha
             return mf_err_set(err, MF_EINVAL, "%s: bad tag (want [A-Za-z0-9_][A-Za-z0-9._-]*)",
                               what);
         memcpy(r->tag, colon + 1, tn);
+    }
+    char low[REGISTRY_REPO_MAX];
+    if (dl && hf_domain(s, dl) && repo_n < sizeof low) {
+        for (size_t i = 0; i < repo_n; i++)
+            low[i] = (char)tolower((unsigned char)name[i]);
+        name = low;
     }
     int hub = !dl || (dl == 9 && strncmp(s, DOCKER_HUB, 9) == 0);
     const char *lib = hub && !memchr(name, '/', repo_n) ? "library/" : "";

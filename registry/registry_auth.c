@@ -442,6 +442,12 @@ int registry_login(const struct registry_opts *o, const char *registry, const ch
         snprintf(c->cred.user, sizeof c->cred.user, "%s", user);
         snprintf(c->cred.secret, sizeof c->cred.secret, "%s", secret);
         rc = registry_client_ping(c, err);
+        /* the only credentials sent were these: a refusal is about them */
+        if (rc == MF_EINVAL && strstr(err->msg, "authentication failed"))
+            rc = mf_err_set(err, MF_EINVAL,
+                            "login to %s failed: the registry refused the user name or password "
+                            "for '%s' (HTTP 401 Unauthorized); nothing was stored",
+                            registry, user);
     }
     registry_client_close(c);
     if (rc == 0)

@@ -108,6 +108,8 @@ static size_t on_body(char *p, size_t size, size_t nitems, void *arg)
                             (unsigned long long)r->w_max);
         else
             rc = store_blob_writer_write(r->w, p, n, &r->werr);
+        if (rc == 0 && r->meter)
+            registry_meter_update(r->meter, store_blob_writer_size(r->w));
     } else if (r->out) {
         rc = mf_buf_append(r->out, p, n, &r->werr);
     }
@@ -136,7 +138,17 @@ static size_t on_read(char *p, size_t size, size_t nitems, void *arg)
     }
     b->off += n;
     b->len -= n;
+    if (b->meter)
+        registry_meter_update(b->meter, b->off);
     return n;
+}
+
+void registry_meter_update(struct registry_meter *m, uint64_t done)
+{
+    if (!m->pg || (done - m->shown < REGISTRY_PROGRESS_STEP && done < m->total))
+        return;
+    m->shown = done;
+    progress_update(m->pg, m->id, done, m->total);
 }
 
 /* ---- one exchange ----------------------------------------------------------------- */

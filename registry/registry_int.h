@@ -30,12 +30,26 @@ struct registry_client {
     char errbuf[CURL_ERROR_SIZE];     /* libcurl's detail for the last failure */
 };
 
+/* Bytes of one blob on a progress job (registry_opts.progress), reported
+ * at most every REGISTRY_PROGRESS_STEP bytes. */
+#define REGISTRY_PROGRESS_STEP (1u << 20)
+struct registry_meter {
+    struct progress *pg; /* borrowed, or NULL: no reports */
+    int id;              /* its job */
+    uint64_t total;      /* the blob's size */
+    uint64_t shown;      /* bytes at the last report */
+};
+
+/* Reports done bytes to m when they moved a step on, or reached the total. */
+void registry_meter_update(struct registry_meter *m, uint64_t done);
+
 /* Where a request's body comes from: memory, or a byte range of a file. */
 struct registry_body {
-    const void *mem; /* borrowed, or NULL */
-    int fd;          /* with mem NULL: read from here with pread, or -1 for no body */
-    uint64_t off;    /* first byte of the range */
-    uint64_t len;    /* bytes to send */
+    const void *mem;              /* borrowed, or NULL */
+    int fd;                       /* with mem NULL: read from here with pread, or -1 for no body */
+    uint64_t off;                 /* first byte of the range */
+    uint64_t len;                 /* bytes to send */
+    struct registry_meter *meter; /* borrowed, or NULL: off is reported as sent */
 };
 
 /* One request and its final response. */
@@ -50,6 +64,7 @@ struct registry_req {
     struct mf_buf *out;                /* 2xx body goes here (bounded by its max), or NULL */
     struct store_blob_writer *w;       /* or here, at most w_max bytes in all */
     uint64_t w_max;                    /* the descriptor's size */
+    struct registry_meter *meter;      /* borrowed, or NULL: w's size is reported */
     /* filled from the response */
     long status;                       /* 0 when nothing came back */
     char location[REGISTRY_LOCATION_MAX]; /* Location, or "" */

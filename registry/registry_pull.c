@@ -37,6 +37,7 @@ struct pull {
     struct registry_client *c;      /* borrowed */
     struct store *s;                /* borrowed */
     const struct registry_ref *ref; /* borrowed: the source */
+    struct registry_meter *meter;   /* the blob being fetched's progress, or NULL */
 };
 
 static int digest_of(const void *p, size_t n, char out[STORE_DIGEST_BUF], struct mf_err *err)
@@ -129,6 +130,7 @@ static int blob_attempt(struct pull *p, const struct store_desc *d, struct store
                              .w = w,
                              .w_max = d->size,
                              .range_from = have,
+                             .meter = p->meter,
                              .body = {.fd = -1}};
     char what[160];
     snprintf(what, sizeof what, "blob %s", d->digest);
@@ -153,6 +155,11 @@ static int blob_attempt(struct pull *p, const struct store_desc *d, struct store
 static int get_blob(struct pull *p, const struct store_desc *d, struct mf_err *err)
 {
     struct store_blob_writer *w = NULL;
+    char name[32];
+    snprintf(name, sizeof name, "%.19s", d->digest); /* "sha256:" and 12 hex, as docker shows */
+    struct registry_meter m = {p->c->o->progress, 0, d->size, 0};
+    m.id = progress_begin(m.pg, "pull", name);
+    p->meter = &m;
     int rc = store_blob_writer_open_partial(p->s, d->digest + 7, d->digest, &w, err);
     if (rc == 0 && store_blob_writer_size(w) > d->size)
         rc = store_blob_writer_reset(w, err);
@@ -180,6 +187,11 @@ static int get_blob(struct pull *p, const struct store_desc *d, struct mf_err *e
     }
     if (rc == MF_EINTEGRITY)
         mf_err_prefix(err, "%s/%s", p->c->host, p->ref->repo);
+    if (rc)
+        progress_fail(m.pg, m.id, err->msg);
+    else
+        progress_end(m.pg, m.id, "done");
+    p->meter = NULL;
     return rc;
 }
 

@@ -106,6 +106,7 @@ struct push {
     const struct registry_ref *ref;    /* borrowed: the destination */
     struct registry_push_sources *src; /* borrowed */
     char what[160];                    /* "blob sha256:… (N bytes)" for messages */
+    struct registry_meter *meter;      /* the blob being sent's progress, or NULL */
 };
 
 static int blob_present(struct push *p, const struct store_desc *d, int *present,
@@ -192,7 +193,7 @@ static int put_blob_bytes(struct push *p, const struct store_desc *d, int fd, st
     snprintf(query, sizeof query, "digest=%s", d->digest);
     uint64_t chunk = p->c->o->chunk_size ? p->c->o->chunk_size : d->size;
     if (d->size <= chunk) { /* monolithic: one PUT carries everything */
-        struct registry_body b = {.fd = fd, .off = 0, .len = d->size};
+        struct registry_body b = {.fd = fd, .off = 0, .len = d->size, .meter = p->meter};
         return send_part(p, "PUT", loc, query, &b, NULL, 201, err);
     }
     int rc = 0;
@@ -201,7 +202,7 @@ static int put_blob_bytes(struct push *p, const struct store_desc *d, int fd, st
         char range[64];
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off,
                  (unsigned long long)(off + n - 1));
-        struct registry_body b = {.fd = fd, .off = off, .len = n};
+        struct registry_body b = {.fd = fd, .off = off, .len = n, .meter = p->meter};
         rc = send_part(p, "PATCH", loc, NULL, &b, range, 202, err);
     }
     struct registry_body none = {.fd = -1};
@@ -217,6 +218,11 @@ static int push_blob(struct push *p, const struct store_desc *d, struct mf_err *
     mf_buf_init(&loc, REGISTRY_LOCATION_MAX);
     snprintf(p->what, sizeof p->what, "blob %s (%llu bytes)", d->digest,
              (unsigned long long)d->size);
+    char name[32];
+    snprintf(name, sizeof name, "%.19s", d->digest); /* "sha256:" and 12 hex, as docker shows */
+    struct registry_meter m = {p->c->o->progress, 0, d->size, 0};
+    m.id = progress_begin(m.pg, "push", name);
+    p->meter = &m;
     int rc = blob_present(p, d, &present, err);
     if (rc == 0 && present)
         p->c->st->blobs_present++;
@@ -233,6 +239,11 @@ static int push_blob(struct push *p, const struct store_desc *d, struct mf_err *
     if (fd >= 0)
         close(fd);
     mf_buf_free(&loc);
+    if (rc)
+        progress_fail(m.pg, m.id, err->msg);
+    else
+        progress_end(m.pg, m.id, present ? "exists" : mounted ? "mounted" : "done");
+    p->meter = NULL;
     return rc;
 }
 

@@ -3,7 +3,7 @@
 libmfc_compiler_a_SOURCES += \
 	store/store.c store/store.h store/store_int.h \
 	store/store_oci.c store/store_tag.c store/store_cache.c \
-	store/store_stat.c store/store_gc.c
+	store/store_stat.c store/store_gc.c store/store_tmp.c
 
 check_PROGRAMS += tests/unit/test_store
 tests_unit_test_store_SOURCES = tests/unit/test_store.c

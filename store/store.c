@@ -178,7 +178,8 @@ int store_default_root(char **root, struct mf_err *err)
 
 static int make_dirs(struct store *s, struct mf_err *err)
 {
-    static const char *const dirs[] = {STORE_BLOBS_DIR, STORE_TMP_DIR, STORE_CACHE_DIR};
+    static const char *const dirs[] = {STORE_BLOBS_DIR, STORE_TMP_DIR, STORE_CACHE_DIR,
+                                       STORE_OWNERS_DIR};
     int rc = mf_file_mkdirs(s->root, err);
     for (size_t i = 0; !rc && i < sizeof dirs / sizeof dirs[0]; i++) {
         char *p = store_join(s, dirs[i], err);
@@ -268,7 +269,7 @@ int store_open(struct store **out, const char *root, struct mf_err *err)
     struct store *s = calloc(1, sizeof *s);
     if (!s)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
-    s->lock_fd = s->index_lock_fd = -1;
+    s->lock_fd = s->index_lock_fd = s->owner_fd = -1;
     s->racy_ns = 2000000000;
     s->root = strdup(root);
     int rc = s->root ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -282,6 +283,8 @@ int store_open(struct store **out, const char *root, struct mf_err *err)
      * blobs the sweep would delete. */
     if (!rc && flock_retry(s->lock_fd, LOCK_SH) != 0)
         rc = mf_err_sys(err, MF_EIO, errno, "cannot lock the store %s", root);
+    if (!rc)
+        rc = store_tmp_owner_open(s, err);
     if (!rc)
         rc = check_layout(s, err);
     if (!rc)
@@ -300,6 +303,8 @@ void store_close(struct store *s)
         return;
     if (s->index_lock_fd >= 0)
         close(s->index_lock_fd);
+    if (s->owner_fd >= 0)
+        close(s->owner_fd);
     if (s->lock_fd >= 0)
         close(s->lock_fd);
     free(s->root);
@@ -500,7 +505,9 @@ int store_blob_writer_open(struct store *s, const char *expect, struct store_blo
     if (!w)
         return err ? err->code : MF_EINVAL;
     int rc = 0;
-    w->tmp_path = store_join(s, STORE_TMP_DIR "/blob-XXXXXX", err);
+    char rel[64]; /* blob-<pid>-XXXXXX: owned by this process (store_tmp.c) */
+    snprintf(rel, sizeof rel, STORE_TMP_DIR "/blob-%ld-XXXXXX", (long)getpid());
+    w->tmp_path = store_join(s, rel, err);
     if (!w->tmp_path)
         rc = MF_ENOMEM;
     if (!rc) {

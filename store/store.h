@@ -177,8 +177,15 @@ void store_blob_writer_abort(struct store_blob_writer *w);
 /* Releases w and removes its file, partial or not. Accepts NULL. */
 void store_blob_writer_discard(struct store_blob_writer *w);
 /* *path = malloc'd path tmp/<name> (name from [A-Za-z0-9._-], at most 200
- * chars) for side files such as a partial download's metadata. */
+ * chars) for side files such as a partial download's metadata. A file named
+ * <kind>-<pid>-<rest> with this process's pid is this process's: a later
+ * store_tmp_reclaim removes it once the process is gone. */
 int store_tmp_path(struct store *s, const char *name, char **path, struct mf_err *err);
+/* Removes the tmp files and directories of processes that died with them
+ * open (a killed build), found by lock (store_tmp.c); live ones and partial
+ * downloads stay. files/bytes (may be NULL) get what was removed. Best
+ * effort: a file that cannot be removed is skipped. */
+int store_tmp_reclaim(struct store *s, uint64_t *files, uint64_t *bytes, struct mf_err *err);
 
 /* Tags (index.json; each change is one locked, atomic rewrite). */
 

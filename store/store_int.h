@@ -15,6 +15,7 @@ struct store {
     int lock_fd;              /* "lock": LOCK_SH while open, LOCK_EX during gc */
     int index_lock_fd;        /* "index.lock": LOCK_EX around index/cache/stat-cache updates */
     int index_locked;         /* nonzero while this handle holds index.lock */
+    int owner_fd;             /* "tmp-owners/<pid>": LOCK_SH while open (store_tmp.c) */
     int64_t racy_ns;          /* stat-cache margin (store_stat.c); tests set 0 */
     struct store_stats stats; /* counters for tests and du */
 };
@@ -22,6 +23,7 @@ struct store {
 /* Directory and file names under the root. */
 #define STORE_BLOBS_DIR "blobs/sha256"
 #define STORE_TMP_DIR "tmp"
+#define STORE_OWNERS_DIR "tmp-owners" /* <pid>: who owns tmp/<kind>-<pid>-* (store_tmp.c) */
 #define STORE_CACHE_DIR "cache"
 #define STORE_INDEX_FILE "index.json"
 #define STORE_STAT_FILE "stat-cache"
@@ -32,6 +34,10 @@ char *store_join(const struct store *s, const char *rel, struct mf_err *err);
 /* malloc'd "<root>/<dir>/<hex of digest><suffix>"; digest must be valid. */
 char *store_digest_join(const struct store *s, const char *dir, const char *digest,
                         const char *suffix, struct mf_err *err);
+
+/* Takes this process's shared lock on tmp-owners/<pid> into s->owner_fd, which
+ * marks the tmp files named <kind>-<pid>-... as live (store_tmp.c). */
+int store_tmp_owner_open(struct store *s, struct mf_err *err);
 
 /* Exclusive index.lock, blocking. Not recursive: callers lock once per update. */
 int store_lock_index(struct store *s, struct mf_err *err);

@@ -91,6 +91,7 @@ static const char *const fn_names[FN_COUNT] = {
     [FN_INDEX] = "index", [FN_SLICE] = "slice",   [FN_EQ] = "eq",           [FN_NE] = "ne",
     [FN_LT] = "lt",       [FN_LE] = "le",         [FN_GT] = "gt",           [FN_GE] = "ge",
     [FN_PRINT] = "print", [FN_PRINTF] = "printf", [FN_PRINTLN] = "println", [FN_JSON] = "json",
+    [FN_TOJSON] = "tojson",
 };
 
 int tmpl_fn_lookup(const char *name, size_t n)

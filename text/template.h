@@ -48,6 +48,10 @@ struct tmpl_value *tmpl_value_list(void);
 struct tmpl_value *tmpl_value_map(void);
 /* type_name appears in messages ("can't evaluate field X in type api.Message"). */
 struct tmpl_value *tmpl_value_struct(const char *type_name);
+/* A STRUCT that prints, and marshals, as the given JSON text (a Go type
+ * with String and MarshalJSON methods, as Ollama's api.Tool and
+ * api.ToolCallFunctionArguments); its fields are still read by name. */
+struct tmpl_value *tmpl_value_struct_json(const char *type_name, const char *json);
 
 /* Appends item to list, adopting the caller's reference even on failure (so
  * calls can be chained: tmpl_value_push(l, tmpl_value_cstr("x"), err)). A NULL
@@ -110,6 +114,7 @@ struct tmpl_message {
     const char *thinking;          /* may be NULL */
     struct tmpl_value *tool_calls; /* borrowed list, or NULL for none */
     const char *tool_name;         /* may be NULL */
+    const char *tool_call_id;      /* a tool result's call id; may be NULL */
 };
 
 struct tmpl_chat {

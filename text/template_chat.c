@@ -95,7 +95,7 @@ static struct tmpl_value *message_value(const struct cmsg *c, struct mf_err *err
     if (!rc)
         rc = tmpl_value_set(v, "ToolName", tmpl_value_cstr(m->tool_name), err);
     if (!rc)
-        rc = tmpl_value_set(v, "ToolCallID", tmpl_value_cstr(""), err);
+        rc = tmpl_value_set(v, "ToolCallID", tmpl_value_cstr(m->tool_call_id ? m->tool_call_id : ""), err);
     if (rc) {
         tmpl_value_unref(v);
         return NULL;

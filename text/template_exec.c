@@ -448,13 +448,15 @@ static const struct {
     [FN_INDEX] = {1, -1}, [FN_SLICE] = {1, -1},  [FN_EQ] = {1, -1},      [FN_NE] = {2, 2},
     [FN_LT] = {2, 2},     [FN_LE] = {2, 2},      [FN_GT] = {2, 2},       [FN_GE] = {2, 2},
     [FN_PRINT] = {0, -1}, [FN_PRINTF] = {1, -1}, [FN_PRINTLN] = {0, -1}, [FN_JSON] = {1, 1},
+    [FN_TOJSON] = {1, 2},
 };
 
 static enum want param_want(int fn, size_t i)
 {
     if (fn == FN_PRINTF && i == 0)
         return W_STRING;
-    if (fn == FN_PRINT || fn == FN_PRINTF || fn == FN_PRINTLN || fn == FN_JSON)
+    if (fn == FN_PRINT || fn == FN_PRINTF || fn == FN_PRINTLN || fn == FN_JSON ||
+        (fn == FN_TOJSON && i == 0))
         return W_ANY;
     return W_VALUE;
 }
@@ -510,7 +512,11 @@ static int eval_function(struct exec *x, struct tmpl_value *dot, const struct tm
     if (total < (size_t)arity[fn].min && arity[fn].max < 0)
         return xerr(x, ident, MF_EINVAL, "wrong number of args for %s: want at least %d got %zu",
                     tmpl_fn_name(fn), arity[fn].min, nargs);
-    if (arity[fn].max >= 0 && total != (size_t)arity[fn].max)
+    if (arity[fn].max >= 0 && arity[fn].min != arity[fn].max &&
+        (total < (size_t)arity[fn].min || total > (size_t)arity[fn].max))
+        return xerr(x, ident, MF_EINVAL, "wrong number of args for %s: want %d to %d got %zu",
+                    tmpl_fn_name(fn), arity[fn].min, arity[fn].max, total);
+    if (arity[fn].max >= 0 && arity[fn].min == arity[fn].max && total != (size_t)arity[fn].max)
         return xerr(x, ident, MF_EINVAL, "wrong number of args for %s: want %d got %zu",
                     tmpl_fn_name(fn), arity[fn].max, total);
     if (fn == FN_AND || fn == FN_OR)

@@ -13,13 +13,16 @@
  * assistant messages without tools, exactly the text the model's own
  * template renders with add_generation_prompt, minus the leading bos_token
  * when bos_from_tokenizer is set (the tokenizer adds it). Where it cannot:
- * Jinja's |trim of message text (Llama 3, Gemma) and DeepSeek's removal of
- * <think> sections are not reproduced; Gemma's and Mistral's templates refuse
+ * Jinja's |trim of message text (Llama 3, Gemma) and DeepSeek's and Qwen3's
+ * removal of <think> sections from earlier turns are not reproduced; Gemma's and Mistral's templates refuse
  * system messages, these fold them into a user turn; Llama 3.2's template
  * prints today's date when the engine defines strftime_now and this one
  * prints its fallback, 26 Jul 2024, as Llama 3.1's does. The test
  * test_template_jinja checks all of it against @huggingface/jinja.
- * Tools are not rendered (.Tools is accepted and ignored).
+ * With tools (.Tools, assistant .ToolCalls, tool results), llama3.1, qwen2.5,
+ * qwen3 and mistral-nemo render what their Jinja renders for tools, arguments and
+ * results, through mfc's tojson (Jinja's tojson: Python's separators); the
+ * other families do not use .Tools, so a request with tools is refused.
  */
 #include "text/template.h"
 
@@ -36,19 +39,37 @@ static const char *const stops_llama3[] = {"<|start_header_id|>", "<|end_header_
 
 static const char tmpl_llama3_1[] =
     "{{- $skip := -1 }}\n"
-    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ "
-    "end }}{{ end }}{{ end -}}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ end }}{{ end }}{{ end -}}\n"
     "<|start_header_id|>system<|end_header_id|>\n"
     "\n"
-    "Cutting Knowledge Date: December 2023\n"
+    "{{ if .Tools }}Environment: ipython\n"
+    "{{ end }}Cutting Knowledge Date: December 2023\n"
     "Today Date: 26 Jul 2024\n"
     "\n"
     "{{ if eq $skip 0 }}{{ (index .Messages 0).Content }}{{ end }}<|eot_id|>\n"
+    "{{- $first := true }}\n"
     "{{- range $i, $m := .Messages }}\n"
-    "{{- if ne $i $skip }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n"
+    "{{- if eq $i $skip }}\n"
+    "{{- else if and $.Tools $first }}<|start_header_id|>user<|end_header_id|>\n"
+    "\n"
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n"
+    "\n"
+    "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n"
+    "\n"
+    "{{ range $.Tools }}{{ tojson . 4 }}\n"
+    "\n"
+    "{{ end }}{{ .Content }}<|eot_id|>\n"
+    "{{- else if .ToolCalls }}<|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    "{{ range .ToolCalls }}{\"name\": \"{{ .Function.Name }}\", \"parameters\": {{ tojson .Function.Arguments }}}{{ end }}<|eot_id|>\n"
+    "{{- else if eq .Role \"tool\" }}<|start_header_id|>ipython<|end_header_id|>\n"
+    "\n"
+    "{{ tojson .Content }}<|eot_id|>\n"
+    "{{- else }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n"
     "\n"
     "{{ .Content }}<|eot_id|>\n"
     "{{- end }}\n"
+    "{{- if ne $i $skip }}{{ $first = false }}{{ end }}\n"
     "{{- end }}<|start_header_id|>assistant<|end_header_id|>\n"
     "\n";
 
@@ -107,17 +128,121 @@ static const char *const stops_functionary_v3_2[] = {"<|start_header_id|>", "<|e
 static const char tmpl_qwen2_5[] =
     "{{- $skip := -1 }}\n"
     "{{- $sys := \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\" }}\n"
-    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ "
-    "$sys = .Content }}{{ end }}{{ end }}{{ end -}}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ $sys = .Content }}{{ end }}{{ end }}{{ end -}}\n"
     "<|im_start|>system\n"
-    "{{ $sys }}<|im_end|>\n"
-    "{{ range $i, $m := .Messages }}\n"
-    "{{- if ne $i $skip }}<|im_start|>{{ .Role }}\n"
+    "{{ $sys }}\n"
+    "{{- if .Tools }}\n"
+    "\n"
+    "# Tools\n"
+    "\n"
+    "You may call one or more functions to assist with the user query.\n"
+    "\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n"
+    "{{- range .Tools }}\n"
+    "{{ tojson . }}\n"
+    "{{- end }}\n"
+    "</tools>\n"
+    "\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call>\n"
+    "{{- end }}<|im_end|>\n"
+    "{{ $prev := \"\" }}\n"
+    "{{- range $i, $m := .Messages }}\n"
+    "{{- if and (eq $prev \"tool\") (ne .Role \"tool\") }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- if eq $i $skip }}\n"
+    "{{- else if eq .Role \"tool\" }}\n"
+    "{{- if ne $prev \"tool\" }}<|im_start|>user{{ end }}\n"
+    "<tool_response>\n"
+    "{{ .Content }}\n"
+    "</tool_response>\n"
+    "{{- else if and (eq .Role \"assistant\") .ToolCalls }}<|im_start|>assistant\n"
+    "{{- if .Content }}\n"
+    "{{ .Content }}\n"
+    "{{- end }}\n"
+    "{{- range .ToolCalls }}\n"
+    "<tool_call>\n"
+    "{\"name\": \"{{ .Function.Name }}\", \"arguments\": {{ tojson .Function.Arguments }}}\n"
+    "</tool_call>\n"
+    "{{- end }}<|im_end|>\n"
+    "{{ else }}<|im_start|>{{ .Role }}\n"
     "{{ .Content }}<|im_end|>\n"
     "{{ end }}\n"
-    "{{- end }}<|im_start|>assistant\n";
+    "{{- $prev = .Role }}\n"
+    "{{- end }}\n"
+    "{{- if eq $prev \"tool\" }}<|im_end|>\n"
+    "{{ end }}<|im_start|>assistant\n";
 
 static const char *const stops_qwen2_5[] = {"<|im_start|>", "<|im_end|>", NULL};
+
+/* Qwen3: ChatML. The model opens its reply with <think> itself; the Jinja
+ * template's split of earlier assistant turns at </think> and its empty
+ * think block for enable_thinking=false are not reproduced. */
+static const char tmpl_qwen3[] =
+    "{{- $skip := -1 }}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- if .Tools }}<|im_start|>system\n"
+    "{{ if eq $skip 0 }}{{ (index .Messages 0).Content }}\n"
+    "\n"
+    "{{ end }}# Tools\n"
+    "\n"
+    "You may call one or more functions to assist with the user query.\n"
+    "\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n"
+    "{{- range .Tools }}\n"
+    "{{ tojson . }}\n"
+    "{{- end }}\n"
+    "</tools>\n"
+    "\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n"
+    "{{ else if eq $skip 0 }}<|im_start|>system\n"
+    "{{ (index .Messages 0).Content }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- $prev := \"\" }}\n"
+    "{{- range $i, $m := .Messages }}\n"
+    "{{- if and (eq $prev \"tool\") (ne .Role \"tool\") }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- if eq $i $skip }}\n"
+    "{{- else if eq .Role \"tool\" }}\n"
+    "{{- if ne $prev \"tool\" }}<|im_start|>user{{ end }}\n"
+    "<tool_response>\n"
+    "{{ .Content }}\n"
+    "</tool_response>\n"
+    "{{- else if eq .Role \"assistant\" }}<|im_start|>assistant\n"
+    "{{ .Content }}\n"
+    "{{- range $k, $c := .ToolCalls }}{{ if or $k $m.Content }}\n"
+    "{{ end }}<tool_call>\n"
+    "{\"name\": \"{{ .Function.Name }}\", \"arguments\": {{ tojson .Function.Arguments }}}\n"
+    "</tool_call>\n"
+    "{{- end }}<|im_end|>\n"
+    "{{ else }}<|im_start|>{{ .Role }}\n"
+    "{{ .Content }}<|im_end|>\n"
+    "{{ end }}\n"
+    "{{- $prev = .Role }}\n"
+    "{{- end }}\n"
+    "{{- if eq $prev \"tool\" }}<|im_end|>\n"
+    "{{ end }}<|im_start|>assistant\n";
+
+static const char *const stops_qwen3[] = {"<|im_start|>", "<|im_end|>", NULL};
+
+/* Phi-4: ChatML with <|im_sep|> after the role and no newlines. */
+static const char tmpl_phi4[] =
+    "{{- range .Messages }}\n"
+    "{{- if eq .Role \"system\" }}<|im_start|>system<|im_sep|>{{ .Content }}<|im_end|>\n"
+    "{{- else if eq .Role \"user\" }}<|im_start|>user<|im_sep|>{{ .Content }}<|im_end|>\n"
+    "{{- else if eq .Role \"assistant\" }}<|im_start|>assistant<|im_sep|>{{ .Content "
+    "}}<|im_end|>\n"
+    "{{- end }}\n"
+    "{{- end }}<|im_start|>assistant<|im_sep|>";
+
+static const char *const stops_phi4[] = {"<|im_start|>", "<|im_end|>", "<|im_sep|>", NULL};
 
 static const char tmpl_hermes[] =
     "{{- range .Messages }}<|im_start|>{{ .Role }}\n"
@@ -136,14 +261,18 @@ static const char *const stops_chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
 static const char tmpl_mistral_nemo[] =
     "{{- $sys := \"\" }}\n"
     "{{- $has := false }}\n"
-    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $sys = .Content "
-    "}}{{ $has = true }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $sys = .Content }}{{ $has = true }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- $lastuser := -1 }}\n"
+    "{{- range $i, $m := .Messages }}{{ if eq .Role \"user\" }}{{ $lastuser = $i }}{{ end }}{{ end }}\n"
     "{{- range $i, $m := .Messages }}\n"
-    "{{- if eq .Role \"user\" }}[INST]{{ if and $has (eq (len (slice $.Messages $i)) 1) }}{{ "
-    "$sys }}\n"
+    "{{- if eq .Role \"user\" }}\n"
+    "{{- if and $.Tools (eq $i $lastuser) }}[AVAILABLE_TOOLS][{{ range $k, $t := $.Tools }}{{ if $k }}, {{ end }}{\"type\": \"function\", \"function\": {\"name\": \"{{ .Function.Name }}\", \"description\": \"{{ .Function.Description }}\", \"parameters\": {{ tojson .Function.Parameters }}}}{{ end }}][/AVAILABLE_TOOLS]{{ end -}}\n"
+    "[INST]{{ if and $has (eq (len (slice $.Messages $i)) 1) }}{{ $sys }}\n"
     "\n"
     "{{ end }}{{ .Content }}[/INST]\n"
+    "{{- else if and (eq .Role \"assistant\") .ToolCalls }}[TOOL_CALLS][{{ range $k, $c := .ToolCalls }}{{ if $k }}, {{ end }}{\"name\": \"{{ .Function.Name }}\", \"arguments\": {{ tojson .Function.Arguments }}, \"id\": \"{{ .ID }}\"}{{ end }}]</s>\n"
     "{{- else if eq .Role \"assistant\" }}{{ .Content }}</s>\n"
+    "{{- else if eq .Role \"tool\" }}[TOOL_RESULTS]{\"content\": {{ .Content }}, \"call_id\": \"{{ .ToolCallID }}\"}[/TOOL_RESULTS]\n"
     "{{- end }}\n"
     "{{- end }}";
 
@@ -201,6 +330,24 @@ static const char tmpl_gemma2[] =
     "{{- end }}<start_of_turn>model\n";
 
 static const char *const stops_gemma2[] = {"<start_of_turn>", "<end_of_turn>", NULL};
+
+/* Gemma 3: a first system message becomes the first turn's prefix (its
+ * text and a blank line), as the Jinja template's first_user_prefix. */
+static const char tmpl_gemma3[] =
+    "{{- $skip := -1 }}\n"
+    "{{- $sys := \"\" }}\n"
+    "{{- with .Messages }}{{ with index . 0 }}{{ if eq .Role \"system\" }}{{ $skip = 0 }}{{ "
+    "$sys = .Content }}{{ end }}{{ end }}{{ end }}\n"
+    "{{- range $i, $m := .Messages }}\n"
+    "{{- if ne $i $skip }}<start_of_turn>{{ if eq .Role \"assistant\" }}model{{ else }}{{ .Role "
+    "}}{{ end }}\n"
+    "{{ if and (eq $skip 0) (eq $i 1) }}{{ $sys }}\n"
+    "\n"
+    "{{ end }}{{ .Content }}<end_of_turn>\n"
+    "{{ end }}\n"
+    "{{- end }}<start_of_turn>model\n";
+
+static const char *const stops_gemma3[] = {"<start_of_turn>", "<end_of_turn>", NULL};
 
 static const char tmpl_deepseek_r1[] =
     "{{- $sys := \"\" }}\n"
@@ -309,6 +456,8 @@ static const struct tmpl_family families[] = {
     {"functionary-v3.1", "MeetKai functionary v3.1 (Llama 3.1 based), chats without tools", tmpl_functionary_v3_1, stops_functionary_v3_1, 1},
     {"functionary-v3.2", "MeetKai functionary v3.2, chats without tools", tmpl_functionary_v3_2, stops_functionary_v3_2, 1},
     {"qwen2.5", "Qwen 2.5 Instruct (ChatML with Qwen's default system prompt)", tmpl_qwen2_5, stops_qwen2_5, 0},
+    {"qwen3", "Qwen3 (ChatML; the model writes its <think> section itself)", tmpl_qwen3, stops_qwen3, 0},
+    {"phi4", "Phi-4 (<|im_start|>role<|im_sep|> ... <|im_end|>)", tmpl_phi4, stops_phi4, 0},
     {"hermes", "NousResearch Hermes 2 Pro / Hermes 3 (ChatML)", tmpl_hermes, stops_hermes, 0},
     {"chatml", "ChatML (OpenHermes, Yi, many fine-tunes)", tmpl_chatml, stops_chatml, 0},
     {"mistral-nemo", "Mistral Nemo Instruct 2407 (system text in the last user turn)", tmpl_mistral_nemo, stops_mistral_nemo, 1},
@@ -316,6 +465,7 @@ static const struct tmpl_family families[] = {
     {"phi3", "Phi-3.5 mini / Phi-3 small (<|user|> ... <|end|>)", tmpl_phi3, stops_phi3, 0},
     {"zephyr", "Zephyr 7B (<|user|> ... </s>)", tmpl_zephyr, stops_zephyr, 0},
     {"gemma2", "Gemma / Gemma 2 Instruct (<start_of_turn> ... <end_of_turn>)", tmpl_gemma2, stops_gemma2, 1},
+    {"gemma3", "Gemma 3 Instruct (system text opens the first user turn)", tmpl_gemma3, stops_gemma3, 1},
     {"deepseek-r1", "DeepSeek R1 and its Llama/Qwen distills", tmpl_deepseek_r1, stops_deepseek_r1, 1},
     {"deepseek-r1-llamacpp", "DeepSeek R1 as llama.cpp's fixed template writes it (end of sentence after each user turn)", tmpl_deepseek_r1_llamacpp, stops_deepseek_r1_llamacpp, 1},
     {"command-r", "Cohere Command-R / Command-R+ (chat without tools)", tmpl_command_r, stops_command_r, 1},
@@ -359,16 +509,20 @@ static const char *classify(const char *j, size_t n)
             return "functionary-v3.1";
         return has(j, n, "Cutting Knowledge Date") ? "llama3.1" : "llama3";
     }
+    if (has(j, n, "<|im_sep|>"))
+        return "phi4";
     if (has(j, n, "<|im_start|>")) {
         if (has(j, n, "You are Qwen, created by Alibaba Cloud"))
             return "qwen2.5";
+        if (has(j, n, "enable_thinking") && has(j, n, "</think>"))
+            return "qwen3";
         return has(j, n, "<tool_call>") && has(j, n, "function calling AI model") ? "hermes"
                                                                                   : "chatml";
     }
     if (has(j, n, "[INST]"))
         return has(j, n, "\"[INST]\" + system_message") ? "mistral-nemo" : "mistral";
     if (has(j, n, "<start_of_turn>"))
-        return "gemma2";
+        return has(j, n, "first_user_prefix") ? "gemma3" : "gemma2";
     if (has(j, n, "<|user|>"))
         return has(j, n, "<|end|>") ? "phi3" : has(j, n, "eos_token") ? "zephyr" : NULL;
     return NULL;

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/utf8.h"
 
 struct call {
@@ -631,6 +633,41 @@ static int fn_text(struct call *c, int fn, struct tmpl_value **a, size_t na,
     return take_buf(c, &b, out);
 }
 
+/* tojson VALUE [INDENT]: the JSON text Jinja's tojson writes (what
+ * Hugging Face chat templates print tools and arguments with): Python's
+ * ", " and ": " separators, non-ASCII as is, or INDENT spaces a level.
+ * Built from json's text, so a value that prints as JSON keeps its order. */
+static int fn_tojson(struct call *c, struct tmpl_value **a, size_t na, struct tmpl_value **out)
+{
+    struct mf_buf b;
+    struct mf_err err;
+    int64_t indent = 0;
+    if (na > 1) {
+        if (tmpl_value_kind(a[1]) != TMPL_INT || a[1]->i < 0 || a[1]->i > 31)
+            return fail(c, "tojson: the indent must be an integer from 0 to 31");
+        indent = a[1]->i;
+    }
+    mf_buf_init(&b, c->left);
+    if (tmpl_value_json(&b, a[0], &err)) {
+        mf_buf_free(&b);
+        return out_of_memory(c);
+    }
+    json_t *v = json_loadb(b.data ? b.data : "null", b.len ? b.len : 4, JSON_DECODE_ANY, NULL);
+    mf_buf_free(&b);
+    char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_INDENT((size_t)indent)) : NULL;
+    json_decref(v);
+    if (!s)
+        return out_of_memory(c);
+    mf_buf_init(&b, c->left);
+    int rc = mf_buf_puts(&b, s, &err);
+    free(s);
+    if (rc) {
+        mf_buf_free(&b);
+        return out_of_memory(c);
+    }
+    return take_buf(c, &b, out);
+}
+
 int tmpl_call(int fn, struct tmpl_value **a, size_t na, size_t scratch_left, size_t *used,
               struct tmpl_value **out, char *msg, size_t msg_size)
 {
@@ -662,6 +699,8 @@ int tmpl_call(int fn, struct tmpl_value **a, size_t na, size_t scratch_left, siz
     case FN_PRINTLN:
     case FN_JSON:
         return fn_text(&c, fn, a, na, out);
+    case FN_TOJSON:
+        return fn_tojson(&c, a, na, out);
     default:
         return fail(&c, "function %s is not callable here", tmpl_fn_name(fn));
     }

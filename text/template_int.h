@@ -25,6 +25,8 @@ struct tmpl_value {
     char **keys;               /* MAP/STRUCT: owned keys, parallel to items */
     size_t len;                /* items used */
     size_t cap;                /* items allocated */
+    char *json;                /* STRUCT: owned JSON text it prints as (a Go type with
+                                  a String method, as Ollama's api.Tool), or NULL */
 };
 
 /* The immortal constants: never freed, references not counted. */
@@ -177,6 +179,7 @@ enum tmpl_fn {
     FN_PRINTF,
     FN_PRINTLN,
     FN_JSON,
+    FN_TOJSON, /* mfc's: Jinja's tojson (Python's separators; optional indent) */
     FN_COUNT
 };
 

@@ -119,6 +119,16 @@ struct tmpl_value *tmpl_value_struct(const char *type_name)
     return v;
 }
 
+struct tmpl_value *tmpl_value_struct_json(const char *type_name, const char *json)
+{
+    struct tmpl_value *v = tmpl_value_struct(type_name);
+    if (v && !(v->json = strdup(json))) {
+        tmpl_value_unref(v);
+        return NULL;
+    }
+    return v;
+}
+
 struct tmpl_value *tmpl_value_ref(struct tmpl_value *v)
 {
     if (v && v->refs)
@@ -140,6 +150,7 @@ void tmpl_value_unref(struct tmpl_value *v)
     free(v->items);
     free(v->keys);
     free(v->s);
+    free(v->json);
     free(v);
 }
 
@@ -342,6 +353,8 @@ int tmpl_value_print(struct mf_buf *b, const struct tmpl_value *v, int top, stru
     case TMPL_STRUCT:
         break;
     }
+    if (v->json)
+        return mf_buf_puts(b, v->json, err);
     const char *open = v->kind == TMPL_LIST ? "[" : v->kind == TMPL_MAP ? "map[" : "{";
     rc = mf_buf_puts(b, open, err);
     if (!rc)
@@ -442,7 +455,7 @@ int tmpl_value_json(struct mf_buf *b, const struct tmpl_value *v, struct mf_err 
     }
     case TMPL_MAP:
     case TMPL_STRUCT:
-        return json_object(b, v, err);
+        return v->json ? mf_buf_puts(b, v->json, err) : json_object(b, v, err);
     }
     return 0;
 }

@@ -12,8 +12,9 @@
  * step: one host->device copy of the step's arrays (cuda_plan_step_fill),
  * then per layer: RMSNorm, q/k/v GEMV, RoPE + paged K/V store, attention,
  * o GEMV added to the residual, RMSNorm, gate/up GEMV, SwiGLU, down GEMV
- * added to the residual (each product a tensor-core GEMM instead when the
- * step has MFC_CUDA_GEMM_MIN tokens or more, and followed by the sequences'
+ * added to the residual (a routed layer's FFN: cuda_moe.c; each product a
+ * tensor-core GEMM instead when the step has MFC_CUDA_GEMM_MIN tokens or
+ * more, and followed by the sequences'
  * LoRA adapters: matmul, cuda_lora.c); then the logits rows are gathered,
  * normed, projected and copied back. A decode step without adapters is
  * padded to a recorded shape (cuda_plan_graph_tokens) and replayed as a CUDA
@@ -36,6 +37,7 @@
 #include <time.h>
 
 #include "runtime/cuda/cuda_lora.h"
+#include "runtime/cuda/cuda_moe.h"
 #include "runtime/cuda/cuda_plan.h"
 
 #ifdef MFC_HAVE_CUDA_RUNTIME
@@ -66,8 +68,8 @@ struct cuda_layer {
     const float *q_norm, *k_norm;           /* device per-head norms, or NULL */
     const float *attn_post, *ffn_post;      /* device post-norms, or NULL */
     struct mfk_kv_shape ks;                 /* the layer's attention shape and switches */
-    int per_token;                          /* 1: every token through mfk_attention (a
-                                               window or soft-cap the tiles do not take) */
+    int masked;                             /* 1: a window or soft-cap, which the decode
+                                               tiles (k_flash_dec) do not take */
 };
 
 struct cuda_backend {
@@ -81,6 +83,7 @@ struct cuda_backend {
     struct mfk_weight tok_embd, output;
     const float *out_norm;       /* device */
     struct cuda_layer *layers;   /* owned: n_layer */
+    struct cuda_moe moe;         /* routed layers' weights and buffers (cuda_moe.c) */
     void *kv;                    /* device: the arena, F16 or 8-bit (cfg.kv_type) */
     int32_t n_blocks;
     /* step scratch (device), sized for cfg.max_tokens rows */
@@ -155,6 +158,7 @@ static void cuda_free(struct backend *b)
     mfk_free(cb->bf16buf);
     mfk_free(cb->kv);
     mfk_free(cb->x); /* the whole step scratch: x is its first slice */
+    cuda_moe_free(&cb->moe);
     mfk_free(cb->dstep);
     mfk_free(cb->gscratch);
     mfk_free(cb->lora_tmp);
@@ -176,6 +180,8 @@ static void cuda_free(struct backend *b)
 static struct mfk_weight dev_weight(const struct cuda_backend *cb, const struct model_weight *w)
 {
     const struct cuda_wslot *s = cuda_wplan_find(&cb->plan, w);
+    if (!s) /* absent: a routed layer's dense FFN */
+        return (struct mfk_weight){0};
     return (struct mfk_weight){
         .data = cb->wbuf + s->off, .type = (int)w->type, .ne0 = w->ne0, .ne1 = w->ne1,
         .row_bytes = w->row_bytes};
@@ -205,7 +211,7 @@ static void bind_layer(struct cuda_backend *cb, int32_t l)
     L->k_norm = dev_vec(cb, &ml->k_norm);
     L->attn_post = dev_vec(cb, &ml->attn_post_norm);
     L->ffn_post = dev_vec(cb, &ml->ffn_post_norm);
-    L->per_token = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
+    L->masked = cuda_plan_layer_shape(cb->m, l, cb->cfg.kv_type == BACKEND_KV_Q8, &L->ks);
 }
 
 static double now_s(void)
@@ -530,6 +536,8 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         rc = upload(cb, err);
     if (!rc)
         rc = alloc_scratch(cb, err);
+    if (!rc)
+        rc = cuda_moe_create(&cb->moe, cb->ctx, m, &cb->plan, cb->wbuf, cb->cfg.max_tokens, err);
     if (!rc) {
         /* the kernels' own scratch (8-bit activations of the Q4_K/Q6_K
          * GEMV with a scale and a sum per 32, split attention's partial
@@ -548,7 +556,7 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
     cb->out_norm = dev_vec(cb, &m->out_norm);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         bind_layer(cb, l);
-        if (cb->layers[l].per_token)
+        if (cb->layers[l].masked)
             cb->dtiles = 0; /* decode tokens one at a time, through mfk_attention */
     }
     rc = cuda_lora_upload(&cb->lora, cb->ctx, m, err);
@@ -660,24 +668,16 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
     if (!rc)
         rc = mfk_rope_store(c, &ks, l, T, cb->q, qd, cb->k, cb->v, kvd, rope, D32(tok_pos),
                             D32(tok_blk), cb->kv, err);
-    /* a window or soft-cap: every token through the per-token kernel, which
-     * takes them (decode tokens already go there: bind_layer turned the
-     * decode tiles off) */
-    if (!rc && L->per_token) /* a decode step's contexts split as the plan says */
-        rc = mfk_attention(c, &ks, l, T, NULL, cb->q, qd, D32(tok_pos), D32(tok_toff),
-                           D32(tables), cb->kv, p->n_tiles ? p->max_ctx : p->att_cap,
-                           p->n_tiles ? 1 : splits, cb->att, qd, NULL, err);
-    if (!rc && !L->per_token)
+    if (!rc)
         rc = mfk_attention_tiles(c, &ks, l, p->n_tiles, D32(tiles), cb->q, qd, D32(tok_pos),
                                  D32(tok_toff), D32(tables), cb->kv, cb->att, qd,
                                  cuda_plan_tiles_decode(p), p->dwarps, err);
     /* every token through the split attention: its combine writes the
      * output projection's 8-bit input too */
     const struct mfk_weight *wo = &L->w[MODEL_W_O];
-    const struct mfk_q8 *oq8 = !L->per_token && cuda_plan_combine_q8(T, p->n_tiles, splits)
-                                   ? q8_for(cb, 1, &wo, T)
-                                   : NULL;
-    if (!rc && !L->per_token)
+    const struct mfk_q8 *oq8 =
+        cuda_plan_combine_q8(T, p->n_tiles, splits) ? q8_for(cb, 1, &wo, T) : NULL;
+    if (!rc)
         rc = mfk_attention(c, &ks, l, p->n_single, D32(single), cb->q, qd, D32(tok_pos),
                            D32(tok_toff), D32(tables), cb->kv, p->att_cap, splits, cb->att, qd, oq8,
                            err);
@@ -687,6 +687,14 @@ static int run_layer(struct cuda_backend *cb, int32_t l, const struct cuda_step_
                     L->attn_post ? xbw : E, !L->attn_post, oq8, err);
     if (!rc && L->attn_post)
         rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->attn_post, T, E, hp->rms_eps, err);
+    if (!rc && cuda_moe_routed(&cb->moe, l)) { /* a post-norm takes the sum from xb */
+        rc = cuda_moe_layer(&cb->moe, l, T, cb->x, E, L->ffn_norm, cb->xb, xbw,
+                            L->ffn_post ? cb->xb : cb->x, L->ffn_post ? xbw : E, !L->ffn_post,
+                            err);
+        if (!rc && L->ffn_post)
+            rc = mfk_add_norm(c, cb->x, E, cb->xb, xbw, L->ffn_post, T, E, hp->rms_eps, err);
+        return rc;
+    }
     if (!rc) {
         const int32_t tg[2] = {tb + MODEL_W_GATE, tb + MODEL_W_UP};
         const struct mfk_weight *w[2] = {&L->w[MODEL_W_GATE], &L->w[MODEL_W_UP]};
@@ -969,12 +977,15 @@ int cuda_backend_argmax(struct backend *b, int32_t n, int32_t *ids, struct mf_er
     return rc ? rc : mfk_sync(cb->ctx, err);
 }
 
-/* Bytes of the draw area: max_seqs draws, then as many full adjust lists. */
-static size_t sample_bytes(const struct cuda_backend *cb, size_t *adj_off)
+/* Bytes of the draw area: max_seqs draws, as many full adjust lists, then
+ * as many grammar masks (runtime/grammar: a bit per token). */
+static size_t sample_bytes(const struct cuda_backend *cb, size_t *adj_off, size_t *mask_off)
 {
     size_t n = (size_t)cb->cfg.max_seqs;
     *adj_off = n * sizeof(struct mfk_draw);
-    return *adj_off + n * MFK_SAMPLE_ADJUST * sizeof(struct mfk_adjust);
+    *mask_off = *adj_off + n * MFK_SAMPLE_ADJUST * sizeof(struct mfk_adjust);
+    *mask_off = (*mask_off + 15) / 16 * 16;
+    return *mask_off + n * cuda_plan_mask_words(cb->m->hp.n_vocab) * sizeof(uint32_t);
 }
 
 /* ops->sample: the draws packed into pinned memory, one copy up, mfk_sample,
@@ -984,8 +995,8 @@ static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *
 {
     struct cuda_backend *cb = cb_of(b);
     const int32_t nv = cb->m->hp.n_vocab;
-    size_t adj_off, na = 0;
-    const size_t cap = sample_bytes(cb, &adj_off);
+    size_t adj_off, mask_off, na = 0, nm = 0;
+    const size_t cap = sample_bytes(cb, &adj_off, &mask_off);
     int rc = 0;
 
     if (n < 0 || n > cb->last_out || n > cb->cfg.max_seqs)
@@ -997,13 +1008,20 @@ static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *
         return rc;
     struct mfk_draw *hd = (struct mfk_draw *)(void *)cb->hsample;
     struct mfk_adjust *ha = (struct mfk_adjust *)(void *)(cb->hsample + adj_off);
+    uint32_t *hm = (uint32_t *)(void *)(cb->hsample + mask_off);
     if ((rc = cuda_plan_draws(d, n, nv, hd, ha, &na, err)))
         return rc;
-    /* one copy: the draws and the adjust lists' used part (na <= n x the cap) */
+    int masked = cuda_plan_masks(d, n, nv, hd, hm, &nm);
+    /* one copy: the draws and the adjust lists' used part (na <= n x the cap);
+       a second for the grammar masks when a row has one */
     rc = mfk_copy_h2d(cb->ctx, cb->dsample, cb->hsample, adj_off + na * sizeof *ha, err);
+    if (!rc && masked)
+        rc = mfk_copy_h2d(cb->ctx, cb->dsample + mask_off, hm, nm * sizeof *hm, err);
     if (!rc)
-        rc = mfk_sample(cb->ctx, cb->logits, nv, n, nv, (const struct mfk_draw *)(void *)cb->dsample,
-                        (const struct mfk_adjust *)(void *)(cb->dsample + adj_off), cb->ids, err);
+        rc = mfk_sample_masked(
+            cb->ctx, cb->logits, nv, n, nv, (const struct mfk_draw *)(void *)cb->dsample,
+            (const struct mfk_adjust *)(void *)(cb->dsample + adj_off),
+            masked ? (const uint32_t *)(void *)(cb->dsample + mask_off) : NULL, cb->ids, err);
     if (!rc)
         rc = mfk_copy_d2h(cb->ctx, ids, cb->ids, (size_t)n * sizeof *ids, err);
     if (!rc)

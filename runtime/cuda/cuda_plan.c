@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "runtime/cuda/cuda_moe.h"
 
 static uint64_t align_up(uint64_t v)
 {
@@ -48,24 +49,12 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
                           "the CUDA backend cannot read tensor %s: type %s with rows of %" PRId64
                           " elements",
                           w->name ? w->name : "?", ggml_type_name((uint32_t)w->type), w->ne0);
-    p->slots[p->n] =
-        (struct cuda_wslot){.w = w, .off = p->total, .bytes = w->row_bytes * (uint64_t)w->ne1};
+    p->slots[p->n] = (struct cuda_wslot){.w = w,
+                                         .off = p->total,
+                                         .bytes = w->row_bytes * (uint64_t)w->ne1 *
+                                                  (uint64_t)(w->ne2 > 1 ? w->ne2 : 1)};
     p->total = align_up(p->total + p->slots[p->n].bytes);
     p->n++;
-    return 0;
-}
-
-/* The family switches the CUDA step computes: every one of common/arch.h
- * but routed experts. A model that needs more is refused with the switch
- * named, and MFC_DEVICE=auto runs it on the CPU. */
-static int family_ok(const struct model *m, struct mf_err *err)
-{
-    const struct model_hparams *hp = &m->hp;
-
-    if (hp->n_expert)
-        return mf_err_set(err, MF_EUNSUPPORTED,
-                          "the CUDA backend does not run %s models with routed experts yet",
-                          hp->arch->name);
     return 0;
 }
 
@@ -89,11 +78,12 @@ int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_k
 
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err)
 {
-    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 9);
+    /* per layer: 2 norms, 3 biases, 2 q/k norms, 2 post-norms, router, experts */
+    int32_t cap = 3 + m->hp.n_layer * (MODEL_W_PER_LAYER + 10 + MODEL_EXP_COUNT);
     int rc;
 
     memset(p, 0, sizeof *p);
-    rc = family_ok(m, err);
+    rc = cuda_moe_check(m, err); /* every family's switches run; routed layers' limits */
     if (rc)
         return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);
@@ -122,6 +112,10 @@ int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err
             rc = add_slot(p, &L->attn_post_norm, 0, err);
         if (!rc)
             rc = add_slot(p, &L->ffn_post_norm, 0, err);
+        if (!rc) /* a routed layer: the router, and each expert tensor whole */
+            rc = add_slot(p, &L->gate_inp, 1, err);
+        for (int x = 0; !rc && x < MODEL_EXP_COUNT; x++)
+            rc = add_slot(p, &L->exps[x], 1, err);
     }
     if (rc)
         cuda_wplan_free(p);
@@ -510,6 +504,28 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
         out[n_out++] = p->T - 1;
 }
 
+size_t cuda_plan_mask_words(int32_t n_vocab)
+{
+    return ((size_t)n_vocab + 31) / 32;
+}
+
+int cuda_plan_masks(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
+                    struct mfk_draw *hd, uint32_t *hm, size_t *nm)
+{
+    const size_t words = cuda_plan_mask_words(n_vocab);
+    int any = 0;
+    *nm = 0;
+    for (int32_t j = 0; j < n; j++) {
+        if (!d[j].allow)
+            continue;
+        hd[j].mask_off = (int32_t)*nm;
+        memcpy(hm + *nm, d[j].allow, words * sizeof *hm);
+        *nm += words;
+        any = 1;
+    }
+    return any;
+}
+
 int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
                     struct mfk_draw *hd, struct mfk_adjust *ha, size_t *na, struct mf_err *err)
 {
@@ -529,7 +545,8 @@ int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
                                   .presence_penalty = dj->presence_penalty,
                                   .frequency_penalty = dj->frequency_penalty,
                                   .adj_off = (int32_t)*na,
-                                  .n_adj = dj->n_adjust};
+                                  .n_adj = dj->n_adjust,
+                                  .mask_off = -1};
         for (int32_t i = 0; i < dj->n_adjust; i++) {
             const struct sampler_adjust *a = &dj->adjust[i];
             if (a->token < 0 || a->token >= n_vocab || (i && a->token <= dj->adjust[i - 1].token))

@@ -37,7 +37,7 @@ int cuda_plan_type_ok(enum ggml_type t, int64_t ne0);
 struct cuda_wslot {
     const struct model_weight *w; /* borrowed from the model */
     uint64_t off;                 /* byte offset in the device buffer */
-    uint64_t bytes;               /* ne1 * row_bytes */
+    uint64_t bytes;               /* ne1 * row_bytes, times ne2 for an expert tensor */
 };
 
 struct cuda_wplan {
@@ -48,13 +48,15 @@ struct cuda_wplan {
 
 /* Layer l's attention shape with the family's switches resolved (NeoX
  * pairs, the q and score scales, Gemma 2's soft-cap, the layer's sliding
- * window); q8: the 8-bit arena. Returns 1 when the layer needs
- * mfk_attention for every token (a window or a soft-cap, which the tile
- * kernels do not take), else 0. */
+ * window); q8: the 8-bit arena. Returns 1 when the layer masks scores (a
+ * window or a soft-cap, which the decode tiles do not take: its decode
+ * tokens go one at a time), else 0. */
 int cuda_plan_layer_shape(const struct model *m, int32_t l, int q8, struct mfk_kv_shape *ks);
 
 /* Places every tensor of m: token_embd, output (unless tied), output_norm,
- * and per layer attn_norm, the 7 projections, ffn_norm. Fails with
+ * and per layer attn_norm, the 7 projections, ffn_norm, and a routed
+ * layer's router (ffn_gate_inp) and expert tensors (each 3-D tensor whole,
+ * its experts one after another). Fails with
  * MF_EUNSUPPORTED naming the first tensor the kernels cannot read,
  * MF_ENOMEM; *p is empty then. */
 int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err *err);
@@ -320,6 +322,12 @@ void cuda_plan_step_pad(const struct model *m, struct cuda_step_plan *p, int32_t
  * fewer than 0), top_k over MFK_SAMPLE_TOP_K, adjust tokens not ascending
  * ids below n_vocab (the kernel gives each entry its own thread, so a
  * token twice would race). */
+/* Grammar masks of the draws (sampler_draw.allow), one after another in hm
+ * (room for n rows of cuda_plan_mask_words), each draw's mask_off set in hd
+ * (after cuda_plan_draws); *nm words used. Returns 1 when any row has one. */
+size_t cuda_plan_mask_words(int32_t n_vocab);
+int cuda_plan_masks(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
+                    struct mfk_draw *hd, uint32_t *hm, size_t *nm);
 int cuda_plan_draws(const struct sampler_draw *d, int32_t n, int32_t n_vocab,
                     struct mfk_draw *hd, struct mfk_adjust *ha, size_t *na, struct mf_err *err);
 

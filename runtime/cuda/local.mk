@@ -3,7 +3,7 @@
 ## without the CUDA runtime" unless MFC_HAVE_CUDA_RUNTIME, and cuda_plan.c
 ## (weight placement, KV budget, step bookkeeping) is unit-tested everywhere.
 libmfc_runtime_a_SOURCES += runtime/cuda/cuda.c runtime/cuda/cuda.h runtime/cuda/cuda_plan.c runtime/cuda/cuda_plan.h \
-	runtime/cuda/cuda_lora.c runtime/cuda/cuda_lora.h
+	runtime/cuda/cuda_lora.c runtime/cuda/cuda_lora.h runtime/cuda/cuda_moe.c runtime/cuda/cuda_moe.h
 if HAVE_CUDA_RUNTIME
 ## Programs linking the runtime then link the kernels and cudart too.
 MFC_RUNTIME_LIBS += $(MFC_CUDA_LIBS)

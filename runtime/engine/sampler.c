@@ -31,6 +31,8 @@
  */
 #include "runtime/engine/sampler.h"
 
+#include "runtime/grammar/gram.h"
+
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
@@ -56,6 +58,11 @@ struct sampler {
     struct cand *cand;             /* n_vocab candidates (owned) */
     size_t n_cand;
     int sorted; /* cand[0..n_cand) sorted by logit, descending */
+    struct gram *gram;   /* a reference, or NULL: unconstrained */
+    uint32_t gst;        /* the grammar's state after the output so far */
+    int32_t gskip;       /* accepted tokens still to skip (the prompt) */
+    uint32_t *mask;      /* owned with gram: the current state's token mask */
+    struct mf_err gerr;  /* why gst went dead, when a limit did it */
 };
 
 /* ---- PRNG ----------------------------------------------------------------- */
@@ -219,12 +226,50 @@ void sampler_free(struct sampler *s)
     free(s->hist);
     free(s->adjust);
     free(s->bias);
+    free(s->mask);
+    gram_unref(s->gram);
     free(s);
+}
+
+int sampler_set_grammar(struct sampler *s, struct gram *g, int32_t n_skip, struct mf_err *err)
+{
+    int32_t nv = gram_n_vocab(g) > s->n_vocab ? gram_n_vocab(g) : s->n_vocab;
+    uint32_t *mask = calloc(((size_t)nv + 31) / 32, sizeof *mask);
+    if (!mask)
+        return mf_err_set(err, MF_ENOMEM, "sampler: out of memory for a grammar mask");
+    uint32_t st = gram_start(g, err);
+    if (st == GRAM_DEAD) {
+        free(mask);
+        return err->code ? err->code : mf_err_set(err, MF_EINVAL, "grammar: matches nothing");
+    }
+    free(s->mask);
+    gram_unref(s->gram);
+    s->gram = gram_ref(g);
+    s->gst = st;
+    s->gskip = n_skip;
+    s->mask = mask;
+    return 0;
+}
+
+int sampler_grammar_state(const struct sampler *s, int *accepting)
+{
+    if (!s->gram)
+        return 0;
+    if (s->gst == GRAM_DEAD)
+        return -1;
+    *accepting = gram_accepting(s->gram, s->gst);
+    return 1;
 }
 
 void sampler_accept(struct sampler *s, int32_t token)
 {
     s->planned = 0; /* a new token: the planned draw was the device's */
+    if (s->gram) {
+        if (s->gskip > 0)
+            s->gskip--;
+        else if (s->gst != GRAM_DEAD)
+            s->gst = gram_feed_token(s->gram, s->gst, token, &s->gerr);
+    }
     if (token < 0 || token >= s->n_vocab || s->p.repeat_last_n == 0)
         return;
     s->hist[s->hist_pos] = token;
@@ -409,6 +454,17 @@ static void load(struct sampler *s, const float *logits)
         struct cand *c = &s->cand[d.adjust[i].token];
         c->logit = sampler_adjust_logit(&d, &d.adjust[i], c->logit);
     }
+    if (s->gram) { /* the grammar's mask: whole words of 32 tokens at a time */
+        for (int32_t w = 0; w * 32 < s->n_vocab; w++) {
+            uint32_t bits = s->mask[w];
+            if (bits == UINT32_MAX)
+                continue;
+            int32_t end = w * 32 + 32 < s->n_vocab ? w * 32 + 32 : s->n_vocab;
+            for (int32_t i = w * 32; i < end; i++)
+                if (!((bits >> (i & 31)) & 1u))
+                    s->cand[i].logit = -INFINITY;
+        }
+    }
     s->n_cand = (size_t)s->n_vocab;
     s->sorted = 0;
 }
@@ -542,9 +598,27 @@ static void min_p(struct sampler *s)
     s->n_cand = k; /* order kept; the maximum always survives */
 }
 
+/* The grammar's mask for the current state into s->mask. */
+static int grammar_mask(struct sampler *s, struct mf_err *err)
+{
+    if (s->gst == GRAM_DEAD) {
+        if (s->gerr.code) {
+            *err = s->gerr;
+            return err->code;
+        }
+        return mf_err_set(err, MF_EINVAL, "grammar: the output so far matches no sentence");
+    }
+    return gram_mask(s->gram, s->gst, s->mask, err);
+}
+
 /* The chain up to, not including, the draw. */
 static int run_chain(struct sampler *s, const float *logits, struct mf_err *err)
 {
+    if (s->gram) {
+        int rc = grammar_mask(s, err);
+        if (rc)
+            return rc;
+    }
     load(s, logits);
     drop_impossible(s);
     if (s->n_cand == 0)
@@ -671,6 +745,14 @@ void sampler_draw_plan(struct sampler *s, struct sampler_draw *d)
 {
     assert(sampler_draw_ok(s));
     fill_draw(s, d);
+    if (s->gram) {
+        struct mf_err err;
+        /* a mask that fails (a state limit) bans everything: the device gives
+           the row back and the host's draw reports why */
+        if (grammar_mask(s, &err))
+            memset(s->mask, 0, ((size_t)s->n_vocab + 31) / 32 * sizeof *s->mask);
+        d->allow = s->mask;
+    }
     s->planned = 0;
     if (s->p.temperature > 0) {
         d->u = next_unit(s->rng);

@@ -66,6 +66,19 @@ int sampler_new(struct sampler **out, int32_t n_vocab, const struct sampler_para
 /* Accepts NULL. */
 void sampler_free(struct sampler *s);
 
+struct gram;
+
+/* Constrains s by grammar g (runtime/grammar/gram.h; s takes a reference):
+ * the first n_skip tokens accepted (the prompt) are not fed to it, every
+ * later one advances its state, and each draw sees only the tokens the
+ * state allows (the end-of-generation ones only where the grammar may
+ * end). A draw fails when the state allows nothing. A device draw gets
+ * the mask in sampler_draw.allow. MF_ENOMEM, or g's error. */
+int sampler_set_grammar(struct sampler *s, struct gram *g, int32_t n_skip, struct mf_err *err);
+/* 0: no grammar; 1: *accepting set (1 when the output is a whole
+ * sentence); -1: the output left the grammar. */
+int sampler_grammar_state(const struct sampler *s, int *accepting);
+
 /* Adds a token to the penalty history (prompt tokens, then each sampled
  * token); only the last repeat_last_n are kept. Ignores ids out of range. */
 void sampler_accept(struct sampler *s, int32_t token);
@@ -132,6 +145,9 @@ struct sampler_draw {
     float repeat_penalty, presence_penalty, frequency_penalty;
     int32_t n_adjust;                    /* entries in adjust */
     const struct sampler_adjust *adjust; /* the sampler's: valid until its next call */
+    const uint32_t *allow; /* a grammar's mask (bit i of word i/32: token i allowed), the
+                              sampler's until its next call; banned tokens are -inf before
+                              anything else; NULL: none */
 };
 
 /* 1 when s's requests can be drawn elsewhere (no typical_p, no logprobs,

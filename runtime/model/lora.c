@@ -5,14 +5,19 @@
  * Owns the adapter's mapping and its pair table (one slot per model target,
  * model.h's index). Does not apply adapters: the backend does, grouped per
  * adapter inside each step (cpu.c). Accepted: general.type = "adapter",
- * adapter.type = "lora", general.architecture equal to the base's ("llama"),
+ * adapter.type = "lora", general.architecture equal to the base's,
  * tensors "<base>.lora_a" [base ne0, rank] and "<base>.lora_b" [rank, base
  * ne1] in F32/F16/BF16, both halves present, base tensor a projection mfc
  * adapts (attn q/k/v/output, ffn gate/up/down, output). Norm tensors that
  * mergekit-style adapters carry are ignored, as llama.cpp does.
  *
+ * A fused base tensor (Phi-3's attn_qkv, ffn_up holding gate and up rows)
+ * is bound as row views, one model target each (model_weight.row0): its
+ * adapter pair is split the same way, every view sharing lora_a and taking
+ * its own rows of lora_b, so B(Ax) of a view is the fused product's rows.
+ *
  * Invariant after lora_open(): every non-NULL pair has rank in
- * 1..MF_LORA_MAX_RANK and shapes that match the base exactly.
+ * 1..MF_LORA_MAX_RANK and shapes that match its base view exactly.
  */
 #include "runtime/model/lora.h"
 
@@ -24,8 +29,9 @@
 #include "common/gguf.h"
 
 /* Checks the three identity keys. */
-static int check_keys(const struct gguf_file *gf, struct mf_err *err)
+static int check_keys(const struct model *base, const struct gguf_file *gf, struct mf_err *err)
 {
+    const char *arch = base->hp.arch ? base->hp.arch->name : "llama";
     struct gguf_str s;
     int rc;
 
@@ -43,28 +49,33 @@ static int check_keys(const struct gguf_file *gf, struct mf_err *err)
     if (rc)
         return rc;
     rc = gguf_get_str(gf, "general.architecture", &s, err);
-    if (rc == MF_ENOTFOUND || (!rc && !gguf_str_eq(s, "llama")))
+    if (rc == MF_ENOTFOUND || (!rc && !gguf_str_eq(s, arch)))
         return mf_err_set(err, MF_EUNSUPPORTED,
-                          "%s: adapter architecture '%.*s' does not match the base model's "
-                          "'llama'",
-                          gguf_name(gf), rc ? 0 : (int)(s.len > 32 ? 32 : s.len), rc ? "" : s.p);
+                          "%s: adapter architecture '%.*s' does not match the base model's '%s'",
+                          gguf_name(gf), rc ? 0 : (int)(s.len > 32 ? 32 : s.len), rc ? "" : s.p,
+                          arch);
     return rc;
 }
 
-/* The model target index a base tensor name denotes, or -1. */
-static int32_t target_of(const struct model *base, const char *name, size_t len)
+#define MAX_VIEWS MODEL_W_PER_LAYER /* views of one fused tensor (q, k, v) */
+
+/* The model targets a base tensor name denotes: one, or each view of a
+ * fused tensor (row0 order). Returns how many (0: none). */
+static int targets_of(const struct model *base, const char *name, size_t len,
+                      int32_t out[MAX_VIEWS])
 {
     int32_t nt = model_n_targets(base);
+    int n = 0;
 
-    for (int32_t t = 0; t < nt; t++) {
+    for (int32_t t = 0; t < nt && n < MAX_VIEWS; t++) {
         const struct model_weight *w =
             model_weight_at(base, t / MODEL_W_PER_LAYER, (enum model_wid)(t % MODEL_W_PER_LAYER));
         if (t == nt - 1 && base->tied)
             break; /* output is token_embd's view: not a tensor of its own */
-        if (strlen(w->name) == len && memcmp(w->name, name, len) == 0)
-            return t;
+        if (w->data && w->name && strlen(w->name) == len && memcmp(w->name, name, len) == 0)
+            out[n++] = t;
     }
-    return -1;
+    return n;
 }
 
 /* Checks one half's element type. */
@@ -88,9 +99,11 @@ static void view(const struct gguf_tensor *t, struct model_weight *w)
     w->name = t->name;
 }
 
-/* Checks a pair against its base weight bw and stores it in p. */
+/* Checks a pair against its base weight bw, a view of rows [bw->row0,
+ * bw->row0 + bw->ne1) of a tensor of rows rows, and stores in p the pair
+ * for that view: lora_a whole, lora_b's rows of the view. */
 static int check_pair(const struct gguf_file *gf, const struct gguf_tensor *a,
-                      const struct gguf_tensor *b, const struct model_weight *bw,
+                      const struct gguf_tensor *b, const struct model_weight *bw, int64_t rows,
                       struct lora_pair *p, struct mf_err *err)
 {
     int rc = check_type(gf, a, err);
@@ -100,14 +113,14 @@ static int check_pair(const struct gguf_file *gf, const struct gguf_tensor *a,
     if (rc)
         return rc;
     if (a->ne[2] != 1 || a->ne[3] != 1 || b->ne[2] != 1 || b->ne[3] != 1 ||
-        a->ne[0] != (uint64_t)bw->ne0 || b->ne[1] != (uint64_t)bw->ne1)
+        a->ne[0] != (uint64_t)bw->ne0 || b->ne[1] != (uint64_t)rows)
         return mf_err_set(err, MF_EFORMAT,
                           "%s: LoRA tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' [%" PRIu64
                           ", %" PRIu64 "] do not fit base tensor '%s' [%" PRId64 ", %" PRId64
                           "] (need lora_a [%" PRId64 ", rank], lora_b [rank, %" PRId64
                           "]; wrong base model?)",
                           gguf_name(gf), a->name, a->ne[0], a->ne[1], b->name, b->ne[0], b->ne[1],
-                          bw->name, bw->ne0, bw->ne1, bw->ne0, bw->ne1);
+                          bw->name, bw->ne0, rows, bw->ne0, rows);
     if (a->ne[1] != b->ne[0] || a->ne[1] == 0 || a->ne[1] > MF_LORA_MAX_RANK)
         return mf_err_set(err, MF_EFORMAT,
                           "%s: LoRA tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' [%" PRIu64
@@ -116,6 +129,9 @@ static int check_pair(const struct gguf_file *gf, const struct gguf_tensor *a,
                           MF_LORA_MAX_RANK);
     view(a, &p->a);
     view(b, &p->b);
+    p->b.data = (const uint8_t *)p->b.data + (size_t)bw->row0 * p->b.row_bytes;
+    p->b.ne1 = bw->ne1;
+    p->b.row0 = bw->row0;
     p->rank = (int32_t)a->ne[1];
     return 0;
 }
@@ -134,7 +150,8 @@ static int add_tensor(const struct model *base, struct lora *l, const struct ggu
     char other[GGUF_MAX_NAME + 8];
     const struct gguf_tensor *b;
     size_t stem;
-    int32_t target;
+    int32_t tg[MAX_VIEWS];
+    int n_views, rc = 0;
 
     if (ends_with(t->name, ".lora_b"))
         return 0; /* handled with its lora_a */
@@ -151,17 +168,26 @@ static int add_tensor(const struct model *base, struct lora *l, const struct ggu
     if (!b)
         return mf_err_set(err, MF_EFORMAT, "%s: LoRA tensor '%s' has no matching '%s'",
                           gguf_name(l->gf), t->name, other);
-    target = target_of(base, t->name, stem);
-    if (target < 0)
+    n_views = targets_of(base, t->name, stem, tg);
+    if (n_views == 0)
         return mf_err_set(err, MF_EFORMAT,
                           "%s: LoRA tensor '%s' adapts '%.*s', which the base model does not "
                           "have as an adaptable projection (wrong base model?)",
                           gguf_name(l->gf), t->name, (int)stem, t->name);
     l->n_pairs++;
-    return check_pair(l->gf, t, b,
-                      model_weight_at(base, target / MODEL_W_PER_LAYER,
-                                      (enum model_wid)(target % MODEL_W_PER_LAYER)),
-                      &l->pairs[target], err);
+    int64_t rows = 0; /* the whole tensor's: the views' end */
+    for (int v = 0; v < n_views; v++) {
+        const struct model_weight *w = model_weight_at(base, tg[v] / MODEL_W_PER_LAYER,
+                                                       (enum model_wid)(tg[v] % MODEL_W_PER_LAYER));
+        if (w->row0 + w->ne1 > rows)
+            rows = w->row0 + w->ne1;
+    }
+    for (int v = 0; !rc && v < n_views; v++)
+        rc = check_pair(l->gf, t, b,
+                        model_weight_at(base, tg[v] / MODEL_W_PER_LAYER,
+                                        (enum model_wid)(tg[v] % MODEL_W_PER_LAYER)),
+                        rows, &l->pairs[tg[v]], err);
+    return rc;
 }
 
 /* Every lora_b needs its lora_a (the loop in bind_pairs only starts at a). */
@@ -223,7 +249,7 @@ int lora_open_gguf(const struct model *base, struct gguf_file *gf, struct lora *
         return mf_err_set(err, MF_ENOMEM, "out of memory loading an adapter");
     }
     l->gf = gf;
-    rc = check_keys(gf, err);
+    rc = check_keys(base, gf, err);
     if (rc)
         goto fail;
     rc = gguf_get_f32(gf, "adapter.lora.alpha", &l->alpha, err);

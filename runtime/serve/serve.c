@@ -1,7 +1,9 @@
 /*
  * serve.c: mfc-serve's HTTP layer on libmicrohttpd: the daemon, routing,
  * bearer auth, body and concurrency limits, streaming responses, disconnect
- * handling, the access log and the SIGTERM drain.
+ * handling, the access log and the SIGTERM drain. Connections come from the
+ * front door (serve_door.h), which has checked their heads; every response
+ * closes its connection, so every request passes the door.
  *
  * Threading: MHD runs one thread per connection, so a handler may block:
  * a stream's content reader waits on the engine (serve_gen_pump) and a
@@ -27,11 +29,13 @@
 
 #include "common/json.h"
 #include "config.h"
+#include "runtime/serve/serve_door.h"
 #include "runtime/model/model.h"
 #include "text/tokenizer.h"
 
 #define STREAM_BLOCK 4096
 #define PUMP_MS 50
+#define RESPONSE_IDLE_S 600 /* a response's writes may stall this long (a slow reader) */
 
 /* One HTTP request, from its headers to MHD's completion callback. */
 struct reqctx {
@@ -58,6 +62,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, struct reqctx *rc, int st
     if (!r)
         return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Connection", "close"); /* the next request passes the door */
     if (retry)
         MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401)
@@ -80,10 +85,12 @@ static enum MHD_Result send_json(struct MHD_Connection *c, struct reqctx *rc, in
     return ret;
 }
 
-/* The field a message names ('messages[1].role' -> messages[1].role), or NULL. */
+/* The field a message names ('messages[1].role' -> messages[1].role), or
+ * null. Only a message that starts with the field names one: a JSON syntax
+ * error quotes the body's text ("near 'x'"), which is no parameter. */
 static json_t *param_of(const char *msg)
 {
-    const char *a = strchr(msg, '\''), *b = a ? strchr(a + 1, '\'') : NULL;
+    const char *a = msg[0] == '\'' ? msg : NULL, *b = a ? strchr(a + 1, '\'') : NULL;
     return a && b && b > a + 1 ? json_stringn(a + 1, (size_t)(b - a - 1)) : json_null();
 }
 
@@ -243,6 +250,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, struct reqctx *rc, enu
         MHD_add_response_header(r, "Content-Type",
                                 rc->ollama ? "application/x-ndjson" : "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "Connection", "close");
         rc->status = 200;
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
@@ -516,6 +524,24 @@ static enum MHD_Result route(struct MHD_Connection *c, struct reqctx *rc)
     return generate(c, rc, SERVE_OLLAMA_CHAT);
 }
 
+/* A body arriving slower than the read timeout allows: libmicrohttpd cannot
+ * queue a response mid-body, so the 408 is written to the socket here, on
+ * the connection's own thread (nothing else writes to it while the body is
+ * read), and the connection is closed. Best effort: a client still sending
+ * may see the reset before the answer. */
+static enum MHD_Result body_late(struct MHD_Connection *c, struct reqctx *rc)
+{
+    char out[1024], msg[96];
+    snprintf(msg, sizeof msg, "the request body did not arrive within the read timeout (%d s "
+             "and 1 s per 64 KiB)", rc->s->cfg.read_timeout);
+    size_t n = serve_door_error(408, "request_timeout", msg, rc->ollama, 0, out, sizeof out);
+    int fd = conn_fd(c);
+    if (n && fd >= 0)
+        (void)!send(fd, out, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    rc->status = 408;
+    return MHD_NO;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -547,10 +573,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!rc->too_big && mf_buf_append(&rc->body, upload_data, *upload_data_size, NULL))
             rc->too_big = 1;
         *upload_data_size = 0;
+        if (serve_door_body_late(s->cfg.read_timeout, rc->t0, serve_now_ns(), rc->body.len))
+            return body_late(c, rc);
         return MHD_YES;
     }
     if (rc->status) /* answered already (413 at the headers) */
         return MHD_YES;
+    /* the request is in: the response may take its time (a stream, a long generation) */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)RESPONSE_IDLE_S);
     if (rc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "request body is over the limit of %zu bytes", s->cfg.max_body);
@@ -588,6 +618,20 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct serve *s = cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    (void)socket_context;
+    serve_door_notify(s->door, code == MHD_CONNECTION_NOTIFY_STARTED,
+                      ci ? ci->client_addr : NULL,
+                      ci && ci->client_addr && ci->client_addr->sa_family == AF_INET6
+                          ? (socklen_t)sizeof(struct sockaddr_in6)
+                          : (socklen_t)sizeof(struct sockaddr_in));
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     struct serve *s = cls;
@@ -601,36 +645,25 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 int serve_start(struct serve *s, struct mf_err *err)
 {
-    struct sockaddr_in6 a6 = {0};
-    struct sockaddr_in a4 = {0};
-    struct sockaddr *sa;
+    /* no listening socket: the front door accepts, checks each head and hands
+     * the connection over (serve_door.h); its idle timeout is the read timeout
+     * until the request is in (on_request raises it for the response) */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_POLL;
-
-    if (inet_pton(AF_INET, s->cfg.host, &a4.sin_addr) == 1) {
-        a4.sin_family = AF_INET;
-        a4.sin_port = htons((uint16_t)s->cfg.port);
-        sa = (struct sockaddr *)&a4;
-    } else if (inet_pton(AF_INET6, s->cfg.host, &a6.sin6_addr) == 1) {
-        a6.sin6_family = AF_INET6;
-        a6.sin6_port = htons((uint16_t)s->cfg.port);
-        sa = (struct sockaddr *)&a6;
-        flags |= MHD_USE_IPv6;
-    } else {
-        return mf_err_set(err, MF_EUSAGE, "host \"%s\": expected an IPv4 or IPv6 address",
-                          s->cfg.host);
-    }
-    s->mhd = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s,
-                              MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
-                              on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET;
+    s->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_connections + 64u, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)s->cfg.read_timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(SERVE_HEAD_MAX * 4), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->mhd)
-        return mf_err_set(err, MF_EIO, "cannot listen on %s:%d (in use, or not allowed)",
-                          s->cfg.host, s->cfg.port);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    if (di && di->port)
-        s->cfg.port = di->port;
+        return mf_err_set(err, MF_EIO, "cannot start libmicrohttpd");
+    int rc = serve_door_open(s, s->mhd, &s->door, err);
+    if (rc) {
+        MHD_stop_daemon(s->mhd);
+        s->mhd = NULL;
+        return rc;
+    }
     mf_log_info(&s->log, "listening on http://%s:%d", s->cfg.host, s->cfg.port);
     return 0;
 }
@@ -639,16 +672,17 @@ void serve_stop(struct serve *s)
 {
     if (!s->mhd)
         return;
+    /* the door stays open while requests finish: /health says "draining" (503),
+     * new generations get 503; then it closes and the rest is cut */
     atomic_store(&s->draining, 1);
-    MHD_socket ls = MHD_quiesce_daemon(s->mhd); /* no new connections */
-    if (ls != MHD_INVALID_SOCKET)
-        close(ls);
     int64_t until = serve_now_ns() + (int64_t)s->cfg.drain_s * 1000000000;
     int n;
     while ((n = atomic_load(&s->active)) > 0 && serve_now_ns() < until)
         usleep(20000);
     if (n > 0)
         mf_log_warn(&s->log, "drain timeout: cutting %d requests off", n);
+    serve_door_close(s->door);
+    s->door = NULL;
     atomic_store(&s->draining, 2);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;

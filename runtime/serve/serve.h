@@ -13,6 +13,8 @@
  *   serve_openai.c  OpenAI chunks, responses and errors
  *   serve_ollama.c  Ollama NDJSON, responses, tags/show/ps
  *   serve_metrics.c Prometheus text from engine_metrics
+ *   serve_head.c    request heads checked before libmicrohttpd sees them; the door's errors
+ *   serve_door.c    the listening socket: connection caps, read timeout, handing over
  *   serve.c         libmicrohttpd daemon, routing, auth, limits, access log, drain
  *   serve_main.c    main(): flags, signals, load, run
  * docs/api.md is the user-facing description.
@@ -63,6 +65,7 @@ struct serve_config {
     uint64_t model_offset; /* --model-offset: where the GGUF starts inside model_path */
     uint64_t model_size;   /* --model-size: its bytes; 0: to the end of the file */
     char *config_path;   /* owned or NULL: model.yaml read */
+    char *config_name;   /* owned or NULL: its name in messages (--config-name) */
     char *model_name;    /* owned: the served name (MFC_MODEL_NAME, else the file's stem) */
     char *device;        /* owned: "cpu" (MFC_DEVICE) */
     char *kv_cache_gb;   /* owned or NULL: MFC_KV_CACHE_GB */
@@ -75,6 +78,11 @@ struct serve_config {
     int ctx;             /* context length; 0: num_ctx parameter or the model's */
     size_t max_body;     /* request body bytes before 413 (MFC_MAX_BODY, 4 MiB) */
     int drain_s;         /* SIGTERM: seconds to wait for in-flight requests (30) */
+    int read_timeout;    /* seconds a request head may take to arrive, and a body past its
+                            1 s per 64 KiB (MFC_READ_TIMEOUT, 10); beyond: 408 */
+    int max_connections; /* connections open at once (MFC_MAX_CONNECTIONS, 4096); beyond: 503 */
+    int max_conns_per_client; /* of one client address (MFC_MAX_CONNECTIONS_PER_CLIENT,
+                                 512; 0: no cap); beyond: 503 */
     struct serve_adapter_cfg adapters[SERVE_MAX_ADAPTERS];
     int n_adapters;
     json_t *params;      /* owned: model.yaml params (Ollama types), {} when none */
@@ -173,9 +181,15 @@ enum serve_api {
 };
 
 struct serve_msg {
-    char *role;    /* owned */
-    char *content; /* owned */
+    char *role;         /* owned */
+    char *content;      /* owned */
+    json_t *tool_calls; /* owned or NULL: [{id, name, arguments (an object)}] */
+    char *tool_call_id; /* owned or NULL: a tool result's call (OpenAI) */
+    char *tool_name;    /* owned or NULL: a tool result's function */
 };
+
+/* tool_choice (serve_tools.c) */
+enum { SERVE_TOOLS_AUTO, SERVE_TOOLS_NONE, SERVE_TOOLS_REQUIRED, SERVE_TOOLS_NAMED };
 
 struct serve_req {
     enum serve_api api;
@@ -197,7 +211,17 @@ struct serve_req {
     int ignore_eos;
     int64_t max_tokens;    /* -1: not given */
     struct serve_opts opts; /* sampling overrides and stop strings */
+    char *grammar;         /* owned or NULL: GBNF the answer must match (format,
+                              response_format, grammar), checked at parse time */
+    json_t *tools;         /* owned or NULL: [{name, description, parameters}] */
+    int tool_choice;       /* SERVE_TOOLS_* */
+    char *tool_name;       /* owned: the function tool_choice names */
+    int parallel_tools;    /* parallel_tool_calls: several calls in one answer */
 };
+
+/* serve_tools.c: the structured-output and tool fields of a request body
+ * (after the messages are parsed) into rq; MF_EINVAL naming the field. */
+int serve_req_structured(struct serve_req *rq, const json_t *body, struct mf_err *err);
 
 /* Parses a request body that must be one JSON object into *out (owned by
  * the caller). MF_EINVAL with the sentence a 400 carries otherwise. */
@@ -279,6 +303,7 @@ struct serve {
     int n_adapters;
     json_t *model_info;        /* owned: GGUF scalar metadata for /api/show */
     char quant[16];            /* the projections' type name ("Q4_K", "F32") */
+    char arch[32];             /* general.architecture: /api/show's details.family */
     uint64_t n_params;         /* parameters, counted from the tensors */
     uint64_t model_bytes;      /* size of the GGUF */
     char digest[72];           /* "sha256:..." of the model path and size (a stable id) */
@@ -289,7 +314,10 @@ struct serve {
     atomic_int active;         /* generations in flight */
     atomic_uint_fast64_t seq;  /* request ids */
     struct MHD_Daemon *mhd;    /* owned */
+    struct serve_door *door;   /* owned: the listening socket and slow clients (serve_door.h) */
     struct serve_embedder *emb; /* owned: the embeddings computer (serve_embed.c) */
+    struct gram_vocab *gvocab;  /* owned: the vocabulary trie for grammars */
+    struct serve_gcache *gcache; /* owned: compiled grammars shared by requests */
 };
 
 /* serve_load.c: loads everything in s->cfg; 0 or MF_E* naming the file. */

@@ -27,14 +27,17 @@ const char serve_usage[] =
     "                 [--api-key KEY] [--adapter NAME=PATH[@OFFSET:SIZE]]... [--threads N]\n"
     "                 [--name NAME] [--ctx N] [--max-seqs N] [--kv-cache-gb G]\n"
     "                 [--kv-cache-type f16|q8] [--log-level LEVEL]\n"
-    "                 [--model-offset BYTES [--model-size BYTES]]\n"
+    "                 [--model-offset BYTES [--model-size BYTES]] [--config-name NAME]\n"
+    "                 [--read-timeout S] [--max-connections N] [--max-connections-per-client N]\n"
     "                 [--draft PATH[@OFFSET:SIZE]] [--spec-max-batch N]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
     "  MFC_KV_CACHE_GB MFC_KV_CACHE_TYPE MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS\n"
     "  MFC_MAX_WAITING\n"
     "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n"
-    "  MFC_DRAFT MFC_SPEC_MAX_BATCH\n"
+    "  MFC_READ_TIMEOUT MFC_MAX_CONNECTIONS MFC_MAX_CONNECTIONS_PER_CLIENT MFC_DRAFT\n"
+    "  MFC_SPEC_MAX_BATCH\n"
+    "model.yaml's server: mapping sets the same by flag name (server: {read-timeout: 5}).\n"
     "--model-offset/--model-size, and an adapter's @OFFSET:SIZE, serve a GGUF lying inside\n"
     "a bigger file (a tar layer), mapped in place. --draft: the speculative-decoding draft\n"
     "model (model.yaml's draft:), a GGUF of the same vocabulary (docs/spec.md).\n";
@@ -62,6 +65,9 @@ void serve_config_init(struct serve_config *c)
     c->max_waiting = 256;
     c->max_body = 4u << 20;
     c->drain_s = 30;
+    c->read_timeout = 10;
+    c->max_connections = 4096;
+    c->max_conns_per_client = 512;
     c->spec_max_batch = 32; /* SPEC_DEFAULT_MAX_BATCH */
     c->params = json_object();
     c->messages = json_array();
@@ -76,6 +82,7 @@ void serve_config_free(struct serve_config *c)
     free(c->model_path);
     free(c->draft_path);
     free(c->config_path);
+    free(c->config_name);
     free(c->model_name);
     free(c->device);
     free(c->kv_cache_gb);
@@ -195,6 +202,44 @@ json_t *serve_yaml_to_json(const char *text, size_t len, const char *what, struc
 
 /* ---- model.yaml ---- */
 
+static int apply(struct serve_config *c, const char *key, const char *v, struct mf_err *err);
+static int known_setting(const char *key);
+
+/* server: {read-timeout: 5, max-connections: 2048, ...}: any setting an MFC_*
+ * variable sets, by its flag name; the variables and flags still win. */
+static int load_server(struct serve_config *c, const json_t *server, const char *file,
+                       struct mf_err *err)
+{
+    const char *k;
+    json_t *v;
+    if (!server || json_is_null(server))
+        return 0;
+    if (!json_is_object(server))
+        return mf_err_set(err, MF_EFORMAT, "%s: 'server' must be a mapping", file);
+    json_object_foreach ((json_t *)server, k, v) {
+        char text[64];
+        if (!known_setting(k))
+            return mf_err_set(err, MF_EFORMAT, "%s: server.%s is not a setting (they are the "
+                              "flags of mfc-serve --help, such as read-timeout)", file, k);
+        if (json_is_integer(v))
+            snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(text, sizeof text, "%g", json_real_value(v));
+        else if (json_is_string(v) && json_string_length(v) < sizeof text)
+            snprintf(text, sizeof text, "%s", json_string_value(v));
+        else
+            return mf_err_set(err, MF_EFORMAT, "%s: server.%s must be a number or a short "
+                              "string", file, k);
+        int rc = apply(c, k, text, err);
+        if (rc) {
+            mf_err_prefix(err, "%s: server.%s", file, k);
+            err->code = MF_EFORMAT;
+            return MF_EFORMAT;
+        }
+    }
+    return 0;
+}
+
 /* path, made absolute against dir when relative. */
 static char *resolve(const char *dir, const char *path)
 {
@@ -292,16 +337,18 @@ int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_e
 {
     char *text = NULL;
     size_t len = 0;
+    /* messages name the file as the user knows it (mfc run passes a memfd) */
+    const char *shown = c->config_name ? c->config_name : path;
     int rc = mf_file_read(path, SERVE_CONFIG_MAX, &text, &len, err);
     if (rc)
-        return rc;
-    json_t *doc = serve_yaml_to_json(text, len, path, err);
+        return c->config_name ? mf_err_prefix(err, "%s", shown) : rc;
+    json_t *doc = serve_yaml_to_json(text, len, shown, err);
     free(text);
     if (!doc)
         return err->code ? err->code : MF_EFORMAT;
     if (!json_is_object(doc)) {
         json_decref(doc);
-        return mf_err_set(err, MF_EFORMAT, "%s: expected a mapping at the top", path);
+        return mf_err_set(err, MF_EFORMAT, "%s: expected a mapping at the top", shown);
     }
     char *dir = strdup(path);
     char *slash = dir ? strrchr(dir, '/') : NULL;
@@ -313,26 +360,28 @@ int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_e
     json_t *params = json_object_get(doc, "params");
     json_t *msgs = json_object_get(doc, "messages");
 
-    rc = cfg_str(doc, "schema", path, &schema, err);
+    rc = cfg_str(doc, "schema", shown, &schema, err);
     if (!rc && schema && strcmp(schema, "mfc.config/v1") != 0)
         rc = mf_err_set(err, MF_EUNSUPPORTED, "%s: schema '%s' (this mfc-serve reads mfc.config/v1)",
-                        path, schema);
+                        shown, schema);
     if (!rc && model && !json_is_object(model))
-        rc = mf_err_set(err, MF_EFORMAT, "%s: 'model' must be a mapping", path);
+        rc = mf_err_set(err, MF_EFORMAT, "%s: 'model' must be a mapping", shown);
     if (!rc && model) {
         json_t *mp = json_object_get(model, "path");
         if (mp && !json_is_string(mp))
-            rc = mf_err_set(err, MF_EFORMAT, "%s: 'model.path' must be a string", path);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: 'model.path' must be a string", shown);
         else if (mp && !c->model_path)
             c->model_path = resolve(d, json_string_value(mp));
     }
     if (!rc)
-        rc = load_adapters(c, json_object_get(doc, "adapters"), d, path, err);
+        rc = load_adapters(c, json_object_get(doc, "adapters"), d, shown, err);
     if (!rc)
-        rc = load_draft(c, json_object_get(doc, "draft"), d, path, err);
+        rc = load_server(c, json_object_get(doc, "server"), shown, err);
+    if (!rc)
+        rc = load_draft(c, json_object_get(doc, "draft"), d, shown, err);
     if (!rc && params && !json_is_null(params)) {
         if (!json_is_object(params))
-            rc = mf_err_set(err, MF_EFORMAT, "%s: 'params' must be a mapping", path);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: 'params' must be a mapping", shown);
         else {
             json_decref(c->params);
             c->params = json_incref(params);
@@ -342,23 +391,23 @@ int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_e
         size_t i;
         json_t *m;
         if (!json_is_array(msgs))
-            rc = mf_err_set(err, MF_EFORMAT, "%s: 'messages' must be a list", path);
+            rc = mf_err_set(err, MF_EFORMAT, "%s: 'messages' must be a list", shown);
         json_array_foreach (msgs, i, m)
             if (!rc && (!json_is_string(json_object_get(m, "role")) ||
                         !json_is_string(json_object_get(m, "content"))))
                 rc = mf_err_set(err, MF_EFORMAT,
-                                "%s: messages[%zu] needs string 'role' and 'content'", path, i);
+                                "%s: messages[%zu] needs string 'role' and 'content'", shown, i);
         if (!rc) {
             json_decref(c->messages);
             c->messages = json_incref(msgs);
         }
     }
     if (!rc)
-        rc = cfg_str(doc, "template", path, &tmpl, err);
+        rc = cfg_str(doc, "template", shown, &tmpl, err);
     if (!rc && tmpl)
         set_str(&c->template_src, tmpl);
     if (!rc)
-        rc = cfg_str(doc, "system", path, &sys, err);
+        rc = cfg_str(doc, "system", shown, &sys, err);
     if (!rc && sys)
         set_str(&c->system, sys);
     if (!rc) {
@@ -523,6 +572,13 @@ static int apply(struct serve_config *c, const char *key, const char *v, struct 
         return parse_int("MFC_SPEC_MAX_BATCH", v, 0, 1 << 20, &c->spec_max_batch, err);
     else if (!strcmp(key, "drain"))
         return parse_int("MFC_DRAIN_TIMEOUT", v, 0, 86400, &c->drain_s, err);
+    else if (!strcmp(key, "read-timeout"))
+        return parse_int("read timeout", v, 1, 3600, &c->read_timeout, err);
+    else if (!strcmp(key, "max-connections"))
+        return parse_int("max connections", v, 1, 1 << 20, &c->max_connections, err);
+    else if (!strcmp(key, "max-connections-per-client"))
+        return parse_int("max connections per client", v, 0, 1 << 20, &c->max_conns_per_client,
+                         err);
     else if (!strcmp(key, "max-body")) {
         int n;
         int rc = parse_int("MFC_MAX_BODY", v, 1024, 1 << 30, &n, err);
@@ -557,9 +613,20 @@ static const struct {
     {"MFC_DRAIN_TIMEOUT", "drain"},
     {"MFC_MAX_BODY", "max-body"},
     {"MFC_LOG_LEVEL", "log-level"},
+    {"MFC_READ_TIMEOUT", "read-timeout"},
+    {"MFC_MAX_CONNECTIONS", "max-connections"},
+    {"MFC_MAX_CONNECTIONS_PER_CLIENT", "max-connections-per-client"},
     {"MFC_DRAFT", "draft"},
     {"MFC_SPEC_MAX_BATCH", "spec-max-batch"},
 };
+
+static int known_setting(const char *key)
+{
+    for (size_t i = 0; i < sizeof env_map / sizeof env_map[0]; i++)
+        if (!strcmp(env_map[i].key, key))
+            return 1;
+    return 0;
+}
 
 static const struct option long_opts[] = {
     {"model", 1, 0, 'm'},    {"config", 1, 0, 'c'},       {"host", 1, 0, 'H'},
@@ -567,8 +634,10 @@ static const struct option long_opts[] = {
     {"threads", 1, 0, 't'},  {"name", 1, 0, 'n'},         {"ctx", 1, 0, 'C'},
     {"max-seqs", 1, 0, 'S'}, {"kv-cache-gb", 1, 0, 'K'},  {"log-level", 1, 0, 'L'},
     {"model-offset", 1, 0, 'O'}, {"model-size", 1, 0, 'Z'}, {"kv-cache-type", 1, 0, 'T'},
-    {"draft", 1, 0, 'D'},    {"spec-max-batch", 1, 0, 'B'},
-    {"help", 0, 0, 'h'},     {0, 0, 0, 0},
+    {"read-timeout", 1, 0, 'R'}, {"max-connections", 1, 0, 'N'},
+    {"max-connections-per-client", 1, 0, 'P'},
+    {"config-name", 1, 0, 'Y'}, {"draft", 1, 0, 'D'}, {"spec-max-batch", 1, 0, 'B'},
+    {"help", 0, 0, 'h'}, {0, 0, 0, 0},
 };
 
 static const char *flag_key(int c)
@@ -595,6 +664,8 @@ int serve_config_parse(struct serve_config *c, int argc, char **argv,
             config = argv[++i];
         else if (!strncmp(argv[i], "--config=", 9))
             config = argv[i] + 9;
+        else if (!strcmp(argv[i], "--config-name") && i + 1 < argc)
+            set_str(&c->config_name, argv[++i]);
     }
     if (*help)
         return 0;
@@ -624,7 +695,7 @@ int serve_config_parse(struct serve_config *c, int argc, char **argv,
                             ch == '?' ? "unknown option" : "needs a value");
         else if (ch == 'a')
             rc = add_adapter_flag(c, optarg, err);
-        else if (ch == 'c' || ch == 'h')
+        else if (ch == 'c' || ch == 'h' || ch == 'Y')
             continue;
         else
             rc = apply(c, flag_key(ch), optarg, err);

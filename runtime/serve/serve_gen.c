@@ -21,6 +21,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "runtime/grammar/gram.h"
 #include "runtime/model/model.h"
 #include "text/template.h"
 #include "text/tokenizer.h"
@@ -71,8 +72,23 @@ static void on_notify(void *user)
 
 /* ---- prompt ---- */
 
-static int render_chat(struct serve_gen *g, const struct tmpl *t, struct mf_buf *text,
-                       struct mf_err *err)
+/* Messages of a chat that context truncation may drop: all but system
+ * messages and the last message. */
+static size_t droppable(const struct serve_gen *g)
+{
+    const struct serve_req *rq = &g->rq;
+    size_t n = json_array_size(g->s->cfg.messages), k = 0;
+    for (size_t i = 0; i < rq->n_msgs; i++)
+        k += strcmp(rq->msgs[i].role, "system") != 0;
+    k += n;
+    return k > 0 ? k - 1 : 0;
+}
+
+/* Renders the chat without its first `drop` non-system messages (the
+ * model.yaml MESSAGEs, then the request's): Ollama's truncation keeps the
+ * system prompt and the newest turns. */
+static int render_chat(struct serve_gen *g, const struct tmpl *t, size_t drop,
+                       struct mf_buf *text, struct mf_err *err)
 {
     struct serve *s = g->s;
     struct serve_req *rq = &g->rq;
@@ -80,7 +96,7 @@ static int render_chat(struct serve_gen *g, const struct tmpl *t, struct mf_buf 
     size_t cap = n_cfg + rq->n_msgs + 2, n = 0;
     struct tmpl_message *msgs = calloc(cap, sizeof *msgs);
     int has_system = 0;
-    int rc;
+    int rc = 0;
 
     if (!msgs)
         return mf_err_set(err, MF_ENOMEM, "out of memory");
@@ -102,26 +118,51 @@ static int render_chat(struct serve_gen *g, const struct tmpl *t, struct mf_buf 
             msgs[n++] = (struct tmpl_message){.role = "system", .content = s->cfg.system};
         for (size_t i = 0; i < n_cfg; i++) {
             json_t *m = json_array_get(s->cfg.messages, i);
+            const char *role = json_string_value(json_object_get(m, "role"));
+            if (drop && role && strcmp(role, "system")) {
+                drop--;
+                continue;
+            }
             msgs[n++] = (struct tmpl_message){
-                .role = json_string_value(json_object_get(m, "role")),
-                .content = json_string_value(json_object_get(m, "content"))};
+                .role = role, .content = json_string_value(json_object_get(m, "content"))};
         }
-        for (size_t i = 0; i < rq->n_msgs; i++)
+        for (size_t i = 0; i < rq->n_msgs; i++) {
+            if (drop && strcmp(rq->msgs[i].role, "system")) {
+                drop--;
+                continue;
+            }
             msgs[n++] = (struct tmpl_message){.role = rq->msgs[i].role,
-                                              .content = rq->msgs[i].content};
+                                              .content = rq->msgs[i].content,
+                                              .tool_name = rq->msgs[i].tool_name,
+                                              .tool_call_id = rq->msgs[i].tool_call_id};
+            if (rq->msgs[i].tool_calls && json_array_size(rq->msgs[i].tool_calls) &&
+                !(msgs[n - 1].tool_calls = serve_tool_calls_value(rq->msgs[i].tool_calls)))
+                rc = mf_err_set(err, MF_ENOMEM, "out of memory");
+        }
     }
     struct tmpl_chat chat = {.msgs = msgs, .n_msgs = n};
+    if (rq->tools && rq->tool_choice != SERVE_TOOLS_NONE && !tmpl_uses(t, "Tools"))
+        rc = mf_err_set(err, MF_EINVAL,
+                        "'tools': this model's chat template does not render tools (give the "
+                        "model a TEMPLATE that uses .Tools)");
+    if (rq->tools && rq->tool_choice != SERVE_TOOLS_NONE && !rc &&
+        !(chat.tools = serve_tools_value(rq->tools)))
+        rc = mf_err_set(err, MF_ENOMEM, "out of memory");
     if (rq->api == SERVE_OLLAMA_GENERATE && rq->suffix && rq->suffix[0]) {
         chat.prompt = rq->prompt ? rq->prompt : "";
         chat.suffix = rq->suffix;
     }
-    rc = tmpl_render_chat(t, &chat, text, err);
+    if (!rc)
+        rc = tmpl_render_chat(t, &chat, text, err);
+    for (size_t i = 0; i < n; i++)
+        tmpl_value_unref(msgs[i].tool_calls);
+    tmpl_value_unref(chat.tools);
     free(msgs);
     return rc;
 }
 
-/* Fills g->prompt. */
-static int build_prompt(struct serve_gen *g, struct mf_err *err)
+/* Fills g->prompt, rendering chats without their first `drop` messages. */
+static int build_prompt_drop(struct serve_gen *g, size_t drop, struct mf_err *err)
 {
     struct serve *s = g->s;
     struct serve_req *rq = &g->rq;
@@ -154,7 +195,7 @@ static int build_prompt(struct serve_gen *g, struct mf_err *err)
             t = own;
         }
         if (!rc)
-            rc = render_chat(g, t, &text, err);
+            rc = render_chat(g, t, drop, &text, err);
         if (rc && rc != MF_ENOMEM)
             rc = MF_EINVAL;
     }
@@ -180,6 +221,56 @@ static int build_prompt(struct serve_gen *g, struct mf_err *err)
                    "This model's maximum context length is %d tokens; the prompt is longer",
                    (int)s->n_ctx);
     return rc;
+}
+
+static int is_chat_api(const struct serve_gen *g)
+{
+    return g->rq.api == SERVE_OAI_CHAT || g->rq.api == SERVE_OLLAMA_CHAT;
+}
+
+/* Fills g->prompt. A chat longer than the context loses its oldest
+ * non-system messages, as few as make it fit (a binary search: fewer
+ * messages never make a longer prompt), as Ollama does; one whose last
+ * message alone does not fit is MF_ERANGE. */
+static int build_prompt(struct serve_gen *g, struct mf_err *err)
+{
+    int rc = build_prompt_drop(g, 0, err);
+    int32_t n_ctx = g->s->n_ctx;
+    if (!rc && (int64_t)g->prompt.n < n_ctx)
+        return 0;
+    if ((rc && rc != MF_ERANGE) || !is_chat_api(g) || droppable(g) == 0) {
+        if (!rc)
+            rc = mf_err_set(err, MF_ERANGE,
+                            "This model's maximum context length is %d tokens; the prompt has %zu",
+                            (int)n_ctx, g->prompt.n);
+        return rc;
+    }
+    size_t lo = 1, hi = droppable(g), best = 0;
+    while (lo <= hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        tok_ids_free(&g->prompt);
+        rc = build_prompt_drop(g, mid, err);
+        if (!rc && (int64_t)g->prompt.n < n_ctx) {
+            best = mid;
+            hi = mid - 1;
+        } else if (!rc || rc == MF_ERANGE) {
+            lo = mid + 1;
+        } else {
+            return rc;
+        }
+    }
+    tok_ids_free(&g->prompt);
+    if (!best)
+        return mf_err_set(err, MF_ERANGE,
+                          "This model's maximum context length is %d tokens; the last message "
+                          "(with the system prompt) does not fit in it",
+                          (int)n_ctx);
+    if ((rc = build_prompt_drop(g, best, err)))
+        return rc;
+    mf_log_info(&g->s->log, "chat longer than the context (%d tokens): dropped the oldest %zu "
+                            "message(s)",
+                (int)n_ctx, best);
+    return 0;
 }
 
 /* ---- sampling ---- */
@@ -240,6 +331,27 @@ static int make_sampler(struct serve_gen *g, int i, struct sampler **out, struct
     return sampler_new(out, g->s->m->hp.n_vocab, &sp, err);
 }
 
+/* The answer's grammar: a forced tool call's, else the request's. */
+static int pick_grammar(struct serve_gen *g, struct mf_err *err)
+{
+    struct serve_req *rq = &g->rq;
+    char *own = NULL;
+    const char *src = rq->grammar;
+    int rc;
+    g->tfmt = serve_toolfmt_for(g->s->family && !rq->template_src ? g->s->family : NULL);
+    g->tools_on = rq->tools && rq->tool_choice != SERVE_TOOLS_NONE;
+    if (g->tools_on && rq->tool_choice >= SERVE_TOOLS_REQUIRED) {
+        if ((rc = serve_tools_grammar(rq, g->tfmt, &own, err)))
+            return rc == MF_ENOMEM ? rc : MF_EINVAL;
+        src = own;
+    }
+    if (!src)
+        return 0;
+    rc = serve_gcache_get(g->s, src, &g->gram, err);
+    free(own);
+    return rc;
+}
+
 /* ---- lifecycle ---- */
 
 static struct serve_gen *gen_new(struct serve *s, struct serve_req *rq)
@@ -272,12 +384,16 @@ static void gen_free(struct serve_gen *g)
         engine_text_fini(&c->text);
         mf_buf_free(&c->acc);
         mf_buf_free(&c->delta);
+        mf_buf_free(&c->held);
+        json_decref(c->calls);
+        free(c->call_text);
         json_decref(c->lp);
         tok_ids_free(&c->out);
     }
     if (g->active)
         atomic_fetch_sub(g->active, 1);
     tok_ids_free(&g->prompt);
+    gram_unref(g->gram);
     serve_req_free(&g->rq);
     mf_buf_free(&g->wbuf);
     pthread_mutex_destroy(&g->mu);
@@ -355,12 +471,16 @@ int serve_gen_start(struct serve *s, struct serve_req *rq, struct serve_gen **ou
             mt = room;
         g->max_tokens = (int32_t)mt;
     }
+    if ((rc = pick_grammar(g, err)))
+        goto fail;
     const struct serve_opts *so = g->rq.opts.stops_set ? &g->rq.opts : &s->defaults;
     for (int i = 0; i < g->rq.n; i++) {
         struct serve_choice *c = &g->ch[i];
         struct sampler *smp = NULL;
         mf_buf_init(&c->acc, GEN_TEXT_MAX);
         mf_buf_init(&c->delta, GEN_TEXT_MAX);
+        mf_buf_init(&c->held, GEN_TEXT_MAX);
+        c->tmode = g->tools_on ? (g->rq.tool_choice >= SERVE_TOOLS_REQUIRED ? 1 : 0) : 2;
         tok_ids_init(&c->out, (size_t)s->n_ctx);
         g->n = i + 1;
         if ((rc = engine_text_init(&c->text, s->tok, 0,
@@ -368,6 +488,10 @@ int serve_gen_start(struct serve *s, struct serve_req *rq, struct serve_gen **ou
             goto fail;
         if ((rc = make_sampler(g, i, &smp, err))) {
             rc = MF_EINVAL;
+            goto fail;
+        }
+        if (g->gram && (rc = sampler_set_grammar(smp, g->gram, (int32_t)g->prompt.n, err))) {
+            sampler_free(smp);
             goto fail;
         }
         const struct serve_opts *sp = (g->rq.opts.set & SO_SPECULATIVE) ? &g->rq.opts
@@ -418,6 +542,55 @@ static int is_stream(const struct serve_gen *g)
     return g->rq.stream;
 }
 
+/* A forced call streamed to an OpenAI chat client goes out as it is written. */
+static int progressive(const struct serve_gen *g)
+{
+    return g->rq.stream && g->rq.api == SERVE_OAI_CHAT &&
+           g->rq.tool_choice >= SERVE_TOOLS_REQUIRED;
+}
+
+/* Tools: routes the released text of choice c. Undecided text is held
+ * until it shows whether it starts a call; a call is held whole; plain
+ * text passes. At the end the held call is parsed, or released as text. */
+static void tools_route(struct serve_gen *g, struct serve_choice *c, int final)
+{
+    if (c->tmode == 2)
+        return;
+    mf_buf_append(&c->held, c->delta.data ? c->delta.data : "", c->delta.len, NULL);
+    mf_buf_reset(&c->delta);
+    if (c->tmode == 0) {
+        int st = serve_tools_starts(g->tfmt, c->held.data ? c->held.data : "", c->held.len);
+        if (st > 0)
+            c->tmode = 1;
+        else if (st < 0)
+            c->tmode = 2;
+    }
+    if (final && c->tmode != 2) {
+        c->calls = serve_tools_parse(g->tfmt, c->held.data ? c->held.data : "", c->held.len,
+                                     g->rq.tools, &c->call_text);
+        if (!c->calls && !progressive(g))
+            c->tmode = 2; /* a forced call cut short stays a (cut) call */
+    }
+    if (c->tmode == 2 && c->held.len) { /* release what was held */
+        mf_buf_append(&c->delta, c->held.data, c->held.len, NULL);
+        mf_buf_reset(&c->held);
+    }
+}
+
+/* A control token that writes the template's call opening (Mistral's
+ * [TOOL_CALLS]) is text the tool parser must see, though the detokenizer
+ * drops control tokens. */
+static void tool_marker(struct serve_gen *g, struct serve_choice *c, int32_t tok)
+{
+    size_t n = 0;
+    const char *t;
+    if (!g->tfmt->open[0] || tok_token_type(g->s->tok, tok) != TOK_TYPE_CONTROL)
+        return;
+    t = tok_token_text(g->s->tok, tok, &n);
+    if (t && n == strlen(g->tfmt->open) && !memcmp(t, g->tfmt->open, n))
+        mf_buf_append(&c->delta, t, n, NULL);
+}
+
 static void on_event(struct serve_gen *g, int i, struct engine_event *ev)
 {
     struct serve_choice *c = &g->ch[i];
@@ -432,11 +605,17 @@ static void on_event(struct serve_gen *g, int i, struct engine_event *ev)
         tok_ids_push(&c->out, ev->token, NULL);
         if (engine_text_feed(&c->text, ev->token, &c->delta, &err) == 1)
             engine_stop(g->s->e, c->id, NULL);
+        else if (g->tools_on)
+            tool_marker(g, c, ev->token);
     }
+    if (g->tools_on && ev->finish == SCHED_FINISH_NONE)
+        tools_route(g, c, 0);
     if (ev->finish != SCHED_FINISH_NONE) {
         engine_text_finish(&c->text, &c->delta, &err);
         c->finish = c->text.stopped ? SCHED_FINISH_STOP : ev->finish;
         c->live = 0;
+        if (g->tools_on)
+            tools_route(g, c, 1);
         if (ev->finish == SCHED_FINISH_ERROR && !g->failed) {
             g->failed = 1;
             g->err = c->sum.err;
@@ -451,10 +630,18 @@ static void on_event(struct serve_gen *g, int i, struct engine_event *ev)
     if (oai) {
         if (c->delta.len || (g->rq.logprobs && counted))
             oai_chunk(g, i, ev);
-        if (ev->finish != SCHED_FINISH_NONE)
+        if (g->tools_on && progressive(g))
+            oai_tool_progress(g, i, ev->finish != SCHED_FINISH_NONE);
+        if (ev->finish != SCHED_FINISH_NONE) {
+            if (c->calls && !progressive(g))
+                oai_tool_chunks(g, i);
             oai_final_chunk(g, i);
-    } else if (c->delta.len) {
-        ollama_chunk(g, i);
+        }
+    } else {
+        if (c->delta.len)
+            ollama_chunk(g, i);
+        if (ev->finish != SCHED_FINISH_NONE && c->calls)
+            ollama_tool_chunk(g);
     }
 }
 

@@ -11,6 +11,8 @@
 #include "runtime/engine/engine.h"
 #include "runtime/serve/serve.h"
 
+#define SERVE_MAX_CALLS 16 /* calls of one answer streamed as they are written */
+
 struct serve_choice {
     uint64_t id;               /* engine request id */
     int live;                  /* submitted and its final event not read yet */
@@ -22,6 +24,13 @@ struct serve_choice {
     struct tok_ids out;        /* output token ids (Ollama generate's context) */
     size_t lp_off;             /* completions logprobs: text_offset of the next token */
     enum sched_finish finish;  /* NONE until the final event */
+    int tmode;                 /* tools: 0 undecided, 1 a tool call (text held), 2 text */
+    struct mf_buf held;        /* tools: text held back while undecided or a call */
+    json_t *calls;             /* tools: the calls found at the end, or NULL */
+    char *call_text;           /* tools: text before the calls (Hermes), or NULL */
+    int streamed_calls;        /* forced calls streamed as written: headers sent */
+    size_t streamed_args[SERVE_MAX_CALLS]; /* of each, argument bytes sent */
+    char stream_ids[SERVE_MAX_CALLS][40];  /* of each, the id sent */
     struct engine_summary sum; /* filled by the final event */
 };
 
@@ -46,7 +55,53 @@ struct serve_gen {
     int fd;                     /* the connection's socket, for disconnect checks */
     atomic_int refs;            /* the HTTP response and the request context */
     atomic_int *active;         /* s->active, decremented on free */
+    struct gram *gram;          /* a reference, or NULL: the answer's grammar */
+    const struct serve_toolfmt *tfmt; /* the template's tool-call syntax */
+    int tools_on;               /* tools given and tool_choice not none */
 };
+
+/* serve_tools.c: how a template family writes tool calls. */
+struct serve_toolfmt {
+    const char *name;     /* "json", "llama3.1", "hermes", "mistral" */
+    const char *open;     /* what starts the calls ("" : a JSON object or array) */
+    const char *call_open, *call_close; /* around each call (Hermes) */
+    const char *args_key; /* "arguments" or "parameters" */
+    int multi;            /* several calls in one answer */
+};
+const struct serve_toolfmt *serve_toolfmt_for(const char *family);
+/* GBNF for a forced call (tool_choice required or named) in syntax f. */
+int serve_tools_grammar(const struct serve_req *rq, const struct serve_toolfmt *f, char **out,
+                        struct mf_err *err);
+/* Whether text p[0..n) (leading whitespace skipped) starts f's calls: 1
+ * yes, -1 no, 0 not known yet. */
+int serve_tools_starts(const struct serve_toolfmt *f, const char *p, size_t n);
+/* The calls [{id, name, arguments}] in p[0..n), or NULL when it holds none
+ * naming a tool of tools; *content: text before them (malloc'd) or NULL. */
+json_t *serve_tools_parse(const struct serve_toolfmt *f, const char *p, size_t n,
+                          const json_t *tools, char **content);
+/* One call object in text being written (serve_tools_scan): offsets into it. */
+struct serve_call_span {
+    int depth;           /* JSON depth inside the object */
+    int has_name;        /* the "name" string is complete: name, name_len */
+    size_t name, name_len;
+    int has_args;        /* "arguments"/"parameters" began at args */
+    size_t args, args_end; /* args_end 0: not complete yet */
+    int closed;          /* the call object closed */
+};
+int serve_tools_scan(const char *p, size_t n, struct serve_call_span *out, int max);
+/* A new tool call id: "call_" and 24 random hex digits (cap >= 32). */
+void serve_call_id(char *buf, size_t cap);
+struct tmpl_value;
+/* .Tools and a message's .ToolCalls for a template. NULL: out of memory. */
+struct tmpl_value *serve_tools_value(const json_t *tools);
+struct tmpl_value *serve_tool_calls_value(const json_t *calls);
+
+/* serve_grammar.c: compiled grammars by GBNF text, shared by requests (a
+ * few dozen, least recently used dropped). */
+int serve_gcache_open(struct serve *s, struct mf_err *err);
+void serve_gcache_close(struct serve *s);
+/* A reference to the grammar for src (compiled on a miss); MF_EINVAL. */
+int serve_gcache_get(struct serve *s, const char *src, struct gram **out, struct mf_err *err);
 
 /* Starts a generation for a parsed request (taking rq over): renders the
  * prompt, tokenizes, submits n engine requests. Returns 0 and *out, or an
@@ -85,6 +140,13 @@ const char *serve_gen_model(const struct serve_gen *g);
 void oai_chunk(struct serve_gen *g, int i, const struct engine_event *ev);
 void oai_final_chunk(struct serve_gen *g, int i);
 void oai_close(struct serve_gen *g);
+/* The streamed tool-call deltas of choice i (name once, arguments in pieces),
+ * at the end of an answer found to be calls (tool_choice auto). */
+void oai_tool_chunks(struct serve_gen *g, int i);
+/* A forced call streamed as it is written: the deltas for what choice i's
+ * held text adds (a name once complete, new argument bytes); final: the
+ * rest. */
+void oai_tool_progress(struct serve_gen *g, int i, int final);
 void oai_collect_logprobs(struct serve_gen *g, int i, const struct engine_event *ev);
 json_t *oai_response(struct serve_gen *g);
 json_t *oai_error(const char *msg, const char *type, const char *param, const char *code);
@@ -93,6 +155,8 @@ json_t *oai_models(const struct serve *s);
 /* serve_ollama.c */
 void ollama_chunk(struct serve_gen *g, int i);
 void ollama_close(struct serve_gen *g);
+/* The streamed message carrying choice 0's tool calls. */
+void ollama_tool_chunk(struct serve_gen *g);
 json_t *ollama_response(struct serve_gen *g);
 json_t *ollama_tags(const struct serve *s, int ps);
 json_t *ollama_show(const struct serve *s, const char *name);

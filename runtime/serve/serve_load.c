@@ -25,6 +25,7 @@
 
 #include "common/ggml_type.h"
 #include "common/gguf.h"
+#include "common/inspect.h"
 #include "common/sha256.h"
 #include "runtime/engine/backend.h"
 #include "runtime/cuda/cuda.h"
@@ -135,6 +136,50 @@ static json_t *model_info(const struct gguf_file *gf)
     return o;
 }
 
+/* The family facts mfc-serve runs with (common/inspect.c's summary: the
+ * family's defaults where the file has no key) as model_info's "mfc.*"
+ * entries, flat like the GGUF keys beside them. */
+static void family_info(const struct gguf_file *gf, json_t *info)
+{
+    struct mf_err ignored;
+    json_t *sum = info ? mf_inspect_gguf(gf, 0, &ignored) : NULL;
+    const json_t *f = json_object_get(sum, "family"), *r = json_object_get(sum, "rope");
+    const json_t *e = json_object_get(f, "experts"), *w = json_object_get(f, "sliding_window");
+    static const struct {
+        const char *key;
+        int from; /* 0 family, 1 experts, 2 window, 3 rope, 4 summary */
+        const char *field;
+    } m[] = {
+        {"mfc.family", 0, "name"},
+        {"mfc.family.known_as", 0, "known_as"},
+        {"mfc.family.traits", 0, "traits"},
+        {"mfc.experts.count", 1, "count"},
+        {"mfc.experts.used", 1, "used"},
+        {"mfc.experts.feed_forward_length", 1, "feed_forward_length"},
+        {"mfc.sliding_window", 2, "window"},
+        {"mfc.sliding_window.period", 2, "period"},
+        {"mfc.sliding_window.freq_base", 2, "freq_base"},
+        {"mfc.attn_softcap", 0, "attn_softcap"},
+        {"mfc.final_softcap", 0, "final_softcap"},
+        {"mfc.head_dim", 4, "head_dim"},
+        {"mfc.rope.scaling_type", 3, "scaling_type"},
+        {"mfc.rope.scaling_factor", 3, "scaling_factor"},
+        {"mfc.rope.original_context_length", 3, "original_context_length"},
+        {"mfc.rope.long_factors", 3, "long_factors"},
+    };
+    for (size_t i = 0; sum && i < sizeof m / sizeof m[0]; i++) {
+        const json_t *src = m[i].from == 0   ? f
+                            : m[i].from == 1 ? e
+                            : m[i].from == 2 ? w
+                            : m[i].from == 3 ? r
+                                             : sum;
+        json_t *v = json_object_get(src, m[i].field);
+        if (v && !json_is_null(v))
+            json_object_set(info, m[i].key, v);
+    }
+    json_decref(sum);
+}
+
 static int load_template(struct serve *s, struct mf_err *err)
 {
     struct gguf_str jinja;
@@ -221,6 +266,10 @@ static void describe(struct serve *s)
             best = t;
     snprintf(s->quant, sizeof s->quant, "%s", ggml_type_name(best));
     s->model_info = model_info(gf);
+    struct gguf_str a;
+    if (gguf_get_str(gf, "general.architecture", &a, NULL) == 0)
+        snprintf(s->arch, sizeof s->arch, "%.*s", (int)(a.len < 31 ? a.len : 31), a.p);
+    family_info(gf, s->model_info);
 }
 
 static int open_engine(struct serve *s, struct mf_err *err)
@@ -331,7 +380,10 @@ int serve_load(struct serve *s, struct mf_err *err)
     int rc;
 
     if ((rc = serve_opts_from_json(&s->defaults, s->cfg.params, "params", err)))
-        return mf_err_prefix(err, "%s", s->cfg.config_path ? s->cfg.config_path : "config");
+        return mf_err_prefix(err, "%s",
+                             s->cfg.config_name   ? s->cfg.config_name
+                             : s->cfg.config_path ? s->cfg.config_path
+                                                  : "config");
     rc = s->cfg.model_offset || s->cfg.model_size ? open_range(s, err)
                                                   : model_open(s->cfg.model_path, &s->m, err);
     if (rc || (rc = tok_load_gguf(s->m->gf, &s->tok, err)))
@@ -346,13 +398,20 @@ int serve_load(struct serve *s, struct mf_err *err)
         s->n_ctx = s->defaults.num_ctx;
     if (!s->n_ctx)
         s->n_ctx = DEFAULT_CTX;
-    if (s->m->hp.n_ctx_train > 0 && s->n_ctx > s->m->hp.n_ctx_train)
+    if (s->m->hp.n_ctx_train > 0 && s->n_ctx > s->m->hp.n_ctx_train) {
+        /* said only when asked for (--ctx, MFC_CTX, PARAMETER num_ctx), not for the default */
+        if (s->cfg.ctx || ((s->defaults.set & SO_NUM_CTX) && s->defaults.num_ctx > 0))
+            mf_log_warn(&s->log, "%s %d is larger than the model's context length %d; using %d",
+                        s->cfg.ctx ? "--ctx" : "num_ctx", (int)s->n_ctx,
+                        (int)s->m->hp.n_ctx_train, (int)s->m->hp.n_ctx_train);
         s->n_ctx = s->m->hp.n_ctx_train;
+    }
     if (s->n_ctx < 16)
         s->n_ctx = 16;
     model_set_ctx(s->m, s->n_ctx); /* LongRoPE's factors follow the context served */
     describe(s);
-    if ((rc = open_engine(s, err)) || (rc = serve_embed_open(s, err)))
+    if ((rc = open_engine(s, err)) || (rc = serve_embed_open(s, err)) ||
+        (rc = serve_gcache_open(s, err)))
         return rc;
     s->load_ns = serve_now_ns() - t0;
     mf_log_info(&s->log, "loaded %s: %d layers, vocab %d, context %d, %d KV blocks, %d adapters",
@@ -366,6 +425,7 @@ void serve_unload(struct serve *s)
     engine_close(s->e);
     s->e = NULL;
     serve_embed_close(s);
+    serve_gcache_close(s);
     backend_free(s->be);
     s->be = NULL;
     serve_spec_close(s);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "runtime/model/model.h"
+#include "text/template.h"
 
 void ollama_time(char *buf, size_t cap)
 {
@@ -42,6 +43,29 @@ static void set_text(const struct serve_gen *g, json_t *o, const char *p, size_t
                             json_pack("{s:s, s:o}", "role", "assistant", "content", s));
     else
         json_object_set_new(o, "response", s);
+}
+
+/* Ollama's tool calls: [{function: {index, name, arguments (an object)}}] */
+static json_t *tool_calls(const struct serve_choice *c)
+{
+    json_t *out = json_array();
+    size_t k;
+    const json_t *call;
+    json_array_foreach (c->calls, k, call)
+        json_array_append_new(out, json_pack("{s:{s:i, s:O, s:O}}", "function", "index", (int)k,
+                                             "name", json_object_get(call, "name"), "arguments",
+                                             json_object_get(call, "arguments")));
+    return out;
+}
+
+void ollama_tool_chunk(struct serve_gen *g)
+{
+    struct serve_choice *c = &g->ch[0];
+    json_t *o = head(g);
+    set_text(g, o, c->call_text, c->call_text ? strlen(c->call_text) : 0);
+    json_object_set_new(json_object_get(o, "message"), "tool_calls", tool_calls(c));
+    json_object_set_new(o, "done", json_false());
+    serve_put_json(&g->wbuf, "", o, "\n");
 }
 
 void ollama_chunk(struct serve_gen *g, int i)
@@ -101,10 +125,15 @@ void ollama_close(struct serve_gen *g)
 json_t *ollama_response(struct serve_gen *g)
 {
     json_t *o = head(g);
-    if (g->n)
+    if (g->n && g->ch[0].calls && is_chat(g)) {
+        const char *t = g->ch[0].call_text;
+        set_text(g, o, t, t ? strlen(t) : 0);
+        json_object_set_new(json_object_get(o, "message"), "tool_calls", tool_calls(&g->ch[0]));
+    } else if (g->n) {
         set_text(g, o, g->ch[0].acc.data, g->ch[0].acc.len);
-    else
+    } else {
         set_text(g, o, "", 0);
+    }
     done_fields(g, o);
     return o;
 }
@@ -117,9 +146,10 @@ static json_t *details(const struct serve *s)
         snprintf(size, sizeof size, "%.1fB", p / 1e9);
     else
         snprintf(size, sizeof size, "%.2fM", p / 1e6);
+    const char *fam = s->arch[0] ? s->arch : "llama"; /* Ollama: general.architecture */
     return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "gguf",
-                     "family", "llama", "families", "llama", "parameter_size", size,
-                     "quantization_level", s->quant);
+                     "family", fam, "families", fam, "parameter_size", size, "quantization_level",
+                     s->quant);
 }
 
 static json_t *entry(const struct serve *s, const char *name, int ps)
@@ -157,7 +187,8 @@ static void param_line(struct mf_buf *b, const char *k, const json_t *v)
         mf_buf_printf(b, NULL, "%-30s \"%s\"\n", k, json_string_value(v));
         return;
     }
-    if (!(s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)))
+    /* 15 digits: the 0.3 a Modelfile wrote, not the double's 0.29999999999999999 */
+    if (!(s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15))))
         return;
     mf_buf_printf(b, NULL, "%-30s %s\n", k, s);
     free(s);
@@ -227,6 +258,8 @@ json_t *ollama_show(const struct serve *s, const char *name)
                           "parameters", params ? params : "", "template",
                           s->tmpl_src ? s->tmpl_src : "", "details", details(s), "model_info",
                           s->model_info, "capabilities", "completion", "modified_at", t);
+    if (o && s->tmpl && tmpl_uses(s->tmpl, "Tools"))
+        json_array_append_new(json_object_get(o, "capabilities"), json_string("tools"));
     if (o && s->cfg.system)
         json_object_set_new(o, "system", json_string(s->cfg.system));
     if (o && json_is_array(lic) && json_array_size(lic)) {

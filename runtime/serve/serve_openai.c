@@ -8,6 +8,7 @@
 #include "runtime/serve/serve_int.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/model/model.h"
@@ -159,11 +160,132 @@ void oai_chunk(struct serve_gen *g, int i, const struct engine_event *ev)
     serve_put_json(&g->wbuf, "data: ", o, "\n\n");
 }
 
+/* finish_reason: "tool_calls" when the answer was tool calls. */
+static const char *finish_reason(const struct serve_choice *c)
+{
+    if (c->calls || (c->streamed_calls && c->finish != SCHED_FINISH_LENGTH))
+        return "tool_calls";
+    return c->finish == SCHED_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* arguments as OpenAI sends them: a string of JSON */
+static json_t *args_text(const json_t *call)
+{
+    char *a = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_t *v = json_string(a ? a : "{}");
+    free(a);
+    return v;
+}
+
+static json_t *tool_calls_json(const struct serve_choice *c)
+{
+    json_t *out = json_array();
+    size_t k;
+    const json_t *call;
+    json_array_foreach (c->calls, k, call)
+        json_array_append_new(out, json_pack("{s:O, s:s, s:{s:O, s:o}}", "id",
+                                             json_object_get(call, "id"), "type", "function",
+                                             "function", "name", json_object_get(call, "name"),
+                                             "arguments", args_text(call)));
+    return out;
+}
+
+/* One chunk whose delta carries one tool call piece. */
+static void tool_delta(struct serve_gen *g, int i, json_t *call_delta, int first)
+{
+    struct serve_choice *c = &g->ch[i];
+    json_t *o = chunk_head(g);
+    json_t *delta = json_object();
+    if (first && !c->acc.len)
+        json_object_set_new(delta, "role", json_string("assistant"));
+    if (first)
+        json_object_set_new(delta, "content", json_null());
+    json_object_set_new(delta, "tool_calls", json_pack("[o]", call_delta));
+    json_array_append_new(json_object_get(o, "choices"),
+                          json_pack("{s:i, s:o, s:n, s:n}", "index", i, "delta", delta,
+                                    "logprobs", "finish_reason"));
+    serve_put_json(&g->wbuf, "data: ", o, "\n\n");
+}
+
+void oai_tool_chunks(struct serve_gen *g, int i)
+{
+    struct serve_choice *c = &g->ch[i];
+    size_t k;
+    const json_t *call;
+    if (c->call_text && c->call_text[0]) {
+        mf_buf_reset(&c->delta);
+        mf_buf_puts(&c->delta, c->call_text, NULL);
+        struct engine_event ev = {.token = -1};
+        oai_chunk(g, i, &ev);
+        mf_buf_reset(&c->delta);
+    }
+    json_array_foreach (c->calls, k, call) {
+        /* the name once, with the id; then the arguments in pieces of 32 bytes */
+        tool_delta(g, i,
+                   json_pack("{s:i, s:O, s:s, s:{s:O, s:s}}", "index", (int)k, "id",
+                             json_object_get(call, "id"), "type", "function", "function", "name",
+                             json_object_get(call, "name"), "arguments", ""),
+                   k == 0);
+        json_t *a = args_text(call);
+        const char *p = json_string_value(a);
+        size_t n = json_string_length(a);
+        for (size_t off = 0; off < n;) {
+            size_t len = n - off < 32 ? n - off : 32;
+            while (off + len < n && ((unsigned char)p[off + len] & 0xC0) == 0x80)
+                len++; /* whole UTF-8 characters */
+            tool_delta(g, i,
+                       json_pack("{s:i, s:{s:s%}}", "index", (int)k, "function", "arguments",
+                                 p + off, len),
+                       0);
+            off += len;
+        }
+        json_decref(a);
+    }
+    mf_buf_append(&c->acc, "x", 1, NULL);
+}
+
+void oai_tool_progress(struct serve_gen *g, int i, int final)
+{
+    struct serve_choice *c = &g->ch[i];
+    struct serve_call_span sp[SERVE_MAX_CALLS];
+    const char *p = c->held.data ? c->held.data : "";
+    int n = serve_tools_scan(p, c->held.len, sp, SERVE_MAX_CALLS);
+    (void)final;
+    for (int k = 0; k < n && k < SERVE_MAX_CALLS; k++) {
+        if (k >= c->streamed_calls) {
+            if (!sp[k].has_name || (k > 0 && !sp[k - 1].closed))
+                break; /* calls go out in order, each once its name is whole */
+            json_t *name = json_stringn(p + sp[k].name, sp[k].name_len);
+            serve_call_id(c->stream_ids[k], sizeof c->stream_ids[k]);
+            tool_delta(g, i,
+                       json_pack("{s:i, s:s, s:s, s:{s:o, s:s}}", "index", k, "id",
+                                 c->stream_ids[k], "type", "function", "function", "name",
+                                 name ? name : json_string(""), "arguments", ""),
+                       k == 0);
+            c->streamed_calls = k + 1;
+            c->streamed_args[k] = 0;
+        }
+        if (!sp[k].has_args)
+            continue;
+        size_t end = sp[k].args_end ? sp[k].args_end : c->held.len;
+        size_t from = sp[k].args + c->streamed_args[k];
+        if (end > from) {
+            tool_delta(g, i,
+                       json_pack("{s:i, s:{s:s%}}", "index", k, "function", "arguments", p + from,
+                                 end - from),
+                       0);
+            c->streamed_args[k] += end - from;
+        }
+    }
+    if (c->streamed_calls)
+        mf_buf_append(&c->acc, "x", 1, NULL);
+}
+
 void oai_final_chunk(struct serve_gen *g, int i)
 {
     struct serve_choice *c = &g->ch[i];
     json_t *o = chunk_head(g);
-    const char *fr = c->finish == SCHED_FINISH_LENGTH ? "length" : "stop";
+    const char *fr = finish_reason(c);
     json_t *ch;
     if (is_chat(g)) {
         json_t *delta = json_object();
@@ -200,8 +322,12 @@ json_t *oai_response(struct serve_gen *g)
     json_t *choices = json_array();
     for (int i = 0; i < g->n; i++) {
         struct serve_choice *c = &g->ch[i];
-        const char *fr = c->finish == SCHED_FINISH_LENGTH ? "length" : "stop";
+        const char *fr = finish_reason(c);
         json_t *text = json_stringn_nocheck(c->acc.data ? c->acc.data : "", c->acc.len);
+        if (c->calls) {
+            json_decref(text);
+            text = c->call_text ? json_string(c->call_text) : json_null();
+        }
         json_t *lp = json_null();
         if (g->rq.logprobs) {
             json_decref(lp);
@@ -209,11 +335,14 @@ json_t *oai_response(struct serve_gen *g)
                                                                     : json_array())
                             : (c->lp ? json_incref(c->lp) : cmpl_lp_new());
         }
-        if (is_chat(g))
-            json_array_append_new(
-                choices, json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", i, "message",
-                                   "role", "assistant", "content", text, "logprobs", lp,
-                                   "finish_reason", fr));
+        if (is_chat(g)) {
+            json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
+            if (c->calls)
+                json_object_set_new(msg, "tool_calls", tool_calls_json(c));
+            json_array_append_new(choices,
+                                  json_pack("{s:i, s:o, s:o, s:s}", "index", i, "message", msg,
+                                            "logprobs", lp, "finish_reason", fr));
+        }
         else
             json_array_append_new(choices,
                                   json_pack("{s:i, s:o, s:o, s:s}", "index", i, "text", text,

@@ -16,23 +16,12 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "common/params.h"
 
 #define REQ_MAX_BODY (64u << 20)
 #define REQ_MAX_TOKENS (1u << 20) /* token ids in a prompt or context */
 
 /* ---- options ---- */
-
-static int num_field(const json_t *v, const char *what, const char *key, double lo, double hi,
-                     double *out, struct mf_err *err)
-{
-    if (!json_is_number(v))
-        return mf_err_set(err, MF_EINVAL, "'%s%s' must be a number", what, key);
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < lo || d > hi)
-        return mf_err_set(err, MF_EINVAL, "'%s%s' is %g; allowed %g to %g", what, key, d, lo, hi);
-    *out = d;
-    return 0;
-}
 
 static int int_field(const json_t *v, const char *what, const char *key, int64_t lo, int64_t hi,
                      int64_t *out, struct mf_err *err)
@@ -107,41 +96,39 @@ static int stops_field(struct serve_opts *o, const json_t *v, const char *what, 
 struct opt_spec {
     const char *key;
     unsigned bit;
-    size_t off;   /* float or int32/int64 field */
-    int kind;     /* 0 float, 1 int32, 2 int64 */
-    double lo, hi;
+    size_t off; /* float or int32/int64 field */
+    int kind;   /* 0 float, 1 int32, 2 int64; the range is common/params.c's */
 };
 
 #define OFF(f) offsetof(struct serve_opts, f)
 static const struct opt_spec opt_specs[] = {
-    {"temperature", SO_TEMPERATURE, OFF(temperature), 0, 0, 100},
-    {"top_p", SO_TOP_P, OFF(top_p), 0, 0, 1},
-    {"min_p", SO_MIN_P, OFF(min_p), 0, 0, 1},
-    {"typical_p", SO_TYPICAL_P, OFF(typical_p), 0, 0, 1},
-    {"repeat_penalty", SO_REPEAT_PENALTY, OFF(repeat_penalty), 0, 0, 100},
-    {"presence_penalty", SO_PRESENCE, OFF(presence), 0, -100, 100},
-    {"frequency_penalty", SO_FREQUENCY, OFF(frequency), 0, -100, 100},
-    {"top_k", SO_TOP_K, OFF(top_k), 1, -1, 1 << 20},
-    {"repeat_last_n", SO_REPEAT_LAST_N, OFF(repeat_last_n), 1, -1, SAMPLER_MAX_HISTORY},
-    {"num_ctx", SO_NUM_CTX, OFF(num_ctx), 1, 0, 1 << 24},
-    {"seed", SO_SEED, OFF(seed), 2, -9.2e18, 9.2e18},
-    {"num_predict", SO_NUM_PREDICT, OFF(num_predict), 2, -2, 1 << 24},
+    {"temperature", SO_TEMPERATURE, OFF(temperature), 0},
+    {"top_p", SO_TOP_P, OFF(top_p), 0},
+    {"min_p", SO_MIN_P, OFF(min_p), 0},
+    {"typical_p", SO_TYPICAL_P, OFF(typical_p), 0},
+    {"repeat_penalty", SO_REPEAT_PENALTY, OFF(repeat_penalty), 0},
+    {"presence_penalty", SO_PRESENCE, OFF(presence), 0},
+    {"frequency_penalty", SO_FREQUENCY, OFF(frequency), 0},
+    {"top_k", SO_TOP_K, OFF(top_k), 1},
+    {"repeat_last_n", SO_REPEAT_LAST_N, OFF(repeat_last_n), 1},
+    {"num_ctx", SO_NUM_CTX, OFF(num_ctx), 1},
+    {"seed", SO_SEED, OFF(seed), 2},
+    {"num_predict", SO_NUM_PREDICT, OFF(num_predict), 2},
 };
 
-/* One known option key into o; 1 when key is not an option. */
-static int opt_set(struct serve_opts *o, const char *key, const json_t *v, const char *what,
+/* One known option key into o, checked against common/params.c's table;
+ * field names it in messages as the client wrote it ("options.top_p",
+ * "repetition_penalty"). 1 when key is not an option. */
+static int opt_set(struct serve_opts *o, const char *key, const json_t *v, const char *field,
                    struct mf_err *err)
 {
-    char name[96];
-    if (!strcmp(key, "stop")) {
-        snprintf(name, sizeof name, "%sstop", what);
-        return stops_field(o, v, name, err);
-    }
+    if (!strcmp(key, "stop"))
+        return stops_field(o, v, field, err);
     if (!strcmp(key, "speculative")) { /* mfc: speculative decoding on or off */
         if (json_is_null(v))
             return 0;
         if (!json_is_boolean(v))
-            return mf_err_set(err, MF_EINVAL, "'%sspeculative' must be true or false", what);
+            return mf_err_set(err, MF_EINVAL, "'%s' must be true or false", field);
         o->speculative = json_is_true(v);
         o->set |= SO_SPECULATIVE;
         return 0;
@@ -152,24 +139,21 @@ static int opt_set(struct serve_opts *o, const char *key, const json_t *v, const
             continue;
         if (json_is_null(v))
             return 0;
+        if (!json_is_number(v))
+            return mf_err_set(err, MF_EINVAL, "'%s' must be a number", field);
+        double d = json_number_value(v);
+        int rc = mf_params_check(field, key, d, err);
+        if (rc)
+            return rc;
         char *base = (char *)o + sp->off;
-        int rc;
-        if (sp->kind == 0) {
-            double d = 0;
-            rc = num_field(v, what, key, sp->lo, sp->hi, &d, err);
-            if (!rc)
-                *(float *)(void *)base = (float)d;
-        } else {
-            int64_t x;
-            rc = int_field(v, what, key, (int64_t)sp->lo, (int64_t)sp->hi, &x, err);
-            if (!rc && sp->kind == 1)
-                *(int32_t *)(void *)base = (int32_t)x;
-            else if (!rc)
-                *(int64_t *)(void *)base = x;
-        }
-        if (!rc)
-            o->set |= sp->bit;
-        return rc;
+        if (sp->kind == 0)
+            *(float *)(void *)base = (float)d;
+        else if (sp->kind == 1)
+            *(int32_t *)(void *)base = (int32_t)d;
+        else /* an integer keeps every bit of a 64-bit seed */
+            *(int64_t *)(void *)base = json_is_integer(v) ? json_integer_value(v) : (int64_t)d;
+        o->set |= sp->bit;
+        return 0;
     }
     return 1;
 }
@@ -183,10 +167,10 @@ int serve_opts_from_json(struct serve_opts *o, const json_t *obj, const char *wh
         return 0;
     if (!json_is_object(obj))
         return mf_err_set(err, MF_EINVAL, "'%s' must be an object", what);
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "%s.", what);
+    char field[128];
     json_object_foreach ((json_t *)obj, k, v) {
-        int rc = opt_set(o, k, v, prefix, err);
+        snprintf(field, sizeof field, "%s.%s", what, k);
+        int rc = opt_set(o, k, v, field, err);
         if (rc < 0)
             return rc;
     }
@@ -205,10 +189,16 @@ void serve_req_free(struct serve_req *rq)
     for (size_t i = 0; i < rq->n_msgs; i++) {
         free(rq->msgs[i].role);
         free(rq->msgs[i].content);
+        json_decref(rq->msgs[i].tool_calls);
+        free(rq->msgs[i].tool_call_id);
+        free(rq->msgs[i].tool_name);
     }
     free(rq->msgs);
     free(rq->tokens);
     serve_opts_free(&rq->opts);
+    free(rq->grammar);
+    json_decref(rq->tools);
+    free(rq->tool_name);
     memset(rq, 0, sizeof *rq);
 }
 
@@ -337,7 +327,9 @@ static int messages_field(struct serve_req *rq, const json_t *body, struct mf_er
     return 0;
 }
 
-/* OpenAI's sampling fields at the top level, named as OpenAI/vLLM name them. */
+/* OpenAI's sampling fields at the top level, named as OpenAI/vLLM name them;
+ * their ranges are the Ollama options' (common/params.c), so both routes
+ * refuse the same values with the same sentence. */
 static int oai_sampling(struct serve_req *rq, const json_t *body, struct mf_err *err)
 {
     static const struct {
@@ -357,21 +349,9 @@ static int oai_sampling(struct serve_req *rq, const json_t *body, struct mf_err 
         json_t *v = json_object_get(body, map[i].oai);
         if (!v)
             continue;
-        if (!strcmp(map[i].oai, "temperature") && json_is_number(v) &&
-            json_number_value(v) > 2)
-            return mf_err_set(err, MF_EINVAL, "'temperature' is %g; allowed 0 to 2",
-                              json_number_value(v));
-        if (!strcmp(map[i].oai, "presence_penalty") || !strcmp(map[i].oai, "frequency_penalty")) {
-            if (json_is_number(v) && fabs(json_number_value(v)) > 2)
-                return mf_err_set(err, MF_EINVAL, "'%s' is %g; allowed -2 to 2", map[i].oai,
-                                  json_number_value(v));
-        }
-        int rc = opt_set(&rq->opts, map[i].ollama, v, "", err);
-        if (rc < 0) {
-            if (strcmp(map[i].oai, map[i].ollama)) /* name the field as sent */
-                mf_err_set(err, MF_EINVAL, "'%s' must be a number > 0", map[i].oai);
+        int rc = opt_set(&rq->opts, map[i].ollama, v, map[i].oai, err);
+        if (rc < 0)
             return rc;
-        }
     }
     return 0;
 }
@@ -400,7 +380,7 @@ static int oai_fields(struct serve_req *rq, const json_t *body, struct mf_err *e
         return rc;
     /* mfc's extension, as vLLM's and llama.cpp's servers take extra body fields */
     if ((v = json_object_get(body, "speculative")) &&
-        (rc = opt_set(&rq->opts, "speculative", v, "", err)) < 0)
+        (rc = opt_set(&rq->opts, "speculative", v, "speculative", err)) < 0)
         return rc;
     if ((v = json_object_get(body, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))
@@ -524,6 +504,8 @@ int serve_req_parse(enum serve_api api, const char *body, size_t len, struct ser
         rc = oai_prompt(rq, j, err);
     if (!rc && (api == SERVE_OLLAMA_GENERATE || api == SERVE_OLLAMA_CHAT))
         rc = ollama_fields(rq, j, err);
+    if (!rc)
+        rc = serve_req_structured(rq, j, err);
     if (!rc && rq->n > 1 && api != SERVE_OAI_CHAT && api != SERVE_OAI_COMPLETION)
         rc = mf_err_set(err, MF_EINVAL, "'n' is only for the OpenAI endpoints");
     json_decref(j);

@@ -21,6 +21,7 @@
 
 #include "common/gguf.h"
 #include "common/limits.h"
+#include "common/params.h"
 #include "runtime/engine/backend.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/engine/engine.h"
@@ -31,42 +32,47 @@
 
 static const char *const source_names[] = {"off", "lookup", "draft"};
 
-/* params.key as an integer in lo..hi into *out (unchanged when absent). */
-static int param_int(const json_t *params, const char *key, int32_t lo, int32_t hi, int32_t *out,
-                     struct mf_err *err)
+/* params.key, a number within common/params.c's limits, into *out
+ * (unchanged when absent); field names it in messages. */
+static int param_num(const json_t *params, const char *key, double *out, struct mf_err *err)
 {
     json_t *v = json_object_get(params, key);
+    char field[64];
     if (!v || json_is_null(v))
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return mf_err_set(err, MF_EINVAL, "params.%s must be a whole number in %d..%d", key,
-                          (int)lo, (int)hi);
-    *out = (int32_t)json_integer_value(v);
+    snprintf(field, sizeof field, "params.%s", key);
+    if (!json_is_number(v))
+        return mf_err_set(err, MF_EINVAL, "'%s' must be a number", field);
+    if (mf_params_check(field, key, json_number_value(v), err))
+        return err->code;
+    *out = json_number_value(v);
     return 0;
 }
 
 static int read_params(const json_t *p, struct spec_config *c, int *on, struct mf_err *err)
 {
     json_t *v = json_object_get(p, "speculative");
-    json_t *pm = json_object_get(p, "draft_p_min");
+    double dmax = c->draft_max, dmin = c->draft_min, pmin = c->p_min, nmax = c->ngram_max,
+           nmin = c->ngram_min;
     int rc;
 
     *on = 1;
     if (v && !json_is_null(v)) {
         if (!json_is_boolean(v))
-            return mf_err_set(err, MF_EINVAL, "params.speculative must be true or false");
+            return mf_err_set(err, MF_EINVAL, "'params.speculative' must be true or false");
         *on = json_is_true(v);
     }
-    if ((rc = param_int(p, "draft_max", 1, SPEC_MAX_DRAFT, &c->draft_max, err)) ||
-        (rc = param_int(p, "draft_min", 0, SPEC_MAX_DRAFT, &c->draft_min, err)) ||
-        (rc = param_int(p, "lookup_ngram", 1, MF_SPEC_NGRAM_MAX, &c->ngram_max, err)) ||
-        (rc = param_int(p, "lookup_ngram_min", 1, MF_SPEC_NGRAM_MAX, &c->ngram_min, err)))
+    if ((rc = param_num(p, "draft_max", &dmax, err)) ||
+        (rc = param_num(p, "draft_min", &dmin, err)) ||
+        (rc = param_num(p, "draft_p_min", &pmin, err)) ||
+        (rc = param_num(p, "lookup_ngram", &nmax, err)) ||
+        (rc = param_num(p, "lookup_ngram_min", &nmin, err)))
         return rc;
-    if (pm && !json_is_null(pm)) {
-        if (!json_is_number(pm) || !(json_number_value(pm) >= 0 && json_number_value(pm) <= 1))
-            return mf_err_set(err, MF_EINVAL, "params.draft_p_min must be a number in 0..1");
-        c->p_min = (float)json_number_value(pm);
-    }
+    c->draft_max = (int32_t)dmax;
+    c->draft_min = (int32_t)dmin;
+    c->p_min = (float)pmin;
+    c->ngram_max = (int32_t)nmax;
+    c->ngram_min = (int32_t)nmin;
     struct spec_config t = *c;
     t.draft_kv_blocks = 1; /* known once the draft's backend is made */
     return spec_config_check(&t, err);

@@ -70,6 +70,22 @@ tags() { jq -cS '[.manifests[] | .annotations."org.opencontainers.image.ref.name
     [ "$(config_of derived3 | jq -r .system)" = "be kind" ]
 }
 
+@test "FROM a local image inherits its LICENSE too, and says which adapters it does not inherit" {
+    printf '%s\n' "ADAPTER --name=sql ./lora.gguf" "ADAPTER ./lora2.gguf" 'LICENSE """MIT"""' \
+        >>"$T/base/Modelfile"
+    "$MFC" build -q -t with-ad "$T/base" >/dev/null
+    printf '%s\n' "FROM with-ad" "SYSTEM new" >"$T/d/Modelfile"
+    run "$MFC" build --progress plain -t child "$T/d"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"warning: FROM with-ad: the base image's 2 adapter(s) (sql, lora2) are not inherited; add an ADAPTER line for each one to keep it"* ]]
+    config_of child >"$T/c.json"
+    [ "$(jq -c .license "$T/c.json")" = '["MIT"]' ]
+    [ "$(jq -r .system "$T/c.json")" = new ]
+    [ "$(jq -r .template "$T/c.json")" = "{{ .Prompt }}" ]
+    [ "$(jq -c .params "$T/c.json")" = '{"temperature":0.5,"num_ctx":256}' ]
+    [ "$(jq -c '.adapters // []' "$T/c.json")" = '[]' ]
+}
+
 @test "ADAPTER by image name: the single adapter layer, or an error naming the ambiguity" {
     printf '%s\n' "FROM ./base.gguf" "ADAPTER --name=sql ./lora.gguf" >"$T/base/Modelfile"
     "$MFC" build -q -t with-lora "$T/base" >/dev/null

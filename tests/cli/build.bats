@@ -111,8 +111,12 @@ tags() {
     [ -z "$(ended DONE)" ]
     [ "$(ended CACHED | wc -l)" -eq 9 ]
     [ "${lines[-1]}" = "$digest" ]
-    run "$MFC" build -q --no-cache "$CTX"
+    run "$MFC" build -q --no-cache -t m:1 "$CTX"
     [ "$output" = "$digest" ]
+    # the first tag is the name the image serves (MFC_MODEL_NAME): another is another image
+    run "$MFC" build -q -t other "$CTX"
+    [ "$output" != "$digest" ]
+    "$MFC" inspect other | jq -e '.config.config.Env | index("MFC_MODEL_NAME=other")'
     blobs_verify
 }
 
@@ -206,6 +210,28 @@ tags() {
     blobs_verify
 }
 
+@test "a build killed while it writes a layer: the next build reclaims its temporary files" {
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$CTX/big.gguf" --preset 125m --type f32 >/dev/null
+    modelfile "FROM ./big.gguf"
+    MFC_SERVE= "$MFC" build -q -t k "$CTX" >/dev/null 2>&1 3>&- &
+    pid=$!
+    # the layer's blob being written is tmp/blob-<pid>-*: kill -9 while it is there
+    for _ in $(seq 1200); do compgen -G "$MFC_HOME/tmp/blob-$pid-*" >/dev/null && break; sleep 0.01; done
+    compgen -G "$MFC_HOME/tmp/blob-$pid-*" >/dev/null
+    kill -9 "$pid"
+    wait "$pid" || true
+    compgen -G "$MFC_HOME/tmp/blob-$pid-*" >/dev/null   # left behind
+    mkdir "$MFC_HOME/tmp/run-$pid-3-x"                  # as a RUN step's /out would be
+    : >"$MFC_HOME/tmp/partial-keep"                      # a download to resume: not the build's
+    modelfile "FROM ./base.gguf"
+    run env MFC_SERVE= "$MFC" build -q -t k "$CTX"
+    [ "$status" -eq 0 ]
+    [ -z "$(ls "$MFC_HOME/tmp" | grep -- "-$pid-")" ]
+    [ ! -e "$MFC_HOME/tmp-owners/$pid" ]
+    [ -e "$MFC_HOME/tmp/partial-keep" ]
+    blobs_verify
+}
+
 @test "usage errors exit 2; a bad Modelfile exits 1 with its diagnostics" {
     run "$MFC" build --bogus "$CTX"
     [ "$status" -eq 2 ]
@@ -226,8 +252,10 @@ tags() {
     plan=$("$MFC" plan "$CTX" | awk '{print $1, $2}' | sort)
     run "$MFC" build --progress=plain "$CTX"
     [ "$status" -eq 0 ]
-    # every begun step is "#N verb" exactly as the plan lists it, and ends once
-    [ "$(grep -E '^#[0-9]+ ' <<<"$output" | grep -vE ' (DONE|CACHED) in ' | awk '{print $1, $2}' | sort)" = "$plan" ]
+    # every begun step is "#N verb" exactly as the plan lists it, and ends once (lines
+    # with bytes are a step's progress: a layer write of more than 2 s shows some)
+    [ "$(grep -E '^#[0-9]+ ' <<<"$output" | grep -vE ' (DONE|CACHED) in ' |
+         grep -vE ' [0-9.]+ (B|KiB|MiB|GiB)( / |$)' | awk '{print $1, $2}' | sort)" = "$plan" ]
     [ "$(ended DONE | wc -l)" -eq "$(wc -l <<<"$plan")" ]
     [[ "$output" == *"#1 source FROM ./base.gguf DONE in "*", "*"iB"* ]]
     ! grep -qE '^#[0-9]+ copy ' <<<"$output" # no separate job for the copy
@@ -247,4 +275,21 @@ tags() {
     run "$MFC" build --progress plain -t one "$CTX"
     [ "$status" -eq 0 ]
     [[ "$(ended CACHED)" == *"layer models/"* ]]
+}
+
+@test "a FROM whose architecture mfc does not run is refused at build time, naming the line and the architectures it runs" {
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$CTX/q.gguf" --arch qwen3 --seed 3 >/dev/null
+    python3 "$MFC_SRCDIR/tests/tools/gguf_edit.py" "$CTX/q.gguf" "$CTX/falcon.gguf" \
+        --set general.architecture=str:falcon
+    modelfile "SYSTEM x" "FROM ./falcon.gguf"
+    run "$MFC" build --progress plain -t bad "$CTX"
+    echo "$output"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Modelfile:2: FROM ./falcon.gguf: "*"architecture 'falcon' is not supported (mfc runs llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)"* ]]
+    [ -z "$(tags)" ]
+    # every family it runs builds
+    modelfile "FROM ./q.gguf"
+    run "$MFC" build --progress plain -t good "$CTX"
+    [ "$status" -eq 0 ]
+    [ "$(tags)" = "good" ]
 }

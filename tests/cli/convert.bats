@@ -351,10 +351,10 @@ EOF
     check extra "tensor model.vision_tower.weight is not part of a LlamaForCausalLM"
     check truncate "model-00001-of-00002.safetensors" --shards 2
     rm -rf "$D/b"
-    python3 "$MKDIR" "$D/b" --arch Qwen2ForCausalLM
+    python3 "$MKDIR" "$D/b" --arch FalconForCausalLM
     run "$MFC" convert "$D/b" -o "$D/b.gguf"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"architecture Qwen2ForCausalLM is not supported"* ]]
+    [[ "$output" == *"architecture FalconForCausalLM is not supported"* ]]
     run "$MFC" convert "$D/nothing" -o "$D/b.gguf"
     [ "$status" -eq 1 ]
     [[ "$output" == *"not a directory"* ]]
@@ -400,3 +400,44 @@ EOF
     [[ "$output" == *"no tokenizer.json"* ]]
 }
 
+
+@test "FROM a directory as transformers 5 writes it: model_max_length 1e30, chat_template.jinja, generation_config.json, added_tokens_decoder, dtype, shards with index" {
+    mkdir "$D/ctx"
+    python3 "$MKDIR" "$D/ctx/model" --dtype BF16 --shards 2
+    python3 - "$D/ctx/model" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+tc = json.load(open(os.path.join(d, "tokenizer_config.json")))
+tmpl = tc.pop("chat_template")          # transformers 5 saves it beside, as a file
+open(os.path.join(d, "chat_template.jinja"), "w").write(tmpl)
+tc["model_max_length"] = int(1e30)      # 1000000000000000019884624838656
+tc["added_tokens_decoder"] = {"%d" % t["id"]: {k: v for k, v in t.items() if k != "id"}
+                              for t in json.load(open(os.path.join(d, "tokenizer.json")))["added_tokens"]}
+tc["tokenizer_class"] = "TokenizersBackend"
+json.dump(tc, open(os.path.join(d, "tokenizer_config.json"), "w"), indent=2)
+cfg = json.load(open(os.path.join(d, "config.json")))
+cfg["dtype"] = cfg.pop("torch_dtype")   # transformers 5 renamed it
+cfg["transformers_version"] = "5.0.0"
+json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+json.dump({"bos_token_id": cfg["bos_token_id"], "eos_token_id": [cfg["eos_token_id"]],
+           "do_sample": True, "temperature": 0.6, "top_p": 0.9, "transformers_version": "5.0.0"},
+          open(os.path.join(d, "generation_config.json"), "w"), indent=2)
+PY
+    grep -q '"model_max_length": 1000000000000000019884624838656' "$D/ctx/model/tokenizer_config.json"
+    [ -f "$D/ctx/model/model.safetensors.index.json" ]
+    printf 'FROM ./model\n' >"$D/ctx/Modelfile"
+    run "$MFC" build -t hf5 --progress=plain "$D/ctx"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"#1 convert FROM ./model DONE"* ]]
+    run "$MFC" inspect hf5
+    [[ "$output" == *llama* ]]
+    # the chat template came from chat_template.jinja
+    "$MFC" save hf5 -o "type=oci,dest=$D/oci"
+    w=$(jq -r '.layers[] | select(.annotations."org.cncf.model.filepath"=="/models/model.gguf") | .digest' \
+        "$D/oci/blobs/sha256/$(jq -r '.manifests[0].digest' "$D/oci/index.json" | cut -d: -f2)" | cut -d: -f2)
+    tar -xOf "$D/oci/blobs/sha256/$w" models/model.gguf >"$D/m.gguf"
+    "$MFC" inspect --json "$D/m.gguf" >"$D/m.json"
+    jq -e --argjson n "$(wc -c <"$D/ctx/model/chat_template.jinja")" \
+        '.chat_template.present and .chat_template.length == $n' "$D/m.json"
+}

@@ -65,3 +65,29 @@ PY
         grep -q "$c" "$MFC_SRCDIR/docs/troubleshooting.md" || { echo "missing $c"; false; }
     done
 }
+
+@test "docs: every Modelfile snippet of getting-started.md and modelfile.md passes mfc check as printed" {
+    local n=0 f
+    for doc in docs/getting-started.md docs/modelfile.md; do
+        # each ``` block (no language) whose first instruction line is FROM
+        python3 - "$MFC_SRCDIR/$doc" "$BATS_TEST_TMPDIR/${doc##*/}" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+blocks = re.findall(r"^```\n(.*?)^```$", text, re.S | re.M)
+n = 0
+for b in blocks:
+    first = next((l for l in b.splitlines() if l.strip() and not l.startswith("#")), "")
+    if first.split(" ")[0].upper() == "FROM":
+        n += 1
+        open("%s.%d.Modelfile" % (sys.argv[2], n), "w", encoding="utf-8").write(b)
+PY
+    done
+    for f in "$BATS_TEST_TMPDIR"/*.Modelfile; do
+        n=$((n + 1))
+        run "$MFC" check "$f"
+        echo "$f: $output"
+        [ "$status" -eq 0 ]
+        [[ "$output" != *"warning:"* && "$output" != *" [1-9]* warning"* ]]
+    done
+    [ "$n" -ge 2 ]
+}

@@ -76,7 +76,7 @@ build() { # build DRAFT-FILE [extra Modelfile lines...]
     build arch.gguf
     echo "$output"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"architecture 'mamba' is not one mfc runs"* ]]
+    [[ "$output" == *"Modelfile:2: DRAFT ./arch.gguf"*"architecture 'mamba' is not supported"* ]]
     # nothing was tagged
     run "$MFC" images
     [[ "$output" != *spec* ]]

@@ -10,9 +10,23 @@ usage: hf_mkdir.py OUT_DIR [--layers N] [--embd N] [--ff N] [--heads N]
          [--dtype F32|F16|BF16] [--tied] [--shards N] [--rope-llama3]
          [--arch NAME] [--seed N] [--llama3-json PATH] [--big] [--vocab-size N]
          [--break truncate|offset|dtype|shape|no-tokenizer|layer|extra]
+         [--family qwen2|qwen3|qwen3moe|mixtral|gemma2|gemma3|gemma3mm|phi3]
+         [--stacked-experts] [--head-dim N] [--experts N] [--window N]
          [--forward PROMPT_IDS N]   print the greedy continuation (ids) that
                                     transformers' LlamaForCausalLM computes
                                     for these weights, in pure Python
+--family writes that model class's config.json keys and tensors (Qwen2 with
+q/k/v biases, Qwen3 q/k norms, Mixtral and Qwen3-MoE per-expert weights or,
+with --stacked-experts, transformers 5's stacked gate_up_proj/down_proj,
+Gemma 2/3 sandwich norms and soft-caps, Gemma 3 with three layers of pattern
+sliding, sliding, full (gemma3mm: inside Gemma3ForConditionalGeneration with
+a vision tensor the converter skips), Phi-3 fused qkv_proj and gate_up_proj
+with LongRoPE factors) and a tokenizer of its kind (Qwen: byte-level BPE
+with the qwen2 split; Gemma, Phi-3: SentencePiece-style BPE with byte
+fallback). With --family, --llama3-json (Llama 3's 128k vocabulary; Qwen
+families get Qwen2's split) or --spm-gguf (Llama 2's vocabulary; Gemma
+families drop the dummy prefix, as Gemma's tokenizer.json has none) give a
+real-size vocabulary instead. --forward is the llama forward only.
 --big: weights are one random block repeated (fast to write; for the bench).
 --vocab-size N pads the vocabulary (config.json's vocab_size) to N.
 """
@@ -38,6 +52,8 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
+QWEN2_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}"
+            "\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 LLAMA3_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}"
              "\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 
@@ -47,7 +63,8 @@ def pre_tokenizer(kind):
         return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                 "use_regex": True}
     return {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": LLAMA3_RE}, "behavior": "Isolated",
+        {"type": "Split", "pattern": {"Regex": QWEN2_RE if kind == "qwen2" else LLAMA3_RE},
+         "behavior": "Isolated",
          "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
          "use_regex": False}]}
@@ -88,8 +105,10 @@ def tokenizer_bytes(pre):
     return tok, cfg, n + 3
 
 
-def tokenizer_llama3(path):
-    """The Llama 3 vocabulary from the GGUF-form dump in shared/data/vocab."""
+def tokenizer_llama3(path, pre="llama3"):
+    """The Llama 3 vocabulary from the GGUF-form dump in shared/data/vocab
+    (pre "qwen2": with Qwen2's split instead, a real-size vocabulary for the
+    qwen2 pre-tokenizer)."""
     d = json.load(open(path, encoding="utf-8"))
     toks, types, merges = (d["tokenizer.ggml.tokens"], d["tokenizer.ggml.token_type"],
                            d["tokenizer.ggml.merges"])
@@ -97,7 +116,7 @@ def tokenizer_llama3(path):
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, t in enumerate(toks) if types[i] == 3]
     tok = {"version": "1.0", "added_tokens": added, "normalizer": None,
-           "pre_tokenizer": pre_tokenizer("llama3"), "decoder": {"type": "ByteLevel"},
+           "pre_tokenizer": pre_tokenizer(pre), "decoder": {"type": "ByteLevel"},
            "model": {"type": "BPE", "byte_fallback": False, "ignore_merges": True,
                      "vocab": vocab, "merges": [m.split(" ") for m in merges]}}
     cfg = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
@@ -142,6 +161,190 @@ def tokenizer_spm(path):
     cfg = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
            "add_bos_token": True, "add_eos_token": False}
     return tok, cfg, len(toks)
+
+
+def tokenizer_spm_tiny(kind):
+    """A small SentencePiece-style tokenizer.json (BPE with byte fallback):
+    Gemma's (no dummy prefix, <pad> <eos> <bos> <unk> first, turn markers)
+    or Phi-3's (Llama 2's <unk> <s> </s>, a dummy prefix, chat tokens added)."""
+    U = "\u2581"
+    if kind == "gemma":
+        specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    else:
+        specials = ["<unk>", "<s>", "</s>"]
+    vocab = {t: i for i, t in enumerate(specials)}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    merges = []
+    words = ["the", "and", "ing", "Hello", "world", "ion", "er", "in", "on", "at", "is"]
+    for ch in sorted(set("".join(words)) | {U}):
+        vocab.setdefault(ch, len(vocab))
+    for w in words + [U + w for w in words]:
+        cur = w[0]
+        for ch in w[1:]:
+            if cur + ch not in vocab:
+                merges.append([cur, ch])
+                vocab[cur + ch] = len(vocab)
+            cur = cur + ch
+    n = len(vocab)
+    extra = ["<start_of_turn>", "<end_of_turn>"] if kind == "gemma" else \
+        ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|system|>", "<|user|>"]
+    added = [{"id": vocab[t], "content": t, "special": True} for t in specials] + \
+        [{"id": n + i, "content": t, "special": True} for i, t in enumerate(extra)]
+    for a in added:
+        a.update({"single_word": False, "lstrip": False, "rstrip": kind != "gemma" and
+                  a["id"] >= n, "normalized": False})
+    norm = [{"type": "Replace", "pattern": {"String": " "}, "content": U}]
+    if kind != "gemma":
+        norm.insert(0, {"type": "Prepend", "prepend": U})
+    tok = {"version": "1.0", "added_tokens": added,
+           "normalizer": {"type": "Sequence", "normalizers": norm}, "pre_tokenizer": None,
+           "decoder": {"type": "Sequence", "decoders": [
+               {"type": "Replace", "pattern": {"String": U}, "content": " "},
+               {"type": "ByteFallback"}, {"type": "Fuse"}]},
+           "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True,
+                     "byte_fallback": True, "ignore_merges": False, "vocab": vocab,
+                     "merges": merges}}
+    if kind == "gemma":
+        cfg = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+               "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False}
+    else:
+        cfg = {"bos_token": "<s>", "eos_token": "<|end|>",
+               "unk_token": "<unk>", "pad_token": "<|endoftext|>", "add_bos_token": False,
+               "add_eos_token": False}
+    return tok, cfg, n + len(extra)
+
+
+def tokenizer_qwen():
+    """Byte-level BPE with Qwen2's split and its three control tokens."""
+    tok, _, n = tokenizer_bytes("qwen2")
+    tok["added_tokens"] = [{"id": n - 3 + i, "content": t, "single_word": False, "lstrip": False,
+                            "rstrip": False, "normalized": False, "special": True}
+                           for i, t in enumerate(["<|endoftext|>", "<|im_start|>",
+                                                  "<|im_end|>"])]
+    tok["normalizer"] = {"type": "NFC"}
+    cfg = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+           "add_bos_token": False}
+    return tok, cfg, n
+
+
+def family_config(a, n_vocab, hd):
+    """config.json of --family, and the special ids."""
+    f = a.family
+    base = {"vocab_size": n_vocab, "hidden_size": a.embd, "intermediate_size": a.ff,
+            "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
+            "num_key_value_heads": a.kv_heads, "max_position_embeddings": 256,
+            "rms_norm_eps": 1e-6, "torch_dtype": {"F32": "float32", "F16": "float16",
+                                                   "BF16": "bfloat16"}[a.dtype]}
+    if f in ("qwen2", "qwen3", "qwen3moe"):
+        base.update({"rope_theta": 1000000.0, "tie_word_embeddings": f == "qwen2",
+                     "use_sliding_window": False, "sliding_window": None,
+                     "hidden_act": "silu", "bos_token_id": n_vocab - 3,
+                     "eos_token_id": n_vocab - 1})
+        base["architectures"] = [{"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                                  "qwen3moe": "Qwen3MoeForCausalLM"}[f]]
+        base["model_type"] = {"qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe"}[f]
+        if f != "qwen2":
+            base.update({"head_dim": hd, "attention_bias": False})
+        if f == "qwen3moe":
+            base.update({"num_experts": a.experts, "num_experts_per_tok": 2,
+                         "moe_intermediate_size": a.ff // 2, "norm_topk_prob": True,
+                         "decoder_sparse_step": 1, "mlp_only_layers": [],
+                         "output_router_logits": False})
+    elif f == "mixtral":
+        base.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                     "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                     "num_local_experts": a.experts, "num_experts_per_tok": 2,
+                     "sliding_window": None, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+                     "bos_token_id": n_vocab - 3, "eos_token_id": n_vocab - 1})
+    elif f in ("gemma2", "gemma3", "gemma3mm"):
+        base.update({"head_dim": hd, "query_pre_attn_scalar": hd, "rope_theta": 10000.0,
+                     "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+                     "sliding_window": a.window, "bos_token_id": 2, "eos_token_id": 1,
+                     "pad_token_id": 0, "attention_bias": False})
+        if f == "gemma2":
+            base.update({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+                         "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0})
+        else:
+            base.update({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                         "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                         "attn_logit_softcapping": None, "final_logit_softcapping": None,
+                         "layer_types": ["full_attention" if (i + 1) % 3 == 0 else
+                                         "sliding_attention" for i in range(a.layers)],
+                         "rope_scaling": None})
+        if f == "gemma3mm":
+            text = base
+            base = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                    "text_config": text, "vision_config": {"hidden_size": 8},
+                    "mm_tokens_per_image": 4, "eos_token_id": [1, 106]}
+    elif f == "phi3":
+        half = hd // 2
+        base.update({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+                     "rope_theta": 10000.0, "tie_word_embeddings": False,
+                     "original_max_position_embeddings": 64, "sliding_window": None,
+                     "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": n_vocab - 3,
+                     "partial_rotary_factor": 1.0, "rms_norm_eps": 1e-5,
+                     "rope_scaling": {"type": "longrope",
+                                      "long_factor": [1.0 + 0.25 * i for i in range(half)],
+                                      "short_factor": [1.0 + 0.01 * i for i in range(half)]}})
+    return base
+
+
+def family_shapes(a, n_vocab, hd):
+    """(name, shape) of --family's tensors, in the order transformers saves them."""
+    f = a.family
+    pre = "model.language_model." if f == "gemma3mm" else "model."
+    E, Q, KV = a.embd, a.heads * hd, a.kv_heads * hd
+    shapes = [(pre + "embed_tokens.weight", [n_vocab, E])]
+    for i in range(a.layers):
+        p = pre + "layers.%d." % i
+        shapes.append((p + "input_layernorm.weight", [E]))
+        if f == "phi3":
+            shapes.append((p + "self_attn.qkv_proj.weight", [Q + 2 * KV, E]))
+        else:
+            shapes += [(p + "self_attn.q_proj.weight", [Q, E]),
+                       (p + "self_attn.k_proj.weight", [KV, E]),
+                       (p + "self_attn.v_proj.weight", [KV, E])]
+        if f == "qwen2":
+            shapes += [(p + "self_attn.q_proj.bias", [Q]), (p + "self_attn.k_proj.bias", [KV]),
+                       (p + "self_attn.v_proj.bias", [KV])]
+        if f in ("qwen3", "qwen3moe", "gemma3", "gemma3mm"):
+            shapes += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
+        shapes.append((p + "self_attn.o_proj.weight", [E, Q]))
+        shapes.append((p + "post_attention_layernorm.weight", [E]))
+        if f.startswith("gemma"):
+            shapes += [(p + "pre_feedforward_layernorm.weight", [E]),
+                       (p + "post_feedforward_layernorm.weight", [E])]
+        if f in ("mixtral", "qwen3moe"):
+            ffx = a.ff // 2 if f == "qwen3moe" else a.ff
+            gate = "block_sparse_moe.gate.weight" if f == "mixtral" else "mlp.gate.weight"
+            if a.stacked_experts:
+                gate = "mlp.gate.weight"
+            shapes.append((p + gate, [a.experts, E]))
+            # --stacked-experts: write_family packs the per-expert weights (same values)
+            for x in range(a.experts):
+                if f == "mixtral" and not a.stacked_experts:
+                    q = p + "block_sparse_moe.experts.%d." % x
+                    shapes += [(q + "w1.weight", [ffx, E]), (q + "w2.weight", [E, ffx]),
+                               (q + "w3.weight", [ffx, E])]
+                else:
+                    q = p + "mlp.experts.%d." % x
+                    shapes += [(q + "gate_proj.weight", [ffx, E]),
+                               (q + "up_proj.weight", [ffx, E]),
+                               (q + "down_proj.weight", [E, ffx])]
+        elif f == "phi3":
+            shapes += [(p + "mlp.gate_up_proj.weight", [2 * a.ff, E]),
+                       (p + "mlp.down_proj.weight", [E, a.ff])]
+        else:
+            shapes += [(p + "mlp.gate_proj.weight", [a.ff, E]), (p + "mlp.up_proj.weight", [a.ff, E]),
+                       (p + "mlp.down_proj.weight", [E, a.ff])]
+    shapes.append((pre + "norm.weight", [E]))
+    if f in ("mixtral", "qwen3", "qwen3moe", "phi3"):
+        shapes.append(("lm_head.weight", [n_vocab, E]))
+    if f == "gemma3mm":
+        shapes += [("model.vision_tower.vision_model.embeddings.patch_embedding.weight", [8, 12]),
+                   ("model.multi_modal_projector.mm_input_projection_weight", [8, E])]
+    return shapes
 
 
 def f16(x):
@@ -214,8 +417,15 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=0)
     ap.add_argument("--break", dest="brk")
     ap.add_argument("--forward", nargs=2)
+    ap.add_argument("--family")
+    ap.add_argument("--stacked-experts", action="store_true")
+    ap.add_argument("--head-dim", type=int, default=0)
+    ap.add_argument("--experts", type=int, default=4)
+    ap.add_argument("--window", type=int, default=16)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.family:
+        return write_family(a)
     if a.vocab == "llama3":
         tok, tcfg, n_vocab = tokenizer_llama3(a.llama3_json)
     elif a.vocab == "spm":
@@ -310,6 +520,73 @@ def main():
     if a.forward:
         ids = [int(x) for x in a.forward[0].split(",")]
         print(",".join(str(t) for t in greedy(cfg, weights, ids, int(a.forward[1]))))
+
+
+def stack_experts(tensors, n_exp):
+    """transformers 5's MoE layout: each layer's per-expert gate/up/down as
+    mlp.experts.gate_up_proj [n, 2 ff, embd] (gate rows, then up rows) and
+    mlp.experts.down_proj [n, embd, ff]."""
+    out, layer = [], {}
+    for name, dtype, shape, data in tensors:
+        if ".experts." not in name:
+            out.append((name, dtype, shape, data))
+            continue
+        pre, rest = name.split(".experts.")
+        x, part = rest.split(".", 1)
+        layer.setdefault(pre, {})[(int(x), part)] = (dtype, shape, data)
+        parts = layer[pre]
+        if len(parts) == 3 * n_exp:
+            ff, embd = parts[(0, "gate_proj.weight")][1]
+            gu = b"".join(parts[(e, "gate_proj.weight")][2] + parts[(e, "up_proj.weight")][2]
+                          for e in range(n_exp))
+            dn = b"".join(parts[(e, "down_proj.weight")][2] for e in range(n_exp))
+            out.append((pre + ".experts.gate_up_proj", dtype, [n_exp, 2 * ff, embd], gu))
+            out.append((pre + ".experts.down_proj", dtype, [n_exp, embd, ff], dn))
+    return out
+
+
+def write_family(a):
+    f = a.family
+    if a.llama3_json:  # a real-size byte-level BPE with the family's split
+        tok, tcfg, n_vocab = tokenizer_llama3(a.llama3_json,
+                                              "qwen2" if f.startswith("qwen") else "llama3")
+    elif a.spm_gguf:  # a real-size SentencePiece vocabulary; Gemma's has no dummy prefix
+        tok, tcfg, n_vocab = tokenizer_spm(a.spm_gguf)
+        if f.startswith("gemma"):
+            tok["normalizer"]["normalizers"] = [n for n in tok["normalizer"]["normalizers"]
+                                                if n["type"] != "Prepend"]
+    elif f in ("qwen2", "qwen3", "qwen3moe"):
+        tok, tcfg, n_vocab = tokenizer_qwen()
+    elif f == "mixtral":
+        tok, tcfg, n_vocab = tokenizer_bytes("llama3")
+    else:
+        tok, tcfg, n_vocab = tokenizer_spm_tiny("gemma" if f.startswith("gemma") else "phi3")
+    n_vocab = max(n_vocab, a.vocab_size)
+    hd = a.head_dim or a.embd // a.heads
+    cfg = family_config(a, n_vocab, hd)
+    with open(os.path.join(a.out, "config.json"), "w") as fp:
+        json.dump(cfg, fp, indent=2)
+    with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as fp:
+        json.dump(tok, fp, ensure_ascii=False)
+    with open(os.path.join(a.out, "tokenizer_config.json"), "w") as fp:
+        json.dump(tcfg, fp)
+    rng = random.Random(a.seed)
+    tensors = []
+    for name, shape in family_shapes(a, n_vocab, hd):
+        n = 1
+        for d in shape:
+            n *= d
+        if name.endswith("norm.weight") and f.startswith("gemma"):
+            vals = [rng.gauss(0, 0.1) for _ in range(n)]  # Gemma scales by 1 + w
+        elif name.endswith("norm.weight"):
+            vals = [1.0 + rng.gauss(0, 0.1) for _ in range(n)]
+        else:
+            vals = [rng.gauss(0, 0.5 if "embed" in name else 0.2) for _ in range(n)]
+        tensors.append((name, a.dtype, shape, encode(vals, a.dtype)))
+    if a.stacked_experts:
+        tensors = stack_experts(tensors, a.experts)
+    write_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
+    return 0
 
 
 # ---- transformers' LlamaForCausalLM forward, in plain Python ----

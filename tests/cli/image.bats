@@ -4,7 +4,8 @@
 # OCI dir, OCI tar and docker archive; umoci unpacks the rootfs; podman loads
 # the docker archive, its image inspect shows mfc's config, and it runs the
 # entrypoint; `mfc load` verifies and
-# refuses bad archives. The "runtime" is /bin/echo (mfc-serve does not exist
+# refuses bad archives, a docker manifest.json included (paths out of the
+# archive, members it lacks, another image than index.json's). The "runtime" is /bin/echo (mfc-serve does not exist
 # yet), so running the image prints the entrypoint's arguments.
 load helpers
 
@@ -55,7 +56,10 @@ mk() { "$MKIMAGE" "$@" --runtime /bin/echo --weights "$T/base.gguf"; }
 }
 
 @test "umoci unpack gives the expected rootfs" {
-    mk demo:1 --adapter "$T/lora.gguf" >/dev/null
+    # Debian 12's umoci (0.4.7) refuses tar+zstd layers: the runtime layer as
+    # gzip, as for Docker before 23.0 (docs/image.md, "Compression")
+    MFC_RUNTIME_COMPRESSION=gzip mk demo:1 --adapter "$T/lora.gguf" >/dev/null
+    jq -e '.manifest.layers[0].mediaType | endswith("tar+gzip")' <("$MFC" inspect demo:1)
     "$MFC" save demo:1 -o "type=oci,dest=$T/odir"
     umoci unpack --rootless --image "$T/odir:demo:1" "$T/bundle"
     r="$T/bundle/rootfs"
@@ -110,9 +114,56 @@ with tarfile.open(sys.argv[1], "w") as t:
     [ "$output" = "[]" ]
 }
 
+@test "mfc load checks a docker archive's manifest.json as it checks the index: no path escapes, every member present, the index's images" {
+    mk demo:1 >/dev/null
+    "$MFC" save demo:1 -o "type=docker,dest=$T/d.tar"
+    export MFC_HOME="$T/home2"
+    mkdir -p "$T/x" && tar -C "$T/x" -xf "$T/d.tar"
+    cp "$T/x/manifest.json" "$T/good.json"
+    # edit EXPR: manifest.json rewritten by a jq expression, archived again, loaded
+    edit() {
+        jq -c "$1" "$T/good.json" >"$T/x/manifest.json"
+        tar -C "$T/x" -cf "$T/bad.tar" .
+        run "$MFC" load -i "$T/bad.tar"
+    }
+    edit '.[0].Config = "../../etc/passwd"'
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"manifest.json: entry 1: Config '../../etc/passwd' is not a safe relative path inside the archive"* ]]
+    edit '.[0].Layers[0] = "/etc/passwd"'
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Layers[0] '/etc/passwd' is not a safe relative path"* ]]
+    edit '.[0].Layers[1] = "blobs/sha256/'"$(printf '0%.0s' $(seq 64))"'"'
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Layers[1] 'blobs/sha256/000"*"is not in the archive"* ]]
+    edit '.[0].Config = .[0].Layers[0]' # a member, but not this image's config
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"its Config is not the config of any image in index.json"* ]]
+    edit '.[0].Layers |= reverse'
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Layers[0] is not layer 1"* ]]
+    edit '.[0].Layers |= .[1:]'
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Layers must list the image's"* ]]
+    edit '. + .'
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"manifest.json lists 2 images, index.json 1"* ]]
+    edit '{"not": "a list"}'
+    [ "$status" -eq 1 ]
+    # nothing was tagged by any of them
+    run "$MFC" images --json
+    [ "$output" = "[]" ]
+    # the archive as mfc wrote it loads
+    cp "$T/good.json" "$T/x/manifest.json"
+    tar -C "$T/x" -cf "$T/ok.tar" .
+    "$MFC" load -i "$T/ok.tar"
+    "$MFC" inspect demo:1 >/dev/null
+}
+
 @test "podman loads the docker archive and runs the entrypoint" {
     command -v podman || { echo "podman is not installed (script/bootstrap installs it)"; false; }
     mk demo:1 >/dev/null
+    # the runtime layer is tar+zstd (the default): podman reads it
+    jq -e '.manifest.layers[0].mediaType | endswith("tar+zstd")' <("$MFC" inspect demo:1)
     "$MFC" save demo:1 --name mfc-test/demo:1 -o "$T/d.tar"
     P=(podman --root "$T/podman" --runroot "$T/podman-run" --storage-driver=vfs
        --runtime runc --cgroup-manager=cgroupfs --events-backend=none)

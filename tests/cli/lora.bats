@@ -203,10 +203,10 @@ EOF
 }
 
 @test "PEFT directories mfc cannot convert are refused with the reason" {
-    peft "$T/m" --extra base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight
+    peft "$T/m" --extra base_model.model.model.layers.0.mlp.experts.0.gate_proj.lora_A.weight
     run "$MFC" lora check "$T/m" --base "$D/base.gguf"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"tensor 'base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight' adapts module 'model.layers.0.self_attn.qkv_proj', which mfc cannot map"* ]]
+    [[ "$output" == *"tensor 'base_model.model.model.layers.0.mlp.experts.0.gate_proj.lora_A.weight' adapts module 'model.layers.0.mlp.experts.0.gate_proj', which mfc cannot map"* ]]
     peft "$T/e" --extra base_model.model.model.embed_tokens.weight
     run "$MFC" lora check "$T/e" --base "$D/base.gguf"
     [ "$status" -eq 1 ]
@@ -231,7 +231,7 @@ EOF
     printf '\377\377\377\377\377\377\377\377' | dd of="$T/x/adapter_model.safetensors" conv=notrunc 2>/dev/null
     run "$MFC" lora check "$T/x" --base "$D/base.gguf"
     [ "$status" -eq 1 ]
-    [[ "$output" == *"adapter_model.safetensors: byte 0: header length"* ]]
+    [[ "$output" == *"adapter_model.safetensors: byte 0: not a safetensors file"* ]]
     # a NaN (a diverged training run) is refused, naming the tensor and element
     peft "$T/n"
     python3 - "$T/n/adapter_model.safetensors" <<'EOF'

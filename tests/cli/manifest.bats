@@ -31,9 +31,9 @@ teardown() {
 Y() { python3 "$MFC_SRCDIR/tests/cli/yaml_check.py" "$@"; }
 
 @test "manifest --kubernetes: a Deployment and a Service for the image, from its config" {
-    run "$MFC" manifest --kubernetes Team/Llama3_SQL:1
-    [ "$status" -eq 0 ]
-    echo "$output" >"$BATS_TEST_TMPDIR/k.yaml"
+    "$MFC" manifest --kubernetes Team/Llama3_SQL:1 >"$BATS_TEST_TMPDIR/k.yaml" 2>"$BATS_TEST_TMPDIR/err"
+    # a local name: said on stderr, since a cluster cannot pull it
+    grep -q "'Team/Llama3_SQL:1' is a local name a cluster cannot pull" "$BATS_TEST_TMPDIR/err"
     Y "$BATS_TEST_TMPDIR/k.yaml" >"$BATS_TEST_TMPDIR/k.json"
     cd "$BATS_TEST_TMPDIR"
     jq -e 'length == 2 and .[0].kind == "Deployment" and .[0].apiVersion == "apps/v1"
@@ -44,13 +44,17 @@ Y() { python3 "$MFC_SRCDIR/tests/cli/yaml_check.py" "$@"; }
            and .[1].spec.selector == .[0].spec.selector.matchLabels' k.json
     local c='.[0].spec.template.spec.containers[0]'
     jq -e "$c.image == \"Team/Llama3_SQL:1\" and $c.ports[0].containerPort == 9000" k.json
-    jq -e "$c.resources.limits.\"nvidia.com/gpu\" == 1" k.json
+    # the runtime (/bin/echo here) is no CUDA build: no GPU; CPU and memory from the model's size
+    jq -e "($c.resources.limits | has(\"nvidia.com/gpu\") | not)" k.json
+    jq -e "$c.resources.requests.cpu == \"1\" and $c.resources.requests.memory == \"768Mi\"
+           and $c.resources.limits.memory == \"768Mi\"" k.json
     for p in startupProbe readinessProbe livenessProbe; do
         jq -e "$c.$p.httpGet.path == \"/health\" and $c.$p.httpGet.port == \"http\"" k.json
     done
     # Env from the image, less PATH; "9000" stays a string (Kubernetes requires it)
     jq -e "[$c.env[] | \"\\(.name)=\\(.value)\"] ==
-           [\"MFC_CONFIG=/etc/mfc/model.yaml\", \"MFC_PORT=9000\", \"FOO=bar\", \"EMPTY=\"]" k.json
+           [\"MFC_CONFIG=/etc/mfc/model.yaml\", \"MFC_MODEL_NAME=Team/Llama3_SQL:1\",
+            \"MFC_PORT=9000\", \"FOO=bar\", \"EMPTY=\"]" k.json
     jq -e '.[0].spec.template.metadata.annotations as $a |
            $a."prometheus.io/scrape" == "true" and $a."prometheus.io/port" == "9000"
            and $a."prometheus.io/path" == "/metrics"' k.json
@@ -59,8 +63,26 @@ Y() { python3 "$MFC_SRCDIR/tests/cli/yaml_check.py" "$@"; }
     jq -e '.[1].spec.ports[0] == {"name":"http","port":9000,"targetPort":"http","protocol":"TCP"}
            and .[1].metadata.annotations."prometheus.io/scrape" == "true"' k.json
     # the same bytes every time
-    run "$MFC" manifest -k Team/Llama3_SQL:1
-    [ "$output" = "$(cat k.yaml)" ]
+    [ "$("$MFC" manifest -k Team/Llama3_SQL:1 2>/dev/null)" = "$(cat k.yaml)" ]
+    # once the image has a registry name (mfc push records it as a tag), that name pinned
+    # by digest is what the cluster pulls, and nothing is said
+    "$MFC" tag Team/Llama3_SQL:1 registry.example.com/team/sql:1
+    "$MFC" manifest -k Team/Llama3_SQL:1 2>err2 | Y >k2.json
+    [ ! -s err2 ]
+    jq -e --arg d "$(cat "$DATA/digest")" "$c.image == \"registry.example.com/team/sql@\" + \$d" k2.json
+    "$MFC" rmi registry.example.com/team/sql:1 >/dev/null
+}
+
+@test "manifest asks for a GPU when the image's runtime is a CUDA build" {
+    export MFC_SERVE="$MFC_BUILDDIR/mfc-serve"
+    "$MFC" build -q -t real:1 "$DATA" >/dev/null
+    "$MFC" manifest -k --image r.example.com/real:1 real:1 | Y >"$BATS_TEST_TMPDIR/k.json"
+    local c='.[0].spec.template.spec.containers[0]' want=0 label=cpu
+    if ldd "$MFC_SERVE" | grep -q libcudart; then want=1 label=cuda; fi
+    [ "$("$MFC" inspect real:1 | jq -r '.config.config.Labels."dev.mfc.runtime"')" = "$label" ]
+    jq -e --argjson n "$want" "($c.resources.limits.\"nvidia.com/gpu\" // 0) == \$n" "$BATS_TEST_TMPDIR/k.json"
+    "$MFC" manifest -k --gpus 3 --image r.example.com/real:1 real:1 | Y |
+        jq -e "$c.resources.limits.\"nvidia.com/gpu\" == 3"
 }
 
 @test "manifest --compose: --port, --gpus, --image and --name go where they belong" {
@@ -73,6 +95,7 @@ Y() { python3 "$MFC_SRCDIR/tests/cli/yaml_check.py" "$@"; }
     local s='.[0].services.sql'
     jq -e "$s.image == \"registry.example.com/team/sql:1\" and $s.ports == [\"8081:8081\"]" c.json
     jq -e "$s.environment == {\"MFC_CONFIG\": \"/etc/mfc/model.yaml\", \"MFC_PORT\": \"8081\",
+                             \"MFC_MODEL_NAME\": \"Team/Llama3_SQL:1\",
                              \"FOO\": \"bar\", \"EMPTY\": \"\"}" c.json
     jq -e "$s.deploy.resources.reservations.devices ==
            [{\"driver\": \"nvidia\", \"count\": 2, \"capabilities\": [\"gpu\"]}]" c.json
@@ -82,15 +105,13 @@ Y() { python3 "$MFC_SRCDIR/tests/cli/yaml_check.py" "$@"; }
 @test "manifest --gpus 0 asks for no GPU; --replicas and a digest reference work" {
     local d
     d=$(cat "$DATA/digest")
-    run "$MFC" manifest -k --gpus 0 --replicas 3 "$d"
-    [ "$status" -eq 0 ]
-    echo "$output" | Y >"$BATS_TEST_TMPDIR/k.json"
+    "$MFC" manifest -k --gpus 0 --replicas 3 "$d" 2>/dev/null | Y >"$BATS_TEST_TMPDIR/k.json"
     cd "$BATS_TEST_TMPDIR"
-    jq -e '.[0].spec.replicas == 3 and (.[0].spec.template.spec.containers[0] | has("resources") | not)' k.json
+    jq -e '.[0].spec.replicas == 3 and (.[0].spec.template.spec.containers[0].resources.limits | has("nvidia.com/gpu") | not)' k.json
     jq -e '.[0].metadata.name | test("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")' k.json
     jq -e '.[0].spec.template.spec.containers[0].ports[0].containerPort == 9000' k.json
-    run "$MFC" manifest -c -g 0 Team/Llama3_SQL:1
-    echo "$output" | Y | jq -e '.[0].services["llama3-sql"] | has("deploy") | not'
+    "$MFC" manifest -c -g 0 Team/Llama3_SQL:1 2>/dev/null | Y |
+        jq -e '.[0].services["llama3-sql"].deploy.resources.reservations | has("devices") | not'
 }
 
 @test "manifest: usage errors exit 2, an unknown image exits 1 naming it" {
@@ -173,6 +194,7 @@ PY
     done
     "${P[@]}" ps -a --format '{{.Names}} {{.Status}}'
     [ "$ok" = 1 ]
-    curl -sf "http://127.0.0.1:$port/metrics" | grep -q '^mfc:num_requests_running{model_name="model"} 0'
+    # the name the image records (its first tag): the same under podman as under mfc serve
+    curl -sf "http://127.0.0.1:$port/metrics" | grep -q '^mfc:num_requests_running{model_name="kube-test/toy:1"} 0'
     timeout 60 "${P[@]}" kube down k.yaml
 }

@@ -4,11 +4,13 @@ what llama.cpp's convert_lora_to_gguf.py makes of them. Standard library only.
 
   peft_ref.py make DIR --layers L --embd E --heads H --kv-heads K --ff F
               --vocab V --rank R [--alpha A] [--dtype F32|F16|BF16|F64]
-              [--targets q,k,v,o,gate,up,down,embed,lm_head] [--rslora]
+              [--targets q,k,v,o,gate,up,down,qkv,gateup,embed,lm_head] [--rslora]
+              [--head-dim D]
               [--seed S] [--norms] [--extra NAME] [--no-alpha]
       writes DIR/adapter_config.json and DIR/adapter_model.safetensors with
       the tensor names and shapes PEFT's save_pretrained gives a Llama model
-      (A [r, in], B [out, r]; lora_embedding_A [r, V], lora_embedding_B [E, r]).
+      (A [r, in], B [out, r]; lora_embedding_A [r, V], lora_embedding_B [E, r]);
+      qkv and gateup are Phi-3's fused qkv_proj and gate_up_proj.
 
   peft_ref.py verify DIR OUT.gguf --arch llama --heads H --kv-heads K
       reads both files with its own parsers and checks OUT.gguf against the
@@ -96,11 +98,14 @@ def read_safetensors(path):
 def cmd_make(a):
     L, E, H, K, F, V, R = (a["layers"], a["embd"], a["heads"], a["kv_heads"], a["ff"],
                            a["vocab"], a["rank"])
-    hd = E // H
+    hd = a["head_dim"] or E // H
     dims = {"q": ("self_attn.q_proj", E, H * hd), "k": ("self_attn.k_proj", E, K * hd),
             "v": ("self_attn.v_proj", E, K * hd), "o": ("self_attn.o_proj", H * hd, E),
             "gate": ("mlp.gate_proj", E, F), "up": ("mlp.up_proj", E, F),
-            "down": ("mlp.down_proj", F, E)}
+            "down": ("mlp.down_proj", F, E),
+            # Phi-3's fused projections
+            "qkv": ("self_attn.qkv_proj", E, (H + 2 * K) * hd),
+            "gateup": ("mlp.gate_up_proj", E, 2 * F)}
     rnd = lcg(a["seed"])
     dt = a["dtype"]
     ts = {}
@@ -400,7 +405,7 @@ def parse(argv):
     a = {"dir": argv[1], "layers": 2, "embd": 32, "heads": 4, "kv_heads": 2, "ff": 48,
          "vocab": 64, "rank": 4, "alpha": 8.0, "dtype": "F32", "seed": 1, "rslora": False,
          "targets": "q,k,v,o,gate,up,down", "norms": False, "extra": None, "no_alpha": False,
-         "arch": "llama"}
+         "arch": "llama", "head_dim": 0}
     rest = argv[2:]
     if argv[0] == "verify":
         a["gguf"] = argv[2]

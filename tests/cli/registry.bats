@@ -43,6 +43,18 @@ tags() { jq -cS '[.manifests[] | {t: .annotations."org.opencontainers.image.ref.
     run "$MFC" pull "$R/team/demo:v1"
     [ "$status" -eq 0 ]
     [ "$("$MFC" inspect "$R/team/demo:v1" | jq -r .digest)" = "$d" ]
+    # --progress=json: each blob's real bytes of its total, and its end
+    w=$("$MFC" inspect "$R/team/demo:v1" | jq -r '.manifest.layers[1].digest')
+    size=$("$MFC" inspect "$R/team/demo:v1" | jq -r '.manifest.layers[1].size')
+    rm -rf "$T/home3"
+    MFC_HOME="$T/home3" "$MFC" pull --progress=json "$R/team/demo:v1" 2>&1 >/dev/null | grep '^{' >"$T/pull.json"
+    id=$(jq -r --arg n "${w:0:19}" 'select(.event == "begin" and .verb == "pull" and .name == $n) | .id' "$T/pull.json")
+    [ -n "$id" ]
+    jq -es --argjson id "$id" --argjson s "$size" 'map(select(.id == $id and .event == "end")) | .[0].done == $s' "$T/pull.json"
+    MFC_HOME="$T/home3" "$MFC" push --progress=json "$R/team/demo:v1" "$R/team/demo:v3" 2>&1 >/dev/null | grep '^{' >"$T/push.json"
+    [ "$(jq -r 'select(.event == "end") | .status' "$T/push.json" | sort -u)" = exists ]
+    run "$MFC" login --help
+    [[ "$output" == *'$DOCKER_CONFIG'* && "$output" == *'$REGISTRY_AUTH_FILE'* ]]
     MFC_HOME="$T/home" "$MFC" inspect demo:1 | jq -S '[.manifest.layers[].digest, .manifest.config.digest]' >"$T/a"
     "$MFC" inspect "$R/team/demo:v1" | jq -S '[.manifest.layers[].digest, .manifest.config.digest]' >"$T/b"
     cmp "$T/a" "$T/b"
@@ -89,7 +101,9 @@ tags() { jq -cS '[.manifests[] | {t: .annotations."org.opencontainers.image.ref.
     [[ "$output" == *"authentication failed for $R (check mfc login)"* ]]
     [[ "$output" != *wrong* ]]
     run bash -c "echo wrong | '$MFC' login -u alice --password-stdin $R"
-    [ "$status" -eq 1 ] && [[ "$output" == *"authentication failed"* ]]
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"login to $R failed: the registry refused the user name or password for 'alice'"* ]]
+    [[ "$output" != *wrong* ]]
     [ "$(jq -r ".auths.\"$R\".auth" "$T/bad.json" | base64 -d)" = alice:wrong ]
     export REGISTRY_AUTH_FILE="$T/auth.json"
     before=$(tags)
@@ -165,11 +179,14 @@ PY
     grep -q "blobs: .* uploaded" "$T/err"
     [ "$(skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/team/built:v1" | sha256sum | cut -d' ' -f1)" = "${d#sha256:}" ]
     [ "$("$MFC" inspect local:1 | jq -r .digest)" = "$d" ]
-    # no name=: every -t is a registry reference; all blobs are there already
+    # no name=: every -t is a registry reference; the layers are there already
+    # (the image config differs: it records the first tag as the served name)
     run "$MFC" build -t "$R/team/built:v2" -t "$R/other/built:v2" --output type=registry "$T"
     [ "$status" -eq 0 ]
-    [[ "$output" == *"Pushed $R/team/built:v2 $d"* && "$output" == *"0 uploaded"* ]]
-    [[ "$output" == *"Pushed $R/other/built:v2 $d"* && "$output" == *"mounted"* ]]
+    d2=$(sed -n "s|.*Pushed $R/team/built:v2 \(sha256:[0-9a-f]*\).*|\1|p" <<<"$output" | head -1)
+    [[ "$d2" == sha256:* && "$d2" != "$d" ]]
+    [[ "$output" == *"Pushed $R/team/built:v2 $d2"* && "$output" == *"1 uploaded"* ]]
+    [[ "$output" == *"Pushed $R/other/built:v2 $d2"* && "$output" == *"mounted"* ]]
     skopeo inspect --raw --tls-verify=false --creds "alice:$PW" "docker://$R/other/built:v2" >/dev/null
     # an unreachable registry fails the build and leaves the tags as they were
     before=$(tags)
@@ -180,4 +197,24 @@ PY
     run "$MFC" build --output "type=registry,dest=$T/x" "$T"
     [ "$status" -eq 2 ]
     [[ "$output" == *"takes name=, not dest="* ]]
+}
+
+@test "mfc run of a registry reference that is not in the store pulls it first, with progress" {
+    mkdir -p "$T/ctx"
+    "$MFC_BUILDDIR/tests/tools/mkmodel" -o "$T/ctx/toy.gguf" --preset toy >/dev/null
+    printf 'FROM ./toy.gguf\nPARAMETER temperature 0\nPARAMETER num_predict 4\n' >"$T/ctx/Modelfile"
+    MFC_SERVE= "$MFC" build -q -t toy:1 "$T/ctx" >/dev/null
+    login
+    "$MFC" push -q toy:1 "$R/team/toy:v1" >/dev/null 2>&1
+    export MFC_HOME="$T/home2"
+    run "$MFC" run "$R/team/toy:v1" "hello"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"$R/team/toy:v1 is not in the store; pulling it from $R"* ]]
+    [[ "$output" == *"pull sha256:"*" done "* ]]
+    "$MFC" images | grep -q "$R/team/toy:v1"
+    # the second run finds it: no pull
+    run "$MFC" run "$R/team/toy:v1" "hello"
+    [ "$status" -eq 0 ]
+    [[ "$output" != *"pulling"* ]]
 }

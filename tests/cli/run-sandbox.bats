@@ -1,8 +1,13 @@
 #!/usr/bin/env bats
 # run-sandbox.bats: RUN steps in the bubblewrap sandbox (docs/run.md), with
-# real builds: no network unless --network=host (a python http.server on
-# 127.0.0.1 is the probe); /context, /inputs and the host are read-only or
-# invisible; a secret is seen only by its step and lands in no blob; ENV and
+# real builds: no network unless --network=host and mfc build --allow
+# network.host (a python http.server on 127.0.0.1 is the probe; without the
+# grant the build stops before any step runs); /context, /inputs and the
+# host are read-only or invisible, the host's /etc (shadow) is not there,
+# the step is uid 1000 inside and nobody outside (root inside only with
+# --user=0), for a root and a non-root invoker; a secret is seen only by
+# its step, lands in no blob, and no 8-byte run of it (or of its base64,
+# hex or reverse) is printed; ENV and
 # ARG reach the command; /out becomes a layer (umoci unpack shows it) whose
 # files later lines use (ADAPTER /out/x.gguf); failures name the line, the
 # status and the output; a cached RUN does not run again; --timeout kills it;
@@ -20,7 +25,8 @@ setup_file() {
 
 setup() {
     T="$BATS_TEST_TMPDIR"
-    export MFC_HOME="$T/store" MFC_SERVE=/bin/echo
+    # umoci 0.4.7 (Debian 12) unpacks gzip layers only: the runtime layer too
+    export MFC_HOME="$T/store" MFC_SERVE=/bin/echo MFC_RUNTIME_COMPRESSION=gzip
     CTX="$T/ctx"
     mkdir -p "$CTX"
     cp "$DATA/base.gguf" "$DATA/lora.gguf" "$CTX/"
@@ -39,7 +45,7 @@ mf() {
     mf "RUN bash -c 'exec 3<>/dev/tcp/127.0.0.1/$port' && echo REACHED >/out/net || echo BLOCKED >/out/net"
     run "$MFC" build -q -t none "$CTX"
     mf "RUN --network=host bash -c 'exec 3<>/dev/tcp/127.0.0.1/$port' && echo REACHED >/out/net || echo BLOCKED >/out/net"
-    run2=$("$MFC" build -q -t host "$CTX" 2>&1) || true
+    run2=$("$MFC" build -q --allow network.host -t host "$CTX" 2>&1) || true
     kill "$srv"
     [ "$status" -eq 0 ]
     "$MFC" save none -o "type=oci,dest=$T/o1" && "$MFC" save host -o "type=oci,dest=$T/o2"
@@ -47,6 +53,85 @@ mf() {
     umoci unpack --rootless --image "$T/o2:host" "$T/b2" >/dev/null
     [ "$(cat "$T/b1/rootfs/out/net")" = BLOCKED ]
     [ "$(cat "$T/b2/rootfs/out/net")" = REACHED ]
+}
+
+@test "RUN --network=host without --allow network.host fails before any step runs, naming the line and the flag" {
+    mf "RUN --mount=type=cache,target=/c,id=probe touch /c/ran" \
+       "RUN --network=host echo hi >/out/x"
+    run "$MFC" build -q "$CTX"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"Modelfile:3: RUN --network=host echo hi >/out/x"* ]]
+    [[ "$output" == *"--network=host needs the network.host entitlement"* ]]
+    [[ "$output" == *"mfc build --allow network.host"* ]]
+    # nothing ran: not the first RUN either, and no tag, no cache record
+    [ -z "$(find "$MFC_HOME" -name ran 2>/dev/null)" ]
+    [ -z "$(ls -A "$MFC_HOME/cache" 2>/dev/null)" ]
+    # an unknown entitlement is a usage error
+    run "$MFC" build -q --allow security.insecure "$CTX"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"unknown entitlement 'security.insecure'"* ]]
+    # granted, it builds
+    "$MFC" build -q --allow network.host "$CTX" >/dev/null
+    [ -n "$(find "$MFC_HOME" -name ran)" ]
+}
+
+teardown() {
+    [ -z "${U:-}" ] || rm -rf "$U"
+}
+
+# Runs mfc as the user whose uid is $1 (setpriv), with a home and store of
+# its own in $U (under /tmp: the test's own directory is root's, mode 0700).
+mfc_as() {
+    local uid=$1
+    shift
+    chown -R "$uid:$uid" "$U"
+    setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+        env HOME="$U" MFC_HOME="$U/store" MFC_SERVE=/bin/echo "$MFC" "$@"
+}
+
+@test "RUN sees no host secret (/etc/shadow), is uid 1000 inside and not root outside; --user=0 is root inside only" {
+    mf "RUN cp /etc/shadow /out/"
+    run "$MFC" build -q "$CTX"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"cannot stat '/etc/shadow'"* ]]
+    # /etc is mfc's; the step's files on the host belong to nobody (mfc runs as root
+    # here) or to the invoking user; --user=0 gives uid 0 inside only
+    mf "RUN --mount=type=cache,target=/c,id=who sh -c 'id -u >/out/uid; id -un >/out/name; \
+ls /etc >/out/etc; touch /c/made; cat /etc/passwd >/out/passwd; \
+for f in /etc/shadow /etc/gshadow /etc/sudoers /etc/ssh /root /home; do test -e \$f && echo \$f; done >/out/seen; true'" \
+       "RUN --user=0 sh -c 'id -u >/out/root-uid; touch /usr/x 2>/dev/null || echo ro >/out/root-usr'"
+    "$MFC" build -q -t m "$CTX" >/dev/null
+    "$MFC" save m -o "type=oci,dest=$T/o"
+    umoci unpack --rootless --image "$T/o:m" "$T/b" >/dev/null
+    r="$T/b/rootfs/out"
+    [ "$(cat "$r/uid")" = 1000 ]
+    [ "$(cat "$r/name")" = mfc ]
+    [ ! -s "$r/seen" ] || { cat "$r/seen"; false; }
+    ! grep -q "^$(id -un):" "$r/passwd" || [ "$(id -un)" = root ]
+    [ "$(grep -c . "$r/passwd")" = 3 ]
+    [ "$(cat "$r/root-uid")" = 0 ]
+    [ "$(cat "$r/root-usr")" = ro ]
+    made=$(find "$MFC_HOME/run-cache" -name made)
+    if [ "$(id -u)" = 0 ]; then
+        [ "$(stat -c %u "$made")" = 65534 ]
+    else
+        [ "$(stat -c %u "$made")" = "$(id -u)" ]
+    fi
+    # a non-root invoker (when this test runs as root: uid 1000 through setpriv)
+    if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+        U=$(mktemp -d /tmp/mfc-run-user.XXXXXX)
+        mkdir -p "$U/ctx"
+        cp "$CTX/base.gguf" "$U/ctx/"
+        printf '%s\n' "FROM ./base.gguf" \
+            "RUN --mount=type=cache,target=/c sh -c 'id -u >/out/uid; touch /c/made; cp /etc/shadow /out/ || echo refused >/out/shadow'" \
+            >"$U/ctx/Modelfile"
+        mfc_as 1000 build -q -t u "$U/ctx" >/dev/null
+        mfc_as 1000 save u -o "type=oci,dest=$U/o"
+        umoci unpack --rootless --image "$U/o:u" "$T/ub" >/dev/null
+        [ "$(cat "$T/ub/rootfs/out/uid")" = 1000 ]
+        [ "$(cat "$T/ub/rootfs/out/shadow")" = refused ]
+        [ "$(stat -c %u "$(find "$U/store/run-cache" -name made)")" = 1000 ]
+    fi
 }
 
 @test "RUN cannot write to /context, /inputs or the host, and does not see the host's files" {
@@ -97,6 +182,45 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     [[ "$output" != *"$tok"* ]]
 }
 
+@test "no 8-byte run of a secret, of its base64, hex or reverse reaches the error or the build log" {
+    printf 'tok-%s-%s' "$RANDOM$RANDOM$RANDOM" "$RANDOM$RANDOM" >"$T/token"
+    tok=$(cat "$T/token")
+    b64=$(base64 -w0 <"$T/token")
+    b64x=$(printf 'x%s' "$tok" | base64 -w0)  # the secret at another alignment
+    hexl=$(od -An -tx1 <"$T/token" | tr -d ' \n')
+    hexu=$(echo "$hexl" | tr a-f A-F)
+    rev=$(echo "$tok" | rev)
+    mf "RUN --mount=type=secret,id=tok sh -c 'head -c 10 /run/secrets/tok; echo; cut -c3-11 /run/secrets/tok; echo; \
+base64 -w0 /run/secrets/tok; echo; { printf x; cat /run/secrets/tok; } | base64 -w0; echo; \
+od -An -tx1 /run/secrets/tok | tr -d \" \\n\"; echo; rev /run/secrets/tok; echo; echo PLAIN-TAIL; exit 3'"
+    for mode in plain json; do
+        run "$MFC" build --progress $mode --secret "id=tok,src=$T/token" "$CTX"
+        [ "$status" -eq 1 ]
+        [[ "$output" == *"exited with status 3"* ]]
+        [[ "$output" == *PLAIN-TAIL* ]] # the rest of the output is kept
+        for form in "${tok:0:10}" "${tok:2:9}" "$b64" "${b64:4:12}" "${b64x:4:12}" "$hexl" "${hexl:6:16}" \
+            "${hexu:6:16}" "$rev" "${rev:3:9}"; do
+            [[ "$output" != *"$form"* ]] || { echo "printed: $form"; false; }
+        done
+        [[ "$output" == *"**********"* ]]
+    done
+    # every secret of the build is masked, not only the step's own (an earlier
+    # step may have left one in a cache mount) ...
+    printf 'tok-2-%s' "$RANDOM$RANDOM$RANDOM" >"$T/token2"
+    mf "RUN --mount=type=secret,id=tok cat /run/secrets/tok; exit 4"
+    run "$MFC" build -q --secret "id=tok,src=$T/token" --secret "id=big,src=$T/token2" "$CTX"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"exited with status 4"* ]]
+    [[ "$output" != *"$tok"* ]]
+    # ... and when one cannot be masked (over the 64 KiB a secret may have), the
+    # output is withheld rather than printed unmasked
+    head -c 70000 /dev/zero | tr '\0' a >"$T/token2"
+    run "$MFC" build -q --secret "id=tok,src=$T/token" --secret "id=big,src=$T/token2" "$CTX"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"output withheld"* ]]
+    [[ "$output" != *"${tok:0:8}"* ]]
+}
+
 @test "RUN sees ENV and ARG (with --build-arg and defaults), and LABEL/ENV reach the image" {
     mf "ARG GREETING=hello" "ARG WHO" "ENV MODE=\${WHO:-nobody}-mode" "LABEL org.example.k=\$GREETING" \
        "RUN echo \"\$GREETING \$WHO \$MODE\" >/out/env; env | grep -c '^HOSTNAME=' >/out/hostenv || true"
@@ -131,7 +255,7 @@ cmp -s /inputs/model.gguf /context/base.gguf && echo ok >/out/ok; exit 0"
     cmp "$r/adapters/sql.gguf" "$CTX/lora.gguf"
     [ ! -e "$r/out/sql.gguf" ]
     # equal builds give equal layers and images
-    [ "$("$MFC" build -q --no-cache "$CTX")" = "${lines[-1]}" ]
+    [ "$("$MFC" build -q --no-cache -t m "$CTX")" = "${lines[-1]}" ] # the same served name
     # FROM /out/...: the last FROM wins, and it is the file the RUN made from the first
     mf "RUN cp /inputs/model.gguf /out/m.gguf" "FROM /out/m.gguf"
     "$MFC" build -q -t m2 "$CTX" >/dev/null

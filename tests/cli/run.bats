@@ -111,7 +111,9 @@ run_out() {
     [[ "$out" == *"Set parameter 'seed' to '7'"* ]]
     [[ "$out" == *"Usage:"* ]]                                     # a missing value
     [[ "$out" == *"'x' is not a valid value for top_k"* ]]
-    [[ "$out" == *'stop                 ["<a>","<b>"]'* ]]
+    # the model's own parameters (its Modelfile's), then the session's
+    [[ "$out" == *"Model defined parameters:"*"num_predict"*"User defined parameters:"* ]]
+    [[ "$out" == *'stop                           ["<a>","<b>"]'* ]]
     [[ "$out" == *"Cleared session context"* ]]
     [[ "$out" == *"Unknown command '/nope'"* ]]
     # each reply, the second one with the first turn as history, the third without

@@ -3,7 +3,8 @@
 # endpoint (OpenAI, Ollama, health, metrics, tokenize), their framing (SSE
 # with [DONE], NDJSON ending done:true), the error paths (400 naming the
 # field, 401, 404, 405, 413, 429 with Retry-After), a client disconnect
-# freeing its KV blocks, and the SIGTERM drain. Servers listen on port 0
+# freeing its KV blocks, and the SIGTERM drain (/health 503 "draining"
+# while the in-flight stream finishes). Servers listen on port 0
 # (the kernel picks a free one; the log says which) and are killed in
 # teardown.
 
@@ -561,7 +562,7 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
     kill "$(cat "$D/QUEUE.pid")"
 }
 
-@test "serve: SIGTERM lets the in-flight stream finish, then exits 0" {
+@test "serve: SIGTERM: /health answers 503 draining and new work 503 while the in-flight stream finishes, then exit 0" {
     # 300 tokens take 10-40 s under ASan on a loaded machine: past the default
     # 30 s drain timeout, which would cut the stream (curl: partial file)
     MFC_DRAIN_TIMEOUT=600 start_server DRAIN --model "$D/slow.gguf"
@@ -576,14 +577,24 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
         sleep 0.05
     done
     kill -TERM "$pid"
-    # no new connections once the signal is handled (a loaded machine may
-    # take a moment to deliver it; the 300-token stream outlasts that)
-    local refused=0
-    for _ in $(seq 1 100); do
-        curl -s --max-time 2 -o /dev/null "$u/health" || { refused=1; break; }
-        sleep 0.1
+    # while the stream runs, /health says draining (a loaded machine may take
+    # a moment to deliver the signal; the 300-token stream outlasts that) and
+    # a new generation is refused with the documented JSON
+    local draining=0 done_then=
+    for _ in $(seq 1 200); do
+        run curl -s --max-time 2 -w '\n%{http_code}' "$u/health"
+        if [ "${lines[-1]}" = 503 ] && [ "$(jq -r .status <<<"${lines[0]}")" = draining ]; then
+            done_then=$(grep -c '^data: \[DONE\]$' "$BATS_TEST_TMPDIR/s2" || true)
+            draining=1
+            break
+        fi
+        sleep 0.05
     done
-    [ "$refused" = 1 ]
+    [ "$draining" = 1 ]
+    [ "$done_then" = 0 ] # the stream was still running when it said so
+    run curl -s -w '\n%{http_code}' "$u/v1/completions" -d '{"prompt":"x","max_tokens":1}'
+    [ "${lines[-1]}" = 503 ]
+    jq -e '.error.code == "service_unavailable"' <<<"${lines[0]}"
     wait "$(cat "$BATS_TEST_TMPDIR/c2.pid")"
     grep -q '^data: \[DONE\]$' "$BATS_TEST_TMPDIR/s2"
     grep '^data: {' "$BATS_TEST_TMPDIR/s2" | tail -1 | sed 's/^data: //' |
@@ -593,6 +604,8 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
     [ "$st" -eq 0 ]
     grep -q 'SIGTERM: draining 1 requests' "$D/DRAIN.log"
     grep -q 'stopped' "$D/DRAIN.log"
+    # and once it has exited, nothing listens
+    ! curl -s --max-time 2 -o /dev/null "$u/health"
 }
 
 @test "serve: an mfc-built image runs mfc-serve under podman and answers" {
@@ -616,10 +629,12 @@ print(m.offset_data, m.size)' "$D/alayer.tar")
     done
     "${P[@]}" logs served
     [ "$ok" = 1 ]
-    run curl -s "http://127.0.0.1:$port/api/show" -d '{"model":"model"}'
+    # the name the image records (its first tag), as mfc serve would serve it
+    curl -s "http://127.0.0.1:$port/v1/models" | jq -e '.data[0].id == "mfc-test/served:1"'
+    run curl -s "http://127.0.0.1:$port/api/show" -d '{"model":"mfc-test/served:1"}'
     echo "$output" | jq -e '.parameters | test("stop +\"zz\"")'
     run curl -s "http://127.0.0.1:$port/v1/chat/completions" \
-        -d '{"model":"model","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"ignore_eos":true}'
+        -d '{"model":"mfc-test/served:1","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"ignore_eos":true}'
     echo "$output" | jq -e '.usage.completion_tokens == 3'
     timeout 60 "${P[@]}" stop -t 10 served >/dev/null
     "${P[@]}" logs served 2>&1 | grep -q 'SIGTERM: draining'

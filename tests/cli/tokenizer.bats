@@ -7,7 +7,8 @@
 # must be identical for every string (tests/tools/toktool prints the same
 # JSON as llama-tok.mjs, so the outputs are compared byte for byte).
 # Pre-tokenizers without a vocabulary of their own are checked on gpt-2's
-# vocabulary with tokenizer.ggml.pre rewritten.
+# vocabulary with tokenizer.ggml.pre rewritten; Qwen's and Gemma's on
+# real-size vocabularies shaped as theirs, through mfc convert.
 
 load helpers
 
@@ -120,4 +121,27 @@ EOF
         with_pre "$VOCAB/ggml-vocab-gpt-2.gguf" "$BATS_FILE_TMPDIR/pre.gguf" "$pre"
         same_ids "$BATS_FILE_TMPDIR/pre.gguf" || { echo "pre-tokenizer $pre"; return 1; }
     done
+}
+
+# Real Qwen and Gemma tokenizer.json files are not in ../shared; these are
+# real-size vocabularies shaped as theirs and converted by mfc convert, so the
+# GGUF's tokenizer keys are the converter's: Llama 3's 128k byte-level BPE
+# with Qwen2's split (tokenizer.ggml.pre qwen2), Llama 2's SentencePiece
+# vocabulary without the dummy prefix, as Gemma's (add_space_prefix false).
+@test "qwen2 (128k BPE, Qwen2 split) and gemma (SPM, no dummy prefix) vocabularies from mfc convert match llama.cpp" {
+    require_shared
+    require_llama
+    [ -f "$VOCAB/llama3-tokenizer.json" ] && [ -f "$VOCAB/ggml-vocab-llama-spm.gguf" ] ||
+        skip "llama3-tokenizer.json or ggml-vocab-llama-spm.gguf not found"
+    local mk="$MFC_SRCDIR/tests/cli/hf_mkdir.py" d="$BATS_FILE_TMPDIR" small
+    small=(--layers 1 --embd 8 --ff 8 --heads 1 --kv-heads 1)
+    python3 "$mk" "$d/qwen" --family qwen2 --llama3-json "$VOCAB/llama3-tokenizer.json" "${small[@]}"
+    python3 "$mk" "$d/gemma" --family gemma2 --spm-gguf "$VOCAB/ggml-vocab-llama-spm.gguf" "${small[@]}"
+    "$MFC" convert "$d/qwen" -o "$d/qwen.gguf" --outtype f16 >/dev/null
+    "$MFC" convert "$d/gemma" -o "$d/gemma.gguf" --outtype f16 >/dev/null
+    python3 "$MFC_SRCDIR/tests/cli/hf_gguf.py" kv "$d/qwen.gguf" | grep -qx "tokenizer.ggml.pre string qwen2"
+    python3 "$MFC_SRCDIR/tests/cli/hf_gguf.py" kv "$d/gemma.gguf" |
+        grep -qx "tokenizer.ggml.add_space_prefix bool False"
+    same_ids "$d/qwen.gguf"
+    same_ids "$d/gemma.gguf"
 }

@@ -130,7 +130,8 @@ wait_health() {
 }
 
 @test "readme: modelfiles/multi-adapter builds: one adapter merged, two served by name" {
-    "$MFC" build -q -t multi "$MFC_SRCDIR/modelfiles/multi-adapter"
+    "$MFC" build -q -t multi -f "$MFC_SRCDIR/modelfiles/multi-adapter/Modelfile" \
+        "$MFC_SRCDIR/modelfiles"
     run "$MFC" inspect multi
     [ "$status" -eq 0 ]
     echo "$output" | jq -e '[.adapters[] | select(.merged | not) | .name] == ["pirate", "pirate-mild"]'

@@ -24,6 +24,14 @@
  *                          per token (all, or a list) and in tiles (up to 12k
  *                          of context, NaN in the slots no one wrote)
  *   argmax                 exact, ties and NaN included
+ *   moe route              choices exactly the host's (softmax in double, ties to
+ *                          the lower expert, k up to all of 512), weights < 2e-6
+ *                          and summing to 1, the grouping of its choices exactly
+ *                          (offsets, rows in token order, work list), twice
+ *   moe gemm               every type, grouped gate/up (inputs by token) and down
+ *                          (by gathered row) < 1e-5 against float64, 1-300 tokens,
+ *                          experts never chosen full of NaN, padding untouched
+ *   moe combine            bit-exact with the CPU's float operations
  * Each model: the CUDA backend against the CPU backend (F16 KV both):
  * two sequences, chunked prefill then 24 greedy decode steps with
  * shuffled block tables; logits rel. error bound per weight type (printed),
@@ -1593,6 +1601,448 @@ static void test_argmax(void)
     free(x);
 }
 
+/* ---- mixture of experts (kernels/moe.cu) ---------------------------------- */
+
+/* A routing's device state for T tokens, k of ne experts each. */
+struct moe_dev {
+    struct mfk_moe_route r;
+    int32_t T, ne, k;
+    int64_t items;
+};
+
+static struct moe_dev moe_dev_new(int32_t T, int32_t ne, int32_t k)
+{
+    struct moe_dev d = {.T = T, .ne = ne, .k = k, .items = mfk_moe_items_max(T, ne, k)};
+    const size_t P = (size_t)T * (size_t)k;
+    d.r.sel = dalloc(P * 4);
+    d.r.w = dalloc(P * 4);
+    d.r.eoff = dalloc((size_t)(ne + 1) * 4);
+    d.r.grow = dalloc(P * 4);
+    d.r.prow = dalloc(P * 4);
+    d.r.items = dalloc((size_t)d.items * 16);
+    d.r.n_items = dalloc(8);
+    d.r.done = (unsigned *)(void *)(d.r.n_items + 1);
+    CK(mfk_memset(ctx, d.r.n_items, 0, 8, &err));
+    return d;
+}
+
+static void moe_dev_free(struct moe_dev *d)
+{
+    mfk_free(d->r.sel), mfk_free(d->r.w), mfk_free(d->r.eoff), mfk_free(d->r.grow);
+    mfk_free(d->r.prow), mfk_free(d->r.items), mfk_free(d->r.n_items);
+}
+
+/* One token's routing (cpu_moe.c's rule): softmax in double, the k
+ * largest (ties to the lower expert) best first, weights over their sum
+ * added in float in that order, as the CPU and the kernel add them (at
+ * k = 512 that sum's rounding is 1e-5 of it). */
+static void moe_route_ref(const float *lg, int32_t ne, int32_t k, int32_t *sel, double *w)
+{
+    double p[MFK_MOE_MAX_EXPERTS], mx = -INFINITY, sum = 0;
+    float ws = 0;
+    int taken[MFK_MOE_MAX_EXPERTS] = {0};
+    for (int32_t e = 0; e < ne; e++)
+        mx = fmax(mx, (double)lg[e]);
+    for (int32_t e = 0; e < ne; e++)
+        sum += p[e] = exp((double)lg[e] - mx);
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < ne; e++)
+            if (!taken[e] && (best < 0 || p[e] > p[best]))
+                best = e;
+        taken[best] = 1;
+        sel[j] = best;
+        w[j] = p[best] / sum;
+        ws += (float)w[j];
+    }
+    for (int32_t j = 0; j < k; j++)
+        w[j] /= ws;
+}
+
+/* The grouping of a routing (sel: T x k), as the kernel promises it: the
+ * pairs counting-sorted by expert, tokens in order; items of up to
+ * mfk_moe_tile(T) rows, experts in order. Returns the items. */
+static int32_t moe_group_ref(const int32_t *sel, int32_t T, int32_t ne, int32_t k, int32_t *eoff,
+                             int32_t *grow, int32_t *prow, int32_t *items)
+{
+    int32_t fill[MFK_MOE_MAX_EXPERTS] = {0}, n = 0;
+    const int32_t tile = mfk_moe_tile(T);
+    memset(eoff, 0, (size_t)(ne + 1) * 4);
+    for (int32_t p = 0; p < T * k; p++)
+        eoff[sel[p] + 1]++;
+    for (int32_t e = 0; e < ne; e++)
+        eoff[e + 1] += eoff[e];
+    for (int32_t p = 0; p < T * k; p++) {
+        const int32_t at = eoff[sel[p]] + fill[sel[p]]++;
+        grow[at] = p / k;
+        prow[p] = at;
+    }
+    for (int32_t e = 0; e < ne; e++)
+        for (int32_t r = eoff[e]; r < eoff[e + 1]; r += tile, n++) {
+            items[4 * n] = e, items[4 * n + 1] = r;
+            items[4 * n + 2] = eoff[e + 1] - r < tile ? eoff[e + 1] - r : tile;
+            items[4 * n + 3] = 0;
+        }
+    return n;
+}
+
+/* The routing's outputs read back. */
+struct moe_host {
+    int32_t *sel, *eoff, *grow, *prow, *items, cnt[2];
+    float *w;
+};
+
+static void moe_read(const struct moe_dev *d, struct moe_host *h)
+{
+    const size_t P = (size_t)d->T * (size_t)d->k;
+    h->sel = malloc(P * 4), h->w = malloc(P * 4), h->eoff = malloc((size_t)(d->ne + 1) * 4);
+    h->grow = malloc(P * 4), h->prow = malloc(P * 4), h->items = malloc((size_t)d->items * 16);
+    d2h(h->sel, d->r.sel, P * 4);
+    d2h(h->w, d->r.w, P * 4);
+    d2h(h->eoff, d->r.eoff, (size_t)(d->ne + 1) * 4);
+    d2h(h->grow, d->r.grow, P * 4);
+    d2h(h->prow, d->r.prow, P * 4);
+    d2h(h->cnt, d->r.n_items, 8);
+    d2h(h->items, d->r.items, (size_t)(h->cnt[0] > 0 && h->cnt[0] <= d->items ? h->cnt[0] : 0) * 16);
+}
+
+static void moe_host_free(struct moe_host *h)
+{
+    free(h->sel), free(h->w), free(h->eoff), free(h->grow), free(h->prow), free(h->items);
+}
+
+/* Random router logits (rows ld apart): uniform in [-4, 4), or with ties
+ * drawn from {-1, 0, 0.5, 1} and token 0's all equal (then its k experts
+ * are 0..k-1, each weighing 1 / k); experts in off[] (n_off) far below. */
+static void moe_logits(float *lg, int32_t T, int32_t ne, int64_t ld, int ties, const int32_t *off,
+                       int n_off)
+{
+    static const float levels[4] = {-1.0f, 0.0f, 0.5f, 1.0f};
+    for (int32_t t = 0; t < T; t++)
+        for (int32_t e = 0; e < ne; e++) {
+            float v = ties ? (t == 0 ? 0.25f : levels[next_u64() % 4]) : frand() * 4;
+            for (int i = 0; i < n_off; i++)
+                v = e == off[i] ? -30.0f : v;
+            lg[t * ld + e] = v;
+        }
+}
+
+/* mfk_moe_route against the host's rule on T tokens, twice (new logits:
+ * the block counter must have come back to 0): every choice and its order
+ * exactly (ties: the lower expert), the weights and their sum's distance
+ * from 1 within 2e-6 + k float roundings (the kernel's expf and float sum
+ * against a double softmax), and the grouping of the device's own choices
+ * exactly: offsets, gathered rows in token order, each pair's row, the
+ * work list. */
+static void test_moe_route(int32_t T, int32_t ne, int32_t k, int ties)
+{
+    const int64_t ld = ne + 3;
+    struct moe_dev d = moe_dev_new(T, ne, k);
+    const size_t P = (size_t)T * (size_t)k;
+    float *lg = malloc((size_t)T * (size_t)ld * 4), *dlg = dalloc((size_t)T * (size_t)ld * 4);
+    int32_t *rsel = malloc(P * 4), *eoff = malloc((size_t)(ne + 1) * 4), *grow = malloc(P * 4);
+    int32_t *prow = malloc(P * 4), *items = malloc((size_t)d.items * 16);
+    double *rw = malloc(P * 8);
+    char name[120];
+    for (int rep = 0; rep < 2; rep++) {
+        moe_logits(lg, T, ne, ld, ties, NULL, 0);
+        h2d(dlg, lg, (size_t)T * (size_t)ld * 4);
+        poison(d.r.sel, P * 4), poison(d.r.w, P * 4), poison(d.r.grow, P * 4);
+        poison(d.r.prow, P * 4), poison(d.r.eoff, (size_t)(ne + 1) * 4);
+        CK(mfk_moe_route(ctx, dlg, ld, T, ne, k, &d.r, &err));
+        struct moe_host h;
+        moe_read(&d, &h);
+        int64_t bad_sel = 0;
+        double werr = 0, serr = 0;
+        for (int32_t t = 0; t < T; t++) {
+            moe_route_ref(lg + t * ld, ne, k, rsel + t * k, rw + t * k);
+            double s = 0;
+            for (int32_t j = 0; j < k; j++) {
+                const double e = fabs(h.w[t * k + j] - rw[t * k + j]) / rw[t * k + j];
+                bad_sel += h.sel[t * k + j] != rsel[t * k + j];
+                werr = !(e <= werr) ? e : werr; /* a NaN sticks */
+                s += h.w[t * k + j];
+            }
+            serr = !(fabs(s - 1) <= serr) ? fabs(s - 1) : serr;
+        }
+        snprintf(name, sizeof name, "moe route T=%d %d of %d%s: choices", T, k, ne,
+                 ties ? " (ties)" : "");
+        report(name, bad_sel == 0, "differ", (double)bad_sel, 0);
+        snprintf(name, sizeof name, "moe route T=%d %d of %d%s: weights", T, k, ne,
+                 ties ? " (ties)" : "");
+        const double wb = 2e-6 + k * 1.2e-7;
+        report(name, werr < wb && serr < wb, "rel err", werr > serr ? werr : serr, wb);
+        /* the grouping of the device's choices (valid experts only) */
+        int valid = 1;
+        for (size_t p = 0; p < P; p++)
+            valid &= h.sel[p] >= 0 && h.sel[p] < ne;
+        int32_t n = valid ? moe_group_ref(h.sel, T, ne, k, eoff, grow, prow, items) : -1;
+        int same = valid && h.cnt[0] == n && h.cnt[1] == 0 &&
+                   !memcmp(h.eoff, eoff, (size_t)(ne + 1) * 4) && !memcmp(h.grow, grow, P * 4) &&
+                   !memcmp(h.prow, prow, P * 4) && !memcmp(h.items, items, (size_t)n * 16);
+        snprintf(name, sizeof name, "moe route T=%d %d of %d%s: grouping, %d items", T, k, ne,
+                 ties ? " (ties)" : "", h.cnt[0]);
+        report(name, same, "equal", same, 1);
+        moe_host_free(&h);
+    }
+    mfk_free(dlg);
+    moe_dev_free(&d);
+    free(lg), free(rsel), free(eoff), free(grow), free(prow), free(items), free(rw);
+}
+
+/* n_expert matrices of ne1 rows x ne0 of type t, random, one after
+ * another on the device; *deq their values (rows in order). The experts
+ * in poisoned[] hold 0xFF bytes instead (NaN scales and values in every
+ * type): a product that reads them is NaN. */
+static struct mfk_weight moe_weight_new(enum ggml_type t, int64_t ne0, int64_t ne1, int32_t ne,
+                                        const int32_t *poisoned, int n_poisoned, float **deq)
+{
+    uint64_t rb;
+    ggml_type_row_size(t, (uint64_t)ne0, &rb);
+    const int64_t rows = ne1 * ne;
+    float *src = malloc((size_t)ne0 * 4);
+    uint8_t *q = malloc((size_t)rb * (size_t)rows);
+    *deq = malloc((size_t)(ne0 * rows) * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < ne0; i++)
+            src[i] = frand() * 0.05f;
+        CK(quant_quantize_row(t, src, q + r * rb, ne0, &err));
+        CK(quant_dequantize_row(t, q + r * rb, *deq + r * ne0, ne0, &err));
+    }
+    for (int i = 0; i < n_poisoned; i++)
+        memset(q + (size_t)poisoned[i] * (size_t)ne1 * rb, 0xFF, (size_t)ne1 * rb);
+    void *dw = dalloc((size_t)rb * (size_t)rows);
+    h2d(dw, q, (size_t)rb * (size_t)rows);
+    free(src), free(q);
+    return (struct mfk_weight){.data = dw, .type = (int)t, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb};
+}
+
+/* x's rows (ldx apart) in their 8-bit form, rows n apart (struct mfk_q8):
+ * what mfk_rmsnorm and mfk_swiglu write, by the same formula. */
+static void moe_q8_host(const float *x, int64_t ldx, int rows, int64_t n, int8_t *q, float *d,
+                        float *s)
+{
+    for (int r = 0; r < rows; r++)
+        for (int64_t o = 0; o < n; o += 32) {
+            const float *v = x + r * ldx + o;
+            float amax = 0;
+            int qs = 0;
+            for (int e = 0; e < 32; e++)
+                amax = fmaxf(amax, fabsf(v[e]));
+            const float dd = amax / 127.0f;
+            for (int e = 0; e < 32; e++) {
+                const int a = amax > 0 ? (int)rintf(v[e] / dd) : 0;
+                q[r * n + o + e] = (int8_t)a;
+                qs += a;
+            }
+            d[(r * n + o) / 32] = dd;
+            s[(r * n + o) / 32] = dd * (float)qs;
+        }
+}
+
+/* mfk_moe_gemm of two weights (types t and t2, ne1 = 37 rows an expert,
+ * ne0 wide) on a routing of T tokens, k = 2 of n_e experts, experts 1 and
+ * n_e - 1 never chosen (and NaN inside): every gathered row of both
+ * against the float64 product of its expert's rows with its input as the
+ * kernel meets it (act_ref) within 1e-5, the rows' padding (ldy) never
+ * written. down: inputs by gathered row (the down product, one weight),
+ * else by token through the routing's row map. */
+static void moe_gemm_check(enum ggml_type t, enum ggml_type t2, int64_t ne0, int32_t n_e, int32_t k,
+                           int32_t T, int down)
+{
+    const int64_t ne1 = 37, ldy = ne1 + 3, ldx = ne0 + 4;
+    const int32_t off[2] = {1, n_e - 1};
+    const int nw = down ? 1 : 2;
+    const enum ggml_type ts[2] = {t, t2};
+    struct moe_dev d = moe_dev_new(T, n_e, k);
+    const size_t P = (size_t)T * (size_t)k;
+    const int32_t rows = down ? (int32_t)P : T;
+    float *lg = malloc((size_t)T * (size_t)n_e * 4), *dlg = dalloc((size_t)T * (size_t)n_e * 4);
+    moe_logits(lg, T, n_e, n_e, 0, off, 2);
+    h2d(dlg, lg, (size_t)T * (size_t)n_e * 4);
+    CK(mfk_moe_route(ctx, dlg, n_e, T, n_e, k, &d.r, &err));
+    struct moe_host h;
+    moe_read(&d, &h);
+    float *x = malloc((size_t)rows * (size_t)ldx * 4);
+    for (int64_t i = 0; i < rows * ldx; i++)
+        x[i] = frand();
+    const size_t nq = (size_t)rows * (size_t)ne0, nd = nq / 32;
+    int8_t *q = malloc(nq);
+    float *qd = malloc(nd * 4), *qs = malloc(nd * 4);
+    moe_q8_host(x, ldx, rows, ne0, q, qd, qs);
+    float *dx = dalloc((size_t)rows * (size_t)ldx * 4);
+    uint8_t *dq = dalloc(nq + 2 * nd * 4);
+    h2d(dx, x, (size_t)rows * (size_t)ldx * 4);
+    h2d(dq, q, nq);
+    h2d(dq + nq, qd, nd * 4);
+    h2d(dq + nq + nd * 4, qs, nd * 4);
+    struct mfk_q8 q8 = {(int8_t *)dq, (float *)(void *)(dq + nq),
+                        (float *)(void *)(dq + nq + nd * 4)};
+    struct mfk_weight w[2];
+    const struct mfk_weight *wp[2] = {&w[0], &w[1]};
+    float *deq[2] = {NULL, NULL}, *dy[2] = {NULL, NULL};
+    for (int i = 0; i < nw; i++) {
+        w[i] = moe_weight_new(ts[i], ne0, ne1, n_e, off, 2, &deq[i]);
+        dy[i] = dalloc(P * (size_t)ldy * 4);
+        poison(dy[i], P * (size_t)ldy * 4);
+    }
+    CK(mfk_moe_gemm(ctx, nw, wp, n_e, dx, ldx, &q8, down ? NULL : d.r.grow, T, k, &d.r, dy, ldy,
+                    &err));
+    float *y = malloc(P * (size_t)ldy * 4), *yc = malloc(P * (size_t)ne1 * 4);
+    double *xa = malloc((size_t)rows * (size_t)ne0 * 8), *ref = malloc(P * (size_t)ne1 * 8);
+    char name[140];
+    for (int i = 0; i < nw; i++) {
+        act_ref(ts[i], x, ldx, rows, ne0, xa);
+        int32_t e = 0;
+        for (size_t g = 0; g < P; g++) {
+            while (e < n_e - 1 && g >= (size_t)h.eoff[e + 1])
+                e++;
+            const int64_t in = down ? (int64_t)g : h.grow[g];
+            for (int64_t r = 0; r < ne1; r++) {
+                const float *wr = deq[i] + ((int64_t)e * ne1 + r) * ne0;
+                double sum = 0;
+                for (int64_t c = 0; c < ne0; c++)
+                    sum += (double)wr[c] * xa[in * ne0 + c];
+                ref[g * ne1 + r] = sum;
+            }
+        }
+        d2h(y, dy[i], P * (size_t)ldy * 4);
+        int64_t pad = 0;
+        for (size_t g = 0; g < P; g++) {
+            memcpy(yc + g * ne1, y + g * ldy, (size_t)ne1 * 4);
+            for (int64_t r = ne1; r < ldy; r++) {
+                uint32_t bits;
+                memcpy(&bits, &y[g * ldy + r], 4);
+                pad += bits != 0xFFFFFFFFu;
+            }
+        }
+        const double e2 = rel_err(yc, ref, P * (size_t)ne1), bound = 1e-5;
+        snprintf(name, sizeof name, "moe gemm %s%s%s %lldx%lld T=%d %d of %d%s (%d items)",
+                 ggml_type_name(ts[i]), nw > 1 && t2 != t ? " beside " : "",
+                 nw > 1 && t2 != t ? ggml_type_name(ts[1 - i]) : "", (long long)ne1,
+                 (long long)ne0, T, k, n_e, down ? " by row" : "", h.cnt[0]);
+        report(name, e2 < bound && pad == 0, "rel err", pad ? INFINITY : e2, bound);
+    }
+    for (int i = 0; i < nw; i++)
+        mfk_free((void *)w[i].data), mfk_free(dy[i]), free(deq[i]);
+    mfk_free(dlg), mfk_free(dx), mfk_free(dq);
+    moe_host_free(&h);
+    moe_dev_free(&d);
+    free(lg), free(x), free(q), free(qd), free(qs), free(y), free(yc), free(xa), free(ref);
+}
+
+/* The grouped products of each weight type: widths where a Q4_K or Q6_K
+ * row takes 1, 3 (two rows a warp) and 9 super-blocks; 1, 3, 13 and 40
+ * tokens (items of 1, up to 4 and up to 8 rows, rows per expert not a
+ * multiple of them), gate/up style and down style; then 300 tokens (more
+ * items than a launch's MFK_MOE_SLOTS), 128 experts top 8 at 32 tokens
+ * (Qwen3-MoE's decode), and two types in one call (two launches). */
+static void test_moe_gemm(enum ggml_type t)
+{
+    const int kq = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_Q5_K;
+    const int64_t widths[3] = {kq ? 256 : 96, kq ? 768 : 800, 2304};
+    static const int32_t Ts[] = {1, 3, 13, 40};
+    for (int wi = 0; wi < 3; wi++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+            for (int down = 0; down < 2; down++)
+                moe_gemm_check(t, t, widths[wi], 6, 2, Ts[ti], down);
+    moe_gemm_check(t, t, widths[1], 6, 2, 300, 0);
+    moe_gemm_check(t, t, widths[1], 128, 8, 32, 0);
+    moe_gemm_check(t, t == GGML_TYPE_F16 ? GGML_TYPE_Q4_K : GGML_TYPE_F16, 768, 6, 2, 13, 0);
+}
+
+/* mfk_moe_combine: each token's rows weighted and added in choice order
+ * (and to out), bit for bit the CPU's float operations, 1 and 9 tokens. */
+static void test_moe_combine(void)
+{
+    const int32_t ne = 5, k = 3;
+    const int64_t n = 260, ldy = 264, ldo = 268;
+    static const int32_t Ts[] = {1, 9};
+    char name[96];
+    for (size_t ti = 0; ti < 2; ti++) {
+        const int32_t T = Ts[ti];
+        const size_t P = (size_t)T * k;
+        struct moe_dev d = moe_dev_new(T, ne, k);
+        float *lg = malloc((size_t)T * ne * 4), *dlg = dalloc((size_t)T * ne * 4);
+        moe_logits(lg, T, ne, ne, 0, NULL, 0);
+        h2d(dlg, lg, (size_t)T * ne * 4);
+        CK(mfk_moe_route(ctx, dlg, ne, T, ne, k, &d.r, &err));
+        struct moe_host h;
+        moe_read(&d, &h);
+        float *y = malloc(P * ldy * 4), *o0 = malloc((size_t)T * ldo * 4);
+        float *o = malloc((size_t)T * ldo * 4), *want = malloc((size_t)T * ldo * 4);
+        for (size_t i = 0; i < P * ldy; i++)
+            y[i] = frand();
+        for (size_t i = 0; i < (size_t)T * ldo; i++)
+            o0[i] = frand();
+        float *dy = dalloc(P * ldy * 4), *dout = dalloc((size_t)T * ldo * 4);
+        h2d(dy, y, P * ldy * 4);
+        for (int add = 0; add < 2; add++) {
+            memcpy(want, o0, (size_t)T * ldo * 4);
+            for (int32_t t = 0; t < T; t++)
+                for (int64_t i = 0; i < n; i++) {
+                    float acc = 0;
+                    for (int32_t j = 0; j < k; j++) {
+                        volatile float pr = h.w[t * k + j] * y[h.prow[t * k + j] * ldy + i];
+                        acc = j ? acc + pr : pr;
+                    }
+                    want[t * ldo + i] = add ? acc + o0[t * ldo + i] : acc;
+                }
+            h2d(dout, o0, (size_t)T * ldo * 4);
+            CK(mfk_moe_combine(ctx, dy, ldy, T, k, n, &d.r, dout, ldo, add, &err));
+            d2h(o, dout, (size_t)T * ldo * 4);
+            int64_t bad = 0;
+            for (size_t i = 0; i < (size_t)T * ldo; i++)
+                bad += memcmp(&o[i], &want[i], 4) != 0;
+            snprintf(name, sizeof name, "moe combine T=%d %d of %d%s (bit-exact)", T, k, ne,
+                     add ? " add" : "");
+            report(name, bad == 0, "elements differ", (double)bad, 0);
+        }
+        mfk_free(dlg), mfk_free(dy), mfk_free(dout);
+        moe_host_free(&h);
+        moe_dev_free(&d);
+        free(lg), free(y), free(o0), free(o), free(want);
+    }
+}
+
+/* What the MoE kernels refuse, before launching anything. */
+static void test_moe_refusals(void)
+{
+    struct moe_dev d = moe_dev_new(4, 8, 2);
+    uint64_t rb;
+    ggml_type_row_size(GGML_TYPE_Q4_K, 256, &rb);
+    void *dw = dalloc(rb * 8 * 8);
+    float *dx = dalloc(4 * 260 * 4 + 16), *dy = dalloc(8 * 8 * 4);
+    struct mfk_weight q4 = {.data = dw, .type = GGML_TYPE_Q4_K, .ne0 = 256, .ne1 = 8,
+                            .row_bytes = rb};
+    struct mfk_weight f16 = {.data = dw, .type = GGML_TYPE_F16, .ne0 = 64, .ne1 = 8,
+                             .row_bytes = 128};
+    struct mfk_weight q50 = f16;
+    q50.type = GGML_TYPE_Q5_0;
+    const struct mfk_weight *w3[3] = {&f16, &f16, &f16};
+    const struct mfk_weight *wq = &q4, *wf = &f16, *w5 = &q50;
+    float *ys[3] = {dy, dy, dy};
+    int rc[8];
+    rc[0] = mfk_moe_gemm(ctx, 1, &wq, 8, dx, 256, NULL, NULL, 4, 2, &d.r, ys, 8, &err);
+    rc[1] = mfk_moe_gemm(ctx, 1, &wf, 8, dx + 1, 64, NULL, NULL, 4, 2, &d.r, ys, 8, &err);
+    rc[2] = mfk_moe_gemm(ctx, 3, w3, 8, dx, 64, NULL, NULL, 4, 2, &d.r, ys, 8, &err);
+    rc[3] = mfk_moe_gemm(ctx, 1, &w5, 8, dx, 64, NULL, NULL, 4, 2, &d.r, ys, 8, &err);
+    rc[4] = mfk_moe_route(ctx, dx, 8, 4, 8, 9, &d.r, &err);
+    rc[5] = mfk_moe_route(ctx, dx, 600, 4, 600, 2, &d.r, &err);
+    rc[6] = mfk_moe_combine(ctx, dx, 260, 4, 2, 258, &d.r, dy, 260, 0, &err);
+    rc[7] = mfk_moe_route(ctx, dx, 8, 4, 8, 0, &d.r, &err);
+    static const int want[8] = {MF_EINVAL,       MF_EINVAL, MF_EINVAL, MF_EUNSUPPORTED,
+                                MF_EINVAL,       MF_EINVAL, MF_EINVAL, MF_EINVAL};
+    int ok = 1;
+    for (int i = 0; i < 8; i++)
+        ok &= rc[i] == want[i];
+    report("moe: no 8-bit input, unaligned input, 3 weights, Q5_0, k > experts, 600 experts, "
+           "n % 4, k 0: refused",
+           ok, "rc", ok, 1);
+    mfk_free(dw), mfk_free(dx), mfk_free(dy);
+    moe_dev_free(&d);
+}
+
 /* ---- whole model: CUDA backend vs CPU backend ------------------------------ */
 
 struct side {
@@ -2351,7 +2801,8 @@ int main(int argc, char **argv)
      * types), misc (norms, 8-bit copies, argmax, GEMV refusals and groups),
      * att-f16 and att-q8 (the attention kernels on each arena, 200-token
      * contexts), long (a 12,001-token context on both), models (the model
-     * files). Compute-sanitizer's racecheck runs the parts as separate
+     * files), moe (the mixture-of-experts kernels: routing, grouped products
+     * of every type, combine). Compute-sanitizer's racecheck runs the parts as separate
      * processes: the whole sweep outlasts a device lease under it.
      * --attention: att-f16,att-q8,models. */
     const char *only = NULL;
@@ -2359,20 +2810,22 @@ int main(int argc, char **argv)
         only = "att-f16,att-q8,models", argc--, argv++;
     else if (argc > 2 && strcmp(argv[1], "--only") == 0)
         only = argv[2], argc -= 2, argv += 2;
-    static const char *const parts[] = {"types", "misc", "att-f16", "att-q8", "long", "models"};
-    int want[6];
-    for (int i = 0; i < 6; i++)
+    static const char *const parts[] = {"types",  "misc",   "att-f16", "att-q8",
+                                        "long",   "models", "moe"};
+    enum { N_PARTS = sizeof parts / sizeof parts[0] };
+    int want[N_PARTS];
+    for (int i = 0; i < N_PARTS; i++)
         want[i] = !only;
     for (const char *o = only; o && *o;) {
         size_t len = strcspn(o, ",");
         int hit = 0;
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < N_PARTS; i++)
             if (strlen(parts[i]) == len && strncmp(o, parts[i], len) == 0)
                 want[i] = hit = 1;
         if (!hit) {
             fprintf(stderr,
                     "test_cuda: --only %.*s: no such part (types, misc, att-f16, att-q8, long, "
-                    "models)\n",
+                    "models, moe)\n",
                     (int)len, o);
             mfk_ctx_free(ctx);
             return 2;
@@ -2434,6 +2887,19 @@ int main(int argc, char **argv)
         }
         if (want[4]) /* past the per-token kernel's shared memory */
             test_attention(32, 8, 128, 128, 12000, q8);
+    }
+    if (want[6]) {
+        static const struct {
+            int32_t T, ne, k, ties;
+        } routes[] = {{1, 8, 2, 0},    {1, 128, 8, 1},    {5, 4, 4, 1},     {3, 60, 7, 0},
+                      {37, 128, 8, 0}, {37, 128, 8, 1},   {300, 8, 2, 0},   {64, 512, 8, 1},
+                      {3, 512, 512, 1}, {2000, 128, 8, 0}, {2000, 512, 8, 1}};
+        for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+            test_moe_route(routes[i].T, routes[i].ne, routes[i].k, routes[i].ties);
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+            test_moe_gemm(types[i]);
+        test_moe_combine();
+        test_moe_refusals();
     }
     if (want[1]) {
         test_argmax();

@@ -10,7 +10,8 @@
  * coarse (many ties), with NaN and -inf entries, at 1,000 and 128,256
  * tokens. Also checks the logits are left as they were, and times a
  * 64-row draw against copying those logits to the host and drawing there.
- * With model files, the backend's op (cuda_sample: packing, copies, rows
+ * Grammar masks (mfk_sample_masked): constrained samplers agree and never
+ * draw a banned token. With model files, the backend's op (cuda_sample: packing, copies, rows
  * given back) against a second CUDA backend whose logits come down.
  *
  *   test_sample [--quick] [MODEL.gguf ...]    (exit 77 without a GPU)
@@ -29,6 +30,7 @@
 #include "runtime/cuda/cuda_plan.h"
 #include "runtime/model/model.h"
 #include "runtime/engine/sampler.h"
+#include "runtime/grammar/gram.h"
 
 #define ROWS 64
 
@@ -193,6 +195,106 @@ static void run_case(const struct pcase *pc, int64_t n, enum shape sh, int round
     }
     free(x);
     free(x2);
+}
+
+static struct sampler_params params(float t, int32_t k, float p, float min_p, float rp, float pres,
+                                    float freq);
+
+/* Grammar masks on the device (mfk_sample_masked): ROWS samplers constrained
+ * by JSON mode over a vocabulary of every byte plus random strings draw on
+ * both sides from the same logits for several steps; the tokens must agree
+ * and every device token must be one the grammar allows. */
+static void masked_case(int64_t n, float *dx, struct mfk_draw *dd, struct mfk_adjust *da,
+                        int32_t *dids)
+{
+    const char alpha[] = "{}[]\",:0123456789 .-etrufalsn\\abc";
+    char **pieces = calloc((size_t)n, sizeof *pieces);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    struct gram_vocab *v = NULL;
+    struct gram *g = NULL;
+    /* JSON values (gram_json_gbnf's needs jansson, which this build leaves out) */
+    static const char src[] =
+        "root ::= value\n"
+        "value ::= object | array | string | number | (\"true\" | \"false\" | \"null\")\n"
+        "object ::= \"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\" ws\n"
+        "array ::= \"[\" ws (value (\",\" ws value)*)? \"]\" ws\n"
+        "string ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]* \"\\\"\" ws\n"
+        "number ::= \"-\"? [0-9]{1,16} (\".\" [0-9]{1,16})? ws\n"
+        "ws ::= [ \\n]{0,4}\n";
+    for (int64_t i = 0; i < n; i++) {
+        lens[i] = i < 256 ? 1 : 1 + next_u64() % 5;
+        pieces[i] = malloc(lens[i]);
+        for (size_t k = 0; k < lens[i]; k++)
+            pieces[i][k] = i < 256 ? (char)i : alpha[next_u64() % (sizeof alpha - 1)];
+    }
+    CK(gram_vocab_from_pieces((const char *const *)pieces, lens, NULL, (int32_t)n, &v, &err));
+    CK(gram_new(src, sizeof src - 1, v, &g, &err));
+    float *x = malloc((size_t)ROWS * (size_t)n * sizeof *x);
+    uint32_t *hm = malloc((size_t)ROWS * cuda_plan_mask_words((int32_t)n) * sizeof *hm);
+    uint32_t *dm = NULL;
+    CK(mfk_malloc(ctx, (size_t)ROWS * cuda_plan_mask_words((int32_t)n) * sizeof *dm, (void **)&dm,
+                  &err));
+    struct sampler *hs[ROWS], *ds[ROWS];
+    struct sampler_draw d[ROWS];
+    static struct mfk_draw md[ROWS];
+    static struct mfk_adjust ma[ROWS * MFK_SAMPLE_ADJUST];
+    int32_t ids[ROWS];
+    int draws = 0, differ = 0, banned = 0;
+    for (int j = 0; j < ROWS; j++) {
+        struct sampler_params p = params(1.0f, j % 2 ? 40 : 0, 1.0f, 0, 1.0f, 0, 0);
+        p.seed = next_u64();
+        CK(sampler_new(&hs[j], (int32_t)n, &p, &err));
+        CK(sampler_new(&ds[j], (int32_t)n, &p, &err));
+        CK(sampler_set_grammar(hs[j], g, 0, &err));
+        CK(sampler_set_grammar(ds[j], g, 0, &err));
+    }
+    for (int r = 0; r < 12; r++) {
+        for (int j = 0; j < ROWS; j++) {
+            fill(x + (size_t)j * (size_t)n, n, PEAKED);
+            sampler_draw_plan(ds[j], &d[j]);
+        }
+        size_t nm = 0;
+        int na = pack(d, ROWS, (int32_t)n, md, ma);
+        cuda_plan_masks(d, ROWS, (int32_t)n, md, hm, &nm);
+        CK(mfk_copy_h2d(ctx, dx, x, (size_t)ROWS * (size_t)n * sizeof *x, &err));
+        CK(mfk_copy_h2d(ctx, dd, md, sizeof md, &err));
+        CK(mfk_copy_h2d(ctx, da, ma, (size_t)(na ? na : 1) * sizeof *ma, &err));
+        CK(mfk_copy_h2d(ctx, dm, hm, nm * sizeof *hm, &err));
+        CK(mfk_sample_masked(ctx, dx, n, ROWS, n, dd, da, dm, dids, &err));
+        CK(mfk_copy_d2h(ctx, ids, dids, sizeof ids, &err));
+        CK(mfk_sync(ctx, &err));
+        for (int j = 0; j < ROWS; j++) {
+            const float *row = x + (size_t)j * (size_t)n;
+            struct sampler_result hr, dr;
+            int hrc = sampler_sample(hs[j], row, &hr, &err);
+            int32_t got = ids[j];
+            if (got < 0)
+                got = sampler_sample(ds[j], row, &dr, &err) ? -1 : dr.token;
+            else if (!((d[j].allow[got >> 5] >> (got & 31)) & 1u))
+                banned++;
+            draws++;
+            differ += (hrc ? -1 : hr.token) != got;
+            int32_t next = hrc ? 0 : hr.token;
+            sampler_accept(hs[j], next);
+            sampler_accept(ds[j], next);
+        }
+    }
+    report("grammar masks (JSON mode) on the device", differ == 0 && banned == 0,
+           "tokens differ or a banned token was drawn", differ + banned, 0);
+    printf("     %d draws, %d differ, %d banned tokens drawn\n", draws, differ, banned);
+    for (int j = 0; j < ROWS; j++) {
+        sampler_free(hs[j]);
+        sampler_free(ds[j]);
+    }
+    for (int64_t i = 0; i < n; i++)
+        free(pieces[i]);
+    free(pieces);
+    free(lens);
+    free(x);
+    free(hm);
+    mfk_free(dm);
+    gram_unref(g);
+    gram_vocab_free(v);
 }
 
 static struct sampler_params params(float t, int32_t k, float p, float min_p, float rp, float pres,
@@ -410,6 +512,8 @@ int main(int argc, char **argv)
         printf("     %d draws, %d given back to the host, logits changed in %d launches\n", draws,
                back, moved);
     }
+    masked_case(1000, dx, dd, da, dids);
+    masked_case(nmax, dx, dd, da, dids);
     if (!quick)
         time_draw(dx, dd, da, dids);
     for (int i = 1; i < argc; i++)

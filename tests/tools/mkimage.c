@@ -29,8 +29,12 @@ static int build(struct store *s, const char *name, const char *runtime, const c
     struct layer_result res[MAX_ADAPTERS + 3];
     struct oci_layer ls[MAX_ADAPTERS + 3];
     char paths[MAX_ADAPTERS + 1][512], by[MAX_ADAPTERS + 1][600];
+    enum layer_compression comp;
     int n = 0, rc = layer_source_date(&t, err);
-    if (rc == 0 && (rc = layer_write_runtime(s, runtime, "mfc-serve", t, &res[n], err)) == 0)
+    if (rc == 0)
+        rc = layer_runtime_compression(&comp, err); /* as mfc build: MFC_RUNTIME_COMPRESSION */
+    if (rc == 0 && (rc = layer_write_runtime(s, runtime, "mfc-serve", t, comp, NULL, NULL,
+                                             &res[n], NULL, err)) == 0)
         ls[n] = (struct oci_layer){&res[n], "COPY mfc-serve /usr/bin/mfc-serve"}, n++;
     for (int i = -1; rc == 0 && i < n_ad; i++) {
         const char *src = i < 0 ? weights : adapters[i];

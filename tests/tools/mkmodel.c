@@ -37,7 +37,9 @@
  * --lora writes an adapter instead of the model: general.type=adapter,
  * adapter.type=lora, adapter.lora.alpha, and for each target of each layer
  * "<base>.lora_a" {ne0 = base ne0, rank} and "<base>.lora_b" {rank, base ne1}
- * (llama.cpp src/llama-adapter.cpp). Tensor data is generated and written
+ * (llama.cpp src/llama-adapter.cpp); a fused base tensor (--fused-qkv's
+ * attn_qkv, Phi-3's ffn_up) gets one pair over all its rows, and a model
+ * with experts takes q, k, v, o targets only. Tensor data is generated and written
  * row by row (a few MB at a time), so the 8B preset needs no more memory
  * than a 4 MB chunk and one row.
  */
@@ -369,8 +371,11 @@ static int check_opts(const struct opts *o, struct mf_err *err)
         return mf_err_set(err, MF_EUSAGE, "--experts: %s has no experts", o->arch->name);
     if (!s->n_expert && (o->arch->flags & ARCH_ALL_EXPERTS))
         return mf_err_set(err, MF_EUSAGE, "%s needs --experts", o->arch->name);
-    if (o->lora_rank && (s->n_expert || o->fused_qkv || (o->arch->flags & ARCH_FUSED_UP)))
-        return mf_err_set(err, MF_EUSAGE, "adapters are written for unfused, dense layers");
+    if (o->lora_rank && s->n_expert &&
+        (o->targets & ((1u << T_GATE) | (1u << T_UP) | (1u << T_DOWN))))
+        return mf_err_set(err, MF_EUSAGE,
+                          "adapters of a model with experts target q, k, v, o only (its layers "
+                          "have no dense gate, up or down)");
     if (s->n_head % s->n_head_kv != 0)
         return mf_err_set(err, MF_EUSAGE, "--heads must be a multiple of --kv-heads");
     if (o->lora_rank && !o->targets)
@@ -602,19 +607,36 @@ static int plan_model(const struct opts *o, struct plan *p, struct mf_err *err)
     return rc;
 }
 
+/* A fused base tensor is adapted as one pair (PEFT's qkv_proj, gate_up_proj):
+ * any of q, k, v targets attn_qkv, any of gate, up targets Phi-3's ffn_up. */
 static int plan_lora(const struct opts *o, struct plan *p, struct mf_err *err)
 {
     char name[GGUF_MAX_NAME];
     int rc = 0;
     for (uint32_t l = 0; l < o->s.n_layer && !rc; l++) {
+        int done_qkv = 0, done_up = 0;
         for (int t = 0; t < T_COUNT && !rc; t++) {
             if (!(o->targets & (1u << t)))
                 continue;
-            uint64_t ne0, ne1;
+            uint64_t ne0, ne1, e0, e1;
+            const char *base = target_name[t];
             target_dims(&o->s, t, &ne0, &ne1);
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_a", l, target_name[t]);
+            if (o->fused_qkv && t <= T_V) {
+                if (done_qkv++)
+                    continue;
+                base = "attn_qkv";
+                target_dims(&o->s, T_K, &e0, &e1);
+                target_dims(&o->s, T_Q, &ne0, &ne1);
+                ne1 += 2 * e1;
+            } else if ((o->arch->flags & ARCH_FUSED_UP) && (t == T_GATE || t == T_UP)) {
+                if (done_up++)
+                    continue;
+                base = "ffn_up";
+                ne1 *= 2;
+            }
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_a", l, base);
             rc = plan_add(p, name, 2, ne0, o->lora_rank, 0, 0.05f, err);
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_b", l, target_name[t]);
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.weight.lora_b", l, base);
             if (!rc)
                 rc = plan_add(p, name, 2, o->lora_rank, ne1, 0, 0.05f, err);
         }

@@ -201,12 +201,50 @@ static void test_file_atomic_write_and_abort(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* transformers' model_max_length (int(1e30)) reads as a real; every other
+ * integer stays an integer, and strings that look like numbers are kept. */
+static void test_json_big_integers(void **state)
+{
+    struct mf_err err;
+    const char *t = "{\"model_max_length\": 1000000000000000019884624838656, \"id\": 128000,"
+                    " \"neg\": -99999999999999999999, \"s\": \"12345678901234567890123\","
+                    " \"e\": \"\\\"1\", \"max\": 9223372036854775807}";
+    json_t *v = mf_json_parse(t, strlen(t), "tokenizer_config.json", &err);
+    assert_non_null(v);
+    assert_true(json_is_real(json_object_get(v, "model_max_length")));
+    assert_true(json_real_value(json_object_get(v, "model_max_length")) > 9.9e29);
+    assert_true(json_is_integer(json_object_get(v, "id")));
+    assert_int_equal(json_integer_value(json_object_get(v, "id")), 128000);
+    assert_true(json_real_value(json_object_get(v, "neg")) < -9e19);
+    assert_string_equal(json_string_value(json_object_get(v, "s")), "12345678901234567890123");
+    assert_string_equal(json_string_value(json_object_get(v, "e")), "\"1");
+    assert_int_equal(json_integer_value(json_object_get(v, "max")), INT64_MAX);
+    json_decref(v);
+    /* a syntax error still names its position in the original text */
+    const char *bad = "{\"a\": 100000000000000000000000,\n]";
+    assert_null(mf_json_parse(bad, strlen(bad), "x.json", &err));
+    assert_non_null(strstr(err.msg, "x.json:1:"));
+}
+
 static void test_json_errors_name_position(void **state)
 {
     struct mf_err err;
     json_t *v = mf_json_parse("{\"a\": 1,\n \"a\": 2}", 17, "req.json", &err);
     assert_null(v);
     assert_non_null(strstr(err.msg, "req.json:2:"));
+    /* the input is never quoted: a file that is not JSON may be a secret */
+    static const char *not_json[] = {"root:$y$j9T$Zq0s4:19000", "{\"k\": tok_3f9a}",
+                                     "{\"k\": \"a\\q\"}", "{\"k\": \"\xe9\xff\"}",
+                                     "{\"k\": \"\\ud800x\"}", "[\"\x01\"]"};
+    for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
+        assert_null(mf_json_parse(not_json[i], strlen(not_json[i]), "f.json", &err));
+        assert_non_null(strstr(err.msg, "f.json:1:"));
+        assert_null(strstr(err.msg, "root"));
+        assert_null(strstr(err.msg, "tok_"));
+        assert_null(strstr(err.msg, "0x"));
+        assert_null(strstr(err.msg, "ud800"));
+        assert_null(strstr(err.msg, "near"));
+    }
     v = mf_json_parse("{\"n\": 3, \"s\": \"x\"}", 18, "ok", &err);
     assert_non_null(v);
     int64_t n = 0;
@@ -236,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_sha256_known_answers),
         cmocka_unit_test(test_file_atomic_write_and_abort),
         cmocka_unit_test(test_json_errors_name_position),
+        cmocka_unit_test(test_json_big_integers),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * test_cuda_host.c: the CUDA backend's host-side logic, which needs no GPU
  * (runtime/cuda/cuda_plan.h): weight placement, the KV budget from
- * MFC_GPU_MEMORY_UTILIZATION, one step's bookkeeping; and that without a
+ * MFC_GPU_MEMORY_UTILIZATION, one step's bookkeeping, the routed layers'
+ * buffers and work-list bounds (cuda_moe.h, kernels.h); and that without a
  * GPU (or without CUDA in the build) the backend refuses to start with
  * MF_EUNSUPPORTED instead of failing later.
  */
@@ -17,6 +18,7 @@
 
 #include "runtime/engine/backend.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_moe.h"
 #include "runtime/cuda/cuda_plan.h"
 
 #define GiB (1ull << 30)
@@ -798,6 +800,23 @@ static void test_draws(void **state)
     /* the limits agree with the sampler's contract */
     assert_int_equal(MFK_SAMPLE_TOP_K, SAMPLER_DRAW_MAX_TOP_K);
     assert_int_equal(MFK_SAMPLE_ADJUST, SAMPLER_DRAW_MAX_ADJUST);
+    /* no grammar: no mask; grammar masks packed one after another (40 tokens:
+       2 words a row), each row pointing at its own */
+    assert_true(hd[0].mask_off < 0 && hd[1].mask_off < 0 && hd[2].mask_off < 0);
+    uint32_t m0[2] = {0x5u, 0x80u}, m2[2] = {0xffffffffu, 0x1u}, hm[6];
+    size_t nm = 99;
+    assert_int_equal(cuda_plan_masks(d, 3, 40, hd, hm, &nm), 0);
+    assert_int_equal(nm, 0);
+    d[0].allow = m0;
+    d[2].allow = m2;
+    assert_int_equal(cuda_plan_draws(d, 3, 40, hd, ha, &na, &err), 0);
+    assert_int_equal(cuda_plan_masks(d, 3, 40, hd, hm, &nm), 1);
+    assert_int_equal(cuda_plan_mask_words(40), 2);
+    assert_int_equal(nm, 4);
+    assert_int_equal(hd[0].mask_off, 0);
+    assert_true(hd[1].mask_off < 0);
+    assert_int_equal(hd[2].mask_off, 2);
+    assert_true(hm[0] == 0x5u && hm[1] == 0x80u && hm[2] == 0xffffffffu && hm[3] == 0x1u);
 }
 
 /* MFC_CUDA_QGEMM_MAX as MFC_CUDA_GEMM_MIN is read; qgemm.cu's K split:
@@ -963,6 +982,228 @@ static void test_qgemm_sk_walk(void **state)
     }
 }
 
+/* fake_model's 2 layers routed: 8 experts of 512 rows (gate, up: Q4_K
+ * [256, 512, 8]; down: down_type [512, 256, 8]), top 2, an F32 router
+ * [256, 8]; the dense FFN tensors absent, as model.c binds them. */
+static void fake_moe(struct model *m, struct model_layer *L, enum ggml_type down_type)
+{
+    fake_model(m, L, GGML_TYPE_Q4_K, 0);
+    m->hp.n_expert = 8;
+    m->hp.n_expert_used = 2;
+    m->hp.n_ff_exp = 512;
+    for (int l = 0; l < 2; l++) {
+        const size_t at = 600000 + 8192 * (size_t)l;
+        for (int w = MODEL_W_GATE; w <= MODEL_W_DOWN; w++)
+            memset(&L[l].w[w], 0, sizeof L[l].w[w]);
+        set_w(&L[l].gate_inp, GGML_TYPE_F32, 256, 8, at, "blk.ffn_gate_inp.weight");
+        set_w(&L[l].exps[MODEL_EXP_GATE], GGML_TYPE_Q4_K, 256, 512, at + 1024, "blk.gate_exps");
+        set_w(&L[l].exps[MODEL_EXP_UP], GGML_TYPE_Q4_K, 256, 512, at + 2048, "blk.up_exps");
+        set_w(&L[l].exps[MODEL_EXP_DOWN], down_type, 512, 256, at + 3072, "blk.down_exps");
+        for (int x = 0; x < MODEL_EXP_COUNT; x++)
+            L[l].exps[x].ne2 = 8;
+    }
+}
+
+/* A routed model's tensors: the router and each 3-D expert tensor whole
+ * (row_bytes x rows x experts), the absent dense FFN not at all; types the
+ * grouped kernels cannot read are refused naming the tensor, and so are
+ * GELU-gated experts and more experts than the router kernel holds. */
+static void test_moe_weights(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_wplan p;
+    struct mf_err err = {0};
+    (void)state;
+
+    fake_moe(&m, L, GGML_TYPE_Q6_K);
+    assert_int_equal(cuda_plan_weights(&m, &p, &err), 0);
+    /* token_embd, output, output_norm, 2 x (2 norms + 4 attention + router + 3 experts) */
+    assert_int_equal(p.n, 3 + 2 * 10);
+    for (int l = 0; l < 2; l++) {
+        for (int w = MODEL_W_GATE; w <= MODEL_W_DOWN; w++)
+            assert_null(cuda_wplan_find(&p, &L[l].w[w]));
+        const struct cuda_wslot *r = cuda_wplan_find(&p, &L[l].gate_inp);
+        assert_non_null(r);
+        assert_int_equal(r->bytes, 256 * 4 * 8);
+        for (int x = 0; x < MODEL_EXP_COUNT; x++) {
+            const struct cuda_wslot *s = cuda_wplan_find(&p, &L[l].exps[x]);
+            assert_non_null(s);
+            assert_ptr_equal(s->w, &L[l].exps[x]);
+            assert_int_equal(s->off % CUDA_PLAN_ALIGN, 0);
+            assert_int_equal(s->bytes, L[l].exps[x].row_bytes * (uint64_t)L[l].exps[x].ne1 * 8);
+        }
+    }
+    uint64_t end = 0;
+    for (int i = 0; i < p.n; i++) {
+        assert_true(p.slots[i].off >= end);
+        end = p.slots[i].off + p.slots[i].bytes;
+    }
+    assert_true(p.total >= end);
+    cuda_wplan_free(&p);
+
+    fake_moe(&m, L, GGML_TYPE_Q6_K);
+    set_w(&L[1].exps[MODEL_EXP_DOWN], GGML_TYPE_Q5_0, 512, 256, 640000,
+          "blk.1.ffn_down_exps.weight");
+    assert_int_equal(cuda_plan_weights(&m, &p, &err), MF_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "blk.1.ffn_down_exps.weight"));
+    assert_null(p.slots);
+
+    fake_moe(&m, L, GGML_TYPE_Q6_K);
+    m.hp.n_expert = 600;
+    assert_int_equal(cuda_moe_check(&m, &err), MF_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "600"));
+    m.hp.n_expert = 8;
+    assert_int_equal(cuda_moe_check(&m, &err), 0);
+    m.hp.arch = arch_find("gemma2", 6); /* a GELU family */
+    assert_non_null(m.hp.arch);
+    assert_int_equal(cuda_moe_check(&m, &err), MF_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "GELU"));
+    m.hp.n_expert = 0; /* no experts: nothing to refuse here */
+    assert_int_equal(cuda_moe_check(&m, &err), 0);
+}
+
+/* Items of a routing (sel: T x k experts): ceil(rows / tile) per expert. */
+static int64_t items_of(const int32_t *sel, int32_t T, int32_t ne, int32_t k, int32_t tile)
+{
+    int32_t cnt[MFK_MOE_MAX_EXPERTS] = {0};
+    int64_t n = 0;
+    for (int32_t p = 0; p < T * k; p++)
+        cnt[sel[p]]++;
+    for (int32_t e = 0; e < ne; e++)
+        n += (cnt[e] + tile - 1) / tile;
+    return n;
+}
+
+/* Token t's k experts, distinct, at random. */
+static void random_choice(int32_t *sel, int32_t t, int32_t ne, int32_t k)
+{
+    for (int32_t j = 0; j < k; j++) {
+        int32_t e, dup;
+        do {
+            e = rand() % ne, dup = 0;
+            for (int32_t i = 0; i < j; i++)
+                dup |= sel[t * k + i] == e;
+        } while (dup);
+        sel[t * k + j] = e;
+    }
+}
+
+/* The work list's size bound (mfk_moe_items_max) holds for every routing:
+ * random ones, experts dealt round-robin (counts 1 past a multiple of the
+ * tile where they can be), all tokens on the same k experts; it is exact
+ * at one token (k items: no grouped block waits on an empty item). The
+ * tiles grow 1, 2, 4, 8; the grouping's chunks fit its counters. */
+static void test_moe_items(void **state)
+{
+    static const int32_t shapes[][2] = {{8, 2}, {4, 4}, {128, 8}, {60, 7}, {512, 8}, {3, 1}};
+    int32_t *sel = malloc(300 * 8 * sizeof *sel);
+    (void)state;
+
+    assert_non_null(sel);
+    assert_int_equal(mfk_moe_tile(1), 1);
+    assert_int_equal(mfk_moe_tile(2), 2);
+    assert_int_equal(mfk_moe_tile(3), 4);
+    assert_int_equal(mfk_moe_tile(4), 4);
+    assert_int_equal(mfk_moe_tile(5), MFK_MOE_TILE);
+    assert_int_equal(mfk_moe_tile(2048), MFK_MOE_TILE);
+    srand(7);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int32_t ne = shapes[si][0], k = shapes[si][1];
+        assert_int_equal(mfk_moe_items_max(1, ne, k), k);
+        for (int32_t T = 1; T <= 300; T += T < 40 ? 1 : 37) {
+            const int32_t tile = mfk_moe_tile(T);
+            const int64_t bound = mfk_moe_items_max(T, ne, k);
+            assert_true(bound <= (int64_t)T * k);
+            for (int32_t t = 0; t < T; t++) /* round-robin */
+                for (int32_t j = 0; j < k; j++)
+                    sel[t * k + j] = (t * k + j) % ne;
+            assert_true(items_of(sel, T, ne, k, tile) <= bound);
+            for (int32_t t = 0; t < T; t++) /* every token on experts 0..k-1 */
+                for (int32_t j = 0; j < k; j++)
+                    sel[t * k + j] = j;
+            assert_true(items_of(sel, T, ne, k, tile) <= bound);
+            for (int rep = 0; rep < 20; rep++) {
+                for (int32_t t = 0; t < T; t++)
+                    random_choice(sel, t, ne, k);
+                assert_true(items_of(sel, T, ne, k, tile) <= bound);
+            }
+        }
+    }
+    static const int32_t Ts[] = {1, 2, 31, 256, 257, 2048, 100000};
+    static const int32_t nes[] = {1, 8, 60, 128, 512};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+        for (size_t j = 0; j < sizeof nes / sizeof nes[0]; j++) {
+            int32_t per = 0;
+            const int32_t nc = mfk_moe_chunks(Ts[i], nes[j], &per);
+            assert_true(nc >= 1 && nc <= 256 && (int64_t)nc * nes[j] <= MFK_MOE_HIST);
+            assert_true((int64_t)nc * per >= Ts[i] && (int64_t)(nc - 1) * per < Ts[i]);
+        }
+    free(sel);
+}
+
+/* The routed layers' buffers for max_tokens tokens: every region aligned,
+ * in order, none overlapping, each as large as its rows x width (P =
+ * max_tokens x k gathered rows); the work list holds the bound at every
+ * step size up to max_tokens; the 8-bit copies only where a Q4_K/Q6_K
+ * expert reads them (Q4_K gate/up: the input's; Q6_K down: the
+ * activation's; F16 down: none). */
+static void test_moe_plan(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_moe_plan p;
+    (void)state;
+
+    for (int f16 = 0; f16 < 2; f16++) {
+        fake_moe(&m, L, f16 ? GGML_TYPE_F16 : GGML_TYPE_Q6_K);
+        cuda_moe_plan(&m, 40, &p);
+        const size_t P = 40 * 2, T = 40, ne = 8, E = 256, F = 512;
+        assert_int_equal(p.max_tokens, 40);
+        assert_int_equal(p.pairs, (int64_t)P);
+        assert_int_equal(p.xq8, 1);
+        assert_int_equal(p.hq8, !f16);
+        int hit = 0;
+        for (int32_t t = 1; t <= 40; t++) {
+            assert_true(mfk_moe_items_max(t, 8, 2) <= p.items);
+            hit |= mfk_moe_items_max(t, 8, 2) == p.items;
+        }
+        assert_true(hit);
+        /* (offset, bytes it must hold) in layout order; absent copies skipped */
+        const size_t regions[][2] = {
+            {p.sel, P * 4},
+            {p.w, P * 4},
+            {p.grow, P * 4},
+            {p.prow, P * 4},
+            {p.items_off, (size_t)p.items * 16},
+            {p.counters, 8},
+            {p.logits, T * ne * 4},
+            {p.xq8_q, T * E},
+            {p.xq8_d, T * E / 32 * 4},
+            {p.xq8_s, T * E / 32 * 4},
+            {p.hg, P * F * 4},
+            {p.hu, P * F * 4},
+            {p.hq8_q, f16 ? 0 : P * F},
+            {p.hq8_d, f16 ? 0 : P * F / 32 * 4},
+            {p.hq8_s, f16 ? 0 : P * F / 32 * 4},
+            {p.og, P * E * 4},
+        };
+        size_t end = p.eoff + (ne + 1) * 4;
+        assert_true(p.eoff >= p.w + P * 4);
+        for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
+            if (regions[i][1] == 0) {
+                assert_int_equal(regions[i][0], 0); /* not planned */
+                continue;
+            }
+            assert_int_equal(regions[i][0] % CUDA_PLAN_ALIGN, 0);
+            if (i >= 2) /* sel and w come before eoff */
+                assert_true(regions[i][0] >= end);
+            end = regions[i][0] + regions[i][1];
+        }
+        assert_true(p.total >= end && p.total % CUDA_PLAN_ALIGN == 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -983,6 +1224,9 @@ int main(void)
         cmocka_unit_test(test_combine_q8),
         cmocka_unit_test(test_lora_groups),
         cmocka_unit_test(test_draws),
+        cmocka_unit_test(test_moe_weights),
+        cmocka_unit_test(test_moe_items),
+        cmocka_unit_test(test_moe_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

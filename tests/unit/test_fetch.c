@@ -199,12 +199,67 @@ static void test_directory_layouts(void **state)
     assert_int_equal(fetch_resolve("none", &fx->o, &src, &err), MF_ENOTFOUND);
 }
 
+/* The build context (base_dir) is a boundary for relative paths and the
+ * symlinks they reach; an absolute path may name any file. */
+static void test_context_boundary(void **state)
+{
+    struct fixture *fx = *state;
+    struct fetch_source src;
+    struct mf_err err;
+    char ctx[128], p[256], q[256];
+    snprintf(ctx, sizeof ctx, "%s/ctx", fx->dir);
+    assert_int_equal(mkdir(ctx, 0755), 0);
+    touch(fx, "outside.gguf");
+    touch(fx, "ctx/in.gguf");
+    fx->o.base_dir = ctx;
+    assert_int_equal(fetch_resolve("./in.gguf", &fx->o, &src, &err), 0);
+    fetch_source_fini(&src);
+    /* .. out of the context */
+    assert_int_equal(fetch_resolve("../outside.gguf", &fx->o, &src, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "leaves the build context"));
+    snprintf(q, sizeof q, "%s/sub", ctx);
+    assert_int_equal(mkdir(q, 0755), 0);
+    assert_int_equal(fetch_resolve("sub/../../outside.gguf", &fx->o, &src, &err), MF_EINVAL);
+    /* a symlink in the context to a file outside, and to /etc/passwd */
+    snprintf(p, sizeof p, "%s/outside.gguf", fx->dir);
+    snprintf(q, sizeof q, "%s/link.gguf", ctx);
+    assert_int_equal(symlink(p, q), 0);
+    assert_int_equal(fetch_resolve("./link.gguf", &fx->o, &src, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "./link.gguf"));
+    snprintf(q, sizeof q, "%s/model.gguf", ctx);
+    assert_int_equal(symlink("/etc/passwd", q), 0);
+    assert_int_equal(fetch_resolve("model.gguf", &fx->o, &src, &err), MF_EINVAL);
+    /* a symlink that stays inside is fine */
+    snprintf(q, sizeof q, "%s/alias.gguf", ctx);
+    assert_int_equal(symlink("in.gguf", q), 0);
+    assert_int_equal(fetch_resolve("./alias.gguf", &fx->o, &src, &err), 0);
+    fetch_source_fini(&src);
+    /* named absolutely (or by ~), a file outside is read as before */
+    assert_int_equal(fetch_resolve(p, &fx->o, &src, &err), 0);
+    assert_string_equal(src.location, p);
+    fetch_source_fini(&src);
+    /* a directory source whose file is a symlink out of the context */
+    snprintf(q, sizeof q, "%s/peft", ctx);
+    assert_int_equal(mkdir(q, 0755), 0);
+    touch(fx, "ctx/peft/adapter_config.json");
+    snprintf(q, sizeof q, "%s/peft/adapter_model.safetensors", ctx);
+    assert_int_equal(symlink(p, q), 0);
+    assert_int_equal(fetch_resolve("./peft", &fx->o, &src, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "adapter_model.safetensors"));
+    /* fetch_confined, as mfc build checks PATH/Modelfile */
+    snprintf(q, sizeof q, "%s/Modelfile", ctx);
+    assert_int_equal(symlink("/etc/shadow", q), 0);
+    assert_int_not_equal(fetch_confined(q, ctx, &err), 0);
+    snprintf(q, sizeof q, "%s/in.gguf", ctx);
+    assert_int_equal(fetch_confined(q, ctx, &err), 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_hf_maps_to_resolve_url), T(test_hf_rejects_bad_parts), T(test_pins_and_checksum),
-        T(test_paths_and_names),        T(test_directory_layouts),
+        T(test_paths_and_names),        T(test_directory_layouts), T(test_context_boundary),
     };
     return cmocka_run_group_tests_name("fetch", tests, NULL, NULL);
 }

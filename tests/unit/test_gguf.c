@@ -215,6 +215,15 @@ static void test_header_errors(void **state)
     bw_header(&b, 3, 0, 0);
     memcpy(b.p, "GGML", 4);
     expect_bad(&b, MF_EFORMAT, "byte 0:", "not a GGUF file", NULL);
+    /* a file that is not GGUF is never quoted: neither as bytes nor as text */
+    b.n = 0;
+    bw_raw(&b, "root:$y$j9T$Zq0s4:19000:0:99999:7:::\n", 38);
+    struct gguf_file *gf = NULL;
+    struct mf_err err;
+    assert_int_equal(gguf_open_mem(b.p, b.n, "shadow", &gf, &err), MF_EFORMAT);
+    assert_non_null(strstr(err.msg, "not a GGUF file"));
+    assert_null(strstr(err.msg, "72 6f"));
+    assert_null(strstr(err.msg, "root"));
     b.n = 0;
     bw_header(&b, 1, 0, 0);
     expect_bad(&b, MF_EUNSUPPORTED, "byte 4:", "version 1 is no longer supported", NULL);

@@ -61,9 +61,10 @@ static void test_config(void **state)
     assert_int_equal(c.bos_id, 1);
     assert_true(c.rope_theta == 1e6);
 
-    assert_int_equal(cfg("{\"architectures\": [\"Qwen2ForCausalLM\"], " CFG_BASE "}", &c, &err),
+    assert_int_equal(cfg("{\"architectures\": [\"FalconForCausalLM\"], " CFG_BASE "}", &c, &err),
                      MF_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "architecture Qwen2ForCausalLM is not supported"));
+    assert_non_null(strstr(err.msg, "architecture FalconForCausalLM is not supported"));
+    assert_non_null(strstr(err.msg, "Qwen2ForCausalLM, Qwen3ForCausalLM"));
     assert_int_equal(
         cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 10}", &c, &err),
         MF_EFORMAT);
@@ -87,8 +88,13 @@ static void test_config(void **state)
     assert_int_equal(cfg("{\"architectures\": [\"LlamaForCausalLM\"], " CFG_BASE
                          ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
                          &c, &err),
+                     MF_EFORMAT);
+    assert_non_null(strstr(err.msg, "original_max_position_embeddings"));
+    assert_int_equal(cfg("{\"architectures\": [\"LlamaForCausalLM\"], " CFG_BASE
+                         ", \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 4}}",
+                         &c, &err),
                      MF_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "yarn"));
+    assert_non_null(strstr(err.msg, "\"dynamic\" is not supported"));
     assert_int_equal(cfg("{\"architectures\": [\"LlamaForCausalLM\"], " CFG_BASE
                          ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 4}}",
                          &c, &err),

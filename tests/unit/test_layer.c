@@ -176,9 +176,95 @@ static void test_runtime(void **state)
     struct fixture *fx = *state;
     struct layer_result r;
     struct mf_err err;
-    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, &r, &err), 0);
+    int cached = -1;
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, LAYER_GZIP, NULL,
+                                         NULL, &r, &cached, &err),
+                     0);
     assert_string_equal(r.desc.media_type, LAYER_MT_TAR_GZIP);
-    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "a/b", 0, &r, &err), MF_EINVAL);
+    assert_int_equal(cached, 0);
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "a/b", 0, LAYER_GZIP, NULL, NULL, &r,
+                                         NULL, &err),
+                     MF_EINVAL);
+}
+
+static void copy_to(const char *from, const char *to);
+
+/* Progress seen by a layer write: the last report is total of total. */
+struct seen {
+    uint64_t done, total;
+    int calls;
+};
+
+static void on_progress(void *arg, uint64_t done, uint64_t total)
+{
+    struct seen *s = arg;
+    s->done = done;
+    s->total = total;
+    s->calls++;
+}
+
+/* The runtime layer is written once per set of inputs: the second call is a
+ * cache hit with the same descriptor; another compression, mtime or a changed
+ * input file is another key, and a removed blob is written again. */
+static void test_runtime_cache(void **state)
+{
+    struct fixture *fx = *state;
+    struct layer_result a, b, z;
+    struct mf_err err;
+    struct seen seen = {0};
+    char k1[STORE_DIGEST_BUF], k2[STORE_DIGEST_BUF], bin[4096];
+    int cached = -1;
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, LAYER_ZSTD,
+                                         on_progress, &seen, &a, &cached, &err),
+                     0);
+    assert_string_equal(a.desc.media_type, LAYER_MT_TAR_ZSTD);
+    assert_int_equal(cached, 0);
+    assert_true(seen.calls >= 1);
+    assert_true(seen.total > 0);
+    assert_int_equal(seen.done, seen.total);
+    seen.calls = 0;
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, LAYER_ZSTD,
+                                         on_progress, &seen, &b, &cached, &err),
+                     0);
+    assert_int_equal(cached, 1);
+    assert_int_equal(seen.calls, 0);
+    assert_string_equal(a.desc.digest, b.desc.digest);
+    assert_string_equal(a.diff_id, b.diff_id);
+    assert_int_equal(a.desc.size, b.desc.size);
+    /* the same tar under both compressions: one diff_id, two blobs */
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, LAYER_GZIP, NULL,
+                                         NULL, &z, &cached, &err),
+                     0);
+    assert_int_equal(cached, 0);
+    assert_string_equal(z.diff_id, a.diff_id);
+    assert_string_not_equal(z.desc.digest, a.desc.digest);
+    assert_int_equal(layer_runtime_digest(fx->s, "/bin/true", "mfc-serve", 0, LAYER_ZSTD, k1, &err),
+                     0);
+    assert_int_equal(layer_runtime_digest(fx->s, "/bin/true", "mfc-serve", 1, LAYER_ZSTD, k2, &err),
+                     0);
+    assert_string_not_equal(k1, k2);
+    /* a copy of the binary with one more byte: another input digest, another key */
+    snprintf(bin, sizeof bin, "%s/runtime-bin", fx->dir);
+    copy_to("/bin/true", bin);
+    assert_int_equal(chmod(bin, 0755), 0);
+    assert_int_equal(layer_runtime_digest(fx->s, bin, "mfc-serve", 0, LAYER_ZSTD, k2, &err), 0);
+    assert_string_equal(k1, k2); /* same bytes, other path on the host: same layer */
+    FILE *f = fopen(bin, "ab");
+    assert_non_null(f);
+    fputc(0, f);
+    fclose(f);
+    assert_int_equal(layer_runtime_digest(fx->s, bin, "mfc-serve", 0, LAYER_ZSTD, k2, &err), 0);
+    assert_string_not_equal(k1, k2);
+    /* the blob gone (pruned): written again, same digest */
+    char *path = NULL;
+    assert_int_equal(store_blob_path(fx->s, a.desc.digest, &path, &err), 0);
+    assert_int_equal(unlink(path), 0);
+    free(path);
+    assert_int_equal(layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, LAYER_ZSTD, NULL,
+                                         NULL, &b, &cached, &err),
+                     0);
+    assert_int_equal(cached, 0);
+    assert_string_equal(a.desc.digest, b.desc.digest);
 }
 
 /* Copies the file from to to (both small). */
@@ -250,7 +336,8 @@ static void test_runtime_cuda(void **state)
     const char *old = getenv("LD_PRELOAD");
     char *saved = old ? strdup(old) : NULL;
     assert_int_equal(setenv("LD_PRELOAD", cudart, 1), 0);
-    int rc = layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, &r, &err);
+    int rc = layer_write_runtime(fx->s, "/bin/true", "mfc-serve", 0, LAYER_GZIP, NULL, NULL, &r,
+                                 NULL, &err);
     assert_int_equal(saved ? setenv("LD_PRELOAD", saved, 1) : unsetenv("LD_PRELOAD"), 0);
     free(saved);
     assert_int_equal(rc, 0);
@@ -578,6 +665,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_entries, setup, teardown),
         cmocka_unit_test(test_parse_ldd),
         cmocka_unit_test_setup_teardown(test_runtime, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_runtime_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_runtime_cuda, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cublas_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_fd, setup, teardown),

@@ -436,10 +436,10 @@ static void test_peft_refusals(void **state)
     (void)state;
     struct lora_peft_info info;
     struct mf_err err;
-    write_arch_base("phi3.gguf", "phi3");
+    write_arch_base("falcon.gguf", "falcon");
     write_peft("pa", "{\"peft_type\":\"LORA\",\"r\":4,\"lora_alpha\":8}");
-    expect(convert("pa", "phi3.gguf", &info, &err), &err, MF_EUNSUPPORTED,
-           "architecture 'phi3': mfc converts PEFT adapters for llama, qwen2 and qwen3 bases");
+    expect(convert("pa", "falcon.gguf", &info, &err), &err, MF_EUNSUPPORTED,
+           "architecture 'falcon' is not one mfc runs (llama, qwen2");
     static const struct {
         const char *cfg;
         int code;
@@ -480,13 +480,16 @@ static void test_map_name(void **state)
         {"model.layers.31.mlp.down_proj", "blk.31.ffn_down.weight"},
         {"model.embed_tokens", "token_embd.weight"},
         {"lm_head", "output.weight"},
+        /* Phi-3's fused projections map to the fused GGUF tensors */
+        {"model.layers.2.self_attn.qkv_proj", "blk.2.attn_qkv.weight"},
+        {"model.layers.2.mlp.gate_up_proj", "blk.2.ffn_up.weight"},
     };
     char out[64];
     for (size_t i = 0; i < N(cases); i++) {
         assert_int_equal(lora_peft_map_name(cases[i][0], out, sizeof out), 0);
         assert_string_equal(out, cases[i][1]);
     }
-    static const char *const bad[] = {"model.layers.0.self_attn.qkv_proj",
+    static const char *const bad[] = {"model.layers.0.mlp.experts.0.gate_proj",
                                       "model.layers.x.self_attn.q_proj",
                                       "model.layers.0.mlp.fc1", "transformer.h.0.attn.c_attn",
                                       "model.layers.0.self_attn.q_proj.extra", ""};

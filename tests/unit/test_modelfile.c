@@ -267,7 +267,8 @@ static void test_ollama_quoted(void **state)
         {"SYSTEM\n", "ERROR"},
         {"SYSTEM", "ERROR"},
         {"SYSTEM ", "model=foo\nsystem=\n"},
-        {"SYSTEM \"\"\"a\r\nb\"\"\"\r\n", "model=foo\nsystem=a\\r\\nb\n"},
+        /* Ollama keeps "a\r\nb"; mfc makes a value's line breaks LF (docs/modelfile.md) */
+        {"SYSTEM \"\"\"a\r\nb\"\"\"\r\n", "model=foo\nsystem=a\\nb\n"},
     };
     run_ocases(c, sizeof c / sizeof c[0], "FROM foo\n");
 }
@@ -390,7 +391,7 @@ static void test_crlf_true_line_numbers(void **state)
     assert_int_equal(mf->diags[0].col, 17);
     assert_int_equal(mf->diags[1].line, 5); /* Ollama would say 9: it counts \r and \n */
     assert_int_equal(mf->diags[1].col, 1);
-    assert_string_equal(mf->instrs[1].value, "a\r\nb"); /* CRLF inside """ is kept */
+    assert_string_equal(mf->instrs[1].value, "a\nb"); /* CRLF inside """ becomes LF */
     char *text = render(mf);
     assert_non_null(strstr(text, "Modelfile:5:1: error: unknown instruction 'FORM'\n"
                                  "    5 | FORM y\n      | ^~~~\nhint: did you mean FROM?\n"));

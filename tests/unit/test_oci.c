@@ -1,7 +1,8 @@
 /*
  * test_oci.c: unit tests for image/oci.c: the config document (fields,
  * diff_ids, history), stable image digests, archive member checks, output
- * specs, and a docker archive round trip through oci_export / oci_load.
+ * specs, a docker archive round trip through oci_export / oci_load, and the
+ * check of a docker manifest.json against the index (image/oci_docker.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -168,6 +169,69 @@ static void test_roundtrip(void **state)
     assert_int_equal(oci_load(fx->s, "/nonexistent.tar", NULL, &n, &err), MF_EIO);
 }
 
+#define HA "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HB "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define HC "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+
+static int docker(const char *text, struct mf_err *err)
+{
+    static char layers[2][STORE_DIGEST_BUF] = {"sha256:" HB, "sha256:" HC};
+    struct oci_docker_image img = {.config = "sha256:" HA, .layers = layers, .n_layers = 2};
+    static const char *const members[] = {"index.json", "oci-layout", "blobs/sha256/" HC,
+                                          "blobs/sha256/" HA, "blobs/sha256/" HB,
+                                          "manifest.json", "repositories"};
+    return oci_docker_check(text, strlen(text), &img, 1, members, 7, err);
+}
+
+static void test_docker_manifest(void **state)
+{
+    (void)state;
+    struct mf_err err;
+    assert_int_equal(docker("[{\"Config\":\"blobs/sha256/" HA "\",\"RepoTags\":[\"demo:1\"],"
+                            "\"Layers\":[\"blobs/sha256/" HB "\",\"./blobs/sha256/" HC "\"]}]",
+                            &err),
+                     0);
+    assert_int_equal(docker("[{\"Config\":\"blobs/sha256/" HA "\",\"RepoTags\":null,"
+                            "\"Layers\":[\"blobs/sha256/" HB "\",\"blobs/sha256/" HC "\"]}]",
+                            &err),
+                     0);
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"{}", "non-empty list"},
+        {"[]", "non-empty list"},
+        {"[1]", "entry 1 is not an object"},
+        {"[{\"Config\":\"../x\",\"Layers\":[]}]", "Config '../x' is not a safe relative"},
+        {"[{\"Config\":\"/etc/passwd\",\"Layers\":[]}]", "not a safe relative path"},
+        {"[{\"Config\":\"blobs/sha256/" HA "/../../x\",\"Layers\":[]}]", "not a safe"},
+        {"[{\"Config\":\"blobs/sha256/" HA "x\",\"Layers\":[]}]", "is not in the archive"},
+        {"[{\"Config\":7,\"Layers\":[]}]", "Config must be a path"},
+        {"[{\"Config\":\"blobs/sha256/" HB "\",\"Layers\":[]}]", "not the config of any"},
+        {"[{\"Config\":\"index.json\",\"Layers\":[]}]", "not the config of any"},
+        {"[{\"Config\":\"blobs/sha256/" HA "\",\"Layers\":[\"blobs/sha256/" HB "\"]}]",
+         "Layers must list the image's 2 layers"},
+        {"[{\"Config\":\"blobs/sha256/" HA "\",\"Layers\":[\"blobs/sha256/" HC "\","
+         "\"blobs/sha256/" HB "\"]}]",
+         "Layers[0] is not layer 1"},
+        {"[{\"Config\":\"blobs/sha256/" HA "\",\"Layers\":[\"blobs/sha256/" HB "\","
+         "\"repositories\"]}]",
+         "Layers[1] is not layer 2"},
+        {"[{\"Config\":\"blobs/sha256/" HA "\",\"RepoTags\":[\"a b\"],\"Layers\":["
+         "\"blobs/sha256/" HB "\",\"blobs/sha256/" HC "\"]}]",
+         "RepoTags[0] is not an image name"},
+        {"[{\"Config\":\"blobs/sha256/" HA "\",\"Layers\":[\"blobs/sha256/" HB "\","
+         "\"blobs/sha256/" HC "\"]},{\"Config\":\"blobs/sha256/" HA "\",\"Layers\":[]}]",
+         "lists 2 images, index.json 1"},
+        {"[{\"Config\": root:x:0:0}]", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(docker(bad[i].text, &err), MF_EFORMAT);
+        if (!strstr(err.msg, bad[i].says))
+            fail_msg("%s: '%s' lacks '%s'", bad[i].text, err.msg, bad[i].says);
+    }
+    assert_null(strstr(err.msg, "root")); /* a JSON error does not quote the file */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -176,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_member_check),
         cmocka_unit_test(test_output_parse),
         cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
+        cmocka_unit_test(test_docker_manifest),
     };
     return cmocka_run_group_tests_name("oci", tests, NULL, NULL);
 }

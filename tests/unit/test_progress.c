@@ -116,7 +116,8 @@ static void test_json_events(void **state)
     const char *want[] = {
         "{\"id\": 1, \"event\": \"begin\", \"verb\": \"fetch\", \"name\": \"u1\"}",
         "{\"id\": 2, \"event\": \"begin\", \"verb\": \"copy\", \"name\": \"p\\\"2\"}",
-        "{\"id\": 1, \"event\": \"progress\", \"done\": 60, \"total\": 100, \"rate\": 25}",
+        "{\"id\": 1, \"event\": \"progress\", \"done\": 60, \"bytes\": 60, \"total\": 100, "
+        "\"rate\": 25}",
         "{\"id\": 2, \"event\": \"error\", \"message\": \"HTTP 404\"}",
         "{\"id\": 1, \"event\": \"end\", \"status\": \"CACHED\", \"done\": 60, \"ms\": 2000}",
     };
@@ -134,6 +135,30 @@ static void test_json_events(void **state)
     }
     assert_string_equal(line, "");
     free(c.text);
+}
+
+/* A terminal of 72 columns or more gets a bar when the total is known. */
+static void test_tty_bar(void **state)
+{
+    struct capture c;
+    open_capture(&c, PROGRESS_TTY);
+    progress_set_width(c.p, 100);
+    int id = progress_begin(c.p, "layer", "models/model.gguf");
+    fake_now = SEC;
+    progress_update(c.p, id, 0, 100 * MIB);
+    fake_now = 2 * SEC;
+    progress_update(c.p, id, 25 * MIB, 100 * MIB);
+    int u = progress_begin(c.p, "fetch", "https://h/x"); /* no total: no bar */
+    fake_now = 3 * SEC;
+    progress_update(c.p, u, 5 * MIB, 0);
+    progress_end(c.p, id, "done");
+    progress_end(c.p, u, "done");
+    close_capture(&c);
+    assert_non_null(strstr(c.text, "#1 layer models/model.gguf [=====>              ] 25 MiB / "
+                                   "100 MiB 26 MB/s ETA 3s\n"));
+    assert_non_null(strstr(c.text, "#2 fetch https://h/x 5.0 MiB\n"));
+    free(c.text);
+    (void)state;
 }
 
 static void test_tty_redraws_in_place(void **state)
@@ -285,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_plain_lines_are_throttled),
         cmocka_unit_test(test_json_events),
         cmocka_unit_test(test_tty_redraws_in_place),
+        cmocka_unit_test(test_tty_bar),
         cmocka_unit_test(test_null_progress_is_a_no_op),
         cmocka_unit_test(test_tty_steps_block),
         cmocka_unit_test(test_steps_plain_and_json),

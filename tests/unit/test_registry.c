@@ -39,6 +39,12 @@ static const struct ref_case refs[] = {
     {"[::1]:5000/m", "[::1]:5000", "[::1]:5000", "m", "latest", 1},
     {"reg.example.com/m@" D64, "reg.example.com", "reg.example.com", "m", "", 0},
     {"reg.example.com/m:t@" D64, "reg.example.com", "reg.example.com", "m", "t", 0},
+    /* Hugging Face's mixed-case names, as Ollama takes them; sent lowercased */
+    {"hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", "hf.co", "hf.co",
+     "bartowski/llama-3.2-1b-instruct-gguf", "Q4_K_M", 0},
+    {"huggingface.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF", "huggingface.co", "huggingface.co",
+     "qwen/qwen2.5-0.5b-instruct-gguf", "latest", 0},
+    {"ghcr.io/Owner/Repo", NULL, NULL, NULL, NULL, 0}, /* elsewhere names are lowercase */
     {"", NULL, NULL, NULL, NULL, 0},
     {"Alpine", NULL, NULL, NULL, NULL, 0},
     {"a//b", NULL, NULL, NULL, NULL, 0},

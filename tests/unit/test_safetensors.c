@@ -185,6 +185,16 @@ static void test_bad_header_length(void **state)
     uint8_t q[16] = {0xf8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     assert_int_equal(st_open_mem(q, sizeof q, "t", &f, &err), MF_EFORMAT);
     assert_non_null(strstr(err.msg, "header length"));
+    /* a text file: its first 8 bytes are not quoted, not even as a number */
+    const char *key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n";
+    assert_int_equal(st_open_mem((const uint8_t *)key, strlen(key), "id", &f, &err), MF_EFORMAT);
+    assert_non_null(strstr(err.msg, "not a safetensors file"));
+    char n[32];
+    uint64_t v = 0;
+    memcpy(&v, key, 8); /* as rd_u64le reads it on a little-endian host */
+    snprintf(n, sizeof n, "%llu", (unsigned long long)v);
+    assert_null(strstr(err.msg, n));
+    assert_null(strstr(err.msg, "BEGIN"));
 }
 
 static void test_bad_json(void **state)

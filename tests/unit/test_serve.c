@@ -277,6 +277,55 @@ static void test_precedence(void **state)
     serve_config_free(&c);
 }
 
+/* The front door's settings: defaults, model.yaml's server: mapping, then
+ * MFC_*, then flags; unknown server: keys and bad values refused. */
+static void test_limits_settings(void **state)
+{
+    (void)state;
+    struct serve_config c;
+    struct mf_err err;
+    char path[128];
+    int help;
+    snprintf(path, sizeof path, "%s/model.yaml", tmpdir);
+    serve_config_init(&c);
+    assert_int_equal(c.read_timeout, 10);
+    assert_int_equal(c.max_connections, 4096);
+    assert_int_equal(c.max_conns_per_client, 512);
+    serve_config_free(&c);
+    write_yaml("schema: \"mfc.config/v1\"\nmodel:\n  path: \"/m.gguf\"\nserver:\n"
+               "  read-timeout: 3\n  max-connections: 100\n  max-connections-per-client: 0\n");
+    const char *env[] = {"MFC_CONFIG", path, "MFC_MAX_CONNECTIONS", "200", NULL};
+    fake_env = env;
+    char *argv[] = {"mfc-serve", "--read-timeout", "7", NULL};
+    serve_config_init(&c);
+    assert_int_equal(serve_config_parse(&c, 3, argv, env_get, &help, &err), 0);
+    assert_int_equal(c.read_timeout, 7);          /* flag over yaml */
+    assert_int_equal(c.max_connections, 200);     /* env over yaml */
+    assert_int_equal(c.max_conns_per_client, 0);  /* yaml over default */
+    serve_config_free(&c);
+    static const char *const bad_yaml[] = {
+        "server:\n  read-timeuot: 3\n",     /* a typo is not ignored */
+        "server:\n  read-timeout: 0\n",     /* 1..3600 */
+        "server:\n  max-connections: [1]\n",
+        "server: 5\n",
+    };
+    char *argv1[] = {"mfc-serve", NULL};
+    const char *env1[] = {"MFC_CONFIG", path, NULL};
+    fake_env = env1;
+    for (size_t i = 0; i < sizeof bad_yaml / sizeof bad_yaml[0]; i++) {
+        write_yaml(bad_yaml[i]);
+        serve_config_init(&c);
+        assert_int_not_equal(serve_config_parse(&c, 1, argv1, env_get, &help, &err), 0);
+        assert_non_null(strstr(err.msg, "server"));
+        serve_config_free(&c);
+    }
+    fake_env = NULL;
+    char *argv2[] = {"mfc-serve", "--model", "/m.gguf", "--max-connections-per-client", "-1", NULL};
+    serve_config_init(&c);
+    assert_int_equal(serve_config_parse(&c, 5, argv2, env_get, &help, &err), MF_EUSAGE);
+    serve_config_free(&c);
+}
+
 static void test_flag_errors(void **state)
 {
     struct serve_config c;
@@ -432,6 +481,19 @@ static void test_errors_name_the_field(void **state)
         {SERVE_OLLAMA_GENERATE, "{\"options\":[]}", "'options' must be an object"},
         {SERVE_OLLAMA_GENERATE, "{\"context\":[1,\"a\"]}", "'context[1]'"},
         {SERVE_OLLAMA_CHAT, "{\"messages\":{}}", "'messages' must be an array"},
+        /* one table of limits (common/params.c): the same sentence on both routes */
+        {SERVE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"temperature\":-1}",
+         "'temperature' is -1; allowed 0 to 2"},
+        {SERVE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"temperature\":5}",
+         "'temperature' is 5; allowed 0 to 2"},
+        {SERVE_OLLAMA_CHAT, "{\"options\":{\"temperature\":-1}}",
+         "'options.temperature' is -1; allowed 0 to 2"},
+        {SERVE_OLLAMA_GENERATE, "{\"options\":{\"temperature\":5}}",
+         "'options.temperature' is 5; allowed 0 to 2"},
+        {SERVE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"repetition_penalty\":-1}",
+         "'repetition_penalty' is -1; allowed 0 to 100"},
+        {SERVE_OLLAMA_GENERATE, "{\"options\":{\"top_k\":2.5}}",
+         "'options.top_k' must be a whole number"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct serve_req rq;
@@ -467,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_adapter_ranges),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_limits_settings),
         cmocka_unit_test(test_openai_chat),
         cmocka_unit_test(test_openai_completion),
         cmocka_unit_test(test_ollama),

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <errno.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -592,6 +593,84 @@ static void test_gc_refuses_while_store_in_use(void **state)
     assert_int_equal(store_gc_run(fx->s, 0, NULL, NULL, &u, &err), 0);
 }
 
+/* A child that opens the store, starts a blob and a conversion-like tmp
+ * directory, tells the parent (one byte on ready), then dies without
+ * cleaning up (die) or waits for the parent to close hold. Returns its pid. */
+static pid_t tmp_owner(const char *root, int ready, int hold, int hold_w, int die)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid > 0)
+        return pid;
+    close(hold_w); /* so the parent's close is an EOF here */
+    struct store *s;
+    struct store_blob_writer *w;
+    struct mf_err err;
+    char *dir = NULL, name[64], c;
+    snprintf(name, sizeof name, "run-%ld-1-ab", (long)getpid());
+    if (store_open(&s, root, &err) != 0 || store_blob_writer_open(s, NULL, &w, &err) != 0 ||
+        store_blob_writer_write(w, "half", 4, &err) != 0 ||
+        store_tmp_path(s, name, &dir, &err) != 0 || mkdir(dir, 0700) != 0)
+        _exit(1);
+    char *f = NULL;
+    if (asprintf(&f, "%s/out.bin", dir) < 0)
+        _exit(1);
+    write_file(f, "x");
+    if (write(ready, "r", 1) != 1)
+        _exit(1);
+    if (!die)
+        while (read(hold, &c, 1) < 0 && errno == EINTR)
+            ;
+    _exit(0); /* no abort, no store_close: as a killed build leaves things */
+}
+
+/* The next build reclaims a dead process's tmp files by lock; a live
+ * process's files and partial downloads stay. */
+static void test_tmp_reclaim(void **state)
+{
+    struct fixture *fx = *state;
+    struct mf_err err;
+    int rp[2], hp[2], status;
+    char c;
+    assert_int_equal(pipe(rp), 0);
+    assert_int_equal(pipe(hp), 0);
+    pid_t dead = tmp_owner(fx->dir, rp[1], hp[0], hp[1], 1);
+    assert_int_equal(read(rp[0], &c, 1), 1);
+    assert_int_equal(waitpid(dead, &status, 0), dead);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    pid_t live = tmp_owner(fx->dir, rp[1], hp[0], hp[1], 0);
+    assert_int_equal(read(rp[0], &c, 1), 1);
+    char *part = path_in(fx, "tmp/partial-abc");
+    write_file(part, "half a download");
+    char *tmp = path_in(fx, "tmp");
+    assert_int_equal(count_files(tmp), 5); /* 2 blobs, 2 run dirs, the partial */
+    uint64_t files = 0, bytes = 0;
+    assert_int_equal(store_tmp_reclaim(fx->s, &files, &bytes, &err), 0);
+    assert_int_equal(files, 2);
+    assert_int_equal(bytes, 4);
+    assert_int_equal(count_files(tmp), 3);
+    char *lock = NULL;
+    assert_true(asprintf(&lock, "%s/tmp-owners/%ld", fx->dir, (long)dead) > 0);
+    assert_int_not_equal(access(lock, F_OK), 0); /* the dead owner's lock file went too */
+    assert_int_equal(access(part, F_OK), 0);
+    /* the live one's go once it is gone */
+    close(hp[1]);
+    assert_int_equal(waitpid(live, &status, 0), live);
+    assert_int_equal(store_tmp_reclaim(fx->s, &files, NULL, &err), 0);
+    assert_int_equal(files, 2);
+    assert_int_equal(count_files(tmp), 1);
+    /* only this process's lock file is left: gone owners' go, files or not */
+    char *owners = path_in(fx, "tmp-owners");
+    assert_int_equal(count_files(owners), 1);
+    free(owners);
+    close(rp[0]);
+    close(rp[1]);
+    close(hp[0]);
+    free(lock);
+    free(tmp);
+    free(part);
+}
+
 static void test_gc_cleans_tmp_keeps_partials(void **state)
 {
     struct fixture *fx = *state;
@@ -837,6 +916,7 @@ int main(void)
         T(test_gc_stops_on_corrupt_manifest),
         T(test_gc_refuses_while_store_in_use),
         T(test_gc_cleans_tmp_keeps_partials),
+        T(test_tmp_reclaim),
         cmocka_unit_test(test_manifest_refs),
         T(test_put_file_larger_than_ring),
         T(test_async_writer_resume_and_reset),

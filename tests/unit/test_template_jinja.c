@@ -9,7 +9,9 @@
  * tmpl_render_chat; the texts must be identical, byte for byte, except for
  * the leading bos_token a family leaves to the tokenizer. Templates mfc
  * recognises but cannot match exactly are listed with the reason and only
- * their detection is checked. Skips, saying why, without MFC_SHARED data,
+ * their detection is checked. Families that render tools (llama3.1, qwen2.5,
+ * qwen3, mistral-nemo) are also compared on chats with tools, tool calls and tool
+ * results, built the way mfc-serve builds them. Skips, saying why, without MFC_SHARED data,
  * node, or @huggingface/jinja under MFC_NODE_MODULES.
  */
 #include <setjmp.h>
@@ -28,6 +30,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "text/template.h"
+#include "runtime/serve/serve_int.h"
 
 #define BOS "<s>"
 #define EOS "</s>"
@@ -54,6 +57,9 @@ static const struct expect expects[] = {
     {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "deepseek-r1", 1, ALL_CONVS, NULL, 0},
     {"llama-cpp-deepseek-r1.jinja", "deepseek-r1-llamacpp", 1, ALL_CONVS, NULL, 0},
     {"microsoft-Phi-3.5-mini-instruct.jinja", "phi3", 1, ALL_CONVS, NULL, 0},
+    {"microsoft-phi-4.jinja", "phi4", 1, ALL_CONVS, NULL, 0},
+    {"Qwen-Qwen3-0.6B.jinja", "qwen3", 1, ALL_CONVS, NULL, 0},
+    {"google-gemma-3-4b-it.jinja", "gemma3", 1, ALL_CONVS, NULL, 0},
     {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral-nemo", 1, ALL_CONVS, NULL, 0},
     {"mistralai-Mistral-7B-Instruct-v0.2.jinja", "mistral", 1, NO_SYSTEM,
      "the Jinja template rejects system messages", 0},
@@ -113,6 +119,42 @@ static const struct conv convs[] = {
 };
 
 #define N_CONVS (sizeof convs / sizeof convs[0])
+
+/* Chats with tools, in OpenAI's shape (arguments as objects, as Hugging Face
+ * templates take them); ids of 9 characters, as Mistral's template wants. */
+static const char TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+    "\"Get the weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+    "{\"type\": \"string\", \"description\": \"City name\"}, \"days\": {\"type\": "
+    "\"integer\"}}, \"required\": [\"city\"]}}}, {\"type\": \"function\", \"function\": "
+    "{\"name\": \"add\", \"description\": \"Add two numbers\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": "
+    "\"integer\"}}, \"required\": [\"a\", \"b\"]}}}]";
+
+static const char *const tool_convs[] = {
+    "[{\"role\": \"system\", \"content\": \"You are terse.\"}, {\"role\": \"user\", "
+    "\"content\": \"Weather in Paris?\"}]",
+    "[{\"role\": \"user\", \"content\": \"Add 1 and 2.\"}, {\"role\": \"assistant\", "
+    "\"content\": \"\", \"tool_calls\": [{\"id\": \"abcDEF123\", \"type\": \"function\", "
+    "\"function\": {\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}}]}, {\"role\": "
+    "\"tool\", \"tool_call_id\": \"abcDEF123\", \"content\": \"3\"}]",
+    "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": "
+    "\"Both?\"}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": "
+    "\"xyz987ABC\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+    "\"arguments\": {\"city\": \"Oslo\", \"days\": 2}}}]}, {\"role\": \"tool\", "
+    "\"tool_call_id\": \"xyz987ABC\", \"content\": \"cold, 3 \\u00b0C\"}, {\"role\": "
+    "\"assistant\", \"content\": \"It is cold.\"}, {\"role\": \"user\", \"content\": "
+    "\"thanks\"}]",
+};
+
+#define N_TOOL_CONVS (sizeof tool_convs / sizeof tool_convs[0])
+
+/* The families whose templates render tools (template_family.c). */
+static int tool_family(const struct expect *e)
+{
+    return e->exact && (!strcmp(e->family, "llama3.1") || !strcmp(e->family, "qwen2.5") ||
+                        !strcmp(e->family, "qwen3") || !strcmp(e->family, "mistral-nemo"));
+}
 
 /* One template file found on disk. */
 struct tfile {
@@ -227,6 +269,16 @@ static json_t *build_request(struct ctx *x)
             k++;
             f->n_cases++;
         }
+        for (size_t c = 0; tool_family(f->exp) && c < N_TOOL_CONVS; c++) {
+            json_t *vars = json_pack("{s:s,s:s,s:s,s:o}", "bos_token", BOS, "eos_token", EOS,
+                                     "date_string", "26 Jul 2024", "tools",
+                                     json_loads(TOOLS, 0, NULL));
+            json_array_append_new(cases, json_pack("{s:s,s:o,s:o}", "template", f->jinja,
+                                                   "messages", json_loads(tool_convs[c], 0, NULL),
+                                                   "vars", vars));
+            k++;
+            f->n_cases++;
+        }
     }
     return json_pack("{s:o}", "cases", cases);
 }
@@ -324,6 +376,37 @@ static void render_ours(const struct tmpl *t, const struct conv *c, struct mf_bu
         fail_msg("render: %s", err.msg);
 }
 
+/* A chat with tools the way mfc-serve renders one: its request parser's
+ * normal forms (serve_req_structured, Ollama's shape: arguments as objects,
+ * as the Jinja side has them) and its template values. */
+static void render_tools(const struct tmpl *t, const char *msgs_json, struct mf_buf *out)
+{
+    char body[8192];
+    struct serve_req rq;
+    struct mf_err err = {0};
+    snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s}", msgs_json, TOOLS);
+    if (serve_req_parse(SERVE_OLLAMA_CHAT, body, strlen(body), &rq, &err))
+        fail_msg("parse: %s", err.msg);
+    struct tmpl_message m[8] = {0};
+    size_t n = 0;
+    for (; n < rq.n_msgs && n < 8; n++) {
+        m[n].role = rq.msgs[n].role;
+        m[n].content = rq.msgs[n].content;
+        m[n].tool_name = rq.msgs[n].tool_name;
+        m[n].tool_call_id = rq.msgs[n].tool_call_id;
+        if (rq.msgs[n].tool_calls)
+            m[n].tool_calls = serve_tool_calls_value(rq.msgs[n].tool_calls);
+    }
+    struct tmpl_chat chat = {.msgs = m, .n_msgs = n, .tools = serve_tools_value(rq.tools)};
+    int rc = tmpl_render_chat(t, &chat, out, &err);
+    for (size_t i = 0; i < n; i++)
+        tmpl_value_unref(m[i].tool_calls);
+    tmpl_value_unref(chat.tools);
+    serve_req_free(&rq);
+    if (rc)
+        fail_msg("render: %s", err.msg);
+}
+
 /* Prints the first difference, so a failing family is quick to fix. */
 static void show_diff(const char *want, const char *got)
 {
@@ -369,6 +452,26 @@ static void check_file(struct tfile *f)
         const char *got = out.data ? out.data : "";
         if (strcmp(want, got) != 0) {
             print_message("# %s / %s differs\n", f->exp->file, convs[c].name);
+            show_diff(want, got);
+        } else {
+            matched++;
+        }
+        mf_buf_free(&out);
+    }
+    for (size_t c = 0; tool_family(f->exp) && c < N_TOOL_CONVS; c++) {
+        json_t *r = json_array_get(results, k++);
+        const char *want = json_string_value(json_object_get(r, "text"));
+        if (!want)
+            fail_msg("%s / tools %zu: jinja failed: %s", f->exp->file, c,
+                     json_string_value(json_object_get(r, "error")));
+        if (f->fam->bos_from_tokenizer && strncmp(want, BOS, strlen(BOS)) == 0)
+            want += strlen(BOS);
+        struct mf_buf out;
+        mf_buf_init(&out, 1 << 20);
+        render_tools(t, tool_convs[c], &out);
+        const char *got = out.data ? out.data : "";
+        if (strcmp(want, got) != 0) {
+            print_message("# %s / tools %zu differs\n", f->exp->file, c);
             show_diff(want, got);
         } else {
             matched++;

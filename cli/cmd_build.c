@@ -41,6 +41,7 @@
 #include "common/file.h"
 #include "common/num.h"
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "exec/exec.h"
 #include "exec/exec_allow.h"
 #include "convert/lora_merge.h"
@@ -429,44 +430,14 @@ static int tag_image(struct store *s, const struct build_cli *cli, const struct 
 
 /* ---- runtime and --output ---- */
 
-#define RUNTIME_BIN "mfc-serve"
-
-static int is_exec_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
-}
-
-/* The runtime binary for the image: $MFC_SERVE (set but empty: none), else
- * mfc-serve next to this executable. *path is malloc'd, or NULL when there
- * is none. MF_ENOTFOUND when $MFC_SERVE names no executable file: a typo
- * must not silently drop the runtime. */
+/* The runtime binary for the image: none when $MFC_SERVE is set but empty,
+ * else run_locate_server's. A $MFC_SERVE naming no executable file is an
+ * error: a typo must not silently drop the runtime. */
 static int find_runtime(char **path, struct mf_err *err)
 {
     const char *env = getenv("MFC_SERVE");
     *path = NULL;
-    if (env) {
-        if (!env[0])
-            return 0;
-        if (!is_exec_file(env))
-            return mf_err_set(err, MF_ENOTFOUND, "MFC_SERVE=%s is not an executable file", env);
-        *path = strdup(env);
-        return *path ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
-    }
-    char *self = realpath("/proc/self/exe", NULL);
-    char *slash = self ? strrchr(self, '/') : NULL;
-    if (slash) {
-        size_t n = (size_t)(slash - self) + sizeof "/" RUNTIME_BIN;
-        *path = malloc(n);
-        if (*path)
-            snprintf(*path, n, "%.*s/%s", (int)(slash - self), self, RUNTIME_BIN);
-        if (*path && !is_exec_file(*path)) {
-            free(*path);
-            *path = NULL;
-        }
-    }
-    free(self);
-    return 0;
+    return env && !env[0] ? 0 : run_locate_server(path, err);
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -600,7 +571,7 @@ static int build(struct mfc_ctx *ctx, struct build_cli *cli, struct fetch_opts *
     if (!rc)
         rc = find_runtime(&runtime, &err);
     if (!rc && !runtime && !cli->quiet) /* -q: the digest and errors only */
-        fputs("mfc: warning: no " RUNTIME_BIN " found; the image has no runtime yet "
+        fputs("mfc: warning: no mfc-serve found; the image has no runtime yet "
               "(set MFC_SERVE to add one)\n",
               ctx->err);
     if (!rc)

@@ -107,7 +107,10 @@ void run_model_free(struct run_model *m);
 /* ---- the server process ---- */
 
 /* The mfc-serve binary: $MFC_SERVE when set, else mfc-serve next to this
- * executable. *path is malloc'd. MF_ENOTFOUND when there is none. */
+ * executable. *path is malloc'd, NULL when there is none next to mfc.
+ * MF_ENOTFOUND when $MFC_SERVE names no executable file. */
+int run_locate_server(char **path, struct mf_err *err);
+/* run_locate_server, with none found an MF_ENOTFOUND error. */
 int run_find_server(char **path, struct mf_err *err);
 
 /* argv for mfc-serve serving m (after run_model_materialize) on host:port

@@ -32,7 +32,7 @@ static int is_exec_file(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-int run_find_server(char **path, struct mf_err *err)
+int run_locate_server(char **path, struct mf_err *err)
 {
     const char *env = getenv("MFC_SERVE");
     *path = NULL;
@@ -54,11 +54,17 @@ int run_find_server(char **path, struct mf_err *err)
         }
     }
     free(self);
-    if (!*path)
+    return 0;
+}
+
+int run_find_server(char **path, struct mf_err *err)
+{
+    int rc = run_locate_server(path, err);
+    if (rc == 0 && !*path)
         return mf_err_set(err, MF_ENOTFOUND,
                           "no %s next to mfc (build it, or set MFC_SERVE to the binary)",
                           SERVER_BIN);
-    return 0;
+    return rc;
 }
 
 void run_argv_free(char **argv)

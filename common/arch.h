@@ -29,6 +29,18 @@ enum arch_rope {
 enum arch_act {
     ARCH_ACT_SILU = 0, /* x / (1 + e^-x) */
     ARCH_ACT_GELU = 1, /* GELU, tanh approximation (Gemma) */
+    ARCH_ACT_SWIGLU_OAI = 2, /* gpt-oss: x = min(gate, 7), y = clamp(up, -7, 7),
+                                x sigmoid(1.702 x) (y + 1) (ggml_swiglu_oai) */
+};
+
+/* How a router turns its logits into the chosen experts and their weights. */
+enum arch_gating {
+    ARCH_GATE_SOFTMAX = 0,      /* softmax over every expert, the n_used best, weights
+                                   renormalised to sum to 1 (Mixtral, Qwen3-MoE) */
+    ARCH_GATE_TOPK_SOFTMAX = 1, /* the n_used largest logits, softmax over those only
+                                   (gpt-oss; llama.cpp's SOFTMAX_WEIGHT): in exact arithmetic
+                                   the weights of ARCH_GATE_SOFTMAX, computed as llama.cpp
+                                   computes them so that they round alike */
 };
 
 /* Switches (arch_desc.flags). */
@@ -43,6 +55,16 @@ enum arch_act {
 #define ARCH_ALL_EXPERTS (1u << 6) /* every layer must (qwen3moe) */
 #define ARCH_ROPE_FACTORS (1u << 7) /* rope_factors_long/short (LongRoPE) may be present */
 #define ARCH_TIED_ALWAYS (1u << 8) /* the output is token_embd even if output.weight exists */
+#define ARCH_SINKS (1u << 9)       /* attn_sinks: a learned logit per query head that joins
+                                      every softmax denominator (gpt-oss) */
+#define ARCH_O_BIAS (1u << 10)     /* attn_output.bias is required */
+#define ARCH_EXPERT_BIASES (1u << 11) /* ffn_gate_inp.bias and the experts' biases
+                                         ffn_{gate,up,down}_exps.bias are required */
+#define ARCH_FFN_NORM_POST_ATTN (1u << 12) /* the FFN's input norm is stored as
+                                              post_attention_norm, with no ffn_norm (gpt-oss) */
+#define ARCH_SWA_KEY (1u << 13)    /* attention.sliding_window is required */
+#define ARCH_ROPE_FULL (1u << 14)  /* rope.dimension_count must be the head width (llama.cpp
+                                      shapes the projections and the score scale by it) */
 
 struct arch_desc {
     const char *name;      /* general.architecture, and the prefix of its keys */
@@ -60,6 +82,7 @@ struct arch_desc {
     float final_softcap;   /* logit soft-cap when the key is absent; 0: none */
     int32_t wide_scale_layers; /* at this block count the q scale is 1/sqrt(n_embd / n_head)
                                   instead of 1/sqrt(head_dim) (Gemma 27B); 0: never */
+    enum arch_gating gating;   /* the router's gating (ARCH_EXPERTS families) */
 };
 
 /* The descriptor of architecture name[0..len), or NULL if mfc does not run it. */

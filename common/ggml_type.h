@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum ggml_type {
     GGML_TYPE_F32 = 0,
     GGML_TYPE_F16 = 1,
@@ -74,5 +78,9 @@ int ggml_type_is_quantized(uint32_t id);
  * is not a multiple of the block size, the type is invalid, or the size
  * overflows; *bytes is untouched then. */
 int ggml_type_row_size(uint32_t id, uint64_t ne0, uint64_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

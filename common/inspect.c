@@ -270,7 +270,9 @@ static void family(struct jb *b, json_t *o, const struct gguf_file *gf, const ch
     put(b, f, "traits", traits);
     if (traits) {
         append(b, traits, jcstr(d->rope == ARCH_ROPE_NEOX ? "neox_rope" : "normal_rope"));
-        append(b, traits, jcstr(d->act == ARCH_ACT_GELU ? "gelu_gate" : "silu_gate"));
+        append(b, traits, jcstr(d->act == ARCH_ACT_GELU         ? "gelu_gate"
+                                : d->act == ARCH_ACT_SWIGLU_OAI ? "swiglu_oai_gate"
+                                                                : "silu_gate"));
         if (d->flags & ARCH_QK_NORM)
             append(b, traits, jcstr("qk_norm"));
         if (d->flags & ARCH_POST_NORMS)
@@ -285,6 +287,14 @@ static void family(struct jb *b, json_t *o, const struct gguf_file *gf, const ch
             append(b, traits, jcstr("qkv_bias"));
         if (!gguf_find_tensor(gf, "output.weight") || (d->flags & ARCH_TIED_ALWAYS))
             append(b, traits, jcstr("tied_output"));
+        if (d->flags & ARCH_SINKS)
+            append(b, traits, jcstr("attn_sinks"));
+        if (d->flags & ARCH_O_BIAS)
+            append(b, traits, jcstr("o_bias"));
+        if (d->flags & ARCH_EXPERT_BIASES)
+            append(b, traits, jcstr("expert_biases"));
+        if (d->gating == ARCH_GATE_TOPK_SOFTMAX)
+            append(b, traits, jcstr("topk_softmax_gating"));
     }
     uint64_t n_exp = uint_or(gf, akey(k, sizeof k, arch, "expert_count"), 0);
     json_t *e = n_exp > 1 ? json_object() : json_null();

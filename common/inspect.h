@@ -26,8 +26,9 @@
  *   rope {dimension_count, freq_base, scaling_type, scaling_factor,
  *         original_context_length, freqs_tensor, attn_factor, long_factors},
  *   family {name, supported, known_as (common/arch.h's models), traits
- *           [neox_rope|normal_rope, gelu_gate|silu_gate, qk_norm, post_norms,
- *           embedding_scale, fused_qkv, fused_gate_up, qkv_bias, tied_output],
+ *           [neox_rope|normal_rope, gelu_gate|silu_gate|swiglu_oai_gate, qk_norm,
+ *           post_norms, embedding_scale, fused_qkv, fused_gate_up, qkv_bias,
+ *           tied_output, attn_sinks, o_bias, expert_biases, topk_softmax_gating],
  *           experts {count, used, feed_forward_length} or null,
  *           sliding_window {window, period, freq_base} or null, attn_softcap,
  *           final_softcap} (the family's defaults where a key is absent),

@@ -35,11 +35,11 @@ uint16_t quant_f32_to_bf16(float f);
 /* ---- rows --------------------------------------------------------------- */
 
 /* 1 if quant_dequantize_row handles t: F32, F16, BF16, Q4_0, Q4_1, Q5_0,
- * Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. */
+ * Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4. */
 int quant_can_dequantize(enum ggml_type t);
 
 /* 1 if quant_quantize_row handles t: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. */
+ * Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4. */
 int quant_can_quantize(enum ggml_type t);
 
 /* Decodes n elements of type t at src (n / block_size blocks, any
@@ -102,9 +102,11 @@ enum quant_ftype {
     QUANT_FTYPE_MOSTLY_Q6_K = 18,
     QUANT_FTYPE_MOSTLY_Q2_K_S = 21,
     QUANT_FTYPE_MOSTLY_BF16 = 32,
+    QUANT_FTYPE_MOSTLY_MXFP4_MOE = 38, /* expert tensors MXFP4, other matrices Q8_0 */
 };
 
-/* "Q4_K_M", "F16", "BF16", "F32", ...; NULL for a value not listed above. */
+/* "Q4_K_M", "F16", "BF16", "F32", "MXFP4_MOE", ...; NULL for a value not
+ * listed above. */
 const char *quant_ftype_name(enum quant_ftype ft);
 
 /* Parses a name as Ollama and llama-quantize spell it ("q4_k_m", "Q8_0",

@@ -8,8 +8,9 @@
  * tensor_type_fallback and llama_ftype_get_default_type, for the case mfc
  * has: no importance matrix, no --pure, no per-tensor overrides. Comments
  * below name the llama.cpp branch each rule comes from. Only the file types
- * built from K-quants and the legacy block types are handled; the IQ, TQ
- * and MXFP4 mixes are refused.
+ * built from K-quants, the legacy block types and MXFP4 (MXFP4_MOE: the
+ * experts MXFP4, every other quantized matrix Q8_0, as gpt-oss ships) are
+ * handled; the IQ and TQ mixes are refused.
  *
  * One deliberate difference: llama.cpp counts attn_v/ffn_down tensors as it
  * visits them, in the loader's order (weight_name_comparer sorts by the
@@ -53,6 +54,7 @@ static const struct ftype_info ftypes[] = {
     {QUANT_FTYPE_MOSTLY_Q5_K_S, "Q5_K_S", GGML_TYPE_Q5_K},
     {QUANT_FTYPE_MOSTLY_Q5_K_M, "Q5_K_M", GGML_TYPE_Q5_K},
     {QUANT_FTYPE_MOSTLY_Q6_K, "Q6_K", GGML_TYPE_Q6_K},
+    {QUANT_FTYPE_MOSTLY_MXFP4_MOE, "MXFP4_MOE", GGML_TYPE_MXFP4},
 };
 
 #define N_FTYPES (sizeof ftypes / sizeof ftypes[0])
@@ -354,6 +356,10 @@ static enum ggml_type rule_attn_output(const struct mix *x, enum ggml_type t)
 /* llama_tensor_get_type_impl, for the file types this module handles. */
 static enum ggml_type apply_rules(const struct mix *x, enum category cat, enum ggml_type t)
 {
+    /* MXFP4_MOE: its own OUTPUT branch and the branch before every per-
+     * category rule: 3-D (expert) tensors MXFP4, everything else Q8_0 */
+    if (x->ft == QUANT_FTYPE_MOSTLY_MXFP4_MOE)
+        return x->ti->ne[2] > 1 && cat != CAT_OUTPUT ? GGML_TYPE_MXFP4 : GGML_TYPE_Q8_0;
     if (cat == CAT_OUTPUT || (!x->mi->has_output && cat == CAT_TOKEN_EMBD))
         return rule_output(x, t);
     switch (cat) {

@@ -11,6 +11,7 @@
 #define MF_QUANT_INT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "quant.h"
 
@@ -43,6 +44,11 @@ struct quant_blk_q5_1 {
 struct quant_blk_q8_0 {
     uint8_t d[2];   /* fp16 scale */
     uint8_t qs[32]; /* int8 values */
+};
+
+struct quant_blk_mxfp4 {
+    uint8_t e;      /* E8M0 shared exponent: the block scales by 2^(e - 127) */
+    uint8_t qs[16]; /* E2M1 codes: element j in the low nibble of qs[j], j+16 in the high */
 };
 
 struct quant_blk_q2_K {
@@ -122,6 +128,22 @@ static inline void quant_k4_factors(int j, const uint8_t *scales, float d, float
     quant_scale_min_k4(j, scales, &sc, &m);
     *dj = d * sc;
     *mj = dmin * m;
+}
+
+/* The E2M1 values of MXFP4's sixteen codes, doubled so that they are
+ * integers (ggml's kvalues_mxfp4): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+ * negatives, times two. */
+extern const int8_t quant_mxfp4_values[16];
+
+/* Half the E8M0 scale 2^(e - 127) (ggml_e8m0_to_fp32_half), which undoes
+ * the doubling of quant_mxfp4_values: e 0 and 1 give the subnormals
+ * 2^-128 and 2^-127, e 255 gives 2^127 (ggml has no NaN case). */
+static inline float quant_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
 }
 
 /* Q3_K's sixteen scales unpacked from 12 bytes, still biased by 32. */

@@ -148,6 +148,22 @@ static void deq_q8_0(const void *src, float *y, int64_t n)
     }
 }
 
+/* ---- MXFP4: 32 E2M1 codes under one E8M0 exponent ------------------------ */
+
+const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void deq_mxfp4(const void *src, float *y, int64_t n)
+{
+    const struct quant_blk_mxfp4 *x = src;
+    for (int64_t i = 0; i < n / QUANT_QK; i++, y += QUANT_QK) {
+        const float d = quant_e8m0_half(x[i].e);
+        for (int j = 0; j < 16; j++) {
+            y[j] = quant_mxfp4_values[x[i].qs[j] & 0x0F] * d;
+            y[j + 16] = quant_mxfp4_values[x[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
 /* ---- K-quants: dequantize ------------------------------------------------ */
 
 static void deq_q2_K(const void *src, float *y, int64_t n)
@@ -389,6 +405,50 @@ static void q_q8_0(const float *x, void *dst, int64_t n)
         quant_wr16(y[i].d, quant_f32_to_f16(d));
         for (int j = 0; j < QUANT_QK; j++)
             y[i].qs[j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    }
+}
+
+/* ggml's best_index_mxfp4: the code whose value times d is nearest x, the
+ * lowest code on ties (so +0 wins over -0). */
+static int mxfp4_index(float x, float d)
+{
+    int best = 0;
+    float best_err = fabsf(quant_mxfp4_values[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        float err = fabsf(quant_mxfp4_values[i] * d - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+/* quantize_row_mxfp4_ref: the exponent puts the block's largest magnitude
+ * in [4, 8) times half the scale, i.e. at or above the largest code 6 (it
+ * rounds down rather than up, as ggml does). ggml converts the float
+ * exponent straight to uint8_t; on x86 that truncates to a 32-bit integer
+ * and keeps its low byte, which is what the explicit steps below do without
+ * undefined behaviour (below 2^-125 the byte wraps, an infinite block gets
+ * 0, as there). */
+static void q_mxfp4(const float *x, void *dst, int64_t n)
+{
+    struct quant_blk_mxfp4 *y = dst;
+    for (int64_t i = 0; i < n / QUANT_QK; i++, x += QUANT_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < QUANT_QK; j++)
+            if (amax < fabsf(x[j]))
+                amax = fabsf(x[j]);
+        uint8_t e = 0;
+        if (amax > 0.0f) {
+            const float ef = floorf(log2f(amax)) - 2 + 127;
+            const int32_t ie = ef > -2147483648.0f && ef < 2147483648.0f ? (int32_t)ef : INT32_MIN;
+            e = (uint8_t)(uint32_t)ie;
+        }
+        const float d = quant_e8m0_half(e);
+        y[i].e = e;
+        for (int j = 0; j < 16; j++)
+            y[i].qs[j] = (uint8_t)(mxfp4_index(x[j], d) | mxfp4_index(x[j + 16], d) << 4);
     }
 }
 
@@ -908,6 +968,7 @@ const struct quant_ops quant_ops_scalar = {
             [GGML_TYPE_Q4_K] = deq_q4_K,
             [GGML_TYPE_Q5_K] = deq_q5_K,
             [GGML_TYPE_Q6_K] = deq_q6_K,
+            [GGML_TYPE_MXFP4] = deq_mxfp4,
         },
 };
 
@@ -940,6 +1001,8 @@ quant_quantize_fn *quant_ref_quantizer(enum ggml_type t)
         return q_q5_K;
     case GGML_TYPE_Q6_K:
         return q_q6_K;
+    case GGML_TYPE_MXFP4:
+        return q_mxfp4;
     default:
         return NULL;
     }

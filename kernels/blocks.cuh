@@ -20,9 +20,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-extern "C" {
 #include "common/ggml_type.h"
-}
 
 /* ------------------------------------------------------------------------
  * Block decoding (8 elements at a time)
@@ -232,6 +230,23 @@ template <int TY> __device__ __forceinline__ float act(float x)
     if (TY == GGML_TYPE_BF16)
         return __bfloat162float(__float2bfloat16_rn(x));
     return x;
+}
+
+/* v[0..8) . x[0..8), summed in index order; x is 16-byte aligned (an
+ * input row staged in shared memory). */
+__device__ __forceinline__ float dot8(const float v[8], const float *x)
+{
+    const float4 a = *reinterpret_cast<const float4 *>(x);
+    const float4 b = *reinterpret_cast<const float4 *>(x + 4);
+    float s = v[0] * a.x;
+    s += v[1] * a.y;
+    s += v[2] * a.z;
+    s += v[3] * a.w;
+    s += v[4] * b.x;
+    s += v[5] * b.y;
+    s += v[6] * b.z;
+    s += v[7] * b.w;
+    return s;
 }
 
 /* The scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K super-block

@@ -41,9 +41,7 @@ typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 #endif
 
-extern "C" {
 #include "common/ggml_type.h"
-}
 
 void **mfk_ctx_blas(struct mfk_ctx *c);     /* mem.cu: where this file keeps its state */
 

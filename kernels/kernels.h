@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/ggml_type.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -138,8 +139,26 @@ struct mfk_weight {
 
 /* 1 if the GEMV, embedding and dequantization kernels handle a weight of
  * this ggml type with rows of ne0 elements: F32, F16, BF16, Q4_0, Q8_0,
- * Q4_K, Q5_K, Q6_K, with ne0 a multiple of 32 (256 for the K-quants). */
-int mfk_weight_ok(int type, int64_t ne0);
+ * Q4_K, Q5_K, Q6_K, with ne0 a multiple of 32 (256 for the K-quants).
+ * Inline so that host code planning placement (runtime/cuda/cuda_plan.c)
+ * applies the same rule without linking the kernels. */
+static inline int mfk_weight_ok(int type, int64_t ne0)
+{
+    switch (type) {
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16:
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0:
+        return ne0 > 0 && ne0 % 32 == 0;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+        return ne0 > 0 && ne0 % 256 == 0;
+    default:
+        return 0;
+    }
+}
 
 /* out[r][0..ne0) = row r0 + r of w as floats, for r < n_rows (bit-exact
  * with common/quant.h's dequantizers). */

@@ -34,9 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-extern "C" {
 #include "common/ggml_type.h"
-}
 
 #define GEMV_NB 8             /* tokens served by one pass over a weight row */
 #define GEMV_WARPS 8          /* rows (warps) per GEMV thread block */
@@ -68,24 +66,6 @@ extern "C" {
 #ifndef GEMV_SPLIT_Q4K_MAX
 #define GEMV_SPLIT_Q4K_MAX 8192
 #endif
-
-extern "C" int mfk_weight_ok(int type, int64_t ne0)
-{
-    switch (type) {
-    case GGML_TYPE_F32:
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16:
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
-        return ne0 > 0 && ne0 % 32 == 0;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-        return ne0 > 0 && ne0 % 256 == 0;
-    default:
-        return 0;
-    }
-}
 
 static int check_weight(const struct mfk_weight *w, const char *what, struct mf_err *err)
 {
@@ -456,19 +436,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 deq8<TY>(row, k0 + i, v);
 #pragma unroll
                 for (int cc = 0; cc < NB; cc++) {
-                    if (cc < nc) {
-                        const float4 a = *reinterpret_cast<const float4 *>(xs + cc * CH + i);
-                        const float4 b = *reinterpret_cast<const float4 *>(xs + cc * CH + i + 4);
-                        float s = v[0] * a.x;
-                        s += v[1] * a.y;
-                        s += v[2] * a.z;
-                        s += v[3] * a.w;
-                        s += v[4] * b.x;
-                        s += v[5] * b.y;
-                        s += v[6] * b.z;
-                        s += v[7] * b.w;
-                        acc[cc] += s;
-                    }
+                    if (cc < nc)
+                        acc[cc] += dot8(v, xs + cc * CH + i);
                 }
             }
         }

@@ -472,19 +472,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
                 deq8<TY>(wr, k0 + i, v);
 #pragma unroll
                 for (int cc = 0; cc < NB; cc++) {
-                    if (cc < nc) {
-                        const float4 a = *reinterpret_cast<const float4 *>(xs + cc * CH + i);
-                        const float4 b = *reinterpret_cast<const float4 *>(xs + cc * CH + i + 4);
-                        float s = v[0] * a.x;
-                        s += v[1] * a.y;
-                        s += v[2] * a.z;
-                        s += v[3] * a.w;
-                        s += v[4] * b.x;
-                        s += v[5] * b.y;
-                        s += v[6] * b.z;
-                        s += v[7] * b.w;
-                        acc[cc] += s;
-                    }
+                    if (cc < nc)
+                        acc[cc] += dot8(v, xs + cc * CH + i);
                 }
             }
         }

@@ -75,9 +75,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-extern "C" {
 #include "common/ggml_type.h"
-}
 
 namespace cg = cooperative_groups;
 

@@ -34,7 +34,7 @@ EXTRA_DIST += tests/tools/llama-tok.mjs
 
 ## Differential test against llama.cpp (node-llama-cpp) on random strings.
 TESTS += tests/cli/tokenizer.bats
-EXTRA_DIST += tests/cli/tokenizer.bats
+EXTRA_DIST += tests/cli/tokenizer.bats tests/tools/gguf_vocab.py
 
 ## `make bench-tokenizer`: encode MB/s against llama.cpp; never part of make
 ## check. See bench/README.md ("Tokenizer").

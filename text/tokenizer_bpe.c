@@ -64,6 +64,17 @@ static const char *const re_deepseek_llm[] = {
     RE_CJK,
     "\\p{N}+",
     NULL};
+/* o200k (gpt-4o, gpt-oss). llama.cpp matches its spelling with std::regex
+ * on text where every non-ASCII letter is one stand-in byte, so a non-ASCII
+ * letter counts as both upper- and lower-case and only ASCII letters keep
+ * their case: "letters but a-z" and "letters but A-Z" below are exactly
+ * that ((?=[\p{L}])([^a-z]) in llama.cpp's string). */
+#define RE_CONTRACTION "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+static const char *const re_gpt4o[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]*[^\\P{L}A-Z]+" RE_CONTRACTION
+    "|[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]+[^\\P{L}A-Z]*" RE_CONTRACTION
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL};
 static const char *const re_bloom[] = {" ?[^(\\s|.,!?…。，、।۔،)]+", NULL};
 static const char *const re_viking[] = {" ?[^(\\s|.,!?…。，、।۔،)]+", "\\p{N}", NULL};
 
@@ -87,6 +98,10 @@ static const struct tok_pre_def pre_defs[] = {
     {"smaug-bpe", re_llama3, 0, 0},
     {"chatglm-bpe", re_llama3, 0, 0}, /* (?i:'s|...) there; llama.cpp runs its llama3 splitter */
     {"qwen2", re_qwen2, 0, 0},
+    {"gpt-4o", re_gpt4o, 0, 0},
+    {"llama4", re_gpt4o, 0, 0},
+    {"kanana2", re_gpt4o, 0, 0},
+    {"talkie", re_gpt4o, 0, 0},
     {"deepseek-r1-qwen", re_qwen2, 0, 0},
     {"stablelm2", re_qwen2, 0, 0},
     {"megrez", re_qwen2, 0, 0},

@@ -2,6 +2,8 @@
  * cpu_attn.c: the CPU backend's attention over the paged KV cache, one work
  * item (sequence, KV head, run of new tokens) at a time, for every family:
  * grouped query heads, the family's score scale, Gemma 2's score soft-cap,
+ * gpt-oss's attention sinks (a per-head logit in every softmax's
+ * denominator, so a query may give its keys less than all of its weight),
  * and sliding-window layers, where a query at position p sees keys
  * p - n_swa < k <= p (llama.cpp's LLAMA_SWA_TYPE_STANDARD): blocks wholly
  * before every query's window are not read, and positions before a query's
@@ -52,6 +54,14 @@ static void pv_blocks(struct cpu_step *s, const struct cpu_att_item *it, int32_t
     }
 }
 
+/* Head h's sink logit from the layer's F32 attn_sinks (any alignment). */
+static float rd_sink(const void *sinks, int32_t h)
+{
+    float f;
+    memcpy(&f, (const uint8_t *)sinks + 4 * (size_t)h, sizeof f);
+    return f;
+}
+
 /* Soft-caps the scores x[lo, n) in ggml's order (scale by 1 / c, tanh,
  * scale by c): c tanh(x / c). */
 static void softcap(float *x, int32_t lo, int32_t n, float cap)
@@ -85,6 +95,7 @@ static void attend_item(struct cpu_step *s, int32_t layer, const struct cpu_att_
     const struct model_hparams *hp = &s->m->hp;
     const struct batch_seq *sq = &s->batch->seqs[it->seq];
     const int swa = s->m->layers[layer].swa;
+    const void *sinks = s->m->layers[layer].attn_sinks.data;
     const int64_t hd = hp->head_dim;
     const int32_t ratio = hp->n_head / hp->n_head_kv, nq = (it->t1 - it->t0) * ratio;
     const size_t stride = s->att_stride;
@@ -117,12 +128,14 @@ static void attend_item(struct cpu_step *s, int32_t layer, const struct cpu_att_
     }
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = it->t0 + i / ratio, lo = window_lo(s, swa, t), n = s->tok_pos[t] + 1;
+        int32_t h = it->head_kv * ratio + i % ratio;
         float *row = sc + (size_t)i * stride;
+        float sink = sinks ? rd_sink(sinks, h) : -INFINITY;
         if (hp->attn_softcap > 0.0f)
             softcap(row, lo, n, hp->attn_softcap);
         /* masked positions would add exp(-inf) = 0 to llama.cpp's sums:
          * leaving them out gives the same weights, and they weigh 0 */
-        s->dot->softmax(row + lo, n - lo, hp->kq_scale, s->kv_f16);
+        s->dot->softmax(row + lo, n - lo, hp->kq_scale, s->kv_f16, sink);
         for (int32_t j = b0 * KV_BLOCK_TOKENS; j < lo; j++)
             row[j] = 0.0f;
     }

@@ -36,6 +36,7 @@ enum cpu_act cpu_dot_act(enum ggml_type wt)
     case GGML_TYPE_Q5_0:
     case GGML_TYPE_Q5_1:
     case GGML_TYPE_Q8_0:
+    case GGML_TYPE_MXFP4:
         return CPU_ACT_Q8_0;
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
@@ -279,6 +280,27 @@ static float dot_q5_1(int64_t n, const void *w, const void *x)
     return dot_q5_01(1, n, w, x);
 }
 
+/* MXFP4: each block's codes stand for twice their E2M1 value
+ * (quant_mxfp4_values), the block scale is half the E8M0 exponent's, so the
+ * integer sum times both scales is the dot product (ggml_vec_dot_mxfp4_q8_0:
+ * the d_x * e8m0_half product, then the sum of the two half-block sums). */
+static float dot_mxfp4(int64_t n, const void *w, const void *x)
+{
+    const struct quant_blk_mxfp4 *b = w;
+    const struct cpu_q8_0 *y = x;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        int32_t s0 = 0, s1 = 0;
+        for (int j = 0; j < 16; j++) {
+            s0 += y[i].qs[j] * quant_mxfp4_values[b[i].qs[j] & 15];
+            s1 += y[i].qs[j + 16] * quant_mxfp4_values[b[i].qs[j] >> 4];
+        }
+        sum += (y[i].d * quant_e8m0_half(b[i].e)) * (float)(s0 + s1);
+    }
+    return sum;
+}
+
 /* Q4_K (q5 == 0) and Q5_K (q5 == 1): sub-block j of 32 has a 6-bit scale
  * and min; the 4 (5) bit codes are unsigned, so x ~= d*sc*q - dmin*m and
  * the min term only needs the activation's block sums. The two block types
@@ -385,6 +407,7 @@ SCALAR_GEMM(q8_0)
 SCALAR_GEMM(q4_K)
 SCALAR_GEMM(q5_K)
 SCALAR_GEMM(q6_K)
+SCALAR_GEMM(mxfp4)
 
 /* Q5_0 / Q5_1 have only this scalar kernel; every table points at it. */
 void cpu_gemm_q5_0(int64_t n, int32_t nr, int32_t nc, const void *w, size_t wb, const void *x,
@@ -433,7 +456,7 @@ static void kv_to_f32(const void *src, int64_t n, int f16, float *dst)
 
 static void round_f16(float *x, int64_t n);
 
-static void softmax(float *x, int64_t n, float scale, int round16)
+static void softmax(float *x, int64_t n, float scale, int round16, float sink)
 {
     float mx = -INFINITY, inv;
     double sum = 0.0;
@@ -442,10 +465,13 @@ static void softmax(float *x, int64_t n, float scale, int round16)
         x[i] *= scale;
         mx = x[i] > mx ? x[i] : mx;
     }
+    mx = sink > mx ? sink : mx;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
+    if (sink > -INFINITY)
+        sum += (double)expf(sink - mx);
     inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++)
         x[i] *= inv;

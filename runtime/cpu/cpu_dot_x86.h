@@ -198,6 +198,44 @@ static AI X86_T void blk_q4_0(const int RB, const int CB, int64_t i, const uint8
 }
 X86_TILE(q4_0, 32)
 
+/* ---- MXFP4 weights x Q8_0 activations ---------------------------------- */
+
+/* Block i: the nibbles index the doubled E2M1 values (quant_mxfp4_values)
+ * with one byte shuffle, and signed codes meet signed activations through
+ * |w| times a with w's sign (|w| <= 12); the E8M0 half-scale times the
+ * activation scale weighs the integer sum, as in cpu_dot.c's dot_mxfp4. */
+static AI X86_T void blk_mxfp4(const int RB, const int CB, int64_t i, const uint8_t *w, size_t wb,
+                               const uint8_t *x, size_t xb, __m256 acc[4][4])
+{
+    const __m256i values = _mm256_broadcastsi128_si256(ld128(quant_mxfp4_values));
+    __m256i wabs[4], wq[4];
+    __m256 dw[4];
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++) {
+        const uint8_t *b = w + (size_t)r * wb + (size_t)i * sizeof(struct quant_blk_mxfp4);
+        __m128i t = ld128(b + 1);
+        prefetch(b);
+        dw[r] = _mm256_set1_ps(quant_e8m0_half(b[0]));
+        /* low nibbles are elements 0..15, high nibbles 16..31 */
+        wq[r] = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+                                                            _mm256_set1_epi8(15)));
+        wabs[r] = _mm256_sign_epi8(wq[r], wq[r]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < CB; c++) {
+        const struct cpu_q8_0 *a = (const struct cpu_q8_0 *)(x + (size_t)c * xb) + i;
+        __m256i aq = ld256(a->qs);
+        __m256 da = _mm256_set1_ps(a->d);
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            __m256i p = dot_u8s8(_mm256_setzero_si256(), wabs[r], _mm256_sign_epi8(aq, wq[r]));
+            acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(p), acc[r][c]);
+        }
+    }
+}
+X86_TILE(mxfp4, 32)
+
 /* ---- K-quants x Q8_K activations --------------------------------------- */
 
 /* Q4_K/Q5_K scales and mins of one block (ggml's get_scale_min_k4 for all
@@ -484,6 +522,7 @@ X86_GEMM(q8_0)
 X86_GEMM(q4_K)
 X86_GEMM(q5_K)
 X86_GEMM(q6_K)
+X86_GEMM(mxfp4)
 
 /* ---- attention and activation helpers ----------------------------------- */
 
@@ -621,7 +660,7 @@ static X86_T void round_f16(float *x, int64_t n);
 
 /* The scalar softmax's operations lane by lane (same products, same max,
  * exp8 for expf), so only the exp differs from cpu_dot.c's. */
-static X86_T void softmax(float *x, int64_t n, float scale, int round16)
+static X86_T void softmax(float *x, int64_t n, float scale, int round16, float sink)
 {
     __m256 vs = _mm256_set1_ps(scale), vmax = _mm256_set1_ps(-INFINITY), vm, vinv;
     float mx, inv, lanes[8];
@@ -641,6 +680,7 @@ static X86_T void softmax(float *x, int64_t n, float scale, int round16)
         x[i] *= scale;
         mx = x[i] > mx ? x[i] : mx;
     }
+    mx = sink > mx ? sink : mx;
     vm = _mm256_set1_ps(mx);
     for (i = 0; i + 8 <= n; i += 8) {
         __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
@@ -651,6 +691,8 @@ static X86_T void softmax(float *x, int64_t n, float scale, int round16)
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
+    if (sink > -INFINITY)
+        sum += (double)expf(sink - mx);
     inv = (float)(1.0 / sum);
     vinv = _mm256_set1_ps(inv);
     for (i = 0; i + 8 <= n; i += 8)

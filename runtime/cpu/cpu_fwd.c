@@ -14,10 +14,10 @@
  *                 (cpu_attn.c: sliding windows, soft-caps)
  *   per-token  D  (last layer: gather the logits rows,) quantize the
  *                 attention output, LoRA shrink for o
- *   matmul     E  x += o, or o into ob and then x += post_norm(ob)
+ *   matmul     E  x += o, or o into ob and then x += post_norm(ob + bias)
  *   per-token  F  RMSNorm, quantize, LoRA shrink for gate/up
  *   matmul     G  gate, up                       } or the routed experts
- *   per-token  H  act(gate) * up, quantize       } (cpu_moe.c)
+ *   per-token  H  act(gate, up), quantize        } (cpu_moe.c)
  *   matmul     I  x += down (or through ob and its post-norm)  }
  *
  * then the output norm for the rows that want logits, the output matmul and
@@ -92,11 +92,33 @@ static float gelu_f16(float x)
     return quant_f16_to_f32(quant_f32_to_f16(y));
 }
 
+/* gpt-oss's gate (ggml_swiglu_oai, alpha 1.702, limit 7): the gate
+ * clamped above, up clamped both ways and shifted by one, in ggml's
+ * operations and order (std::min and std::clamp's comparisons, so a NaN
+ * passes through as there). */
+static void swiglu_oai(float *g, const float *u, int64_t n)
+{
+    const float alpha = 1.702f, limit = 7.0f;
+
+    for (int64_t i = 0; i < n; i++) {
+        float x = limit < g[i] ? limit : g[i];
+        float y = u[i] < -limit ? -limit : limit < u[i] ? limit : u[i];
+        float glu = x / (1.0f + expf(alpha * (-x)));
+        g[i] = glu * (y + 1.0f);
+    }
+}
+
 void cpu_act_mul(const struct cpu_step *s, float *g, const float *u, int64_t n)
 {
-    if (s->m->hp.arch->act == ARCH_ACT_SILU) {
+    switch (s->m->hp.arch->act) {
+    case ARCH_ACT_SILU:
         s->dot->swiglu(g, u, n);
         return;
+    case ARCH_ACT_SWIGLU_OAI:
+        swiglu_oai(g, u, n);
+        return;
+    case ARCH_ACT_GELU:
+        break;
     }
     for (int64_t i = 0; i < n; i++)
         g[i] = gelu_f16(g[i]) * u[i];
@@ -305,9 +327,12 @@ static void phase_qkv_out(struct cpu_step *s, int32_t layer, int ith, int nth)
     }
 }
 
-/* x[r] += post_norm(ob[r]) for this thread's share of n rows. */
-static void phase_post_norm(struct cpu_step *s, const struct model_weight *w, float *x, int32_t n,
-                            int ith, int nth)
+/* x[r] += post_norm(ob[r] + bias) for this thread's share of n rows, the
+ * bias and the post-norm only where the layer has them (data non-NULL):
+ * llama.cpp adds a block's bias and norms it before the residual add.
+ * bias may be NULL. */
+static void phase_block_out(struct cpu_step *s, const struct model_weight *bias,
+                            const struct model_weight *w, float *x, int32_t n, int ith, int nth)
 {
     const struct model_hparams *hp = &s->m->hp;
     int32_t r0, r1;
@@ -315,7 +340,10 @@ static void phase_post_norm(struct cpu_step *s, const struct model_weight *w, fl
     cpu_rows_of(n, ith, nth, &r0, &r1);
     for (int32_t r = r0; r < r1; r++) {
         float *o = s->ob + (size_t)r * (size_t)hp->n_embd, *y = x + (size_t)r * (size_t)hp->n_embd;
-        cpu_rmsnorm(o, o, w, hp->n_embd, hp->rms_eps);
+        if (bias)
+            add_bias(o, bias, hp->n_embd);
+        if (w->data)
+            cpu_rmsnorm(o, o, w, hp->n_embd, hp->rms_eps);
         for (int32_t i = 0; i < hp->n_embd; i++)
             y[i] = o[i] + y[i];
     }
@@ -542,12 +570,15 @@ static struct cpu_job mkjob(const struct cpu_step *s, int32_t layer, enum model_
 
 /* The jobs of layer l; with last set, the ones after attention run on the
  * n_out gathered rows (out_att in, out_x residual, lp_out adapters). A
- * block with a post-norm writes ob, which phase_post_norm adds in. */
+ * block with an output bias or a post-norm writes ob, which
+ * phase_block_out adds in. */
 static void layer_jobs(const struct cpu_step *s, int32_t l, int last, struct layer_jobs *J)
 {
     const struct model_hparams *hp = &s->m->hp;
     int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-    int post = s->m->layers[l].attn_post_norm.data != NULL;
+    const struct model_layer *L = &s->m->layers[l];
+    int post = L->attn_post_norm.data != NULL || L->bias[MODEL_W_O].data != NULL;
+    int ffn_post = L->ffn_post_norm.data != NULL;
     struct cpu_job *after[4] = {&J->o, &J->gate_up[0], &J->gate_up[1], &J->down};
 
     J->resid = last ? s->out_x : s->x;
@@ -560,8 +591,9 @@ static void layer_jobs(const struct cpu_step *s, int32_t l, int last, struct lay
     J->o.add = !post;
     J->gate_up[0] = mkjob(s, l, MODEL_W_GATE, 0, s->xb, s->xb_w, s->hg, hp->n_ff);
     J->gate_up[1] = mkjob(s, l, MODEL_W_UP, 1, s->xb, s->xb_w, s->hu, hp->n_ff);
-    J->down = mkjob(s, l, MODEL_W_DOWN, 0, s->hg, hp->n_ff, post ? s->ob : J->resid, hp->n_embd);
-    J->down.add = !post;
+    J->down =
+        mkjob(s, l, MODEL_W_DOWN, 0, s->hg, hp->n_ff, ffn_post ? s->ob : J->resid, hp->n_embd);
+    J->down.add = !ffn_post;
     for (int i = 0; last && i < 4; i++) {
         after[i]->n_rows = s->n_out;
         after[i]->lp = &s->lp_out;
@@ -603,7 +635,7 @@ static void ffn(struct cpu_step *s, int32_t l, struct layer_jobs *J, int *ph, in
         cpu_pool_barrier(pool);
     }
     if (post) {
-        phase_post_norm(s, &L->ffn_post_norm, J->resid, J->n, ith, nth);
+        phase_block_out(s, NULL, &L->ffn_post_norm, J->resid, J->n, ith, nth);
         cpu_pool_barrier(pool);
     }
 }
@@ -667,7 +699,8 @@ void cpu_fwd_run(void *arg, int ith, int nth)
         cpu_matmul(s, &J.o, 1, cpu_next_phase(s, &ph, ith), ith, nth);
         cpu_pool_barrier(pool);
         if (!J.o.add) {
-            phase_post_norm(s, &m->layers[l].attn_post_norm, J.resid, J.n, ith, nth);
+            phase_block_out(s, &m->layers[l].bias[MODEL_W_O], &m->layers[l].attn_post_norm, J.resid,
+                            J.n, ith, nth);
             cpu_pool_barrier(pool);
         }
         ffn(s, l, &J, &ph, ith, nth);

@@ -119,8 +119,10 @@ struct cpu_dot {
     /* n F16 or F32 elements at src as floats in dst */
     void (*kv_to_f32)(const void *src, int64_t n, int f16, float *dst);
     /* softmax of x[0..n) * scale in place: e^(x*scale - max) over their sum
-     * (kept in double), rounded to fp16 values when round16 is set */
-    void (*softmax)(float *x, int64_t n, float scale, int round16);
+     * (kept in double), rounded to fp16 values when round16 is set. A
+     * finite sink is one more logit, unscaled, that joins the max and the
+     * sum but has no output (ggml_soft_max_add_sinks); -INFINITY: none */
+    void (*softmax)(float *x, int64_t n, float scale, int round16, float sink);
     /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] */
     void (*swiglu)(float *g, const float *u, int64_t n);
     /* x[0..n) rounded to the nearest fp16 value, in place (same bits on every ISA) */
@@ -135,7 +137,8 @@ struct cpu_dot {
              [GGML_TYPE_BF16] = gemm_bf16, [GGML_TYPE_Q4_0] = gemm_q4_0,                         \
              [GGML_TYPE_Q8_0] = gemm_q8_0, [GGML_TYPE_Q4_K] = gemm_q4_K,                         \
              [GGML_TYPE_Q5_K] = gemm_q5_K, [GGML_TYPE_Q6_K] = gemm_q6_K,                         \
-             [GGML_TYPE_Q5_0] = cpu_gemm_q5_0, [GGML_TYPE_Q5_1] = cpu_gemm_q5_1},                \
+             [GGML_TYPE_Q5_0] = cpu_gemm_q5_0, [GGML_TYPE_Q5_1] = cpu_gemm_q5_1,                 \
+             [GGML_TYPE_MXFP4] = gemm_mxfp4},                                                    \
     .kq_block = kq_block, .pv_block = pv_block, .kv_to_f32 = kv_to_f32, .softmax = softmax,      \
     .swiglu = swiglu, .round_f16 = round_f16
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/num.h"
+#include "kernels/kernels.h"
 #include "runtime/cuda/cuda_moe.h"
 
 static uint64_t align_up(uint64_t v)
@@ -21,20 +22,7 @@ static uint64_t align_up(uint64_t v)
 
 int cuda_plan_type_ok(enum ggml_type t, int64_t ne0)
 {
-    switch (t) {
-    case GGML_TYPE_F32:
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16:
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
-        return ne0 > 0 && ne0 % 32 == 0;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-        return ne0 > 0 && ne0 % 256 == 0;
-    default:
-        return 0;
-    }
+    return mfk_weight_ok((int)t, ne0);
 }
 
 /* ---- weights ------------------------------------------------------------ */
@@ -55,6 +43,24 @@ static int add_slot(struct cuda_wplan *p, const struct model_weight *w, int matr
                                                   (uint64_t)(w->ne2 > 1 ? w->ne2 : 1)};
     p->total = align_up(p->total + p->slots[p->n].bytes);
     p->n++;
+    return 0;
+}
+
+/* The switches the CUDA step does not compute: gpt-oss's attention sinks,
+ * output and expert biases, clamped SwiGLU and top-k-then-softmax gating
+ * (its MXFP4 experts fail cuda_plan_type_ok as well). Such a model is
+ * refused with the family named, and MFC_DEVICE=auto runs it on the CPU. */
+static int family_ok(const struct model *m, struct mf_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    const uint32_t oai = ARCH_SINKS | ARCH_O_BIAS | ARCH_EXPERT_BIASES;
+
+    if (hp->arch && ((hp->arch->flags & oai) || hp->arch->act == ARCH_ACT_SWIGLU_OAI ||
+                     hp->arch->gating == ARCH_GATE_TOPK_SOFTMAX))
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "the CUDA backend does not run %s models (attention sinks, biased "
+                          "experts with a clamped SwiGLU, MXFP4 weights); the CPU backend does",
+                          hp->arch->name);
     return 0;
 }
 
@@ -83,7 +89,9 @@ int cuda_plan_weights(const struct model *m, struct cuda_wplan *p, struct mf_err
     int rc;
 
     memset(p, 0, sizeof *p);
-    rc = cuda_moe_check(m, err); /* every family's switches run; routed layers' limits */
+    rc = family_ok(m, err);
+    if (!rc)
+        rc = cuda_moe_check(m, err); /* every other switch runs; routed layers' limits */
     if (rc)
         return rc;
     p->slots = calloc((size_t)cap, sizeof *p->slots);

@@ -45,6 +45,7 @@ int model_type_supported(enum ggml_type t)
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K:
+    case GGML_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -108,7 +109,7 @@ static int bind(struct binder *bd, const char *name, int64_t ne0, int64_t ne1, i
     if (!model_type_supported((enum ggml_type)t->type))
         return mf_err_set(err, MF_EUNSUPPORTED,
                           "%s: tensor '%s' has weight type %s, which mfc does not run "
-                          "(F32, F16, BF16, Q4_0, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                          "(F32, F16, BF16, Q4_0, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)",
                           gguf_name(gf), name, ggml_type_name(t->type));
     w->data = t->data;
     w->type = (enum ggml_type)t->type;
@@ -193,6 +194,28 @@ static int bind_qkv(struct binder *bd, int32_t il, struct mf_err *err)
     return rc;
 }
 
+/* The router's and the experts' biases of layer il (gpt-oss): one row per
+ * expert, as llama.cpp's add_id reads them. */
+static int bind_expert_biases(struct binder *bd, int32_t il, struct mf_err *err)
+{
+    const struct model_hparams *hp = &bd->m->hp;
+    struct model_layer *L = &bd->m->layers[il];
+    int64_t e = hp->n_expert, fe = hp->n_ff_exp;
+    int rc;
+
+    rc = bind_l(bd, il, "ffn_gate_inp", "bias", e, 0, 0, K_F32, 1, &L->gate_inp_b, err);
+    if (!rc)
+        rc = bind_l(bd, il, "ffn_gate_exps", "bias", fe, e, 0, K_F32, 1, &L->exps_b[MODEL_EXP_GATE],
+                    err);
+    if (!rc)
+        rc = bind_l(bd, il, "ffn_up_exps", "bias", fe, e, 0, K_F32, 1, &L->exps_b[MODEL_EXP_UP],
+                    err);
+    if (!rc)
+        rc = bind_l(bd, il, "ffn_down_exps", "bias", hp->n_embd, e, 0, K_F32, 1,
+                    &L->exps_b[MODEL_EXP_DOWN], err);
+    return rc;
+}
+
 /* The FFN of layer il: routed experts, Phi-3's fused gate+up, or the three
  * projections. */
 static int bind_ffn(struct binder *bd, int32_t il, struct mf_err *err)
@@ -214,6 +237,8 @@ static int bind_ffn(struct binder *bd, int32_t il, struct mf_err *err)
         if (!rc)
             rc = bind_l(bd, il, "ffn_down_exps", "weight", fe, hp->n_embd, e, K_MAT, 1,
                         &L->exps[MODEL_EXP_DOWN], err);
+        if (!rc && (hp->arch->flags & ARCH_EXPERT_BIASES))
+            rc = bind_expert_biases(bd, il, err);
         return rc;
     }
     if (hp->arch->flags & ARCH_FUSED_UP) {
@@ -250,6 +275,12 @@ static int bind_layer(struct binder *bd, int32_t il, struct mf_err *err)
     if (!rc)
         rc = bind_l(bd, il, "attn_output", "weight", q, hp->n_embd, 0, K_MAT, 1,
                     &L->w[MODEL_W_O], err);
+    if (!rc && (f & ARCH_O_BIAS))
+        rc = bind_l(bd, il, "attn_output", "bias", hp->n_embd, 0, 0, K_F32, 1, &L->bias[MODEL_W_O],
+                    err);
+    if (!rc && (f & ARCH_SINKS))
+        rc = bind_l(bd, il, "attn_sinks", "weight", hp->n_head, 0, 0, K_F32, 1, &L->attn_sinks,
+                    err);
     if (!rc && (f & ARCH_QK_NORM))
         rc = bind_l(bd, il, "attn_q_norm", "weight", hp->head_dim, 0, 0, K_F32, 1, &L->q_norm,
                     err);
@@ -263,7 +294,8 @@ static int bind_layer(struct binder *bd, int32_t il, struct mf_err *err)
         rc = bind_l(bd, il, "post_ffw_norm", "weight", hp->n_embd, 0, 0, K_F32, 1,
                     &L->ffn_post_norm, err);
     if (!rc)
-        rc = bind_l(bd, il, "ffn_norm", "weight", hp->n_embd, 0, 0, K_F32, 1, &L->ffn_norm, err);
+        rc = bind_l(bd, il, (f & ARCH_FFN_NORM_POST_ATTN) ? "post_attention_norm" : "ffn_norm",
+                    "weight", hp->n_embd, 0, 0, K_F32, 1, &L->ffn_norm, err);
     if (!rc)
         rc = bind_ffn(bd, il, err);
     return rc;

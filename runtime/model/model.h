@@ -1,6 +1,7 @@
 /*
  * model.h: a decoder-only transformer loaded from GGUF, in any family of
- * common/arch.h (Llama/Mistral/Mixtral, Qwen2/3, Qwen3-MoE, Gemma 2/3, Phi-3).
+ * common/arch.h (Llama/Mistral/Mixtral, Qwen2/3, Qwen3-MoE, Gemma 2/3, Phi-3,
+ * gpt-oss).
  *
  * model_open() maps the file through gguf.h and checks everything a backend
  * relies on before returning: architecture, hyper-parameters, every tensor's
@@ -71,7 +72,8 @@ struct model_hparams {
 /* One weight matrix (or vector) as it lies in the file. */
 struct model_weight {
     const void *data;   /* borrowed: points into the GGUF map; NULL when absent */
-    enum ggml_type type; /* F32/F16/BF16/Q4_0/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K (norms: F32) */
+    enum ggml_type type; /* F32/F16/BF16/Q4_0/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4
+                            (norms, biases, sinks: F32) */
     int64_t ne0;        /* elements per row (input dimension) */
     int64_t ne1;        /* rows (output dimension); 1 for vectors */
     int64_t ne2;        /* experts: matrices of ne1 rows one after another; else 1 */
@@ -107,15 +109,21 @@ struct model_layer {
                                                  GATE, UP: [n_embd, n_ff]
                                                  DOWN: [n_ff, n_embd]
                                                  (GATE/UP/DOWN data NULL in an expert layer) */
-    struct model_weight bias[3];   /* (rows of Q, K, V) F32 biases, data NULL if absent */
+    struct model_weight bias[4];   /* (rows of Q, K, V, O: by enum model_wid) F32 biases,
+                                      data NULL if absent */
+    struct model_weight attn_sinks; /* (n_head) F32 sink logit of each query head, or NULL */
     struct model_weight q_norm;    /* (head_dim) F32 per-head RMSNorm of q, or data NULL */
     struct model_weight k_norm;    /* (head_dim) F32 per-head RMSNorm of k, or data NULL */
     struct model_weight attn_post_norm; /* (n_embd) F32 on the attention output, or NULL */
-    struct model_weight ffn_norm;  /* (n_embd) F32 */
+    struct model_weight ffn_norm;  /* (n_embd) F32 (gpt-oss: post_attention_norm.weight) */
     struct model_weight ffn_post_norm;  /* (n_embd) F32 on the FFN output, or NULL */
     struct model_weight gate_inp;  /* [n_embd, n_expert] router, data NULL in a dense layer */
+    struct model_weight gate_inp_b; /* (n_expert) F32 router bias, or NULL */
     struct model_weight exps[MODEL_EXP_COUNT]; /* gate, up: [n_embd, n_ff_exp, n_expert];
                                                   down: [n_ff_exp, n_embd, n_expert] */
+    struct model_weight exps_b[MODEL_EXP_COUNT]; /* F32 expert biases, or NULL: gate, up:
+                                                    [n_ff_exp, n_expert]; down: [n_embd,
+                                                    n_expert] (row e is expert e's) */
     int swa;                       /* 1: this layer attends within hp.n_swa positions */
     int rope_kind;                 /* which RoPE table: 0 global, 1 sliding (own base) */
 };

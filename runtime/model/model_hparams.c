@@ -2,7 +2,8 @@
  * model_hparams.c: a GGUF's hyper-parameters, read under its family's key
  * prefix ("qwen2.embedding_length") and resolved into the plain values of
  * struct model_hparams: attention scales, soft-caps, sliding window, RoPE
- * scaling (linear, YaRN, LongRoPE's mscale), expert counts.
+ * scaling (linear, YaRN, LongRoPE's mscale), expert counts; the keys a
+ * family requires (gpt-oss's sliding window) are refused when absent.
  *
  * Owns nothing. Every key is range-checked before any size arithmetic, and
  * an error names the file and the key. What each family does with a key
@@ -226,6 +227,8 @@ static int read_swa(const struct gguf_file *gf, struct model *m, struct mf_err *
                           gguf_name(gf), key, v);
     if (!rc)
         window = (int32_t)v;
+    else if (rc == MF_ENOTFOUND && (a->flags & ARCH_SWA_KEY))
+        return mf_err_set(err, MF_EFORMAT, "%s: required key '%s' is missing", gguf_name(gf), key);
     else if (rc != MF_ENOTFOUND)
         return rc;
     mf_err_clear(err);
@@ -331,6 +334,11 @@ static int check_heads(const struct gguf_file *gf, struct model_hparams *hp, str
     if (!(hp->rope_base > 0.0f))
         return mf_err_set(err, MF_EFORMAT, "%s: rope freq_base %g is not positive",
                           gguf_name(gf), (double)hp->rope_base);
+    if ((hp->arch->flags & ARCH_ROPE_FULL) && hp->n_rot != hp->head_dim)
+        return mf_err_set(err, MF_EUNSUPPORTED,
+                          "%s: key '%s.rope.dimension_count' is %" PRId32
+                          "; a %s model rotates its whole head of %" PRId32,
+                          gguf_name(gf), hp->arch->name, hp->n_rot, hp->arch->name, hp->head_dim);
     return 0;
 }
 

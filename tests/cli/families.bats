@@ -6,7 +6,7 @@
 # or key (tests/tools/gguf_edit.py breaks them).
 #
 # The 40-token prompt is longer than the 16-position sliding window the
-# Gemma models get, so their sliding layers drop positions. Tolerances (the
+# Gemma and gpt-oss models get, so their sliding layers drop positions. Tolerances (the
 # score of engine_numerics.py: max |dlogprob| over the logits' std):
 #   1e-4  F32 weights and an F32 KV cache on both sides: the same function
 #         up to float summation order (measured 1e-6 .. 2e-5).
@@ -14,6 +14,14 @@
 #         differ from its one-row ones, and a last-bit difference can round
 #         a normalised q element (Qwen3, Gemma 3) to the next fp16 value
 #         (measured 1e-4 .. 3e-3).
+#   MXFP4 experts (gpt-oss): 1e-4 on a 1-token prompt, where both engines
+#         dot the same Q8_0 activation codes against the same E2M1 codes;
+#         0.15 on the whole prompt, as engine-numerics.bats bounds
+#         quantized weights: a last-bit difference can move an activation
+#         across a rounding boundary of its 8-bit code, and with every
+#         matrix Q8_0 such a flip can also change an expert choice
+#         (measured 1e-6 for MXFP4 experts with F32 or F16 around them,
+#         1e-6 and, for some seeds, 1e-3 .. 6e-2 for the MXFP4_MOE mix).
 # Greedy continuations of 16 tokens must be identical (the F16 ones may
 # differ only where the two best logits are nearer than the score).
 
@@ -28,6 +36,11 @@ EDIT="$MFC_SRCDIR/tests/tools/gguf_edit.py"
 NODE_MODULES="${MFC_NODE_MODULES:-$MFC_SRCDIR/tests/tools/node/node_modules}"
 PROMPT=1,17,200,33,4,250,61,7,88,9,100,11,300,13,14,415,16,170,18,190,20,21,220,23,24,25,26,27,28,29,30,310,32,33,340,35,36,37,380,39
 
+# gpt-oss as its GGUFs are: q heads wider than the embedding (4 x 80 over
+# 256), q/k/v/o biases, sinks, every other layer sliding (16 positions),
+# YaRN, 4 experts of 128 with biases, top-2
+GPTOSS="--arch gpt-oss --head-dim 80 --experts 4 --experts-used 2 --ff-exp 128 --swa 16"
+GPTOSS+=" --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 128"
 # name: mkmodel arguments of each family's model
 declare -A FAM=(
     [mixtral]="--experts 4 --experts-used 2"
@@ -39,6 +52,7 @@ declare -A FAM=(
     [gemma3]="--arch gemma3 --swa 16 --swa-pattern 2"
     [phi3]="--arch phi3 --fused-qkv"
     [phi3-long]="--arch phi3 --rope-factors 256 --ctx 4096"
+    [gpt-oss]="$GPTOSS"
 )
 # name: the context both engines are told (LongRoPE picks its factors by it)
 declare -A CTX=([phi3-long]=4096)
@@ -68,6 +82,16 @@ setup_file() {
         job "$f-f16" "$D/$f-f16.gguf" 16 --kv f16 "${ctx[@]}"
     done
     job phi3-short "$D/phi3-long-f32.gguf" 0 --kv f32 --ctx 128
+    # gpt-oss with MXFP4 experts: the rest F32, F16, or Q8_0 (llama.cpp's
+    # MXFP4_MOE mix); one token, then the whole prompt
+    for t in f32 f16 mxfp4_moe; do
+        kv=f32
+        [ "$t" != f16 ] || kv=f16
+        # shellcheck disable=SC2086
+        "$MKMODEL" -o "$D/gpt-oss-mx-$t.gguf" $GPTOSS --type "$t" --expert-type mxfp4
+        PROMPT=1 job "gpt-oss-mx-$t-1" "$D/gpt-oss-mx-$t.gguf" 0 --kv "$kv"
+        job "gpt-oss-mx-$t" "$D/gpt-oss-mx-$t.gguf" 0 --kv "$kv"
+    done
     node "$REF" --jobs "$D/jobs"
 }
 
@@ -96,6 +120,15 @@ family() { # NAME: F32 within 1e-4, F16 within 1e-2, 16 greedy tokens each
     family gemma3
 }
 @test "phi3: fused attn_qkv and gate+up" { family phi3; }
+@test "gpt-oss: sinks, q/k/v/o biases, biased experts, clamped SwiGLU, top-2 softmax gating, sliding layers, YaRN" {
+    family gpt-oss
+}
+@test "gpt-oss with MXFP4 experts (the rest F32, F16 or Q8_0): 1-token prompt within 1e-4, 40-token within 0.15" {
+    for t in f32 f16 mxfp4_moe; do
+        agree "gpt-oss-mx-$t-1" 1e-4
+        agree "gpt-oss-mx-$t" 0.15
+    done
+}
 @test "phi3 LongRoPE: long factors past the 256-position original context, short ones within" {
     family phi3-long
     agree phi3-short 1e-4
@@ -134,4 +167,19 @@ refuse() {
     refuse qwen2-f32.gguf "architecture 'falcon' is not supported (mfc runs llama, qwen2" \
         --set general.architecture=str:falcon
     refuse mixtral-f32.gguf "tensor 'blk.0.ffn_down_exps.weight' is missing" --drop blk.0.ffn_down_exps.weight
+}
+
+@test "broken gpt-oss files are refused naming the tensor or key" {
+    refuse gpt-oss-f32.gguf "tensor 'blk.1.attn_sinks.weight' is missing" --drop blk.1.attn_sinks.weight
+    refuse gpt-oss-f32.gguf "tensor 'blk.0.attn_output.bias' is missing" --drop blk.0.attn_output.bias
+    refuse gpt-oss-f32.gguf "tensor 'blk.1.ffn_gate_inp.bias' is missing" --drop blk.1.ffn_gate_inp.bias
+    refuse gpt-oss-f32.gguf "tensor 'blk.0.ffn_up_exps.bias' has shape [256, 2], expected [128, 4]" \
+        --shape blk.0.ffn_up_exps.bias=256,2
+    refuse gpt-oss-f32.gguf "tensor 'blk.0.post_attention_norm.weight' is missing" \
+        --drop blk.0.post_attention_norm.weight
+    refuse gpt-oss-f32.gguf "required key 'gpt-oss.attention.sliding_window' is missing" \
+        --unset gpt-oss.attention.sliding_window
+    refuse gpt-oss-f32.gguf "key 'gpt-oss.rope.dimension_count' is 64; a gpt-oss model rotates" \
+        --set gpt-oss.rope.dimension_count=u32:64
+    refuse gpt-oss-f32.gguf "key 'gpt-oss.expert_count' is 0" --set gpt-oss.expert_count=u32:0
 }

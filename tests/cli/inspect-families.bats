@@ -15,6 +15,8 @@ setup_file() {
         --ff-exp 128 >/dev/null
     "$MKMODEL" -o "$D/phi3.gguf" --arch phi3 --fused-qkv --rope-factors 256 --ctx 4096 >/dev/null
     "$MKMODEL" -o "$D/gemma3.gguf" --arch gemma3 --swa 16 --swa-pattern 2 >/dev/null
+    "$MKMODEL" -o "$D/gpt-oss.gguf" --arch gpt-oss --experts 4 --experts-used 2 --ff-exp 128 \
+        --swa 16 --type f16 --expert-type mxfp4 >/dev/null
 }
 
 setup() {
@@ -49,6 +51,17 @@ setup() {
     echo "$output" | jq -e '.family.traits | index("fused_qkv") and index("fused_gate_up")'
     run "$MFC" inspect "$D/phi3.gguf"
     [[ "$output" == *"original context 256, attn_factor "*", LongRoPE factors: yes"* ]]
+}
+
+@test "mfc inspect: gpt-oss's sinks, biases, clamped SwiGLU and gating, MXFP4 experts, every other layer sliding" {
+    run "$MFC" inspect "$D/gpt-oss.gguf"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"family           gpt-oss: OpenAI gpt-oss-20b, gpt-oss-120b"* ]]
+    [[ "$output" == *"traits           neox_rope, swiglu_oai_gate, qkv_bias, attn_sinks, o_bias, expert_biases, topk_softmax_gating"* ]]
+    [[ "$output" == *"sliding window   16 positions, period 2, freq base 10000"* ]]
+    run "$MFC" inspect --json "$D/gpt-oss.gguf"
+    echo "$output" | jq -e '.tensor_types.MXFP4 == 6 and .family.experts.count == 4'
 }
 
 @test "mfc inspect names an architecture mfc-serve does not run" {

@@ -15,6 +15,7 @@ load helpers
 TOKTOOL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/toktool"
 MKMODEL="${MFC_BUILDDIR:-$BATS_TEST_DIRNAME/../..}/tests/tools/mkmodel"
 LLAMA_TOK="$MFC_SRCDIR/tests/tools/llama-tok.mjs"
+GGUF_VOCAB="$MFC_SRCDIR/tests/tools/gguf_vocab.py"
 VOCAB="$MFC_SHARED/data/vocab"
 COUNT=400 # strings per vocabulary; about 1 s of llama.cpp time each
 
@@ -24,16 +25,17 @@ setup_file() {
     fi
 }
 
-# same_ids GGUF: llama.cpp and toktool agree on every string, with and
-# without parse_special (--both: one line each).
+# same_ids GGUF [STRINGS]: llama.cpp and toktool agree on every string (of
+# the random ones, or of the JSON file STRINGS), with and without
+# parse_special (--both: one line each).
 same_ids() {
-    local gguf=$1
+    local gguf=$1 strings=${2:-$BATS_FILE_TMPDIR/strings.json}
     local ref="$BATS_FILE_TMPDIR/ref.json" mine="$BATS_FILE_TMPDIR/mine.json"
-    node "$LLAMA_TOK" ids --model "$gguf" --in "$BATS_FILE_TMPDIR/strings.json" --both >"$ref" \
+    node "$LLAMA_TOK" ids --model "$gguf" --in "$strings" --both >"$ref" \
         2>"$BATS_FILE_TMPDIR/ref.err" || { cat "$BATS_FILE_TMPDIR/ref.err"; return 1; }
-    "$TOKTOOL" ids "$gguf" "$BATS_FILE_TMPDIR/strings.json" --both >"$mine"
+    "$TOKTOOL" ids "$gguf" "$strings" --both >"$mine"
     cmp -s "$ref" "$mine" && return 0
-    python3 - "$BATS_FILE_TMPDIR/strings.json" "$ref" "$mine" <<'EOF'
+    python3 - "$strings" "$ref" "$mine" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 ref, mine = ([json.loads(l) for l in open(f)] for f in sys.argv[2:])
@@ -117,7 +119,7 @@ EOF
     require_shared
     require_llama
     [ -f "$VOCAB/ggml-vocab-gpt-2.gguf" ] || skip "ggml-vocab-gpt-2.gguf not found"
-    for pre in default qwen2 chatglm-bpe dbrx bloom viking; do
+    for pre in default qwen2 chatglm-bpe dbrx bloom viking gpt-4o; do
         with_pre "$VOCAB/ggml-vocab-gpt-2.gguf" "$BATS_FILE_TMPDIR/pre.gguf" "$pre"
         same_ids "$BATS_FILE_TMPDIR/pre.gguf" || { echo "pre-tokenizer $pre"; return 1; }
     done
@@ -144,4 +146,43 @@ EOF
         grep -qx "tokenizer.ggml.add_space_prefix bool False"
     same_ids "$d/qwen.gguf"
     same_ids "$d/gemma.gguf"
+}
+
+# o200k's split (gpt-4o, gpt-oss): a word ends where ASCII lower case turns
+# to upper ("helloWorld"), a non-ASCII letter counts as either case, and a
+# contraction stays on its word. The random strings above rarely tell this
+# from Llama 3's split, so these mix such words (Latin, Greek, Cyrillic,
+# titlecase digraphs, ligatures, CJK) with contractions of both cases and
+# the "/" that may precede a newline.
+@test "gpt-4o (o200k: gpt-oss) splits case runs and keeps contractions as llama.cpp does" {
+    require_shared
+    require_llama
+    [ -f "$VOCAB/ggml-vocab-gpt-2.gguf" ] || skip "ggml-vocab-gpt-2.gguf not found"
+    local words="$BATS_FILE_TMPDIR/case.json" a="$BATS_FILE_TMPDIR/a.json" b="$BATS_FILE_TMPDIR/b.json"
+    python3 - "$words" <<'EOF'
+import json, random, sys
+r = random.Random(38)
+parts = ["helloWorld", "HTTPServer", "iPhone", "McDonald's", "DON'T", "don'tStop", "ÉcoleNormale",
+         "ΑθήναΣπάρτη", "ПриветМир", "straßeGROSS", "ǅemalǈubljana", "ABCdefGHI", "x/\n",
+         "a//\r\n", " !!/\n\n", "12345", "³⁴five", "日本語Text", "ﬁLe", "'S", "'ll", " 've",
+         "ǲwon't", "née'D", "eBay's", "WiFi", "ÀÉÎõüÑ", "ǆungla", "ʼapostrophe", "xÅy"]
+seps = ["", " ", "  ", "\n", "\t", "-", "_", ".", "'", "/"]
+out = ["".join(r.choice(parts) + r.choice(seps) for _ in range(r.randint(1, 6)))
+       for _ in range(300)]
+json.dump(out, open(sys.argv[1], "w"), ensure_ascii=False)
+EOF
+    # gpt-2's merges with tokens across the case changes above: one that
+    # llama.cpp splits ("oW") and ones it keeps whole, since a non-ASCII
+    # letter is of either case to it ("тМ", "αΣ", "xÅ", "üÑ", "lǈ")
+    local join=()
+    for p in oW тМ αΣ xÅ üÑ lǈ; do join+=(--join "$p"); done
+    python3 "$GGUF_VOCAB" "$VOCAB/ggml-vocab-gpt-2.gguf" "$BATS_FILE_TMPDIR/o200k.gguf" \
+        --pre gpt-4o "${join[@]}"
+    same_ids "$BATS_FILE_TMPDIR/o200k.gguf" "$words"
+    # the strings do tell o200k's split from Llama 3's
+    python3 "$GGUF_VOCAB" "$VOCAB/ggml-vocab-gpt-2.gguf" "$BATS_FILE_TMPDIR/l3.gguf" \
+        --pre llama-bpe "${join[@]}"
+    "$TOKTOOL" ids "$BATS_FILE_TMPDIR/o200k.gguf" "$words" >"$a"
+    "$TOKTOOL" ids "$BATS_FILE_TMPDIR/l3.gguf" "$words" >"$b"
+    ! cmp -s "$a" "$b"
 }

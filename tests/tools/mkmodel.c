@@ -3,7 +3,7 @@
  * seeded random weights, or the matching LoRA adapter, for tests and
  * benchmarks.
  *
- *   mkmodel -o OUT.gguf [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3]
+ *   mkmodel -o OUT.gguf [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3|gpt-oss]
  *           [--preset toy|125m|1b|llama3-8b|qwen2.5-7b|gemma2-9b|phi3-mini|qwen3-30b-a3b]
  *           [--layers N] [--embd N] [--ff N] [--heads N] [--kv-heads N]
  *           [--head-dim N] [--vocab N] [--ctx N] [--rope-base F] [--seed N]
@@ -11,7 +11,8 @@
  *           [--experts N --experts-used K [--ff-exp N]]
  *           [--swa N [--swa-pattern P]] [--rope-factors ORIG_CTX]
  *           [--rope-scaling yarn|linear --rope-factor F [--rope-orig-ctx N]]
- *           [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]
+ *           [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|mxfp4_moe]
+ *           [--expert-type mxfp4|q8_0|...]
  *           [--vocab-from FILE.gguf | --vocab-json FILE.json]
  *           [--lora RANK --targets q,k,v,o,gate,up,down [--lora-alpha F]]
  *
@@ -20,14 +21,21 @@
  * per-head q/k norms (qwen3, gemma3), post-norms (gemma2/3, whose output is
  * always token_embd), Phi-3's fused gate+up (and attn_qkv with --fused-qkv),
  * expert tensors (--experts: Mixtral as llama, qwen3moe), LongRoPE factor
- * tables (--rope-factors); and its keys under "<arch>.".
+ * tables (--rope-factors); gpt-oss's q/k/v and output biases, attention
+ * sinks (mean 0.5, sd 0.5, so they take a visible share of each softmax),
+ * post_attention_norm as its FFN norm, router and expert biases, and
+ * expert gate/up weights of sd 0.5 so that its SwiGLU's clamps at +-7
+ * engage; and its keys under "<arch>.".
  *
  * Weights: an Irwin-Hall(4) approximation of N(0, 0.02) (norm weights
  * 1 + N(0, 0.02)) from splitmix64 seeded by (--seed, tensor name), so a
  * tensor's values do not depend on the others or on the file type, and
  * generations stay finite. Tensor types follow llama.cpp's file-type rules
  * (common/quant.h quant_ftype_tensor_type) for f32/f16/bf16/q8_0/q4_0/
- * q4_k_m/q5_k_m; q4_k/q5_k/q6_k put every matrix in that one type.
+ * q4_k_m/q5_k_m/mxfp4_moe; q4_k/q5_k/q6_k put every matrix in that one
+ * type; --expert-type then overrides the type of the 3-D expert tensors
+ * (gpt-oss as OpenAI ships it: MXFP4 experts, the rest F16 or F32).
+ * Biases, sinks and norms are always F32.
  *
  * Vocabulary: --vocab-from copies every tokenizer.* KV of a GGUF;
  * --vocab-json reads llama3-tokenizer.json (GGUF key names) or an HF
@@ -114,6 +122,7 @@ struct opts {
     const char *rope_scaling; /* rope.scaling.type, or NULL */
     float rope_factor;      /* rope.scaling.factor */
     uint32_t rope_orig_ctx; /* rope.scaling.original_context_length; 0: none */
+    const char *expert_type; /* --expert-type: type of the 3-D expert tensors, or NULL */
 };
 
 struct preset {
@@ -136,14 +145,16 @@ static const struct preset presets[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mkmodel -o OUT.gguf [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3]\n"
+    fprintf(f, "usage: mkmodel -o OUT.gguf\n"
+               "  [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3|gpt-oss]\n"
                "  [--preset toy|125m|1b|llama3-8b|qwen2.5-7b|gemma2-9b|phi3-mini|qwen3-30b-a3b]\n"
                "  [--layers N] [--embd N] [--ff N] [--heads N] [--kv-heads N] [--head-dim N]\n"
                "  [--vocab N] [--ctx N] [--rope-base F] [--seed N] [--tied] [--rope-freqs]\n"
                "  [--qkv-bias] [--fused-qkv] [--experts N --experts-used K [--ff-exp N]]\n"
                "  [--swa N [--swa-pattern P]] [--rope-factors ORIG_CTX]\n"
                "  [--rope-scaling yarn|linear --rope-factor F [--rope-orig-ctx N]]\n"
-               "  [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
+               "  [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|mxfp4_moe]\n"
+               "  [--expert-type mxfp4|q8_0|...]\n"
                "  [--vocab-from FILE.gguf | --vocab-json FILE.json]\n"
                "  [--lora RANK --targets q,k,v,o,gate,up,down [--lora-alpha F]]\n");
 }
@@ -236,7 +247,8 @@ enum {
     O_RFACT,
     O_RSCALE,
     O_RFACTOR,
-    O_RORIG
+    O_RORIG,
+    O_ETYPE
 };
 
 static const struct option long_opts[] = {
@@ -255,7 +267,8 @@ static const struct option long_opts[] = {
     {"ff-exp", 1, 0, O_FFEXP},     {"swa", 1, 0, O_SWA},
     {"swa-pattern", 1, 0, O_SWAP}, {"rope-factors", 1, 0, O_RFACT},
     {"rope-scaling", 1, 0, O_RSCALE}, {"rope-factor", 1, 0, O_RFACTOR},
-    {"rope-orig-ctx", 1, 0, O_RORIG}, {"help", 0, 0, 'h'},
+    {"rope-orig-ctx", 1, 0, O_RORIG}, {"expert-type", 1, 0, O_ETYPE},
+    {"help", 0, 0, 'h'},
     {0, 0, 0, 0},
 };
 
@@ -342,6 +355,9 @@ static int parse_opt(struct opts *o, int c, const char *a, struct mf_err *err)
         return parse_float("--rope-factor", a, &o->rope_factor, err);
     case O_RORIG:
         return parse_u32("--rope-orig-ctx", a, &o->rope_orig_ctx, err);
+    case O_ETYPE:
+        o->expert_type = a;
+        return 0;
     default:
         return mf_err_set(err, MF_EUSAGE, "unknown option");
     }
@@ -367,6 +383,10 @@ static int check_opts(const struct opts *o, struct mf_err *err)
     if (s->n_expert && (!s->n_used || s->n_used > s->n_expert))
         return mf_err_set(err, MF_EUSAGE, "--experts needs --experts-used 1..%" PRIu32,
                           s->n_expert);
+    if (o->expert_type && !s->n_expert)
+        return mf_err_set(err, MF_EUSAGE, "--expert-type needs --experts");
+    if ((o->arch->flags & ARCH_SWA_KEY) && !o->swa)
+        return mf_err_set(err, MF_EUSAGE, "%s needs --swa", o->arch->name);
     if (s->n_expert && !(o->arch->flags & ARCH_EXPERTS))
         return mf_err_set(err, MF_EUSAGE, "--experts: %s has no experts", o->arch->name);
     if (!s->n_expert && (o->arch->flags & ARCH_ALL_EXPERTS))
@@ -408,7 +428,8 @@ static int parse_args(int argc, char **argv, struct opts *o, struct mf_err *err)
     if (!rc) {
         const char *a = o->s.arch ? o->s.arch : "llama";
         o->arch = arch_find(a, strlen(a));
-        o->qkv_bias |= o->arch && strcmp(o->arch->name, "qwen2") == 0;
+        o->qkv_bias |= o->arch && (strcmp(o->arch->name, "qwen2") == 0 ||
+                                   strcmp(o->arch->name, "gpt-oss") == 0);
     }
     return rc ? rc : check_opts(o, err);
 }
@@ -466,6 +487,8 @@ struct plan {
     enum quant_ftype ft;           /* general.file_type */
     int uniform;                   /* 1: every matrix gets utype */
     enum ggml_type utype;          /* the uniform type */
+    int has_etype;                 /* 1: the 3-D expert tensors get etype */
+    enum ggml_type etype;          /* --expert-type */
 };
 
 static int plan_add(struct plan *p, const char *name, uint32_t n_dims, uint64_t ne0, uint64_t ne1,
@@ -542,11 +565,19 @@ static int plan_ffn(const struct opts *o, struct plan *p, uint32_t l, struct mf_
     int rc;
     if (s->n_expert) {
         static const char *const stems[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        const int biases = (o->arch->flags & ARCH_EXPERT_BIASES) != 0;
         rc = plan_l(p, l, "ffn_gate_inp", "weight", 2, s->n_embd, s->n_expert, 0, 0.02f, err);
+        if (!rc && biases)
+            rc = plan_l(p, l, "ffn_gate_inp", "bias", 1, s->n_expert, 1, 0, 0.02f, err);
         for (int i = 0; i < 3 && !rc; i++) {
+            /* gpt-oss: gates and ups big enough for its clamps to engage */
+            float sd = biases && i < 2 ? 0.5f : 0.02f;
             rc = plan_l(p, l, stems[i], "weight", 3, i == 2 ? fe : s->n_embd,
-                        i == 2 ? s->n_embd : fe, 0, 0.02f, err);
+                        i == 2 ? s->n_embd : fe, 0, sd, err);
             p->t[p->n - 1].ne[2] = s->n_expert;
+            if (!rc && biases)
+                rc = plan_l(p, l, stems[i], "bias", 2, i == 2 ? s->n_embd : fe, s->n_expert, 0,
+                            0.02f, err);
         }
         return rc;
     }
@@ -575,10 +606,15 @@ static int plan_layer(const struct opts *o, struct plan *p, uint32_t l, struct m
         rc = plan_l(p, l, "attn_k_norm", "weight", 1, hd, 1, 1, 0.02f, err);
     if (!rc)
         rc = plan_l(p, l, "attn_output", "weight", 2, hd * s->n_head, s->n_embd, 0, 0.02f, err);
+    if (!rc && (f & ARCH_O_BIAS))
+        rc = plan_l(p, l, "attn_output", "bias", 1, s->n_embd, 1, 0, 0.02f, err);
+    if (!rc && (f & ARCH_SINKS))
+        rc = plan_l(p, l, "attn_sinks", "weight", 1, s->n_head, 1, 0.5f, 0.5f, err);
     if (!rc && (f & ARCH_POST_NORMS))
         rc = plan_l(p, l, "post_attention_norm", "weight", 1, s->n_embd, 1, 1, 0.02f, err);
     if (!rc)
-        rc = plan_l(p, l, "ffn_norm", "weight", 1, s->n_embd, 1, 1, 0.02f, err);
+        rc = plan_l(p, l, (f & ARCH_FFN_NORM_POST_ATTN) ? "post_attention_norm" : "ffn_norm",
+                    "weight", 1, s->n_embd, 1, 1, 0.02f, err);
     if (!rc)
         rc = plan_ffn(o, p, l, err);
     if (!rc && (f & ARCH_POST_NORMS))
@@ -656,6 +692,13 @@ static int resolve_type(const struct opts *o, struct plan *p, struct mf_err *err
         {"q5_k", GGML_TYPE_Q5_K, QUANT_FTYPE_MOSTLY_Q5_K_S},
         {"q6_k", GGML_TYPE_Q6_K, QUANT_FTYPE_MOSTLY_Q6_K},
     };
+    if (o->expert_type) {
+        if (ggml_type_from_name(o->expert_type, &p->etype) != 0 ||
+            !quant_can_quantize(p->etype))
+            return mf_err_set(err, MF_EUSAGE, "unknown or unsupported --expert-type '%s'",
+                              o->expert_type);
+        p->has_etype = 1;
+    }
     for (size_t i = 0; i < sizeof uni / sizeof uni[0]; i++) {
         if (strcmp(o->type, uni[i].name) == 0) {
             p->uniform = 1;
@@ -682,8 +725,16 @@ static int choose_types(const struct opts *o, struct plan *p, struct mf_err *err
                                   0};
     for (size_t i = 0; i < p->n; i++) {
         struct ptensor *t = &p->t[i];
-        if (t->n_dims == 1) {
-            t->type = GGML_TYPE_F32;
+        size_t nl = strlen(t->name);
+        int bias = !o->lora_rank && (nl < 7 || strcmp(t->name + nl - 7, ".weight") != 0);
+        if (t->n_dims == 1 || bias) {
+            t->type = GGML_TYPE_F32; /* vectors and biases, as the converters write them */
+        } else if (p->has_etype && t->n_dims == 3) {
+            t->type = p->etype;
+            if (t->ne[0] % ggml_type_block_size(t->type) != 0)
+                return mf_err_set(err, MF_EUSAGE,
+                                  "tensor %s: rows of %" PRIu64 " do not divide into %s blocks",
+                                  t->name, t->ne[0], ggml_type_name(t->type));
         } else if (o->lora_rank) {
             t->type = p->ft == QUANT_FTYPE_MOSTLY_F16    ? GGML_TYPE_F16
                       : p->ft == QUANT_FTYPE_MOSTLY_BF16 ? GGML_TYPE_BF16

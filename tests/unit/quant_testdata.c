@@ -9,13 +9,13 @@
 const enum ggml_type qt_quant_types[] = {
     GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,  GGML_TYPE_Q4_1,
     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K,  GGML_TYPE_Q3_K,
-    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_COUNT,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4, GGML_TYPE_COUNT,
 };
 
 const enum ggml_type qt_dequant_types[] = {
     GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,  GGML_TYPE_Q4_1,
     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K,  GGML_TYPE_Q3_K,
-    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_COUNT,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4, GGML_TYPE_COUNT,
 };
 
 uint64_t qt_next(struct qt_rng *r)
@@ -145,6 +145,8 @@ static void half_fields(enum ggml_type t, int hi[2])
     case GGML_TYPE_Q6_K:
         hi[0] = 209;
         break;
+    case GGML_TYPE_MXFP4:
+        break; /* an E8M0 exponent: every byte is a valid scale */
     default:
         hi[0] = 1; /* Q4_0, Q5_0, Q8_0: d first */
         break;

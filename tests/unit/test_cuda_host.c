@@ -125,6 +125,17 @@ static void test_weights(void **state)
     assert_non_null(strstr(err.msg, "blk.0.ffn_down.weight"));
     assert_non_null(strstr(err.msg, "Q5_0"));
     assert_null(p.slots);
+    /* MXFP4 (gpt-oss's experts) is no CUDA weight type, and gpt-oss is
+     * refused by its switches whatever its weights, so that
+     * MFC_DEVICE=auto serves it on the CPU with the reason */
+    assert_false(cuda_plan_type_ok(GGML_TYPE_MXFP4, 2880));
+    fake_model(&m, L, GGML_TYPE_F16, 0);
+    m.hp.arch = arch_find("gpt-oss", 7);
+    assert_non_null(m.hp.arch);
+    assert_int_equal(cuda_plan_weights(&m, &p, &err), MF_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "gpt-oss"));
+    assert_non_null(strstr(err.msg, "attention sinks"));
+    assert_null(p.slots);
 }
 
 static void test_budget(void **state)

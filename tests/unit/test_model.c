@@ -440,7 +440,7 @@ static void test_simd_matches_scalar(void **state)
     static const enum ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
                                            GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
                                            GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_0,
-                                           GGML_TYPE_Q5_1};
+                                           GGML_TYPE_Q5_1, GGML_TYPE_MXFP4};
     if (!cpu_dot_for(CPU_ISA_AVX2))
         skip();
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
@@ -453,22 +453,22 @@ static void test_simd_matches_scalar(void **state)
     }
 }
 
-/* Q5_0 / Q5_1 weights against Q8_0 activations: every table's gemm equals
- * dequantize-then-dot in double (the weights by quant_dequantize_row, the
- * activations as d * code) within float rounding; Q5_1's min term uses an
- * fp16-rounded block sum as llama.cpp's Q8_1 does, so it may be off by
- * 2^-11 of |m * d * s| per block. */
+/* Q5_0 / Q5_1 / MXFP4 weights against Q8_0 activations: every table's
+ * gemm equals dequantize-then-dot in double (the weights by
+ * quant_dequantize_row, the activations as d * code) within float rounding;
+ * Q5_1's min term uses an fp16-rounded block sum as llama.cpp's Q8_1 does,
+ * so it may be off by 2^-11 of |m * d * s| per block. */
 static void test_q5_dot_matches_dequantized(void **state)
 {
     enum { N = 32 * 9, NR = 3, NC = 2 };
-    static const enum ggml_type types[] = {GGML_TYPE_Q5_0, GGML_TYPE_Q5_1};
+    static const enum ggml_type types[] = {GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_MXFP4};
     struct cpu_q8_0 x[NC][N / 32];
     uint8_t w[NR * N / 32 * 24]; /* NR rows of rb bytes */
     float f[N], deq[N], y[NC * NR];
     uint64_t rb, s = 7;
     struct mf_err err = {0};
 
-    for (size_t ti = 0; ti < 2; ti++) {
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         enum ggml_type t = types[ti];
         assert_int_equal(cpu_dot_act(t), CPU_ACT_Q8_0);
         assert_int_equal(ggml_type_row_size(t, N, &rb), 0);
@@ -576,6 +576,52 @@ static void test_attention_kernels(void **state)
             assert_memory_equal(y_one, y_got[i], sizeof y_one);
             for (int k = 0; k < HD; k++)
                 assert_true(fabsf(y_got[i][k] - y_ref[i][k]) < 1e-4f);
+        }
+    }
+}
+
+/* The softmax kernel with and without a sink: every table gives
+ * e^(s x_i - M) / (sum_j e^(s x_j - M) + e^(sink - M)), M the max of the
+ * scaled scores and the sink, within float rounding of the double-precision
+ * value; the weights then sum to less than 1 by the sink's share, and
+ * -INFINITY leaves the plain softmax bit for bit. */
+static void test_softmax_sink(void **state)
+{
+    enum { N = 37 };
+    static const float sinks[] = {-INFINITY, -3.0f, 0.5f, 9.0f};
+    const float scale = 0.125f;
+    float x[N], y[N], plain[N];
+    uint64_t r = 11;
+
+    for (int i = 0; i < N; i++)
+        x[i] = randn(&r) * 8.0f;
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        const struct cpu_dot *d = cpu_dot_for((enum cpu_isa)isa);
+        if (!d)
+            continue;
+        memcpy(plain, x, sizeof x);
+        d->softmax(plain, N, scale, 0, -INFINITY);
+        for (size_t k = 0; k < sizeof sinks / sizeof sinks[0]; k++) {
+            double mx = sinks[k], sum = 0.0, got = 0.0;
+            for (int i = 0; i < N; i++)
+                mx = (double)(x[i] * scale) > mx ? (double)(x[i] * scale) : mx;
+            for (int i = 0; i < N; i++)
+                sum += exp((double)(x[i] * scale) - mx);
+            if (sinks[k] > -INFINITY)
+                sum += exp((double)sinks[k] - mx);
+            memcpy(y, x, sizeof x);
+            d->softmax(y, N, scale, 0, sinks[k]);
+            for (int i = 0; i < N; i++) {
+                double want = exp((double)(x[i] * scale) - mx) / sum;
+                if (fabs(y[i] - want) > 1e-6 * want + 1e-12)
+                    fail_msg("%s sink %g: x[%d] %.9g, want %.9g", d->name, (double)sinks[k], i,
+                             (double)y[i], want);
+                got += y[i];
+            }
+            if (sinks[k] == -INFINITY)
+                assert_memory_equal(y, plain, sizeof y);
+            else
+                assert_true(fabs(got - (1.0 - exp((double)sinks[k] - mx) / sum)) < 1e-5);
         }
     }
 }
@@ -882,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_simd_matches_scalar),
         cmocka_unit_test(test_q5_dot_matches_dequantized),
         cmocka_unit_test(test_attention_kernels),
+        cmocka_unit_test(test_softmax_sink),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_chunked_prefill_and_threads),
         cmocka_unit_test(test_step_refuses_bad_batches),

@@ -169,6 +169,17 @@ static float oracle_legacy(enum ggml_type t, const uint8_t *b, int i)
     }
 }
 
+/* Element i of an MXFP4 block, from the OCP MX spec: an E2M1 code (sign,
+ * two exponent bits, one mantissa bit) under the E8M0 scale 2^(e - 127),
+ * computed in double. Code 8 (-0) gives +0 as ggml's value table does. */
+static float oracle_mxfp4(const uint8_t *b, int i)
+{
+    static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+    const int q = i < 16 ? b[1 + i] & 0xF : b[1 + i - 16] >> 4;
+    const double v = (q & 8) && (q & 7) ? -mag[q & 7] : mag[q & 7];
+    return (float)ldexp(v, (int)b[0] - 127);
+}
+
 /* Element i of a Q2_K/Q3_K block: sixteen 16-element groups; group g takes
  * 2-bit plane (g / 2) % 4 of the 32 bytes at 32 * (g / 8). */
 static float oracle_q23_K(enum ggml_type t, const uint8_t *b, int i)
@@ -239,6 +250,8 @@ static float oracle(enum ggml_type t, const uint8_t *row, int64_t i)
         return oracle_q45_K(t, b, e);
     case GGML_TYPE_Q6_K:
         return oracle_q6_K(b, e);
+    case GGML_TYPE_MXFP4:
+        return oracle_mxfp4(b, e);
     default:
         return oracle_legacy(t, b, e);
     }
@@ -276,7 +289,10 @@ static void test_dequantize_matches_layout_oracle(void **state)
  * ~0.037); the K-quants land near their bit widths after their scale
  * searches (measured: Q2_K 0.30, Q3_K 0.15, Q4_K 0.071, Q5_K 0.036, Q6_K
  * 0.018). F16 keeps 10 stored mantissa bits, a relative step of 2^-10 on
- * [1,2), so ~2^-10/sqrt(12)/1.4 = 2e-4; BF16 keeps 7 bits, ~1.6e-3. Each
+ * [1,2), so ~2^-10/sqrt(12)/1.4 = 2e-4; BF16 keeps 7 bits, ~1.6e-3. MXFP4
+ * has 8 magnitudes (0 .. 6) under a power-of-two scale that rounds down, so
+ * its top steps are coarse and a block's largest values may clip (measured
+ * 0.115). Each
  * bound is 1.2x-1.5x that figure: a real regression (a wrong level, a lost
  * bit, a bad scale) moves the error by far more. The data is seeded. */
 static const struct {
@@ -287,7 +303,7 @@ static const struct {
     {GGML_TYPE_Q8_0, 0.0075}, {GGML_TYPE_Q4_0, 0.11},  {GGML_TYPE_Q4_1, 0.095},
     {GGML_TYPE_Q5_0, 0.055},  {GGML_TYPE_Q5_1, 0.047}, {GGML_TYPE_Q2_K, 0.38},
     {GGML_TYPE_Q3_K, 0.21},   {GGML_TYPE_Q4_K, 0.105}, {GGML_TYPE_Q5_K, 0.054},
-    {GGML_TYPE_Q6_K, 0.027},
+    {GGML_TYPE_Q6_K, 0.027},  {GGML_TYPE_MXFP4, 0.15},
 };
 
 static double roundtrip_rmse(enum ggml_type t, const float *x, int64_t n)
@@ -438,7 +454,7 @@ static void test_unsupported_types(void **state)
                               GGML_TYPE_IQ2_XXS,
                               GGML_TYPE_IQ4_NL,
                               GGML_TYPE_I32,
-                              GGML_TYPE_MXFP4,
+                              GGML_TYPE_TQ2_0,
                               4,
                               GGML_TYPE_COUNT,
                               -1,

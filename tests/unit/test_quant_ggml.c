@@ -477,6 +477,7 @@ static const struct scenario scenarios[] = {
     {"falcon-7b", {"falcon", 4544, 18176, 32, 71, 1, 0, 64, 64}, 65024, 0, 1, 0},
     {"odd-ff-mha", {"llama", 2048, 8020, 8, 16, 16, 0, 128, 128}, 32000, 0, 0, 0},
     {"gemma-like-mqa", {"gemma", 2048, 16384, 18, 8, 1, 0, 256, 256}, 256000, 1, 0, 0},
+    {"gpt-oss-20b", {"gpt-oss", 2880, 2880, 24, 64, 8, 32, 64, 64}, 201088, 0, 0, 1},
 };
 
 struct mock_tensor {
@@ -669,6 +670,7 @@ static void test_ftype_mix_matches_llama(void **state)
         QUANT_FTYPE_MOSTLY_Q2_K_S, QUANT_FTYPE_MOSTLY_Q3_K_S, QUANT_FTYPE_MOSTLY_Q3_K_M,
         QUANT_FTYPE_MOSTLY_Q3_K_L, QUANT_FTYPE_MOSTLY_Q4_K_S, QUANT_FTYPE_MOSTLY_Q4_K_M,
         QUANT_FTYPE_MOSTLY_Q5_K_S, QUANT_FTYPE_MOSTLY_Q5_K_M, QUANT_FTYPE_MOSTLY_Q6_K,
+        QUANT_FTYPE_MOSTLY_MXFP4_MOE,
     };
     struct mock_tensor *v = calloc(2048, sizeof *v);
     int *ours = calloc(2048, sizeof *ours), *theirs = calloc(2048, sizeof *theirs);

@@ -45,9 +45,11 @@ struct engine_model {
     int32_t n_loras;    /* adapters loaded: batch_lora ids must be below this */
     int32_t max_tokens; /* most tokens one step takes (the backend's); 0: unknown.
                            A draft model's steps are chunked by it (512 when 0) */
-    /* Runs one step (runtime/model/batch.h): appends K/V, writes one row of logits
-     * per want_logits sequence into b->logits (engine-owned). Called on the
-     * step thread only, without the engine lock. Returns 0 or MF_E* with err. */
+    /* Runs one step (runtime/model/batch.h): appends K/V, writes each
+     * sequence's want_logits rows of logits into b->logits (engine-owned;
+     * more than one a sequence in a verify step, as many rows in all as
+     * engine_config.sched.max_num_logits allows). Called on the step thread
+     * only, without the engine lock. Returns 0 or MF_E* with err. */
     int (*step)(void *ctx, struct batch *b, struct mf_err *err);
     /* Optional: memory for b->logits (backend_host_alloc); NULL: malloc/free. */
     void *(*logits_alloc)(void *ctx, size_t bytes);

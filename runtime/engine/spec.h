@@ -8,7 +8,8 @@
  * spec_draft.c; prompt lookup in lookup.h.
  *
  * The engine (engine.c) drives it on its step thread: before scheduling,
- * spec_plan picks the sequences and their k, spec_propose fills their
+ * spec_round_on says whether this round speculates and spec_want gives each
+ * decoding sequence its k, spec_propose fills their
  * proposals (unlocked: the draft model runs here), sched_set_draft hands
  * them to the scheduler; after the verify step, spec_verify turns each
  * sequence's rows into the tokens it keeps, and spec_step_end feeds the

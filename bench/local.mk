@@ -12,7 +12,7 @@ bench-convert: mfc$(EXEEXT)
 	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/convert
 ## bench/spec: speculative decoding's speed-ups through the engine (`make bench-spec`)
 noinst_PROGRAMS += bench/spec_bench
-bench_spec_bench_SOURCES = bench/spec_bench.c
+bench_spec_bench_SOURCES = bench/spec_bench.c bench/bench_synth.c bench/bench_synth.h
 bench_spec_bench_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
 EXTRA_DIST += bench/spec
 .PHONY: bench-spec

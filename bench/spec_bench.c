@@ -2,7 +2,8 @@
  * spec_bench.c: what speculative decoding buys, through the whole engine
  * (runtime/engine/engine.h) on the CPU or CUDA backend.
  *
- *   spec_bench --model M.gguf [--draft D.gguf] [--device cpu|cuda] [--threads N]
+ *   spec_bench --model M.gguf | --synth SHAPE TYPE  [--draft D.gguf] [--device cpu|cuda] [--threads
+ * N]
  *              [--k K] [--tokens N] [--prompt N] [--batch B] [--runs R] [--p-min P]
  *              [--modes off,oracle,never,never-fixed,lookup,copy,draft,auto]
  *              [--copy-text FILE | --copy-tokens FILE]
@@ -34,8 +35,12 @@
  * Every mode's tokens are checked against "off" (greedy: they must be
  * equal); a mismatch is reported and the exit status is 1.
  *
- * Prints one line per mode; bench/spec runs it on mkmodel's models and
- * writes the table of bench/results.
+ * --synth SHAPE TYPE: the model is synthesized in memory as bench/cuda_bench
+ * makes its own (bench/bench_synth.c: 1b, llama3-8b, ...; f16, bf16, q8_0,
+ * q4_k_m, q4_k), so a GPU host needs no model file; its tokens are
+ * meaningless, which the mechanics (oracle, never) do not mind.
+ *
+ * Prints one line per mode; bench/spec runs it on mkmodel's models.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -52,12 +57,14 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/model.h"
 #include "text/tokenizer.h"
+#include "bench/bench_synth.h"
 
 #define MAX_B 256
 #define MAX_MODES 8
 
 struct opts {
     const char *model, *draft, *device, *copy_text, *copy_tokens;
+    const char *synth_shape, *synth_type; /* --synth */
     int32_t threads, k, tokens, prompt, batch, runs;
     double p_min; /* draft_p_min; < 0: the default */
     char modes[256];
@@ -108,7 +115,8 @@ static void free_fn(void *ctx, void *p)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: spec_bench --model M.gguf [--draft D.gguf] [--device cpu|cuda] "
+    fprintf(stderr, "usage: spec_bench --model M.gguf | --synth SHAPE TYPE [--draft D.gguf] "
+                    "[--device cpu|cuda] "
                     "[--threads N] [--k K] [--tokens N] [--prompt N] [--batch B] [--runs R] "
                     "[--p-min P] "
                     "[--modes LIST] [--copy-text FILE | --copy-tokens FILE]\n");
@@ -148,7 +156,10 @@ static int parse(int argc, char **argv, struct opts *o)
             o->copy_text = v;
         else if (!strcmp(a, "--copy-tokens") && v)
             o->copy_tokens = v;
-        else if (!strcmp(a, "--modes") && v)
+        else if (!strcmp(a, "--synth") && v && i + 2 < argc) {
+            o->synth_shape = v;
+            o->synth_type = argv[++i + 1];
+        } else if (!strcmp(a, "--modes") && v)
             snprintf(o->modes, sizeof o->modes, "%s", v);
         else if (!strcmp(a, "--threads") && v)
             bad = int_arg(v, 1, 512, &o->threads);
@@ -170,7 +181,7 @@ static int parse(int argc, char **argv, struct opts *o)
             return usage();
         i++;
     }
-    return o->model ? 0 : usage();
+    return o->model || o->synth_shape ? 0 : usage();
 }
 
 /* A backend for m with room for B sequences of the bench's length. */
@@ -271,7 +282,10 @@ static int copy_prompt(struct bench *b, int32_t **out, int32_t *n, struct mf_err
     struct tok_ids ids;
     char *text = NULL;
     size_t len = 0, cap = 0;
-    FILE *f = fopen(b->o.copy_text, "rb");
+    FILE *f;
+    if (!b->m->gf)
+        return mf_err_set(err, MF_EINVAL, "--copy-text needs a model file's tokenizer");
+    f = fopen(b->o.copy_text, "rb");
     int rc;
     if (!f)
         return mf_err_set(err, MF_EIO, "%s: cannot open", b->o.copy_text);
@@ -483,7 +497,17 @@ int main(int argc, char **argv)
         return rc;
     b.ops = !strcmp(b.o.device, "cuda") ? &cuda_backend_ops : &cpu_backend_ops;
     rq = calloc((size_t)b.o.batch, sizeof *rq);
-    rc = rq ? model_open(b.o.model, &b.m, &err) : mf_err_set(&err, MF_ENOMEM, "out of memory");
+    rc = rq ? 0 : mf_err_set(&err, MF_ENOMEM, "out of memory");
+    if (!rc && b.o.synth_shape) {
+        for (size_t i = 0; i < bench_n_shapes && !b.m; i++)
+            if (!strcmp(bench_shapes[i].name, b.o.synth_shape))
+                b.m = bench_synth(&bench_shapes[i], b.o.synth_type);
+        if (!b.m)
+            rc = mf_err_set(&err, MF_EINVAL, "--synth: no shape %s", b.o.synth_shape);
+        b.o.model = b.o.synth_shape;
+    } else if (!rc) {
+        rc = model_open(b.o.model, &b.m, &err);
+    }
     if (!rc && b.o.draft)
         rc = model_open(b.o.draft, &b.dm, &err);
     if (!rc)
@@ -516,7 +540,8 @@ int main(int argc, char **argv)
     free(rq);
     backend_free(b.be);
     backend_free(b.db);
-    model_close(b.m);
+    if (!b.o.synth_shape) /* a synthesized model lives as long as the process */
+        model_close(b.m);
     model_close(b.dm);
     return failed;
 }

@@ -87,6 +87,7 @@
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/cuda_plan.h"
 #include "runtime/model/model.h"
+#include "bench/bench_synth.h"
 
 #define CTX 512
 #define STEPS_MAX                                                                                  \
@@ -105,265 +106,6 @@ static void die(const char *what, const struct mf_err *err)
 {
     fprintf(stderr, "cuda_bench: %s: %s\n", what, err->msg);
     exit(1);
-}
-
-static uint64_t rs = 88172645463325252ull;
-
-/* Random bytes; every 64-bit word is masked and or-ed (F16/BF16 values
- * kept small and finite this way). */
-static void fill_random(uint8_t *p, size_t n, uint64_t and_mask, uint64_t or_mask)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-        uint64_t w = (rs & and_mask) | or_mask;
-        memcpy(p + i, &w, 8);
-    }
-    for (; i < n; i++)
-        p[i] = 0;
-}
-
-static void wr16(uint8_t *p, uint16_t v)
-{
-    memcpy(p, &v, 2);
-}
-
-/* Random bytes made into valid, small values of type t. */
-static void *make_data(enum ggml_type t, int64_t ne0, int64_t ne1, uint64_t *row_bytes)
-{
-    uint64_t rb;
-    ggml_type_row_size(t, (uint64_t)ne0, &rb);
-    size_t n = (size_t)rb * (size_t)ne1;
-    uint8_t *p = malloc(n);
-    if (!p) {
-        fprintf(stderr, "cuda_bench: out of memory\n");
-        exit(1);
-    }
-    *row_bytes = rb;
-    uint16_t d = quant_f32_to_f16(0.002f), dm = quant_f32_to_f16(0.0005f);
-    if (t == GGML_TYPE_F32) {
-        float one = 1.0f;
-        for (size_t i = 0; i < n; i += 4)
-            memcpy(p + i, &one, 4);
-        return p;
-    }
-    size_t bs = ggml_type_size(t);
-    switch (t) {
-    case GGML_TYPE_F16: /* exponent 8: |x| in [2^-7, 2^-6) */
-        fill_random(p, n, 0x83FF83FF83FF83FFull, 0x2000200020002000ull);
-        break;
-    case GGML_TYPE_BF16: /* exponent 120: |x| in [2^-7, 2^-6) */
-        fill_random(p, n, 0x807F807F807F807Full, 0x3C003C003C003C00ull);
-        break;
-    default:
-        fill_random(p, n, ~0ull, 0);
-        break;
-    }
-    switch (t) {
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16:
-        break;
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
-        for (size_t i = 0; i < n; i += bs)
-            wr16(p + i, d);
-        break;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-        for (size_t i = 0; i < n; i += bs)
-            wr16(p + i, d), wr16(p + i + 2, dm);
-        break;
-    case GGML_TYPE_Q6_K:
-        for (size_t i = 0; i < n; i += bs)
-            wr16(p + i + 208, d);
-        break;
-    default:
-        fprintf(stderr, "cuda_bench: type %s not synthesized\n", ggml_type_name(t));
-        exit(1);
-    }
-    return p;
-}
-
-/* A model shape: mkmodel's presets, each family with its own switches
- * (common/arch.h): Qwen's q/k/v biases, Gemma's wide heads, post-norms,
- * soft-caps and sliding layers, Phi-3's ungrouped heads. */
-struct shape {
-    const char *name;
-    const char *arch; /* general.architecture */
-    int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
-    int32_t head_dim;   /* 0: n_embd / n_head */
-    int32_t swa, swa_period; /* sliding window and layer pattern; 0: none */
-    int32_t n_expert, n_used, n_ff_exp; /* routed layers (every one); 0: dense */
-};
-
-static const struct shape shapes[] = {
-    {"1b", "llama", 16, 2048, 8192, 32, 8, 128256, 0, 0, 0, 0, 0, 0},
-    {"llama3-8b", "llama", 32, 4096, 14336, 32, 8, 128256, 0, 0, 0, 0, 0, 0},
-    {"qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 0, 0, 0, 0, 0, 0},
-    {"gemma2-9b", "gemma2", 42, 3584, 14336, 16, 8, 256000, 256, 4096, 2, 0, 0, 0},
-    {"phi3-mini", "phi3", 32, 3072, 8192, 32, 32, 32064, 0, 0, 0, 0, 0, 0},
-    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 6144, 32, 4, 151936, 128, 0, 0, 128, 8, 768},
-};
-
-static enum ggml_type pick(const char *type, enum quant_ftype ft, const struct shape *s,
-                           const char *name, int64_t ne0, int64_t ne1, int64_t ne2)
-{
-    if (strcmp(type, "q4_k") == 0)
-        return GGML_TYPE_Q4_K;
-    struct quant_model_info mi = {.arch = s->arch,
-                                  .n_layer = s->n_layer,
-                                  .n_expert = s->n_expert,
-                                  .n_gqa = s->n_head / s->n_head_kv,
-                                  .has_output = 1};
-    struct quant_tensor_info ti = {
-        .name = name, .type = GGML_TYPE_F32, .n_dims = ne2 > 1 ? 3 : 2, .ne = {ne0, ne1, ne2, 1}};
-    enum ggml_type t;
-    struct mf_err err = {0};
-    if (quant_ftype_tensor_type(ft, &mi, &ti, &t, &err))
-        die("type rule", &err);
-    return t;
-}
-
-/* A weight of ne2 matrices (experts; 1 for others) of ne1 rows x ne0 in
- * the type llama.cpp's mix gives it; vec: an F32 vector of ones (norms). */
-static void set_wn(struct model_weight *w, const char *type, enum quant_ftype ft,
-                   const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
-                   int vec)
-{
-    enum ggml_type t = vec ? GGML_TYPE_F32 : pick(type, ft, s, name, ne0, ne1, ne2);
-    w->type = t;
-    w->ne0 = ne0;
-    w->ne1 = ne1;
-    w->ne2 = ne2;
-    w->name = strdup(name);
-    w->data = make_data(t, ne0, ne1 * ne2, &w->row_bytes);
-}
-
-static void set_w(struct model_weight *w, const char *type, enum quant_ftype ft,
-                  const struct shape *s, const char *name, int64_t ne0, int64_t ne1, int vec)
-{
-    set_wn(w, type, ft, s, name, ne0, ne1, 1, vec);
-}
-
-/* A router [n_embd, n_expert] in F32 (llama.cpp leaves ffn_gate_inp
- * unquantized) of random values in +-0.05, so tokens choose different
- * experts (ones would send every token to experts 0..k-1). */
-static void set_router(struct model_weight *w, const char *name, int64_t ne0, int64_t ne1)
-{
-    float *p = malloc((size_t)(ne0 * ne1) * sizeof *p);
-    if (!p) {
-        fprintf(stderr, "cuda_bench: out of memory\n");
-        exit(1);
-    }
-    for (int64_t i = 0; i < ne0 * ne1; i++) {
-        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-        p[i] = (float)((double)(rs >> 11) * 0x1.0p-53 - 0.5) * 0.1f;
-    }
-    *w = (struct model_weight){.data = p,
-                               .type = GGML_TYPE_F32,
-                               .ne0 = ne0,
-                               .ne1 = ne1,
-                               .ne2 = 1,
-                               .row_bytes = (uint64_t)ne0 * 4,
-                               .name = strdup(name)};
-}
-
-/* The shape's hyperparameters and layer kinds, no weights (plan mode). */
-static struct model *synth_shape(const struct shape *s)
-{
-    struct model *m = calloc(1, sizeof *m);
-    int64_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
-    const struct arch_desc *a = arch_find(s->arch, strlen(s->arch));
-    m->hp = (struct model_hparams){.arch = a,
-                                   .n_ctx_train = 8192,
-                                   .n_embd = s->n_embd,
-                                   .n_ff = s->n_ff,
-                                   .n_layer = s->n_layer,
-                                   .n_head = s->n_head,
-                                   .n_head_kv = s->n_head_kv,
-                                   .head_dim = (int32_t)hd,
-                                   .n_rot = (int32_t)hd,
-                                   .n_vocab = s->n_vocab,
-                                   .rope_base = 500000.0f,
-                                   .rope_freq_scale = 1.0f,
-                                   .rms_eps = 1e-5f,
-                                   .n_swa = s->swa,
-                                   .n_expert = s->n_expert,
-                                   .n_expert_used = s->n_used,
-                                   .n_ff_exp = s->n_ff_exp};
-    model_hparams_derive(&m->hp);
-    m->layers = calloc((size_t)s->n_layer, sizeof *m->layers);
-    model_layer_kinds(m, s->swa_period, 0.0f);
-    return m;
-}
-
-/* The model of shape s in type's mix, synthesized (see the file's
- * comment) with its family's switches; a routed shape has every layer
- * routed (router, 3-D expert tensors, no dense FFN). */
-static struct model *synth(const struct shape *s, const char *type)
-{
-    static const char *wn[MODEL_W_PER_LAYER] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                                                "ffn_gate", "ffn_up", "ffn_down"};
-    static const char *en[MODEL_EXP_COUNT] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-    enum quant_ftype ft;
-    if (strcmp(type, "q4_k") != 0 && quant_ftype_from_name(type, &ft)) {
-        fprintf(stderr, "cuda_bench: unknown type %s\n", type);
-        exit(1);
-    }
-    struct model *m = synth_shape(s);
-    int64_t hd = m->hp.head_dim;
-    int64_t qd = s->n_head * hd, kvd = s->n_head_kv * hd;
-    const struct arch_desc *a = m->hp.arch;
-    set_w(&m->tok_embd, type, ft, s, "token_embd.weight", s->n_embd, s->n_vocab, 0);
-    if (a->flags & ARCH_TIED_ALWAYS) {
-        m->output = m->tok_embd;
-        m->tied = 1;
-    } else {
-        set_w(&m->output, type, ft, s, "output.weight", s->n_embd, s->n_vocab, 0);
-    }
-    set_w(&m->out_norm, type, ft, s, "output_norm.weight", s->n_embd, 1, 1);
-    for (int32_t l = 0; l < s->n_layer; l++) {
-        struct model_layer *L = &m->layers[l];
-        char name[64];
-        int64_t in[MODEL_W_PER_LAYER] = {s->n_embd, s->n_embd, s->n_embd, qd,
-                                         s->n_embd, s->n_embd, s->n_ff};
-        int64_t out[MODEL_W_PER_LAYER] = {qd, kvd, kvd, s->n_embd, s->n_ff, s->n_ff, s->n_embd};
-        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        set_w(&L->attn_norm, type, ft, s, name, s->n_embd, 1, 1);
-        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        set_w(&L->ffn_norm, type, ft, s, name, s->n_embd, 1, 1);
-        for (int w = 0; w < (s->n_expert ? MODEL_W_GATE : MODEL_W_PER_LAYER); w++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, wn[w]);
-            set_w(&L->w[w], type, ft, s, name, in[w], out[w], 0);
-        }
-        for (int i = 0; i < 3 && strcmp(s->arch, "qwen2") == 0; i++) {
-            snprintf(name, sizeof name, "blk.%d.%s.bias", l, wn[i]);
-            set_w(&L->bias[i], type, ft, s, name, out[i], 1, 1);
-        }
-        if (s->n_expert) {
-            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
-            set_router(&L->gate_inp, name, s->n_embd, s->n_expert);
-            for (int x = 0; x < MODEL_EXP_COUNT; x++) {
-                snprintf(name, sizeof name, "blk.%d.%s.weight", l, en[x]);
-                set_wn(&L->exps[x], type, ft, s, name,
-                       x == MODEL_EXP_DOWN ? s->n_ff_exp : s->n_embd,
-                       x == MODEL_EXP_DOWN ? s->n_embd : s->n_ff_exp, s->n_expert, 0);
-            }
-        }
-        if (a->flags & ARCH_QK_NORM) {
-            snprintf(name, sizeof name, "blk.%d.attn_q_norm.weight", l);
-            set_w(&L->q_norm, type, ft, s, name, hd, 1, 1);
-            snprintf(name, sizeof name, "blk.%d.attn_k_norm.weight", l);
-            set_w(&L->k_norm, type, ft, s, name, hd, 1, 1);
-        }
-        if (a->flags & ARCH_POST_NORMS) {
-            snprintf(name, sizeof name, "blk.%d.post_attention_norm.weight", l);
-            set_w(&L->attn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
-            snprintf(name, sizeof name, "blk.%d.post_ffw_norm.weight", l);
-            set_w(&L->ffn_post_norm, type, ft, s, name, s->n_embd, 1, 1);
-        }
-    }
-    return m;
 }
 
 static uint64_t wbytes(const struct model_weight *w)
@@ -534,7 +276,7 @@ static size_t copies_new(struct mfk_ctx *c, const char *what, enum ggml_type t, 
                          int64_t ne1, void *w[4], uint64_t *rb)
 {
     struct mf_err err = {0};
-    void *h = make_data(t, ne0, ne1, rb);
+    void *h = bench_synth_data(t, ne0, ne1, rb);
     const size_t bytes = (size_t)*rb * (size_t)ne1;
     for (int i = 0; i < 4; i++)
         if (mfk_malloc(c, bytes, &w[i], &err) || mfk_upload(c, w[i], h, bytes, &err))
@@ -768,7 +510,7 @@ static int int_arg(const char *v, int lo, int hi, int def)
     return v && mf_num_parse_i64(v, &n) == 0 && n >= lo && n <= hi ? (int)n : def;
 }
 
-static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ctx)
+static int mem_bench(const struct bench_shape *s, const char *type, int n_seqs, int ctx)
 {
     struct mf_err err = {0};
     struct mfk_ctx *c;
@@ -779,7 +521,7 @@ static int mem_bench(const struct shape *s, const char *type, int n_seqs, int ct
     if (mfk_ctx_new(0, &c, &err))
         die("mem", &err);
     mem_peak(c, &base);
-    struct model *m = synth(s, type);
+    struct model *m = bench_synth(s, type);
     struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = chunk, .max_seqs = 64};
     cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
@@ -875,7 +617,7 @@ static void offline_req(int i, int *n_prompt, int *n_out)
  * others, the way vLLM's scheduler does; greedy tokens come from the device
  * argmax, the logits rows are copied to pinned memory as the engine's are.
  * Prints prompt and output tokens per second over the wall clock. */
-static int offline_bench(const struct shape *s, const char *type, int n_req, int n_seqs)
+static int offline_bench(const struct bench_shape *s, const char *type, int n_req, int n_seqs)
 {
     struct mf_err err = {0};
     const int max_len = 1024 + 512, nbs = (max_len + 15) / 16;
@@ -884,7 +626,7 @@ static int offline_bench(const struct shape *s, const char *type, int n_req, int
                 OFF_SEQS_MAX);
         return 2;
     }
-    struct model *m = synth(s, type);
+    struct model *m = bench_synth(s, type);
     struct backend_config cfg = {.kv_type = kv_type(), .max_tokens = OFF_BUDGET, .max_seqs = n_seqs};
     cfg.kv_bytes = (uint64_t)n_seqs * nbs * backend_kv_block_bytes(m, cfg.kv_type);
     struct backend *be;
@@ -987,9 +729,9 @@ static int offline_bench(const struct shape *s, const char *type, int n_req, int
  * multiprocessors, cuda_plan_step_fill into a buffer), 2000 times after 100
  * warm-ups: microseconds a step. What the GPU waits for before a step's first
  * launch, beside the engine's own time (mfc:engine_host_seconds_total). */
-static int plan_bench(const struct shape *s, const int *batches, int nb)
+static int plan_bench(const struct bench_shape *s, const int *batches, int nb)
 {
-    struct model *m = synth_shape(s);
+    struct model *m = bench_synth_shape(s);
     const int ctx = int_arg(getenv("CUDA_BENCH_CTX"), 16, PREFILL, CTX) / 16 * 16;
     const int32_t nbs = ctx / 16 + 2, n_blocks = MAX_B * nbs + 1;
     const struct model_hparams *hp = &m->hp;
@@ -1019,10 +761,11 @@ static int plan_bench(const struct shape *s, const int *batches, int nb)
                                        .n_blocks = nbs,
                                        .want_logits = 1};
         struct batch bt = {.n_seqs = B, .seqs = bs};
+        const struct backend_config bc = {.max_tokens = PREFILL, .max_seqs = MAX_B};
         for (int r = -100; r < reps; r++) {
             if (r == 0)
                 t0 = now_s();
-            if (backend_check_batch(m, n_blocks, PREFILL, MAX_B, 1, &bt, &err))
+            if (backend_check_batch(m, n_blocks, &bc, 1, &bt, &err))
                 die("plan: batch", &err);
             cuda_plan_step_size(m, &bt, 10000, 1, &p);
             int32_t tg = cuda_plan_graph_tokens(p.T, MAX_B);
@@ -1051,21 +794,21 @@ static int plan_bench(const struct shape *s, const int *batches, int nb)
 int main(int argc, char **argv)
 {
     struct mf_err err = {0};
-    const struct shape *s = NULL;
+    const struct bench_shape *s = NULL;
     int batches[8] = {1, 8, 32}, nb = 3;
     if (argc < 3) {
         fprintf(stderr, "usage: cuda_bench SHAPE TYPE [BATCH...]\n");
         return 2;
     }
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        if (strcmp(argv[1], shapes[i].name) == 0)
-            s = &shapes[i];
+    for (size_t i = 0; i < bench_n_shapes; i++)
+        if (strcmp(argv[1], bench_shapes[i].name) == 0)
+            s = &bench_shapes[i];
     if (strcmp(argv[1], "mem") == 0) {
-        for (size_t i = 0; argc > 3 && i < sizeof shapes / sizeof shapes[0]; i++)
-            if (strcmp(argv[2], shapes[i].name) == 0)
+        for (size_t i = 0; argc > 3 && i < bench_n_shapes; i++)
+            if (strcmp(argv[2], bench_shapes[i].name) == 0)
                 return cuda_device_count() < 1
                            ? 77
-                           : mem_bench(&shapes[i], argv[3],
+                           : mem_bench(&bench_shapes[i], argv[3],
                                        argc > 4 ? int_arg(argv[4], 1, MAX_B, 0) : 16,
                                        argc > 5 ? int_arg(argv[5], 32, 1 << 20, 0) : 2048);
         fprintf(stderr, "usage: cuda_bench mem SHAPE TYPE [SEQS [CTX]]\n");
@@ -1078,18 +821,18 @@ int main(int argc, char **argv)
             for (int i = 3; i < argc && np < 8; i++)
                 pb[np++] = int_arg(argv[i], 1, MAX_B, 1);
         }
-        for (size_t i = 0; argc > 2 && i < sizeof shapes / sizeof shapes[0]; i++)
-            if (strcmp(argv[2], shapes[i].name) == 0)
-                return plan_bench(&shapes[i], pb, np);
+        for (size_t i = 0; argc > 2 && i < bench_n_shapes; i++)
+            if (strcmp(argv[2], bench_shapes[i].name) == 0)
+                return plan_bench(&bench_shapes[i], pb, np);
         fprintf(stderr, "usage: cuda_bench plan SHAPE [BATCH...]\n");
         return 2;
     }
     if (strcmp(argv[1], "offline") == 0) {
-        for (size_t i = 0; argc > 3 && i < sizeof shapes / sizeof shapes[0]; i++)
-            if (strcmp(argv[2], shapes[i].name) == 0)
+        for (size_t i = 0; argc > 3 && i < bench_n_shapes; i++)
+            if (strcmp(argv[2], bench_shapes[i].name) == 0)
                 return cuda_device_count() < 1
                            ? 77
-                           : offline_bench(&shapes[i], argv[3],
+                           : offline_bench(&bench_shapes[i], argv[3],
                                            argc > 4 ? int_arg(argv[4], 1, 1 << 20, 0) : 512,
                                            argc > 5 ? int_arg(argv[5], 1, OFF_SEQS_MAX, 0) : 256);
         fprintf(stderr, "usage: cuda_bench offline SHAPE TYPE [REQUESTS [SEQS]]\n");
@@ -1140,7 +883,7 @@ int main(int argc, char **argv)
     if (file && model_open(argv[1], &m, &err))
         die(argv[1], &err);
     if (!file)
-        m = synth(s, argv[2]);
+        m = bench_synth(s, argv[2]);
     double t_synth = now_s() - t0;
     const char *sname = file ? argv[1] : s->name, *tname = file ? "file" : argv[2];
     const int32_t n_vocab = m->hp.n_vocab;

@@ -23,3 +23,11 @@ TESTS += tests/unit/test_loadgen tests/cli/loadgen.bats
 EXTRA_DIST += tests/cli/loadgen.bats tests/fuzz/fuzz_loadgen.c tests/fuzz/corpus/loadgen
 ## bench/serve-gpu: mfc-serve against llama-server on a GPU host (bench/README.md)
 EXTRA_DIST += bench/serve-gpu bench/copybw.cu
+## bench/spec: speculative decoding's speed-ups through the engine (`make bench-spec`)
+noinst_PROGRAMS += bench/spec_bench
+bench_spec_bench_SOURCES = bench/spec_bench.c bench/bench_synth.c bench/bench_synth.h
+bench_spec_bench_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
+EXTRA_DIST += bench/spec
+.PHONY: bench-spec
+bench-spec: bench/spec_bench$(EXEEXT) tests/tools/mkmodel$(EXEEXT)
+	MFC_BUILDDIR='$(abs_top_builddir)' $(SHELL) $(top_srcdir)/bench/spec

@@ -14,6 +14,7 @@
 
 #include "common/json.h"
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "convert/lora.h"
 #include "image/oci.h"
 #include "store/store.h"
@@ -116,9 +117,12 @@ static void inspect_adapters(const char *ref, json_t *v)
     char *root = NULL;
     json_t *list = NULL;
     struct mf_err ignored;
+    json_t *draft = NULL;
     if (store_default_root(&root, &ignored) == 0 &&
         lora_image_adapters(root, ref, v, &list, &ignored) == 0)
         json_object_set_new(v, "adapters", list);
+    if (root && draft_image_describe(root, ref, &draft, &ignored) == 0 && draft)
+        json_object_set_new(v, "draft", draft);
     free(root);
 }
 

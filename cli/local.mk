@@ -5,7 +5,7 @@ libmfc_compiler_a_SOURCES += cli/cli.h \
 	cli/cmd_build.c cli/cmd_check.c cli/cmd_convert.c cli/cmd_fetch.c cli/cmd_fmt.c \
 	cli/cmd_image.c cli/cmd_inspect.c cli/cmd_lora.c cli/cmd_lora_merge.c \
 	cli/cmd_manifest.c cli/cmd_modelfile.c cli/cmd_modelfile.h cli/cmd_registry.c \
-	cli/cmd_serve.c cli/cmd_store.c cli/lora_image.c \
+	cli/cmd_serve.c cli/cmd_store.c cli/lora_image.c cli/draft_image.c \
 	cli/run.h cli/run_tar.c cli/run_image.c cli/run_server.c \
 	cli/run_client.c cli/run_chat.h cli/run_chat.c \
 	cli/manifest.c cli/manifest.h

@@ -53,6 +53,7 @@ struct run_model {
     char *served;                 /* owned: the image's MFC_MODEL_NAME (the API's model name
                                      under podman run too), or NULL */
     struct run_file weights;      /* the base GGUF */
+    struct run_file draft;        /* the DRAFT's /models/draft.gguf; path NULL: none */
     struct run_adapter *adapters; /* owned; n_adapters entries */
     size_t n_adapters;
     int config_fd;                /* memfd with model.yaml (inherited by mfc-serve), or -1 */
@@ -185,5 +186,13 @@ void run_ndjson_free(struct run_ndjson *p);
  * is MF_ENET with the server's error message. */
 int run_client_json(const struct run_client *c, const char *path, const json_t *body,
                     json_t **out, struct mf_err *err);
+
+/* ---- the DRAFT of an image (draft_image.c) ---- */
+
+/* For `mfc inspect IMAGE`: *out the image's draft model (its GGUF facts and
+ * the speculative settings of model.yaml), or NULL when it has none.
+ * Returns 0 or MF_E* (the image or the draft's header unreadable). */
+int draft_image_describe(const char *store_root, const char *ref, json_t **out,
+                         struct mf_err *err);
 
 #endif

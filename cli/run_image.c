@@ -27,6 +27,7 @@
 
 #define CONFIG_YAML_MAX (64u << 20)
 #define WEIGHTS_PATH "models/model.gguf"
+#define DRAFT_PATH "models/draft.gguf"
 #define CONFIG_PATH "etc/mfc/model.yaml"
 
 /* ---- tar over a gzFile (plain files are read directly by zlib) -------------------- */
@@ -78,6 +79,7 @@ void run_model_free(struct run_model *m)
     free(m->name);
     free(m->served);
     file_free(&m->weights);
+    file_free(&m->draft);
     for (size_t i = 0; i < m->n_adapters; i++) {
         free(m->adapters[i].name);
         file_free(&m->adapters[i].file);
@@ -130,6 +132,12 @@ static int on_entry(void *arg, const char *name, uint64_t offset, uint64_t size,
         if (!(f.path = strdup(sc->blob)))
             return mf_err_set(err, MF_ENOMEM, "out of memory");
         sc->m->weights = f;
+    } else if (strcmp(name, DRAFT_PATH) == 0) {
+        if (sc->m->draft.path)
+            return mf_err_set(err, MF_EFORMAT, "the image has two /%s", DRAFT_PATH);
+        if (!(f.path = strdup(sc->blob)))
+            return mf_err_set(err, MF_ENOMEM, "out of memory");
+        sc->m->draft = f;
     } else if (strncmp(name, "adapters/", 9) == 0) {
         char *an = adapter_name(name);
         if (!an)
@@ -304,7 +312,8 @@ int run_model_resolve(const char *store_root, const char *arg, struct run_model 
 /* ---- making it servable ---------------------------------------------------------------- */
 
 /* model.yaml with each `path: "/adapters/X.gguf"` pointing at the adapter's
- * layer blob, `offset:` and `size:` (same indentation) giving its range. */
+ * layer blob, `offset:` and `size:` (same indentation) giving its range;
+ * the draft's `path: "/models/draft.gguf"` the same way. */
 static int rewrite_config(const struct run_model *m, struct mf_buf *out, struct mf_err *err)
 {
     int rc = 0;
@@ -313,7 +322,7 @@ static int rewrite_config(const struct run_model *m, struct mf_buf *out, struct 
         const char *k = l + strspn(l, " ");
         if (k[0] == '-' && k[1] == ' ')
             k += 2;
-        const struct run_adapter *hit = NULL;
+        const struct run_file *hit = NULL;
         if ((size_t)(k - l) < n && !strncmp(k, "path: ", 6)) {
             const char *v = k + 6;
             size_t vl = n - (size_t)(v - l);
@@ -324,14 +333,17 @@ static int rewrite_config(const struct run_model *m, struct mf_buf *out, struct 
                 size_t al = strlen(an);
                 if (vl == 10 + al + 5 && !strncmp(v, "/adapters/", 10) &&
                     !strncmp(v + 10, an, al) && !strncmp(v + 10 + al, ".gguf", 5))
-                    hit = &m->adapters[i];
+                    hit = &m->adapters[i].file;
             }
+            if (!hit && m->draft.path && vl == strlen(DRAFT_PATH) + 1 && v[0] == '/' &&
+                !strncmp(v + 1, DRAFT_PATH, vl - 1))
+                hit = &m->draft;
         }
         if (hit)
             rc = mf_buf_printf(out, err, "%.*spath: \"%s\"\n%*soffset: %llu\n%*ssize: %llu\n",
-                               (int)(k - l), l, hit->file.path, (int)(k - l), "",
-                               (unsigned long long)hit->file.offset, (int)(k - l), "",
-                               (unsigned long long)hit->file.size);
+                               (int)(k - l), l, hit->path, (int)(k - l), "",
+                               (unsigned long long)hit->offset, (int)(k - l), "",
+                               (unsigned long long)hit->size);
         else
             rc = mf_buf_printf(out, err, "%.*s\n", (int)n, l);
         l += n + (l[n] == '\n');

@@ -136,6 +136,11 @@ int run_server_argv(const struct run_model *m, const char *bin, const char *name
         else
             push(&a, "%s=%s", m->adapters[i].name, f->path);
     }
+    if (m->config_fd < 0 && m->draft.path) { /* else model.yaml's draft: names it */
+        push(&a, "--draft");
+        push(&a, "%s@%llu:%llu", m->draft.path, (unsigned long long)m->draft.offset,
+             (unsigned long long)m->draft.size);
+    }
     if (name) {
         push(&a, "--name");
         push(&a, "%s", name);

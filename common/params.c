@@ -15,6 +15,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/limits.h"
+
 #define MAX_TOKENS_LIMIT 16777216.0 /* 1 << 24 */
 
 static const struct mf_param_limit limits[] = {
@@ -32,6 +34,12 @@ static const struct mf_param_limit limits[] = {
     {"num_keep", -1, MAX_TOKENS_LIMIT, 1},
     {"num_batch", 1, MAX_TOKENS_LIMIT, 1},
     {"num_thread", 0, 4096, 1},
+    /* mfc's speculative decoding (docs/spec.md): the verify rows mfc-serve sizes */
+    {"draft_max", 1, MF_SPEC_DRAFT_MAX, 1},
+    {"draft_min", 0, MF_SPEC_DRAFT_MAX, 1},
+    {"draft_p_min", 0, 1, 0},
+    {"lookup_ngram", 1, MF_SPEC_NGRAM_MAX, 1},
+    {"lookup_ngram_min", 1, MF_SPEC_NGRAM_MAX, 1},
     /* INT64_MIN exactly; the top stays below 2^63, which a double cannot hold as int64 */
     {"seed", -9223372036854775808.0, 9.2e18, 1},
 };

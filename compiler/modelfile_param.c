@@ -5,7 +5,9 @@
  * The table mirrors the json tags of api.Options/api.Runner in Ollama's
  * api/types.go (FormatParams builds its map from them by reflection) and
  * the deprecatedParameters list in parser/parser.go. Names are matched
- * exactly (case-sensitive), as FormatParams does. Owns only constant data.
+ * exactly (case-sensitive), as FormatParams does. mfc's own parameters
+ * (speculative decoding) follow; their ranges are in common/params.c with
+ * everyone else's. Owns only constant data.
  */
 #include "compiler/modelfile_int.h"
 
@@ -33,6 +35,13 @@ static const struct mf_param_def params[] = {
     {"presence_penalty", MF_PARAM_FLOAT, "0"},
     {"frequency_penalty", MF_PARAM_FLOAT, "0"},
     {"stop", MF_PARAM_STRING, "none"},
+    /* mfc: speculative decoding (docs/modelfile.md, DRAFT) */
+    {"speculative", MF_PARAM_BOOL, "true"},
+    {"draft_max", MF_PARAM_INT, "8"},
+    {"draft_min", MF_PARAM_INT, "1"},
+    {"draft_p_min", MF_PARAM_FLOAT, "0.75"},
+    {"lookup_ngram", MF_PARAM_INT, "3"},
+    {"lookup_ngram_min", MF_PARAM_INT, "2"},
     /* parser.go deprecatedParameters: warned about and dropped */
     {"penalize_newline", MF_PARAM_DEPRECATED, NULL},
     {"low_vram", MF_PARAM_DEPRECATED, NULL},

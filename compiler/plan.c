@@ -188,7 +188,8 @@ static int plan_run(const struct mf_modelfile *mf, size_t at, struct plan *p, st
     for (size_t i = 0, k = 0; !rc && i < w->n_extra; i++) {
         const struct mf_instr *x = w->extra[i];
         int adapter = x->kind == MF_INSTR_ADAPTER;
-        rc = checked_once(p, w, x, w->extra_run[i], adapter ? base : NO_NODE, &ins[n], err);
+        /* an adapter is checked against the base, a draft's vocabulary too */
+        rc = checked_once(p, w, x, w->extra_run[i], base, &ins[n], err);
         if (adapter && x->u.src.name)
             snprintf(path, sizeof path, "adapters/%s.gguf", x->u.src.name);
         else if (adapter)
@@ -404,7 +405,8 @@ static int plan_checked(struct plan *p, const struct mf_instr *in, size_t run, s
     int has_base = 0;
     for (size_t k = 0; k < p->nodes[src].n_inputs; k++)
         has_base |= p->nodes[src].inputs[k] == base_check; /* a source planned before */
-    if (p->nodes[src].op == PLAN_CONVERT && base_check != NO_NODE && !has_base) {
+    if (p->nodes[src].op == PLAN_CONVERT && p->nodes[src].role == PLAN_ROLE_ADAPTER &&
+        base_check != NO_NODE && !has_base) {
         /* a PEFT adapter's conversion reads the base (architecture, head counts) */
         size_t *v = realloc(p->nodes[src].inputs, (p->nodes[src].n_inputs + 1) * sizeof *v);
         if (!v)
@@ -414,7 +416,7 @@ static int plan_checked(struct plan *p, const struct mf_instr *in, size_t run, s
     }
     const struct plan_node *s = &p->nodes[src];
     ins[0] = src;
-    ins[1] = base_check; /* hook: the LoRA issue validates an adapter against its base */
+    ins[1] = base_check; /* an adapter's base (exec_lora.c), a draft's model (exec_draft.c) */
     json_t *args = json_pack("{s:s}", "role", plan_role_name(s->role));
     *out = node_add(p, PLAN_CHECK, s->role, in->line, s->name, s->instr, args, ins,
                     base_check == NO_NODE ? 1 : 2);
@@ -485,8 +487,7 @@ static int plan_adapters(struct plan *p, const struct walk *w, const struct fetc
         const struct mf_instr *in = w->extra[i];
         int adapter = in->kind == MF_INSTR_ADAPTER;
         size_t chk, id;
-        int rc = checked_once(p, w, in, w->extra_run[i], adapter ? base_check : NO_NODE, &chk,
-                              err);
+        int rc = checked_once(p, w, in, w->extra_run[i], base_check, &chk, err);
         if (rc)
             return rc;
         if (adapter && in->u.src.merge) {

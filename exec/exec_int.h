@@ -57,6 +57,12 @@ struct gguf_file;
 int exec_check_adapter(const struct exec_job *j, const struct gguf_file *adapter,
                        struct mf_err *err);
 
+/* Checks a DRAFT's GGUF: architecture, and against the model (the check
+ * node's input 1): the same vocabulary, a smaller size; adds "parameters"
+ * and "model_parameters" to result. exec_draft.c. */
+int exec_check_draft(const struct exec_job *j, const struct gguf_file *draft, json_t *result,
+                     struct mf_err *err);
+
 /* The convert step of an ADAPTER from a PEFT directory (exec_convert.c
  * hands adapters here): PEFT safetensors -> GGUF LoRA. exec_lora.c. */
 int exec_convert_peft(const struct exec_job *j, struct exec_node *r, int *cached,

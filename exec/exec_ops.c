@@ -414,6 +414,8 @@ static int op_check(const struct exec_job *j, struct exec_node *r, int *cached,
         rc = r->result ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
         if (!rc && j->node->role == PLAN_ROLE_ADAPTER)
             exec_adapter_facts(gf, r->result); /* rank, alpha: for the merged-adapters label */
+        if (!rc && j->node->role == PLAN_ROLE_DRAFT)
+            rc = exec_check_draft(j, gf, r->result, err);
     }
     if (!rc) {
         snprintf(r->digest, sizeof r->digest, "%s", in->digest);

@@ -4,7 +4,7 @@
 libmfc_compiler_a_SOURCES += \
 	exec/exec.c exec/exec.h exec/exec_int.h exec/exec_ops.c \
 	exec/exec_allow.c exec/exec_allow.h \
-	exec/exec_convert.c exec/exec_lora.c exec/exec_merge.c \
+	exec/exec_convert.c exec/exec_lora.c exec/exec_merge.c exec/exec_draft.c \
 	exec/exec_run.c exec/sandbox.c exec/sandbox.h exec/sandbox_run.c \
 	exec/secret_mask.c exec/secret_mask.h
 libmfc_compiler_a_CFLAGS += $(YAML_CFLAGS)
@@ -27,11 +27,12 @@ TESTS += tests/unit/test_secret_mask tests/unit/test_exec_allow
 
 ## build.bats: mfc build end to end; build-image.bats: what it makes, checked
 ## with skopeo, umoci, podman; adapter-names.bats: an unnamed ADAPTER is named
-## after its file, through mfc-serve; run-sandbox.bats: RUN steps.
+## after its file, through mfc-serve; run-sandbox.bats: RUN steps; draft.bats:
+## DRAFT checked, layered, inspected and served with speculative decoding.
 TESTS += tests/cli/build.bats tests/cli/build-image.bats tests/cli/adapter-names.bats \
-	tests/cli/run-sandbox.bats
+	tests/cli/run-sandbox.bats tests/cli/draft.bats
 EXTRA_DIST += tests/cli/build.bats tests/cli/build-image.bats tests/cli/adapter-names.bats \
-	tests/cli/run-sandbox.bats bench/build \
+	tests/cli/run-sandbox.bats tests/cli/draft.bats bench/build \
 	modelfiles/run-peft/Modelfile modelfiles/run-peft/README.md docs/run.md \
 	tests/fuzz/fuzz_sandbox.c tests/fuzz/corpus/sandbox/tail tests/fuzz/corpus/sandbox/spec \
 	tests/fuzz/corpus/sandbox/utf8

@@ -7,7 +7,7 @@ libmfc_text_a_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS)
 MFC_TEXT_LIBS = libmfc_text.a $(PCRE2_LIBS)
 libmfc_text_a_SOURCES = \
 	text/tokenizer.c text/tokenizer.h text/tokenizer_int.h \
-	text/tokenizer_spm.c text/tokenizer_bpe.c text/tokenizer_gguf.c
+	text/tokenizer_spm.c text/tokenizer_bpe.c text/tokenizer_gguf.c text/tokenizer_compare.c
 
 ## Unit tests: API, errors, streaming, special tokens (test_tokenizer), and
 ## every vocabulary's llama.cpp test vectors from $MFC_SHARED/data/vocab

@@ -138,6 +138,13 @@ enum tok_type tok_token_type(const struct tok *t, int32_t id);
 const char *tok_token_text(const struct tok *t, int32_t id, size_t *len);
 /* The id whose stored text is exactly s[0..len), or -1. */
 int32_t tok_find(const struct tok *t, const char *s, size_t len);
+/* 0 when a and b give every token id the same meaning: same model, same
+ * number of tokens, each id the same text and type, the same special ids
+ * and BOS/EOS flags (what a speculative-decoding draft must share with its
+ * model). Otherwise MF_EINVAL with err naming the first difference, a's
+ * value first ("token 17 is 'ab' against 'ac'"). Scores and merges are
+ * not compared (tokenizer_compare.c says why). */
+int tok_same_vocab(const struct tok *a, const struct tok *b, struct mf_err *err);
 
 /* ---- encode ---- */
 

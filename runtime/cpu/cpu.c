@@ -69,6 +69,8 @@ static void fill_defaults(struct backend_config *c)
         c->max_tokens = DEFAULT_MAX_TOKENS;
     if (c->max_seqs <= 0)
         c->max_seqs = DEFAULT_MAX_SEQS;
+    if (c->max_logits <= 0)
+        c->max_logits = c->max_seqs;
 }
 
 static void cpu_free(struct backend *b)
@@ -197,9 +199,9 @@ static void count_step(const struct cpu_backend *cb, const struct batch *bt, str
     for (int32_t i = 0; i < bt->n_seqs; i++) {
         const struct batch_seq *sq = &bt->seqs[i];
         c->T += sq->n_tokens;
-        c->n_out += sq->want_logits != 0;
+        c->n_out += sq->want_logits;
         c->pairs_all += sq->n_tokens * sq->lora.n;
-        c->pairs_out += sq->want_logits ? sq->lora.n : 0;
+        c->pairs_out += sq->want_logits * sq->lora.n;
         for (int32_t j = 0; j < sq->lora.n; j++) {
             const struct lora *l = cb->m->loras[sq->lora.ids[j]];
             for (int32_t t = 0; t < l->n_targets; t++)
@@ -375,8 +377,8 @@ static void plan_lora(const struct cpu_backend *cb, const struct batch *bt, cons
         lp->row_pairs[cursor[lp->pairs[p].row]++] = p;
 }
 
-/* Fills token rows, logits rows (every token's, for a hidden-state step) and
- * attention items. */
+/* Fills token rows, logits rows (the last want_logits tokens of each
+ * sequence; every token's, for a hidden-state step) and attention items. */
 static void plan_tokens(const struct cpu_backend *cb, const struct batch *bt, struct cpu_step *s)
 {
     int32_t t = 0, n_out = 0, n_items = 0;
@@ -398,8 +400,8 @@ static void plan_tokens(const struct cpu_backend *cb, const struct batch *bt, st
             if (bt->hidden)
                 s->out_tok[n_out++] = t;
         }
-        if (sq->want_logits && !bt->hidden)
-            s->out_tok[n_out++] = t - 1;
+        for (int32_t r = sq->want_logits; r > 0 && !bt->hidden; r--)
+            s->out_tok[n_out++] = t - r;
     }
     s->T = t;
     s->n_out = n_out;
@@ -417,8 +419,7 @@ static int cpu_step(struct backend *b, const struct batch *bt, struct mf_err *er
 
     if (!cb->kv)
         return mf_err_set(err, MF_EINVAL, "step before the KV arena was allocated");
-    rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, 0, bt,
-                             err);
+    rc = backend_check_batch(cb->m, cb->n_blocks, &cb->cfg, 0, bt, err);
     if (rc || bt->n_seqs == 0)
         return rc;
     count_step(cb, bt, &c);

@@ -5,7 +5,7 @@
  * create: checks every tensor against what the kernels read
  * (cuda_plan_weights), uploads them once, in their GGUF block formats, into
  * one device buffer through pinned staging (mfk_upload), and allocates the
- * step scratch for cfg.max_tokens tokens / cfg.max_seqs logits rows, so
+ * step scratch for cfg.max_tokens tokens / cfg.max_logits logits rows, so
  * kv_alloc sees the memory really left; the model's LoRA adapters are
  * uploaded too (cuda_lora_upload).
  * kv_alloc: the arena (backend.h layout, F16 or 8-bit) from cuda_plan_kv_budget.
@@ -99,7 +99,7 @@ struct cuda_backend {
     struct cuda_lora_set lora;   /* the model's adapters (cuda_lora.c) */
     float *lora_tmp;             /* device: max_tokens x rank_max (shrink results) */
     float *lora_xg, *lora_yg;    /* device: LORA_CHUNK rows of in_max / out_max (groups) */
-    struct cuda_lora_rows *lrows; /* owned: max_seqs entries, filled per step */
+    struct cuda_lora_rows *lrows; /* owned: max_seqs + 1 entries, filled per step */
     struct cuda_lora_group *lgroups; /* owned: n_loras entries, filled per step */
     /* each group's rows and scales, the step's tokens' lists then its logits
      * rows' (two regions, so the second fill leaves the first's queued copy be):
@@ -247,7 +247,7 @@ static int upload(struct cuda_backend *cb, struct mf_err *err)
 static int alloc_scratch(struct cuda_backend *cb, struct mf_err *err)
 {
     const struct model_hparams *hp = &cb->m->hp;
-    size_t T = (size_t)cb->cfg.max_tokens, S = (size_t)cb->cfg.max_seqs;
+    size_t T = (size_t)cb->cfg.max_tokens, S = (size_t)cb->cfg.max_logits;
     size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim;
     size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     size_t xbw = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
@@ -295,13 +295,13 @@ static const struct mfk_q8 *q8_for(const struct cuda_backend *cb, int n,
 }
 
 /* What LoRA steps need besides the pairs: the per-step row lists (host
- * and device, for max_tokens and then max_seqs rows under BATCH_MAX_LORAS
+ * and device, for max_tokens and then max_logits rows under BATCH_MAX_LORAS
  * adapters each), the shrink results and the gathered rows of a group. */
 static int lora_alloc(struct cuda_backend *cb, struct mf_err *err)
 {
     const size_t T = (size_t)cb->cfg.max_tokens, chunk = T < LORA_CHUNK ? T : LORA_CHUNK;
     cb->lora_cap[0] = T * BATCH_MAX_LORAS;
-    cb->lora_cap[1] = (size_t)cb->cfg.max_seqs * BATCH_MAX_LORAS;
+    cb->lora_cap[1] = (size_t)cb->cfg.max_logits * BATCH_MAX_LORAS;
     const size_t entries = cb->lora_cap[0] + cb->lora_cap[1], list = entries * 8;
     cb->lrows = calloc((size_t)cb->cfg.max_seqs + 1, sizeof *cb->lrows);
     cb->lgroups = calloc((size_t)cb->lora.n_loras, sizeof *cb->lgroups);
@@ -344,7 +344,7 @@ static int setup_gemm(struct cuda_backend *cb, struct mf_err *err)
             size_t n = mfk_gemm_scratch(&cb->layers[l].w[w], cb->cfg.max_tokens);
             need = n > need ? n : need;
         }
-    size_t n = mfk_gemm_scratch(&cb->output, cb->cfg.max_seqs);
+    size_t n = mfk_gemm_scratch(&cb->output, cb->cfg.max_logits);
     need = n > need ? n : need;
     for (size_t i = 0; cb->lora.pairs && i < (size_t)cb->lora.n_loras * (size_t)cb->lora.n_targets; i++)
         if (cb->lora.pairs[i].live) {
@@ -485,6 +485,10 @@ static int cuda_create(const struct model *m, const struct backend_config *cfg,
         cb->cfg.max_tokens = DEFAULT_MAX_TOKENS;
     if (cb->cfg.max_seqs <= 0)
         cb->cfg.max_seqs = DEFAULT_MAX_SEQS;
+    if (cb->cfg.max_logits <= 0)
+        cb->cfg.max_logits = cb->cfg.max_seqs;
+    if (cb->cfg.max_logits > cb->cfg.max_tokens)
+        cb->cfg.max_logits = cb->cfg.max_tokens; /* a row is a token's */
     cb->layers = calloc((size_t)m->hp.n_layer, sizeof *cb->layers);
     if (!cb->layers)
         rc = mf_err_set(err, MF_ENOMEM, "out of memory for %d layers", m->hp.n_layer);
@@ -767,7 +771,7 @@ static int lora_rows(struct cuda_backend *cb, const struct batch *bt, int logits
                                       .scratch_bytes = cb->gscratch_bytes};
     for (int32_t i = 0; i < bt->n_seqs; i++) {
         const struct batch_seq *sq = &bt->seqs[i];
-        int32_t n = logits ? (sq->want_logits ? 1 : 0) : sq->n_tokens;
+        int32_t n = logits ? sq->want_logits : sq->n_tokens;
         for (int32_t j = 0; j < sq->lora.n; j++)
             if (sq->lora.ids[j] >= cb->lora.n_loras || !cb->gemm_min)
                 return mf_err_set(err, MF_EUNSUPPORTED,
@@ -927,8 +931,7 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     cb->t_last_end = 0;
     if (!cb->kv)
         return mf_err_set(err, MF_EINVAL, "step before the KV arena was allocated");
-    rc = backend_check_batch(cb->m, cb->n_blocks, cb->cfg.max_tokens, cb->cfg.max_seqs, 1, bt,
-                             err);
+    rc = backend_check_batch(cb->m, cb->n_blocks, &cb->cfg, 1, bt, err);
     if (rc || bt->n_seqs == 0)
         return rc;
     if (bt->hidden)
@@ -946,9 +949,7 @@ static int cuda_step(struct backend *b, const struct batch *bt, struct mf_err *e
     }
     /* a decode step without adapters: padded to a recorded shape */
     if (cb->graphs && cb->pad_blk >= 0 && p.n_long == 0 && cb->lrun.n_rows == 0)
-        tg = cuda_plan_graph_tokens(p.T, cb->cfg.max_seqs < cb->cfg.max_tokens
-                                             ? cb->cfg.max_seqs
-                                             : cb->cfg.max_tokens);
+        tg = cuda_plan_graph_tokens(p.T, cb->cfg.max_logits); /* padding rows are logits rows */
     if (tg)
         cuda_plan_step_pad(cb->m, &p, tg, cb->pad_blk);
     p.dwarps = !p.dtiles ? 0
@@ -1044,9 +1045,9 @@ static int cuda_sample(struct backend *b, int32_t n, const struct sampler_draw *
     const size_t cap = sample_bytes(cb, &adj_off, &mask_off);
     int rc = 0;
 
-    if (n < 0 || n > cb->last_out)
-        return mf_err_set(err, MF_EINVAL, "sampling %d rows; the last step produced %d", n,
-                          cb->last_out);
+    if (n < 0 || n > cb->last_out || n > cb->cfg.max_seqs)
+        return mf_err_set(err, MF_EINVAL, "sampling %d rows; the last step produced %d (draws "
+                          "for %d at most)", n, cb->last_out, cb->cfg.max_seqs);
     if (!cb->hsample && (rc = mfk_host_alloc(cap, (void **)&cb->hsample, err)))
         return rc;
     if (!cb->dsample && (rc = mfk_malloc(cb->ctx, cap, (void **)&cb->dsample, err)))

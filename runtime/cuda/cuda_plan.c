@@ -290,10 +290,17 @@ static size_t take(size_t *off, size_t bytes)
     return at;
 }
 
-/* 1 if sequence sq's tokens are attended in tiles (CUDA_PLAN_TILE_MIN). */
+/* 1 if sequence sq's tokens are attended in tiles (CUDA_PLAN_TILE_MIN). A
+ * verify step's sequence (every new token wants its logits: a decode token
+ * and its proposals) is attended one token at a time like a decode, so each
+ * row is computed as the decode step without proposals would compute it. */
 static int tiled(const struct batch_seq *sq, int32_t single_cap)
 {
-    return sq->n_tokens >= CUDA_PLAN_TILE_MIN || sq->n_past + sq->n_tokens > single_cap;
+    if (sq->n_past + sq->n_tokens > single_cap)
+        return 1;
+    if (sq->want_logits == sq->n_tokens && sq->n_tokens <= CUDA_PLAN_VERIFY_MAX)
+        return 0;
+    return sq->n_tokens >= CUDA_PLAN_TILE_MIN;
 }
 
 /* Offsets of p's arrays from its counts. The block tables go last: they
@@ -323,7 +330,7 @@ void cuda_plan_step_size(const struct model *m, const struct batch *bt, int32_t 
         const struct batch_seq *sq = &bt->seqs[i];
         int32_t ctx = sq->n_past + sq->n_tokens;
         p->T += sq->n_tokens;
-        p->n_out += sq->want_logits ? 1 : 0;
+        p->n_out += sq->want_logits;
         p->n_tables += (ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
         if (ctx > p->max_ctx)
             p->max_ctx = ctx;
@@ -483,8 +490,8 @@ void cuda_plan_step_fill(const struct model *m, const struct batch *bt,
                 model_rope_row(m, k, pos[t], rope + ((size_t)k * (size_t)p->T + (size_t)t) *
                                                         (size_t)m->hp.n_rot);
         }
-        if (sq->want_logits)
-            out[n_out++] = t - 1;
+        for (int32_t r = sq->want_logits; r > 0; r--)
+            out[n_out++] = t - r;
         nt += nb;
     }
     if (p->pad_blk < 0)

@@ -166,6 +166,12 @@ int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct m
  * token at a time. */
 #define CUDA_PLAN_TILE 16
 #define CUDA_PLAN_TILE_MIN 4
+/* A verify step's sequence (want_logits == n_tokens: the decode token and
+ * its proposals, runtime/engine/spec.c) of up to this many tokens is
+ * attended one token at a time whatever its count, as decode tokens are:
+ * its rows then come from the decode path's kernels, and a step of such
+ * sequences is a decode step that may be recorded as a graph. */
+#define CUDA_PLAN_VERIFY_MAX 16
 /* A step with more one-at-a-time tokens than this (and decode_tiles on:
  * MFC_CUDA_DECODE_TILES) gives each of them a tile of its own instead: at
  * 40 tokens and more the tile kernel's tensor cores beat the per-token
@@ -190,7 +196,7 @@ int cuda_plan_switch(const char *name, const char *v, int def, int *on, struct m
 /* Offsets (bytes from the buffer start) and counts of a step's arrays. */
 struct cuda_step_plan {
     int32_t T;          /* new tokens */
-    int32_t n_out;      /* logits rows */
+    int32_t n_out;      /* logits rows (want_logits of every sequence) */
     int32_t n_tables;   /* block table entries, all sequences */
     int32_t max_ctx;    /* largest position + 1 */
     int32_t n_tiles;    /* attention tiles */
@@ -212,7 +218,8 @@ struct cuda_step_plan {
     size_t tok_pos;     /* int32 (T): positions */
     size_t tok_blk;     /* int32 (T): physical block the token's K/V goes to */
     size_t tok_toff;    /* int32 (T): offset of its sequence's table in tables */
-    size_t out_rows;    /* int32 (n_out): token row of each logits row */
+    size_t out_rows;    /* int32 (n_out): token row of each logits row, sequence by
+                           sequence, a sequence's last want_logits tokens in order */
     size_t rope;        /* float (n_rope_kinds, T, n_rot): cos, sin of each rotated pair,
                            a table per rope kind (model_layer.rope_kind) */
     size_t tiles;       /* int32 (n_tiles, 2): first token, tokens (1..CUDA_PLAN_TILE) */

@@ -21,13 +21,13 @@ TESTS += tests/unit/test_cuda_host
 EXTRA_DIST += tests/gpu/run tests/gpu/models tests/gpu/test_cuda.c tests/gpu/test_sample.c \
 	tests/gpu/ncu_summary.py \
 	tests/gpu/profile tests/gpu/ab tests/gpu/hf_offline.py \
-	bench/cuda_bench.c
+	bench/cuda_bench.c bench/bench_synth.c bench/bench_synth.h
 if HAVE_CUDA_RUNTIME
 noinst_PROGRAMS += tests/gpu/test_cuda tests/gpu/test_sample bench/cuda_bench
 tests_gpu_test_sample_SOURCES = tests/gpu/test_sample.c
 tests_gpu_test_sample_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
 tests_gpu_test_cuda_SOURCES = tests/gpu/test_cuda.c
 tests_gpu_test_cuda_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
-bench_cuda_bench_SOURCES = bench/cuda_bench.c
+bench_cuda_bench_SOURCES = bench/cuda_bench.c bench/bench_synth.c bench/bench_synth.h
 bench_cuda_bench_LDADD = $(MFC_RUNTIME_LIBS) $(PTHREAD_LIBS)
 endif

@@ -113,28 +113,39 @@ static int check_seq(const struct model *m, int32_t n_blocks, int32_t i,
     return check_lora(m, i, &s->lora, err);
 }
 
-int backend_check_batch(const struct model *m, int32_t n_blocks, int32_t max_tokens,
-                        int32_t max_seqs, int keeps_logits, const struct batch *batch,
-                        struct mf_err *err)
+int backend_check_batch(const struct model *m, int32_t n_blocks, const struct backend_config *cfg,
+                        int keeps_logits, const struct batch *batch, struct mf_err *err)
 {
-    int64_t total = 0;
+    int64_t total = 0, rows = 0;
+    int32_t max_logits = cfg->max_logits > 0 ? cfg->max_logits : cfg->max_seqs;
     int rc;
 
-    if (batch->n_seqs < 0 || batch->n_seqs > max_seqs || (batch->n_seqs && !batch->seqs))
+    if (batch->n_seqs < 0 || batch->n_seqs > cfg->max_seqs || (batch->n_seqs && !batch->seqs))
         return mf_err_set(err, MF_EINVAL, "batch of %" PRId32 " sequences (limit %" PRId32 ")",
-                          batch->n_seqs, max_seqs);
+                          batch->n_seqs, cfg->max_seqs);
     for (int32_t i = 0; i < batch->n_seqs; i++) {
-        rc = check_seq(m, n_blocks, i, &batch->seqs[i], err);
+        const struct batch_seq *sq = &batch->seqs[i];
+        rc = check_seq(m, n_blocks, i, sq, err);
         if (rc)
             return rc;
-        total += batch->seqs[i].n_tokens;
-        if (batch->seqs[i].want_logits && !batch->logits && !batch->hidden && !keeps_logits)
+        if (sq->want_logits < 0 || sq->want_logits > sq->n_tokens)
+            return mf_err_set(err, MF_EINVAL,
+                              "batch sequence %" PRId32 " wants %" PRId32 " logits rows of %" PRId32
+                              " new tokens",
+                              i, sq->want_logits, sq->n_tokens);
+        total += sq->n_tokens;
+        rows += batch->hidden ? 0 : sq->want_logits;
+        if (sq->want_logits && !batch->logits && !batch->hidden && !keeps_logits)
             return mf_err_set(err, MF_EINVAL,
                               "batch sequence %" PRId32 " wants logits but there is no buffer", i);
     }
-    if (total > max_tokens)
+    if (total > cfg->max_tokens)
         return mf_err_set(err, MF_EINVAL,
                           "batch of %" PRId64 " tokens exceeds the step limit of %" PRId32, total,
-                          max_tokens);
+                          cfg->max_tokens);
+    if (rows > max_logits)
+        return mf_err_set(err, MF_EINVAL,
+                          "batch wants %" PRId64 " logits rows; the step limit is %" PRId32, rows,
+                          max_logits);
     return 0;
 }

@@ -44,6 +44,8 @@ struct backend_config {
     enum backend_kv_type kv_type; /* arena element type */
     int32_t max_tokens;     /* most new tokens in one step (all sequences); 0: 2048 */
     int32_t max_seqs;       /* most sequences in one step; 0: 256 */
+    int32_t max_logits;     /* most logits rows in one step (verify steps want several
+                               a sequence); 0: max_seqs */
     const char *kernels;    /* CPU: "scalar", "avx2" or "avx512vnni" to force a kernel
                                table (tests, benchmarks); NULL: the best this CPU has */
 };
@@ -109,12 +111,13 @@ int32_t backend_kv_n_blocks(const struct model *m, enum backend_kv_type t, uint6
 
 /* Checks a batch against batch.h's contract for model m and an arena of
  * n_blocks blocks: counts, tokens < n_vocab, block tables covering every
- * position with ids in range, adapter ids attached to m, total tokens and
- * sequences within the limits, a logits buffer when logits are wanted
- * (unless keeps_logits: a backend with ops->sample, whose logits may stay
- * where they are). Returns 0 or MF_EINVAL naming the sequence. */
-int backend_check_batch(const struct model *m, int32_t n_blocks, int32_t max_tokens,
-                        int32_t max_seqs, int keeps_logits, const struct batch *batch,
-                        struct mf_err *err);
+ * position with ids in range, adapter ids attached to m, want_logits in
+ * 0..n_tokens, total tokens, sequences and logits rows within the limits
+ * (cfg's max_tokens, max_seqs, max_logits, defaults filled), a logits
+ * buffer when logits are wanted (unless keeps_logits: a backend with
+ * ops->sample, whose logits may stay where they are). Returns 0 or
+ * MF_EINVAL naming the sequence. */
+int backend_check_batch(const struct model *m, int32_t n_blocks, const struct backend_config *cfg,
+                        int keeps_logits, const struct batch *batch, struct mf_err *err);
 
 #endif

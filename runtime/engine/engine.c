@@ -35,6 +35,17 @@
  * the model draws them all where the logits are; rows it gives back, and
  * every row of any other step, are drawn here (sample_all). Either way a
  * row ends in row_end, so the bookkeeping is one path.
+ *
+ * Speculation (runtime/engine/spec.h, off unless configured): before each
+ * schedule, spec_round picks the decoding requests that propose this time,
+ * spec_propose fills their proposals with the lock released (in_step set,
+ * as for a step: the draft model runs there), and sched_set_draft hands
+ * them over. A verify sequence's rows go through spec_verify, which keeps
+ * 1..k+1 tokens; emit_end runs on_token over them and cuts them at an end
+ * of generation, and complete_step delivers each as an event. A request
+ * proposes only as many tokens as its event queue has room for, so the
+ * queue never overflows. Requests freed on other threads retire their
+ * speculation state to the step thread (spec_req_retire, spec_reap).
  */
 #include "runtime/engine/engine.h"
 
@@ -46,6 +57,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/engine/spec.h"
 #include "runtime/engine/stop.h"
 #include "text/tokenizer.h"
 
@@ -75,6 +87,10 @@ struct engine_req {
     int32_t sample_failed;            /* step thread: sampler failed, reason in sum.err */
     int32_t on_device;                /* step thread: this step's token came from model.sample */
     void *sampling;                   /* owned: sampler params */
+    struct spec_req *spec;            /* owned: speculation state (NULL: engine without) */
+    int32_t no_spec;                  /* 1: the request never speculates */
+    const int32_t *script;            /* borrowed: benchmarks' proposals, or NULL */
+    int32_t n_script;                 /* entries in script */
     int (*on_token)(void *, int32_t); /* borrowed hook, may be NULL */
     void (*notify)(void *);           /* borrowed hook, may be NULL */
     void *user;                       /* borrowed: the consumer's */
@@ -115,6 +131,15 @@ struct engine {
     float *logits;                  /* owned: rows of n_vocab floats */
     size_t logits_cap;              /* floats allocated */
     struct engine_metrics m;        /* counters and histograms (gauges filled on read) */
+    int32_t *lg_row0;               /* owned: max_num_seqs, first logits row of each
+                                       logits sequence (more than one: a verify) */
+    int32_t *lg_rows;               /* owned: max_num_seqs, its rows */
+    int32_t *emit;                  /* owned: max_num_logits, the tokens each logits
+                                       sequence keeps, from its lg_row0 on */
+    int32_t *n_emit;                /* owned: max_num_seqs, how many */
+    struct spec *spec;              /* owned: speculation, or NULL when off */
+    struct spec_cand *cands;        /* owned: max_num_seqs, a round's candidates */
+    struct engine_req **cand_req;   /* owned: max_num_seqs, their requests */
 };
 
 /* Bucket bounds from vLLM's Prometheus logger (vllm/v1/metrics/loggers.py). */
@@ -222,6 +247,8 @@ static void free_req(struct engine *e, struct engine_req *r)
     }
     if (r->sr)
         sched_free_req(e->s, r->sr);
+    if (r->spec)
+        spec_req_retire(e->spec, r->spec); /* the draft's pool is the step thread's */
     if (r->sampling && e->sampler.free_params)
         e->sampler.free_params(e->sampler.ctx, r->sampling);
     pthread_cond_destroy(&r->cv);
@@ -276,6 +303,7 @@ static void finish_req(struct engine *e, struct engine_req *r, enum sched_finish
     sum->n_output = r->n_out;
     sum->n_cached = sched_req_n_cached(r->sr);
     sum->n_preemptions = sched_req_n_preemptions(r->sr);
+    spec_req_counts(r->spec, &sum->n_proposed, &sum->n_accepted);
     sum->queue_s = r->t_sched >= 0 ? r->t_sched - r->t_arrival : -1;
     sum->ttft_s = r->t_first >= 0 ? r->t_first - r->t_arrival : -1;
     sum->e2e_s = t - r->t_arrival;
@@ -348,7 +376,16 @@ static void draw_greedy(const float *row, int32_t n_vocab, struct sampler_result
     res->n_top = 0;
 }
 
-/* Step thread: clears logits row j's per-step state. */
+static int is_eos(const struct engine *e, int32_t tok)
+{
+    for (int32_t i = 0; i < e->model.n_eos; i++) {
+        if (e->model.eos[i] == tok)
+            return 1;
+    }
+    return 0;
+}
+
+/* Step thread: clears logits sequence j's per-step state. */
 static void row_begin(struct engine *e, int32_t j)
 {
     struct engine_req *r = e->lg_req[j];
@@ -356,6 +393,7 @@ static void row_begin(struct engine *e, int32_t j)
     r->stop_now = 0;
     r->on_device = 0;
     e->results[j].token = -1;
+    e->n_emit[j] = 0;
 }
 
 /* Step thread, unlocked: draws row j from e->logits on the host, feeding
@@ -364,7 +402,7 @@ static int host_draw(struct engine *e, int32_t j)
 {
     struct engine_req *r = e->lg_req[j];
     struct sampler_result *res = &e->results[j];
-    float *row = e->logits + (size_t)j * (size_t)e->model.n_vocab;
+    float *row = e->logits + (size_t)e->lg_row0[j] * (size_t)e->model.n_vocab;
     int32_t n_hist;
     const int32_t *hist = sched_req_tokens(r->sr, &n_hist);
     int32_t n_new = n_hist - r->n_fed;
@@ -378,37 +416,81 @@ static int host_draw(struct engine *e, int32_t j)
                              n_new, res, &r->sum.err);
 }
 
-/* Step thread, unlocked: after row j's draw (rc: its result), marks a
- * failure or a token outside the vocabulary, then runs on_token. */
+/* Step thread, unlocked: verifies logits sequence j's proposals (its
+ * tokens after the first: hist continues with them) into e->emit. */
+static int verify_draw(struct engine *e, int32_t j, const struct batch_seq *sq)
+{
+    struct engine_req *r = e->lg_req[j];
+    int32_t n_hist, k = e->lg_rows[j] - 1, n_out = 0;
+    const int32_t *hist = sched_req_tokens(r->sr, &n_hist);
+    int rc = spec_verify(e->spec, r->spec, r->sampling,
+                         e->logits + (size_t)e->lg_row0[j] * (size_t)e->model.n_vocab,
+                         sq->tokens + 1, k, hist, n_hist, n_hist - r->n_fed,
+                         e->emit + e->lg_row0[j], &n_out, &e->results[j], &r->sum.err);
+
+    if (rc)
+        return rc;
+    r->n_fed = n_hist + n_out - 1; /* the proposals it accepted were fed to the sampler */
+    e->n_emit[j] = n_out;
+    spec_settle(e->spec, r->spec, n_hist, k, n_out);
+    return 0;
+}
+
+/* Step thread, unlocked: after logits sequence j's draws (rc: their
+ * result), marks a failure or a token outside the vocabulary, runs
+ * on_token over the kept tokens and cuts them after an end of generation
+ * or a stop (a verify may keep tokens past one). */
 static void row_end(struct engine *e, int32_t j, int rc)
 {
     struct engine_req *r = e->lg_req[j];
     struct sampler_result *res = &e->results[j];
+    int32_t *toks = e->emit + e->lg_row0[j];
 
-    if (rc || res->token < 0 || res->token >= e->model.n_vocab) {
-        r->sample_failed = 1;
-        if (!r->sum.err.code)
-            mf_err_set(&r->sum.err, MF_ERANGE, "sampler returned token %" PRId32, res->token);
-        res->token = 0;
+    if (!e->n_emit[j]) { /* a plain draw: its token is the result's */
+        toks[0] = res->token;
+        e->n_emit[j] = 1;
     }
-    e->sampled[j] = res->token;
-    if (!r->sample_failed && r->on_token)
-        r->stop_now = r->on_token(r->user, res->token) == 1;
+    for (int32_t i = 0; i < e->n_emit[j]; i++) {
+        if (rc || toks[i] < 0 || toks[i] >= e->model.n_vocab) {
+            r->sample_failed = 1;
+            if (!r->sum.err.code)
+                mf_err_set(&r->sum.err, MF_ERANGE, "sampler returned token %" PRId32, toks[i]);
+            toks[0] = res->token = 0;
+            e->n_emit[j] = 1;
+            return;
+        }
+    }
+    for (int32_t i = 0; i < e->n_emit[j]; i++) {
+        if (r->on_token)
+            r->stop_now = r->on_token(r->user, toks[i]) == 1;
+        if (r->stop_now || (is_eos(e, toks[i]) && !r->ignore_eos)) {
+            e->n_emit[j] = i + 1;
+            break;
+        }
+    }
+    if (e->n_emit[j] > 1 || toks[0] != res->token) /* an event's logprobs are its draw's */
+        *res = (struct sampler_result){.token = toks[e->n_emit[j] - 1], .logprob = NAN};
 }
 
-/* Step thread, unlocked: draws one token per logits row and runs on_token. */
+/* Step thread, unlocked: draws every logits sequence's tokens (verifying
+ * proposals where it has them) and runs on_token. */
 static void sample_all(struct engine *e)
 {
-    for (int32_t j = 0; j < e->step.n_logits; j++) {
+    for (int32_t i = 0, j = 0; i < e->step.batch.n_seqs; i++) {
+        const struct batch_seq *sq = &e->step.batch.seqs[i];
+        if (!sq->want_logits)
+            continue;
         row_begin(e, j);
-        row_end(e, j, host_draw(e, j));
+        row_end(e, j, sq->want_logits > 1 ? verify_draw(e, j, sq) : host_draw(e, j));
+        j++;
     }
 }
 
 /* Step thread, unlocked: 1 when the model can draw every logits row. */
 static int draws_on_device(const struct engine *e)
 {
-    if (!e->model.sample || !e->sampler.draw_ok || !e->sampler.plan || e->step.n_logits == 0)
+    if (!e->model.sample || !e->sampler.draw_ok || !e->sampler.plan || e->step.n_logits == 0 ||
+        e->step.n_rows != e->step.n_logits)
         return 0;
     for (int32_t j = 0; j < e->step.n_logits; j++) {
         if (!e->sampler.draw_ok(e->sampler.ctx, e->lg_req[j]->sampling))
@@ -460,15 +542,6 @@ static int step_on_device(struct engine *e, struct mf_err *err)
     return 0;
 }
 
-static int is_eos(const struct engine *e, int32_t tok)
-{
-    for (int32_t i = 0; i < e->model.n_eos; i++) {
-        if (e->model.eos[i] == tok)
-            return 1;
-    }
-    return 0;
-}
-
 /* Locked: the timing and token counters for one delivered token. */
 static void count_token(struct engine *e, struct engine_req *r, double t)
 {
@@ -495,18 +568,27 @@ static void complete_step(struct engine *e)
     struct mf_err err;
     double t = now_s();
 
-    if (sched_update(e->s, e->sampled, e->step.n_logits, &err))
-        return; /* unreachable: n_logits is the scheduler's own count */
+    if (sched_update_n(e->s, e->emit, e->n_emit, e->step.n_logits, &err))
+        return; /* unreachable: the counts are the scheduler's own */
+    if (e->spec)
+        spec_get_stats(e->spec, &e->m.spec);
     for (int32_t j = 0; j < e->step.n_logits; j++) {
         struct engine_req *r = e->lg_req[j];
-        int32_t tok = e->sampled[j];
+        const int32_t *toks = e->emit + e->lg_row0[j];
+        int32_t last = e->n_emit[j] - 1;
         enum sched_finish why = sched_req_finish(r->sr);
         if (r->sample_failed) {
             finish_req(e, r, SCHED_FINISH_ERROR, NULL);
             continue;
         }
+        /* a verify's tokens before its last: room was kept in the queue */
+        for (int32_t i = 0; i < last; i++) {
+            struct sampler_result res = {.token = toks[i], .logprob = NAN};
+            count_token(e, r, t);
+            deliver(e, r, &res, SCHED_FINISH_NONE);
+        }
         count_token(e, r, t);
-        if ((is_eos(e, tok) && !r->ignore_eos) || r->stop_now)
+        if ((is_eos(e, toks[last]) && !r->ignore_eos) || r->stop_now)
             why = SCHED_FINISH_STOP;
         if (why != SCHED_FINISH_NONE) {
             finish_req(e, r, why, &e->results[j]);
@@ -530,18 +612,23 @@ static void fail_step(struct engine *e, const struct mf_err *err)
 /* Locked: records queue times, maps logits rows to requests, sizes logits. */
 static int prepare_step(struct engine *e, struct mf_err *err)
 {
-    size_t need = (size_t)e->step.n_logits * (size_t)e->model.n_vocab;
+    size_t need = (size_t)e->step.n_rows * (size_t)e->model.n_vocab;
     double t = now_s();
-    int32_t j = 0;
+    int32_t j = 0, row = 0;
 
     for (int32_t i = 0; i < e->step.batch.n_seqs; i++) {
         struct engine_req *r = sched_req_user(e->step.reqs[i]);
+        int32_t want = e->step.batch.seqs[i].want_logits;
         if (r->t_sched < 0) {
             r->t_sched = t;
             hist_observe(&e->m.queue, t - r->t_arrival);
         }
-        if (e->step.batch.seqs[i].want_logits)
-            e->lg_req[j++] = r;
+        if (!want)
+            continue;
+        e->lg_req[j] = r;
+        e->lg_row0[j] = row;
+        e->lg_rows[j++] = want;
+        row += want;
     }
     if (need > e->logits_cap) {
         /* rows are rewritten every step: nothing to carry over */
@@ -549,11 +636,27 @@ static int prepare_step(struct engine *e, struct mf_err *err)
         e->logits = logits_alloc(e, need * sizeof *e->logits);
         e->logits_cap = e->logits ? need : 0;
         if (!e->logits)
-            return mf_err_set(err, MF_ENOMEM, "logits for %" PRId32 " sequences: out of memory",
-                              e->step.n_logits);
+            return mf_err_set(err, MF_ENOMEM, "logits for %" PRId32 " rows: out of memory",
+                              e->step.n_rows);
     }
     e->step.batch.logits = e->logits;
     return 0;
+}
+
+/* The step's decoding sequences (every new token wants logits: decodes and
+ * verifies), or 0 when it computes anything else too (a prefill's time
+ * would spoil the throughput guard's figures); *verify: whether one
+ * verifies proposals. */
+static int32_t decoding_shape(const struct sched_step *st, int *verify)
+{
+    *verify = 0;
+    for (int32_t i = 0; i < st->batch.n_seqs; i++) {
+        const struct batch_seq *sq = &st->batch.seqs[i];
+        if (sq->want_logits != sq->n_tokens)
+            return 0;
+        *verify |= sq->n_tokens > 1;
+    }
+    return st->batch.n_seqs;
 }
 
 /* Locked on entry and exit; the model and sampler run unlocked. t_begin:
@@ -561,6 +664,9 @@ static int prepare_step(struct engine *e, struct mf_err *err)
 static void run_step(struct engine *e, double t_begin)
 {
     struct mf_err err;
+    int verify;
+    int32_t n_dec = decoding_shape(&e->step, &verify);
+    double t0;
     int rc;
 
     mf_err_clear(&err);
@@ -572,6 +678,7 @@ static void run_step(struct engine *e, double t_begin)
     e->in_step = 1;
     e->t_model = 0;
     pthread_mutex_unlock(&e->mu);
+    t0 = now_s();
     if (draws_on_device(e)) {
         rc = step_on_device(e, &err);
     } else {
@@ -580,6 +687,12 @@ static void run_step(struct engine *e, double t_begin)
         e->t_model += now_s() - t;
         if (!rc)
             sample_all(e);
+    }
+    if (e->spec && !rc) {
+        int32_t made = 0;
+        for (int32_t j = 0; j < e->step.n_logits; j++)
+            made += e->n_emit[j];
+        spec_step_end(e->spec, n_dec, verify, made, e->step.n_tokens, now_s() - t0);
     }
     pthread_mutex_lock(&e->mu);
     e->in_step = 0;
@@ -591,6 +704,78 @@ static void run_step(struct engine *e, double t_begin)
     e->m.model_s += e->t_model;
     e->m.host_s += now_s() - t_begin - e->t_model;
     pthread_cond_broadcast(&e->step_cv);
+}
+
+/* ---------------------------------------------------------------- speculation */
+
+/* Locked: 1 when r decodes next (running, one token to compute). */
+static int decoding(const struct engine_req *r)
+{
+    return r->sr && !r->finished && !r->paused && !r->cancel_pending &&
+           sched_req_state(r->sr) == SCHED_RUNNING && sched_req_decoding(r->sr);
+}
+
+/* Locked: whether r may propose now, and how many: as spec_want says,
+ * within the events its queue can take before it pauses. */
+static int32_t spec_room(const struct engine *e, const struct engine_req *r)
+{
+    if (r->no_spec || !r->spec)
+        return 0;
+    if (r->sampling && e->sampler.sample && !e->sampler.dist)
+        return 0; /* a sampler spec.c cannot verify against */
+    if (r->sampling && e->sampler.spec_ok && !e->sampler.spec_ok(e->sampler.ctx, r->sampling))
+        return 0;
+    return e->cfg.queue_events - 2 - r->q_n;
+}
+
+/* Locked on entry and exit: one round of proposals for the requests that
+ * decode next (the draft model runs unlocked, in_step set). */
+static void spec_round(struct engine *e)
+{
+    struct mf_err err;
+    int32_t n_dec = 0, n = 0;
+    int on;
+
+    spec_reap(e->spec);
+    for (struct engine_req *r = e->active; r; r = r->next)
+        n_dec += decoding(r);
+    on = spec_round_on(e->spec, n_dec);
+    for (struct engine_req *r = e->active; r; r = r->next) {
+        int32_t k = 0;
+        if (!decoding(r))
+            continue;
+        int32_t room = on && n < e->cfg.sched.max_num_seqs ? spec_room(e, r) : 0;
+        if (room > 0)
+            k = spec_want(e->spec, r->spec, room);
+        if (!k) {
+            if (sched_req_n_draft(r->sr))
+                sched_set_draft(e->s, r->sr, NULL, 0); /* no stale proposals */
+            continue;
+        }
+        struct spec_cand *c = &e->cands[n];
+        memset(c, 0, sizeof *c);
+        c->r = r->spec;
+        c->hist = sched_req_tokens(r->sr, &c->n_hist);
+        c->n_prompt = sched_req_n_prompt(r->sr);
+        c->sampling = r->sampling;
+        c->script = r->script;
+        c->n_script = r->n_script;
+        c->k = k;
+        e->cand_req[n++] = r;
+    }
+    if (!n)
+        return;
+    e->in_step = 1;
+    pthread_mutex_unlock(&e->mu);
+    spec_propose(e->spec, e->cands, n, &err); /* a failed draft step proposes nothing */
+    pthread_mutex_lock(&e->mu);
+    e->in_step = 0;
+    pthread_cond_broadcast(&e->step_cv);
+    for (int32_t i = 0; i < n; i++) {
+        struct engine_req *r = e->cand_req[i];
+        if (!r->finished && !r->cancel_pending && sched_req_state(r->sr) == SCHED_RUNNING)
+            sched_set_draft(e->s, r->sr, e->cands[i].out, e->cands[i].n_out);
+    }
 }
 
 static void apply_pending_cancels(struct engine *e)
@@ -633,7 +818,11 @@ static void *step_main(void *arg)
             wait_ms(&e->work_cv, &e->mu, e->n_paused ? 50 : -1);
             continue;
         }
-        double t_begin = now_s();
+        if (e->spec) {
+            spec_round(e);
+            apply_pending_cancels(e); /* cancels that came while it proposed */
+        }
+        double t_begin = now_s(); /* after the draft: its model time is not host time */
         sched_schedule(e->s, &e->step);
         if (e->step.batch.n_seqs == 0) {
             /* Work exists but none fits (paused requests hold the blocks). */
@@ -669,12 +858,18 @@ static int open_parts(struct engine *e, struct mf_err *err)
                            .hash_bits = e->cfg.kv_hash_bits,
                            .window = e->cfg.sched.window};
     size_t n = (size_t)e->cfg.sched.max_num_seqs;
+    size_t rows = (size_t)(e->cfg.sched.max_num_logits > e->cfg.sched.max_num_seqs
+                               ? e->cfg.sched.max_num_logits
+                               : e->cfg.sched.max_num_seqs);
     int rc = kc.n_blocks ? 0 : kv_budget_blocks(&e->cfg.budget, &kc.n_blocks, err);
 
     if (!rc)
         rc = kv_open(&e->kv, &kc, err);
     if (!rc)
         rc = sched_open(&e->s, &e->cfg.sched, e->kv, err);
+    if (!rc && e->cfg.spec.source != SPEC_NONE)
+        rc = spec_open(&e->spec, &e->cfg.spec, e->model.n_vocab,
+                       e->sampler.sample ? &e->sampler : NULL, e->cfg.draft, (int32_t)n, err);
     if (rc)
         return rc;
     e->lg_req = calloc(n, sizeof *e->lg_req);
@@ -682,8 +877,16 @@ static int open_parts(struct engine *e, struct mf_err *err)
     e->results = calloc(n, sizeof *e->results);
     e->draws = calloc(n, sizeof *e->draws);
     e->ids = calloc(n, sizeof *e->ids);
-    if (!e->lg_req || !e->sampled || !e->results || !e->draws || !e->ids)
+    e->lg_row0 = calloc(n, sizeof *e->lg_row0);
+    e->lg_rows = calloc(n, sizeof *e->lg_rows);
+    e->n_emit = calloc(n, sizeof *e->n_emit);
+    e->emit = calloc(rows, sizeof *e->emit);
+    e->cands = calloc(n, sizeof *e->cands);
+    e->cand_req = calloc(n, sizeof *e->cand_req);
+    if (!e->lg_req || !e->sampled || !e->results || !e->draws || !e->ids || !e->lg_row0 ||
+        !e->lg_rows || !e->n_emit || !e->emit || !e->cands || !e->cand_req)
         return mf_err_set(err, MF_ENOMEM, "engine for %zu sequences: out of memory", n);
+    e->m.spec_source = (int32_t)e->cfg.spec.source;
     hist_init(&e->m.ttft, ttft_bounds, NBOUNDS(ttft_bounds));
     hist_init(&e->m.itl, itl_bounds, NBOUNDS(itl_bounds));
     hist_init(&e->m.e2e, req_bounds, NBOUNDS(req_bounds));
@@ -738,8 +941,15 @@ void engine_close(struct engine *e)
     }
     while (e->active)
         free_req(e, e->active);
+    spec_close(e->spec); /* reaps what free_req retired */
     sched_close(e->s);
     kv_close(e->kv);
+    free(e->lg_row0);
+    free(e->lg_rows);
+    free(e->n_emit);
+    free(e->emit);
+    free(e->cands);
+    free(e->cand_req);
     free(e->lg_req);
     free(e->sampled);
     free(e->results);
@@ -799,6 +1009,15 @@ static int new_req(const struct engine *e, const struct engine_request *rq, stru
         return mf_err_set(err, MF_ENOMEM, "request: out of memory");
     }
     r->ignore_eos = rq->ignore_eos;
+    r->no_spec = rq->no_spec;
+    r->script = rq->n_spec_script > 0 ? rq->spec_script : NULL;
+    r->n_script = r->script ? rq->n_spec_script : 0;
+    if (e->spec && !r->no_spec && !(r->spec = spec_req_new(e->spec))) {
+        pthread_cond_destroy(&r->cv);
+        free(r->q);
+        free(r);
+        return mf_err_set(err, MF_ENOMEM, "request: out of memory");
+    }
     r->on_token = rq->on_token;
     r->notify = rq->notify;
     r->user = rq->user;
@@ -827,6 +1046,8 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
                      : sched_submit(e->s, &in, &r->sr, err);
     if (rc) {
         pthread_mutex_unlock(&e->mu);
+        spec_req_free(e->spec, r->spec); /* holds no draft blocks yet */
+        r->spec = NULL;
         free_req(e, r); /* not linked, no scheduler request, no params */
         return rc;
     }
@@ -1006,12 +1227,41 @@ static void std_free(void *ctx, void *params)
     sampler_free(params);
 }
 
+static int std_dist(void *ctx, void *params, const float *logits, int32_t n_vocab,
+                    const int32_t *history, int32_t n_history, int32_t n_new, int32_t *ids,
+                    float *probs, int32_t *n, struct mf_err *err)
+{
+    struct sampler *s = params;
+    size_t got = 0;
+    int rc;
+    if (!s)
+        return mf_err_set(err, MF_EINVAL, "request has no sampler");
+    std_accept(s, history, n_history, n_new);
+    rc = sampler_probs(s, logits, ids, probs, &got, err);
+    *n = (int32_t)got;
+    return rc;
+}
+
+static double std_uniform(void *ctx, void *params)
+{
+    return sampler_uniform(params);
+}
+
+/* Verify steps give no logprobs. */
+static int std_spec_ok(void *ctx, void *params)
+{
+    return params && !sampler_reports_logprobs(params);
+}
+
 const struct engine_sampler engine_sampler_std = {
     .ctx = NULL,
     .sample = std_sample,
     .free_params = std_free,
     .draw_ok = std_draw_ok,
     .plan = std_plan,
+    .dist = std_dist,
+    .uniform = std_uniform,
+    .spec_ok = std_spec_ok,
 };
 
 int engine_text_init(struct engine_text *t, const struct tok *tok, unsigned flags,

@@ -27,6 +27,7 @@
 #include "runtime/engine/kv.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/engine/sched.h"
+#include "runtime/engine/spec.h"
 #include "text/tokenizer.h"
 
 struct engine;
@@ -42,9 +43,13 @@ struct engine_model {
     const int32_t *eos; /* borrowed: end-of-generation ids (EOS, EOT, ...) */
     int32_t n_eos;      /* entries in eos */
     int32_t n_loras;    /* adapters loaded: batch_lora ids must be below this */
-    /* Runs one step (runtime/model/batch.h): appends K/V, writes one row of logits
-     * per want_logits sequence into b->logits (engine-owned). Called on the
-     * step thread only, without the engine lock. Returns 0 or MF_E* with err. */
+    int32_t max_tokens; /* most tokens one step takes (the backend's); 0: unknown.
+                           A draft model's steps are chunked by it (512 when 0) */
+    /* Runs one step (runtime/model/batch.h): appends K/V, writes each
+     * sequence's want_logits rows of logits into b->logits (engine-owned;
+     * more than one a sequence in a verify step, as many rows in all as
+     * engine_config.sched.max_num_logits allows). Called on the step thread
+     * only, without the engine lock. Returns 0 or MF_E* with err. */
     int (*step)(void *ctx, struct batch *b, struct mf_err *err);
     /* Optional: memory for b->logits (backend_host_alloc); NULL: malloc/free. */
     void *(*logits_alloc)(void *ctx, size_t bytes);
@@ -82,6 +87,18 @@ struct engine_sampler {
     int (*draw_ok)(void *ctx, void *params);
     void (*plan)(void *ctx, void *params, const int32_t *history, int32_t n_history, int32_t n_new,
                  struct sampler_draw *d);
+    /* Optional, for speculative decoding (runtime/engine/spec.h); without
+     * dist a request with params speculates only when the engine is greedy
+     * (no sample function). dist: the distribution sample would draw from
+     * for this row, without drawing: the survivors' ids and probabilities,
+     * *n of them (ids, probs: n_vocab entries), accepting history as sample
+     * does. uniform: one number in [0, 1) from the request's stream.
+     * spec_ok: 0 when params rule speculation out (logprobs). */
+    int (*dist)(void *ctx, void *params, const float *logits, int32_t n_vocab,
+                const int32_t *history, int32_t n_history, int32_t n_new, int32_t *ids,
+                float *probs, int32_t *n, struct mf_err *err);
+    double (*uniform)(void *ctx, void *params);
+    int (*spec_ok)(void *ctx, void *params);
 };
 
 /* runtime/engine/sampler.h as an engine sampler: engine_request.sampling is a
@@ -90,24 +107,34 @@ struct engine_sampler {
 extern const struct engine_sampler engine_sampler_std;
 
 struct engine_config {
-    struct sched_config sched; /* batching limits and the queue limit */
-    int32_t n_kv_blocks;       /* KV pool size, blocks; 0: computed from budget */
-    struct kv_budget budget;   /* MFC_KV_CACHE_GB or a share of free memory, and the
-                                  backend's bytes per block: see kv_budget_blocks */
-    int32_t kv_hash_bits;      /* 0; tests shrink block hashes to force collisions */
-    int32_t queue_events;      /* per-request event queue, >= 2 (0: 64) */
-    int32_t stall_ms;          /* a consumer not reading for this long is cut off
-                                  with SCHED_FINISH_ERROR; 0: wait forever */
+    struct sched_config sched;        /* batching limits and the queue limit */
+    int32_t n_kv_blocks;              /* KV pool size, blocks; 0: computed from budget */
+    struct kv_budget budget;          /* MFC_KV_CACHE_GB or a share of free memory, and the
+                                         backend's bytes per block: see kv_budget_blocks */
+    int32_t kv_hash_bits;             /* 0; tests shrink block hashes to force collisions */
+    int32_t queue_events;             /* per-request event queue, >= 2 (0: 64) */
+    int32_t stall_ms;                 /* a consumer not reading for this long is cut off
+                                         with SCHED_FINISH_ERROR; 0: wait forever */
+    struct spec_config spec;          /* speculative decoding; source SPEC_NONE (zero): off */
+    const struct engine_model *draft; /* borrowed: the draft model for SPEC_DRAFT (same
+                                         vocabulary), NULL otherwise */
 };
 
 struct engine_request {
-    const int32_t *prompt;  /* borrowed: copied by engine_submit */
-    int32_t n_prompt;       /* >= 1 */
-    int32_t max_tokens;     /* <= 0: up to the context length */
-    int32_t priority;       /* lower runs first */
-    int32_t ignore_eos;     /* 1: eos ids don't stop it */
-    struct batch_lora lora; /* adapters for this request */
-    void *sampling;         /* owned by the engine once submitted: engine_sampler params */
+    const int32_t *prompt;      /* borrowed: copied by engine_submit */
+    int32_t n_prompt;           /* >= 1 */
+    int32_t max_tokens;         /* <= 0: up to the context length */
+    int32_t priority;           /* lower runs first */
+    int32_t ignore_eos;         /* 1: eos ids don't stop it */
+    int32_t no_spec;            /* 1: never speculate for this request (the API's "speculative":
+                                   false); 0: as the engine is configured */
+    const int32_t *spec_script; /* benchmarks only: proposals by output position (the tokens
+                                   an earlier greedy run gave, or tokens that never agree),
+                                   in place of the configured proposer; borrowed until the
+                                   request finishes. NULL: none */
+    int32_t n_spec_script;      /* entries in spec_script */
+    struct batch_lora lora;     /* adapters for this request */
+    void *sampling;             /* owned by the engine once submitted: engine_sampler params */
     /* Called on the step thread (not under the lock) with each new token,
      * before it is queued; returns 1 to finish with STOP (a stop string
      * ended), 0 to go on. May be NULL. */
@@ -135,6 +162,8 @@ struct engine_summary {
     int32_t n_output;         /* tokens delivered */
     int32_t n_cached;         /* prompt tokens found in the prefix cache */
     int32_t n_preemptions;    /* times it was preempted */
+    uint64_t n_proposed;      /* speculative proposals verified */
+    uint64_t n_accepted;      /* of those, accepted */
     double queue_s;           /* submit to first scheduled, seconds (-1: never ran) */
     double ttft_s;            /* submit to first token, seconds (-1: none) */
     double e2e_s;             /* submit to finish, seconds */
@@ -175,6 +204,8 @@ struct engine_metrics {
     struct engine_hist itl;     /* inter_token_latency_seconds */
     struct engine_hist e2e;     /* e2e_request_latency_seconds */
     struct engine_hist queue;   /* request_queue_time_seconds */
+    struct spec_stats spec;     /* spec_decode_*: proposals, acceptance */
+    int32_t spec_source;        /* enum spec_source of the engine */
 };
 
 /* Lifecycle */

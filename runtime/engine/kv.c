@@ -15,6 +15,7 @@
  *                CACHED --kv_alloc, FREE list empty (LRU)->  USED  (hash dropped)
  *                CACHED --kv_clear_prefix_cache----------->  FREE
  *                USED   --kv_seq_drop, ref 0 (as release)->  CACHED or FREE
+ *                USED   --kv_seq_trim (past the accepted)-->  FREE (never committed)
  *                (the kv_check invariants hold after each transition)
  *
  * A model whose every layer attends within a sliding window never reads a
@@ -368,6 +369,20 @@ void kv_seq_drop(struct kv_cache *kv, struct kv_seq *seq, int32_t n)
         put_block(kv, seq, i);
     if (n > seq->n_dropped)
         seq->n_dropped = n;
+}
+
+void kv_seq_trim(struct kv_cache *kv, struct kv_seq *seq, int32_t n_tokens)
+{
+    int32_t keep = KV_BLOCKS_FOR(n_tokens > 0 ? n_tokens : 0);
+
+    if (keep < seq->n_committed)
+        keep = seq->n_committed;
+    for (int32_t i = seq->n_blocks - 1; i >= keep; i--) {
+        assert(!kv->blocks[seq->ents[i].block].hashed); /* past the committed blocks */
+        put_block(kv, seq, i);
+    }
+    if (keep < seq->n_blocks)
+        seq->n_blocks = keep;
 }
 
 const int32_t *kv_seq_blocks(const struct kv_seq *seq)

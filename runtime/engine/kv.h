@@ -74,6 +74,13 @@ void kv_seq_release(struct kv_cache *kv, struct kv_seq *seq);
  * block (it parents the next). Can't fail. */
 void kv_seq_drop(struct kv_cache *kv, struct kv_seq *seq, int32_t n);
 
+/* Shortens seq's table to the blocks covering its first n_tokens positions
+ * (never below its committed blocks), giving the rest back as
+ * kv_seq_release does: after a verify step, the blocks that held only
+ * rejected proposals. They were never committed, so they go FREE. Can't
+ * fail. */
+void kv_seq_trim(struct kv_cache *kv, struct kv_seq *seq, int32_t n_tokens);
+
 /* The physical block ids of seq, valid until its next kv_* call; -1 for
  * blocks kv_seq_drop gave back. */
 const int32_t *kv_seq_blocks(const struct kv_seq *seq);

@@ -39,3 +39,30 @@ tests_unit_test_stop_CFLAGS = $(MFC_TEST_CFLAGS)
 tests_unit_test_stop_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
 TESTS += tests/unit/test_sampler tests/unit/test_stop
 EXTRA_DIST += tests/fuzz/corpus/template tests/fuzz/fuzz_template.c
+
+## Speculative decoding: proposals (prompt lookup, a draft model with its own
+## paged KV) and their verification
+libmfc_runtime_a_SOURCES += runtime/engine/spec.c runtime/engine/spec.h runtime/engine/spec_int.h \
+	runtime/engine/spec_draft.c runtime/engine/lookup.c runtime/engine/lookup.h
+check_PROGRAMS += tests/unit/test_spec
+tests_unit_test_spec_SOURCES = tests/unit/test_spec.c
+tests_unit_test_spec_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_spec_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS) -lm
+TESTS += tests/unit/test_spec
+check_PROGRAMS += tests/unit/test_engine_spec
+tests_unit_test_engine_spec_SOURCES = tests/unit/test_engine_spec.c tests/unit/fake_model.c \
+	tests/unit/fake_model.h
+tests_unit_test_engine_spec_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_engine_spec_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS) -lm
+TESTS += tests/unit/test_engine_spec
+## Speculation over the real model and CPU backend (mkmodel's toy llama).
+check_PROGRAMS += tests/unit/test_spec_model
+tests_unit_test_spec_model_SOURCES = tests/unit/test_spec_model.c
+tests_unit_test_spec_model_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_spec_model_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS) $(PTHREAD_LIBS)
+TESTS += tests/unit/test_spec_model
+check_PROGRAMS += tests/unit/test_sched_draft
+tests_unit_test_sched_draft_SOURCES = tests/unit/test_sched_draft.c
+tests_unit_test_sched_draft_CFLAGS = $(MFC_TEST_CFLAGS)
+tests_unit_test_sched_draft_LDADD = $(MFC_RUNTIME_LIBS) $(CMOCKA_LIBS)
+TESTS += tests/unit/test_sched_draft

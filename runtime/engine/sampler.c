@@ -760,3 +760,33 @@ void sampler_draw_plan(struct sampler *s, struct sampler_draw *d)
         s->planned = 1;
     }
 }
+
+/* ---- speculative decoding ------------------------------------------------- */
+
+int sampler_probs(struct sampler *s, const float *logits, int32_t *ids, float *probs, size_t *n,
+                  struct mf_err *err)
+{
+    int rc = run_chain(s, logits, err);
+    if (rc)
+        return rc;
+    /* the weights draw() gives each candidate: expf(l - m) / z */
+    float m = max_logit(s);
+    double z = s->p.temperature > 0 ? exp_sum(s, m) : 1.0;
+    for (size_t i = 0; i < s->n_cand; i++) {
+        ids[i] = s->cand[i].id;
+        probs[i] = s->p.temperature > 0 ? (float)(expf(s->cand[i].logit - m) / z) : 1.0f;
+    }
+    *n = s->n_cand;
+    return 0;
+}
+
+double sampler_uniform(struct sampler *s)
+{
+    s->planned = 0;
+    return next_unit(s->rng);
+}
+
+int sampler_reports_logprobs(const struct sampler *s)
+{
+    return s->p.logprobs != 0;
+}

@@ -170,4 +170,18 @@ void sampler_draw_plan(struct sampler *s, struct sampler_draw *d);
 float sampler_adjust_logit(const struct sampler_draw *d, const struct sampler_adjust *a,
                            float logit);
 
+/* ---- speculative decoding (runtime/engine/spec.c) -------------------------- */
+
+/* The distribution sampler_sample would draw from, without drawing and
+ * without spending a PRNG number: the survivors of the chain with their
+ * probabilities (one with probability 1 when greedy), in no particular
+ * order; ids and probs need n_vocab entries. Fails as sampler_sample does. */
+int sampler_probs(struct sampler *s, const float *logits, int32_t *ids, float *probs, size_t *n,
+                  struct mf_err *err);
+/* One uniform number in [0, 1) from s's stream (the rejection rule's
+ * draws). */
+double sampler_uniform(struct sampler *s);
+/* 1 when s reports logprobs (which verify steps do not give). */
+int sampler_reports_logprobs(const struct sampler *s);
+
 #endif

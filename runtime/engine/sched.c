@@ -18,6 +18,12 @@
  *   any       --sched_finish (stop, cancel, error)-------->  FINISHED
  *   FINISHED  --sched_free_req---------------------------->  (gone)
  *
+ * Speculative decoding: the engine may give a running request proposals
+ * (sched_set_draft), kept after its known tokens; a decode step then
+ * computes its last token and the proposals that fit the budget, wanting
+ * every row (a verify step), and sched_update_n counts only the accepted
+ * positions as computed, trimming the blocks past them (kv_seq_trim).
+ *
  * Invariants (sched_check): a request is on the waiting queue iff WAITING
  * or PREEMPTED, on the running list iff RUNNING; waiting and finished
  * requests hold no blocks; a running one holds blocks for its n_computed
@@ -64,6 +70,8 @@ struct sched_req {
     int32_t admitted;         /* 1 once it has run */
     int32_t paused;           /* 1: skipped by sched_schedule */
     int32_t slot;             /* index in the step being built / run, -1 if none */
+    int32_t n_draft;          /* proposals kept at tokens[n_tokens ..] (sched_set_draft) */
+    int32_t draft_used;       /* of those, computed in the step being built / run */
     struct batch_lora lora;   /* adapters */
     struct kv_seq *seq;       /* owned: block table */
     void *user;               /* borrowed: the engine's request */
@@ -84,6 +92,7 @@ struct sched {
     int32_t n_ent;               /* entries in the current step */
     struct batch_seq *seqs;      /* owned: the current step's batch, compacted */
     int32_t n_logits;            /* want_logits sequences in the current step */
+    int32_t n_rows;              /* logits rows in the current step */
     uint64_t next_id;            /* next request id */
     uint64_t next_order;         /* next admission stamp */
     uint64_t n_preemptions;      /* total preemptions */
@@ -95,6 +104,8 @@ struct plan {
     int32_t prefill;     /* prompt tokens left this step (<= budget once decodes are in) */
     int32_t n_decode;    /* decode entries so far */
     int32_t n_preempted; /* preemptions so far this step */
+    int32_t spare_rows;  /* logits rows left for proposals (past one a sequence) */
+    int32_t decodes_left; /* decodes not yet placed this step, each owed one token */
 };
 
 /* ---------------------------------------------------------------- queues */
@@ -178,6 +189,10 @@ static int check_config(const struct sched_config *c, struct mf_err *err)
         return mf_err_set(err, MF_ERANGE,
                           "max_prefill_tokens %" PRId32 " (must be >= 0; 0: no cap)",
                           c->max_prefill_tokens);
+    if (c->max_num_logits != 0 && c->max_num_logits < c->max_num_seqs)
+        return mf_err_set(err, MF_ERANGE,
+                          "max_num_logits %" PRId32 " (0, or at least max_num_seqs %" PRId32 ")",
+                          c->max_num_logits, c->max_num_seqs);
     return 0;
 }
 
@@ -207,6 +222,8 @@ int sched_open(struct sched **out, const struct sched_config *cfg, struct kv_cac
         return mf_err_set(err, MF_ENOMEM, "scheduler for %zu sequences: out of memory", n);
     }
     s->cfg = *cfg;
+    if (!s->cfg.max_num_logits)
+        s->cfg.max_num_logits = cfg->max_num_seqs;
     s->kv = kv;
     kv_get_stats(kv, &st);
     /* vLLM refuses to start when max_model_len exceeds the cache; clamping
@@ -360,6 +377,26 @@ void sched_set_paused(struct sched *s, struct sched_req *r, int paused)
     r->paused = paused != 0;
 }
 
+int32_t sched_set_draft(struct sched *s, struct sched_req *r, const int32_t *tokens, int32_t n)
+{
+    /* room: the draws after n accepted proposals still fit max_tokens */
+    int32_t room = r->n_prompt + r->max_tokens - r->n_tokens - 1;
+
+    if (r->state == SCHED_FINISHED || n < 0)
+        n = 0;
+    if (n > room)
+        n = room > 0 ? room : 0;
+    if (n)
+        memcpy(r->tokens + r->n_tokens, tokens, (size_t)n * sizeof *tokens);
+    r->n_draft = n;
+    return n;
+}
+
+int32_t sched_req_n_draft(const struct sched_req *r)
+{
+    return r->n_draft;
+}
+
 /* ---------------------------------------------------------------- scheduling */
 
 /* Prompt tokens this step can still take: the budget, capped once the
@@ -370,6 +407,19 @@ static int32_t prefill_room(const struct sched *s, const struct plan *p)
     if (p->n_decode == 0 || cap == 0)
         return p->budget;
     return p->prefill < p->budget ? p->prefill : p->budget;
+}
+
+/* Tokens r's decode computes this step: its last token and the proposals
+ * the budget and the spare logits rows take. */
+static int32_t decode_tokens(const struct plan *p, const struct sched_req *r)
+{
+    int32_t k = r->n_draft;
+
+    if (k > p->budget - p->decodes_left) /* every later decode keeps its token */
+        k = p->budget - p->decodes_left;
+    if (k > p->spare_rows)
+        k = p->spare_rows;
+    return 1 + (k > 0 ? k : 0);
 }
 
 static void add_entry(struct sched *s, struct plan *p, struct sched_req *r, int32_t n, int decode)
@@ -383,6 +433,11 @@ static void add_entry(struct sched *s, struct plan *p, struct sched_req *r, int3
         p->n_decode++;
     else
         p->prefill -= n;
+    /* past the known tokens: proposals (a decode's; see decode_tokens) */
+    r->draft_used = r->n_computed + n - r->n_tokens;
+    if (r->draft_used < 0)
+        r->draft_used = 0;
+    p->spare_rows -= r->draft_used;
 }
 
 /* The running request to give up: lowest priority, then newest (vLLM V1). */
@@ -404,9 +459,11 @@ static void preempt(struct sched *s, struct plan *p, struct sched_req *v)
         p->budget += s->ent_n[v->slot];
         if (v->n_tokens - v->n_computed > 1)
             p->prefill += s->ent_n[v->slot];
+        p->spare_rows += v->draft_used;
         s->ent_req[v->slot] = NULL;
         v->slot = -1;
     }
+    v->n_draft = v->draft_used = 0;
     running_remove(s, v);
     kv_seq_release(s->kv, v->seq);
     v->n_computed = 0;
@@ -444,15 +501,26 @@ static void schedule_running(struct sched *s, struct plan *p, int decodes)
     int32_t n = s->n_running;
 
     memcpy(s->snap, s->running, (size_t)n * sizeof s->snap[0]);
+    p->decodes_left = 0;
+    for (int32_t i = 0; decodes && i < n; i++) {
+        const struct sched_req *r = s->snap[i];
+        p->decodes_left += r->state == SCHED_RUNNING && !r->paused && r->slot < 0 &&
+                           r->n_tokens - r->n_computed == 1;
+    }
     for (int32_t i = 0; i < n && p->budget > 0; i++) {
         struct sched_req *r = s->snap[i];
         int32_t left = r->n_tokens - r->n_computed;
         int32_t room = decodes ? p->budget : prefill_room(s, p);
-        int32_t k = left < room ? left : room;
+        int32_t k = left == 1 ? decode_tokens(p, r) : left < room ? left : room;
         if (r->state != SCHED_RUNNING || r->paused || r->slot >= 0 || (left == 1) != decodes)
             continue;
         if (k < 1)
             break;
+        if (decodes)
+            p->decodes_left--;
+        /* proposals never preempt anyone: without free blocks for them, none */
+        if (k > left && kv_alloc(s->kv, r->seq, r->n_computed + k, NULL) != 0)
+            k = left;
         if (make_room(s, p, r, r->n_computed + k))
             add_entry(s, p, r, k, decodes);
     }
@@ -506,7 +574,7 @@ static void build_batch(struct sched *s, struct sched_step *step)
     int32_t n = 0;
 
     memset(step, 0, sizeof *step);
-    s->n_logits = 0;
+    s->n_logits = s->n_rows = 0;
     for (int32_t i = 0; i < s->n_ent; i++) {
         struct sched_req *r = s->ent_req[i];
         struct batch_seq *q = &s->seqs[n];
@@ -518,8 +586,10 @@ static void build_batch(struct sched *s, struct sched_step *step)
         q->block_table = kv_seq_blocks(r->seq);
         q->n_blocks = kv_seq_n_blocks(r->seq);
         q->lora = r->lora;
-        q->want_logits = r->n_computed + s->ent_n[i] == r->n_tokens;
-        s->n_logits += q->want_logits;
+        q->want_logits =
+            r->n_computed + s->ent_n[i] == r->n_tokens + r->draft_used ? 1 + r->draft_used : 0;
+        s->n_logits += q->want_logits > 0;
+        s->n_rows += q->want_logits;
         step->n_tokens += q->n_tokens;
         s->ent_req[n] = r;
         s->ent_n[n] = s->ent_n[i];
@@ -530,6 +600,7 @@ static void build_batch(struct sched *s, struct sched_step *step)
     step->batch.seqs = s->seqs;
     step->reqs = s->ent_req;
     step->n_logits = s->n_logits;
+    step->n_rows = s->n_rows;
 }
 
 static void forget_step(struct sched *s)
@@ -539,12 +610,14 @@ static void forget_step(struct sched *s)
             s->ent_req[i]->slot = -1;
     }
     s->n_ent = 0;
-    s->n_logits = 0;
+    s->n_logits = s->n_rows = 0;
 }
 
 void sched_schedule(struct sched *s, struct sched_step *step)
 {
-    struct plan p = {.budget = s->cfg.max_num_batched_tokens, .prefill = s->cfg.max_prefill_tokens};
+    struct plan p = {.budget = s->cfg.max_num_batched_tokens,
+                     .prefill = s->cfg.max_prefill_tokens,
+                     .spare_rows = s->cfg.max_num_logits - s->cfg.max_num_seqs};
 
     forget_step(s); /* a step never completed by sched_update is simply redone */
     schedule_running(s, &p, 1);
@@ -556,33 +629,60 @@ void sched_schedule(struct sched *s, struct sched_step *step)
     step->n_preempted = p.n_preempted;
 }
 
-/* One scheduled sequence computed its tokens; token is its sample or -1. */
-static void advance(struct sched *s, struct sched_req *r, int32_t n, int32_t token)
+/* One scheduled sequence computed its n tokens; out[0..n_out) are what it
+ * produced (its accepted proposals, then its draw), n_out 0 when it wanted
+ * no logits. */
+static void advance(struct sched *s, struct sched_req *r, int32_t n, const int32_t *out,
+                    int32_t n_out)
 {
-    r->n_computed += n;
+    /* the rejected proposals' positions are not computed */
+    int32_t rejected = n_out ? r->draft_used + 1 - n_out : 0;
+
+    r->n_computed += n - rejected;
+    r->n_draft = r->draft_used = 0;
+    for (int32_t i = 0; i < n_out && r->n_tokens - r->n_prompt < r->max_tokens; i++)
+        r->tokens[r->n_tokens++] = out[i];
     kv_commit(s->kv, r->seq, r->tokens, r->n_computed);
+    if (rejected) /* the blocks that held only rejected proposals */
+        kv_seq_trim(s->kv, r->seq, r->n_computed);
     if (s->cfg.window) /* the next query, at n_computed, sees no block before these */
         kv_seq_drop(s->kv, r->seq,
                     (r->n_computed - s->cfg.window + 1) / KV_BLOCK_TOKENS);
-    if (token < 0)
-        return;
-    r->tokens[r->n_tokens++] = token;
-    if (r->n_tokens - r->n_prompt >= r->max_tokens)
+    if (n_out && r->n_tokens - r->n_prompt >= r->max_tokens)
         sched_finish(s, r, SCHED_FINISH_LENGTH);
 }
 
 int sched_update(struct sched *s, const int32_t *sampled, int32_t n_sampled, struct mf_err *err)
 {
-    int32_t j = 0;
+    return sched_update_n(s, sampled, NULL, n_sampled, err);
+}
 
-    if (n_sampled != s->n_logits)
+int sched_update_n(struct sched *s, const int32_t *out, const int32_t *n_out, int32_t n_logits,
+                   struct mf_err *err)
+{
+    int32_t j = 0;
+    size_t at = 0;
+
+    if (n_logits != s->n_logits)
         return mf_err_set(err, MF_EINVAL, "step wanted %" PRId32 " sampled tokens, got %" PRId32,
-                          s->n_logits, n_sampled);
+                          s->n_logits, n_logits);
+    for (int32_t i = 0; n_out && i < s->n_ent; i++) {
+        int32_t rows = s->seqs[i].want_logits;
+        if (rows && (n_out[j] < 1 || n_out[j] > rows))
+            return mf_err_set(err, MF_EINVAL,
+                              "step sequence %" PRId32 " produced %" PRId32 " tokens from %" PRId32
+                              " logits rows",
+                              i, n_out[j], rows);
+        j += rows > 0;
+    }
+    j = 0;
     for (int32_t i = 0; i < s->n_ent; i++) {
         struct sched_req *r = s->ent_req[i];
-        int32_t token = s->seqs[i].want_logits ? sampled[j++] : -1;
+        int32_t c = s->seqs[i].want_logits ? (n_out ? n_out[j] : 1) : 0;
         if (r && r->state == SCHED_RUNNING)
-            advance(s, r, s->ent_n[i], token);
+            advance(s, r, s->ent_n[i], out + at, c);
+        at += (size_t)s->seqs[i].want_logits; /* its tokens start at its first row */
+        j += c > 0;
     }
     forget_step(s);
     return 0;
@@ -629,6 +729,11 @@ int32_t sched_req_n_computed(const struct sched_req *r)
 int32_t sched_req_n_output(const struct sched_req *r)
 {
     return r->n_tokens - r->n_prompt;
+}
+
+int sched_req_decoding(const struct sched_req *r)
+{
+    return r->state == SCHED_RUNNING && r->n_tokens - r->n_computed == 1;
 }
 
 int32_t sched_req_n_cached(const struct sched_req *r)

@@ -46,6 +46,8 @@ struct sched_config {
     int32_t window;                 /* every layer sees this many positions back (sliding
                                        window, model_window_all): computed blocks before it
                                        are given back as a sequence runs; 0: none */
+    int32_t max_num_logits;         /* logits rows per step; the rows past max_num_seqs
+                                       go to proposals (verify steps); 0: max_num_seqs */
 };
 
 struct sched_submit {
@@ -63,6 +65,9 @@ struct sched_step {
     struct batch batch;      /* seqs filled; batch.logits left NULL for the caller */
     struct sched_req **reqs; /* reqs[i] is the request behind batch.seqs[i] */
     int32_t n_logits;        /* sequences with want_logits: tokens sched_update wants */
+    int32_t n_rows;          /* logits rows: the sum of want_logits (n_logits without
+                                proposals); a verify sequence's proposals are its
+                                tokens after the first */
     int32_t n_tokens;        /* tokens scheduled, <= max_num_batched_tokens */
     int32_t n_preempted;     /* requests preempted while building this step */
 };
@@ -94,6 +99,17 @@ void sched_free_req(struct sched *s, struct sched_req *r);
 /* A paused request is skipped by sched_schedule (it keeps its blocks); the
  * engine pauses a request whose consumer is not reading. */
 void sched_set_paused(struct sched *s, struct sched_req *r, int paused);
+/* Proposals for r's next step (speculative decoding, runtime/engine/spec.c):
+ * tokens[0..n) guess the tokens after its last one. They are copied and
+ * kept until the next sched_update; the next sched_schedule appends them to
+ * r's decode token (only when r has exactly one token to compute) as far
+ * as the token budget and max_num_logits allow, and wants the logits of
+ * every one (a verify step). At most the output room left minus one are
+ * kept (the token drawn after them must fit max_tokens). n 0 clears them.
+ * Returns how many were kept. */
+int32_t sched_set_draft(struct sched *s, struct sched_req *r, const int32_t *tokens, int32_t n);
+/* Proposals r has for the next step (after sched_set_draft). */
+int32_t sched_req_n_draft(const struct sched_req *r);
 
 /* Steps */
 
@@ -110,6 +126,17 @@ void sched_schedule(struct sched *s, struct sched_step *step);
  * prefix cache and finishes requests that reach max_tokens (LENGTH). Returns
  * 0, or MF_EINVAL when n_sampled does not match (nothing changes). */
 int sched_update(struct sched *s, const int32_t *sampled, int32_t n_sampled, struct mf_err *err);
+/* sched_update for a step with verify sequences: the j-th sequence with
+ * want_logits (j < n_logits) produced n_out[j] tokens, 1 .. its want_logits:
+ * its accepted proposals in order, then the token drawn after them, in out
+ * from its first logits row on (the want_logits of the sequences before it
+ * summed; n_out NULL: one token each, one after another). Only those
+ * positions count as computed; the
+ * blocks past them are given back (kv_seq_trim) and the rejected proposals
+ * forgotten. Returns 0, or
+ * MF_EINVAL when n_logits or a count does not match (nothing changes). */
+int sched_update_n(struct sched *s, const int32_t *out, const int32_t *n_out, int32_t n_logits,
+                   struct mf_err *err);
 
 /* Inspection */
 
@@ -123,6 +150,9 @@ int32_t sched_req_n_prompt(const struct sched_req *r);
 /* Leading tokens whose K/V is in the cache (0 unless RUNNING). */
 int32_t sched_req_n_computed(const struct sched_req *r);
 int32_t sched_req_n_output(const struct sched_req *r);
+/* 1 when r is running with exactly one token to compute (its next step is
+ * a decode, which proposals may extend). */
+int sched_req_decoding(const struct sched_req *r);
 /* Prompt tokens found in the prefix cache on first admission. */
 int32_t sched_req_n_cached(const struct sched_req *r);
 int32_t sched_req_n_preemptions(const struct sched_req *r);

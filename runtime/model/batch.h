@@ -2,11 +2,19 @@
  * batch.h: the contract between the scheduler and the model for one step.
  *
  * Each step the scheduler (sched.c) picks sequences and, for each, the new
- * tokens to compute: a whole prompt, a chunk of one (chunked prefill), or the
- * one token sampled last step (decode). The model (model.c, through a
- * backend) appends their K/V to the sequence's paged KV blocks and returns
- * logits where asked. Prefill and decode sequences share one batch; so do
- * sequences with different LoRA adapters (grouped inside the step).
+ * tokens to compute: a whole prompt, a chunk of one (chunked prefill), the
+ * one token sampled last step (decode), or that token and the proposals
+ * after it (a verify step of speculative decoding, runtime/engine/spec.c).
+ * The model (model.c, through a backend) appends their K/V to the
+ * sequence's paged KV blocks and returns logits where asked: the last new
+ * token's row, or the rows of the last want_logits new tokens. Prefill,
+ * decode and verify sequences share one batch; so do sequences with
+ * different LoRA adapters (grouped inside the step).
+ *
+ * A verify step writes K/V for proposals that may be rejected: the
+ * scheduler then counts only the accepted positions as computed, and the
+ * next step writes over the rest before anything reads them (a query at
+ * position p reads positions <= p only, all written by then).
  *
  * Paged KV: a sequence's token at position p lives in physical block
  * block_table[p / KV_BLOCK_TOKENS], slot p % KV_BLOCK_TOKENS. Block ids index
@@ -39,14 +47,18 @@ struct batch_seq {
                                    0 .. n_past + n_tokens - 1 */
     int32_t n_blocks;           /* entries in block_table */
     struct batch_lora lora;     /* adapters for this sequence */
-    int32_t want_logits;        /* 1: return the logits of the last new token */
+    int32_t want_logits;        /* logits rows wanted: those of the last want_logits
+                                   new tokens, 0 .. n_tokens (1: the next token's
+                                   distribution; more: a verify step) */
 };
 
 struct batch {
     int32_t n_seqs;              /* sequences in this step */
     const struct batch_seq *seqs; /* borrowed: n_seqs entries */
-    float *logits;               /* caller-owned: one row of n_vocab floats per
-                                    sequence with want_logits, in sequence order.
+    float *logits;               /* caller-owned: rows of n_vocab floats, want_logits
+                                    per sequence, in sequence order and within a
+                                    sequence in position order (at most the
+                                    backend's max_logits rows in all).
                                     NULL: the logits stay on the device for
                                     engine_model.sample (only when the model has one) */
     float *hidden;               /* caller-owned or NULL. Set: a hidden-state step

@@ -11,7 +11,7 @@ bin_PROGRAMS += mfc-serve
 mfc_serve_SOURCES = runtime/serve/serve_main.c runtime/serve/serve.c runtime/serve/serve_int.h \
 	runtime/serve/serve_load.c runtime/serve/serve_gen.c runtime/serve/serve_openai.c runtime/serve/serve_ollama.c \
 	runtime/serve/serve_metrics.c runtime/serve/serve_embed.c runtime/serve/serve_door.c \
-	runtime/serve/serve_grammar.c
+	runtime/serve/serve_grammar.c runtime/serve/serve_spec.c
 mfc_serve_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(MHD_CFLAGS)
 mfc_serve_LDADD = $(MFC_RUNTIME_LIBS) $(MHD_LIBS) $(PTHREAD_LIBS)
 

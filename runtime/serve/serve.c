@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -594,16 +595,22 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct serve *s = cls;
     struct reqctx *rc = *con_cls;
     int pt = 0, ct = 0;
+    uint64_t sp = 0, sa = 0;
+    char spec[64] = "";
     const char *fin = "-";
     if (!rc)
         return;
-    if (rc->g)
+    if (rc->g) {
         serve_gen_counts(rc->g, &pt, &ct, &fin);
+        serve_gen_spec_counts(rc->g, &sp, &sa);
+    }
+    if (sp) /* speculative decoding: proposals verified and accepted */
+        snprintf(spec, sizeof spec, " draft_tokens=%" PRIu64 " accepted_tokens=%" PRIu64, sp, sa);
     mf_log_info(&s->log,
                 "access method=%s path=%s status=%d ms=%.1f prompt_tokens=%d "
-                "completion_tokens=%d finish=%s%s",
+                "completion_tokens=%d finish=%s%s%s",
                 rc->method, rc->path, rc->status ? rc->status : 499,
-                (double)(serve_now_ns() - rc->t0) / 1e6, pt, ct, fin,
+                (double)(serve_now_ns() - rc->t0) / 1e6, pt, ct, fin, spec,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
     serve_gen_unref(rc->g);
     mf_buf_free(&rc->body);

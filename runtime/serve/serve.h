@@ -68,6 +68,12 @@ struct serve_config {
     int port;            /* 8080 */
     char *api_key;       /* owned or NULL: bearer token required when set */
     char *model_path;    /* owned: the GGUF */
+    char *draft_path;    /* owned or NULL: the DRAFT model's GGUF (model.yaml draft:,
+                            --draft, MFC_DRAFT) */
+    uint64_t draft_offset; /* where it starts inside draft_path (offset:, PATH@OFF:SIZE) */
+    uint64_t draft_size;   /* its bytes; 0: to the end of the file */
+    int spec_max_batch;  /* no proposals when more sequences decode (MFC_SPEC_MAX_BATCH,
+                            32; 0: no limit) */
     uint64_t model_offset; /* --model-offset: where the GGUF starts inside model_path */
     uint64_t model_size;   /* --model-size: its bytes; 0: to the end of the file */
     char *config_path;   /* owned or NULL: model.yaml read */
@@ -156,12 +162,14 @@ enum {
     SO_SEED = 1u << 9,
     SO_NUM_PREDICT = 1u << 10,
     SO_NUM_CTX = 1u << 11,
+    SO_SPECULATIVE = 1u << 12,
 };
 
 struct serve_opts {
     unsigned set; /* SO_* bits: which fields were given */
     float temperature, top_p, min_p, typical_p, repeat_penalty, presence, frequency;
     int32_t top_k, repeat_last_n, num_ctx;
+    int speculative; /* 0: no speculative decoding for this request (SO_SPECULATIVE) */
     int64_t seed, num_predict;
     char *stops[SERVE_MAX_STOPS]; /* owned */
     int n_stops;
@@ -298,6 +306,11 @@ struct serve {
     struct serve_opts defaults; /* model.yaml params + the family's stop strings */
     struct backend *be;        /* owned */
     struct engine *e;          /* owned */
+    struct model *dm;          /* owned or NULL: the draft model (serve_spec.c) */
+    struct backend *dbe;       /* owned or NULL: its backend */
+    struct engine_model *dem;  /* owned or NULL: its engine interface */
+    int spec_source;           /* enum spec_source the engine runs */
+    json_t *spec_info;         /* owned or NULL: /api/show's "speculative" */
     int32_t eos[32];
     int32_t n_eos;
     int32_t n_ctx;             /* context length the engine enforces */
@@ -339,6 +352,27 @@ void serve_stop(struct serve *s);
 
 /* serve_metrics.c: Prometheus text exposition of the engine's metrics. */
 int serve_metrics_text(struct serve *s, struct mf_buf *out, struct mf_err *err);
+
+/* serve_spec.c: speculative decoding's part of loading and serving. */
+struct engine_config;
+struct backend_config;
+struct backend_ops;
+struct engine_metrics;
+/* The speculation settings (model.yaml params speculative, draft_*,
+ * lookup_*; MFC_SPEC_MAX_BATCH) into ec->spec, and the DRAFT model opened
+ * and checked against s->m and s->tok (same vocabulary and special tokens,
+ * the first difference named); widens bc's and ec's logits rows for verify
+ * steps. Call before the model's backend is made. 0 or MF_E* naming the
+ * setting or the file. */
+int serve_spec_setup(struct serve *s, struct engine_config *ec, struct backend_config *bc,
+                     struct mf_err *err);
+/* The draft's backend (on ops) and its KV pool, sized from the target's
+ * context and sequences, into ec->draft. */
+int serve_spec_backend(struct serve *s, const struct backend_ops *ops, struct engine_config *ec,
+                       struct mf_err *err);
+void serve_spec_close(struct serve *s);
+/* spec_decode_* series for /metrics. */
+void serve_spec_metrics(const struct serve *s, const struct engine_metrics *m, struct mf_buf *b);
 
 /* Monotonic nanoseconds. */
 int64_t serve_now_ns(void);

@@ -30,15 +30,18 @@ const char serve_usage[] =
     "                 [--kv-cache-type f16|q8|fp8] [--log-level LEVEL]\n"
     "                 [--model-offset BYTES [--model-size BYTES]] [--config-name NAME]\n"
     "                 [--read-timeout S] [--max-connections N] [--max-connections-per-client N]\n"
+    "                 [--draft PATH[@OFFSET:SIZE]] [--spec-max-batch N]\n"
     "Serves a GGUF model over the OpenAI and Ollama HTTP APIs (docs/api.md).\n"
     "Environment: MFC_CONFIG MFC_MODEL MFC_HOST MFC_PORT MFC_API_KEY MFC_MODEL_NAME\n"
     "  MFC_KV_CACHE_GB MFC_KV_CACHE_TYPE MFC_MAX_SEQS MFC_MAX_BATCH_TOKENS MFC_MAX_REQUESTS\n"
     "  MFC_MAX_PREFILL_TOKENS MFC_MAX_WAITING\n"
     "  MFC_MAX_BODY MFC_CTX MFC_THREADS MFC_DEVICE MFC_DRAIN_TIMEOUT MFC_LOG_LEVEL\n"
-    "  MFC_READ_TIMEOUT MFC_MAX_CONNECTIONS MFC_MAX_CONNECTIONS_PER_CLIENT\n"
+    "  MFC_READ_TIMEOUT MFC_MAX_CONNECTIONS MFC_MAX_CONNECTIONS_PER_CLIENT MFC_DRAFT\n"
+    "  MFC_SPEC_MAX_BATCH\n"
     "model.yaml's server: mapping sets the same by flag name (server: {read-timeout: 5}).\n"
     "--model-offset/--model-size, and an adapter's @OFFSET:SIZE, serve a GGUF lying inside\n"
-    "a bigger file (a tar layer), mapped in place.\n";
+    "a bigger file (a tar layer), mapped in place. --draft: the speculative-decoding draft\n"
+    "model (model.yaml's draft:), a GGUF of the same vocabulary (docs/spec.md).\n";
 
 static char *dup_or_null(const char *s)
 {
@@ -67,6 +70,7 @@ void serve_config_init(struct serve_config *c)
     c->read_timeout = 10;
     c->max_connections = 4096;
     c->max_conns_per_client = 512;
+    c->spec_max_batch = 32; /* SPEC_DEFAULT_MAX_BATCH */
     c->params = json_object();
     c->messages = json_array();
     c->doc = json_object();
@@ -78,6 +82,7 @@ void serve_config_free(struct serve_config *c)
     free(c->host);
     free(c->api_key);
     free(c->model_path);
+    free(c->draft_path);
     free(c->config_path);
     free(c->config_name);
     free(c->model_name);
@@ -306,6 +311,30 @@ static int load_adapters(struct serve_config *c, const json_t *list, const char 
     return 0;
 }
 
+/* draft: {path, offset?, size?} (plan_config.c writes the path; mfc run
+ * rewrites it to a layer blob's range). */
+static int load_draft(struct serve_config *c, const json_t *d, const char *dir, const char *file,
+                      struct mf_err *err)
+{
+    if (!d || json_is_null(d))
+        return 0;
+    json_t *path = json_object_get(d, "path");
+    json_t *off = json_object_get(d, "offset");
+    json_t *size = json_object_get(d, "size");
+    if (!json_is_object(d) || !json_is_string(path))
+        return mf_err_set(err, MF_EFORMAT, "%s: 'draft' needs a string 'path'", file);
+    if ((off && !json_is_null(off) && (!json_is_integer(off) || json_integer_value(off) < 0)) ||
+        (size && !json_is_null(size) && (!json_is_integer(size) || json_integer_value(size) < 0)))
+        return mf_err_set(err, MF_EFORMAT,
+                          "%s: draft.offset and .size must be byte counts (whole numbers >= 0)",
+                          file);
+    free(c->draft_path);
+    c->draft_path = resolve(dir, json_string_value(path));
+    c->draft_offset = json_is_integer(off) ? (uint64_t)json_integer_value(off) : 0;
+    c->draft_size = json_is_integer(size) ? (uint64_t)json_integer_value(size) : 0;
+    return c->draft_path ? 0 : mf_err_set(err, MF_ENOMEM, "out of memory");
+}
+
 int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_err *err)
 {
     char *text = NULL;
@@ -350,6 +379,8 @@ int serve_config_load_yaml(struct serve_config *c, const char *path, struct mf_e
         rc = load_adapters(c, json_object_get(doc, "adapters"), d, shown, err);
     if (!rc)
         rc = load_server(c, json_object_get(doc, "server"), shown, err);
+    if (!rc)
+        rc = load_draft(c, json_object_get(doc, "draft"), d, shown, err);
     if (!rc && params && !json_is_null(params)) {
         if (!json_is_object(params))
             rc = mf_err_set(err, MF_EFORMAT, "%s: 'params' must be a mapping", shown);
@@ -484,6 +515,18 @@ static int kv_gb_ok(const char *s, struct mf_err *err)
     return 0;
 }
 
+/* --draft PATH or PATH@OFFSET:SIZE; "" (MFC_DRAFT=) drops model.yaml's. */
+static int set_draft(struct serve_config *c, const char *v, struct mf_err *err)
+{
+    uint64_t off = 0, size = 0;
+    size_t pl = v[0] ? split_range(v, &off, &size) : 0;
+    free(c->draft_path);
+    c->draft_path = v[0] ? strndup(v, pl ? pl : strlen(v)) : NULL;
+    c->draft_offset = off;
+    c->draft_size = size;
+    return v[0] && !c->draft_path ? mf_err_set(err, MF_ENOMEM, "out of memory") : 0;
+}
+
 /* One setting by name, from env or a flag. */
 static int apply(struct serve_config *c, const char *key, const char *v, struct mf_err *err)
 {
@@ -532,6 +575,10 @@ static int apply(struct serve_config *c, const char *key, const char *v, struct 
         return parse_int("MFC_MAX_WAITING", v, 1, 1 << 20, &c->max_waiting, err);
     else if (!strcmp(key, "ctx"))
         return parse_int("ctx", v, 0, 1 << 24, &c->ctx, err);
+    else if (!strcmp(key, "draft"))
+        return set_draft(c, v, err);
+    else if (!strcmp(key, "spec-max-batch"))
+        return parse_int("MFC_SPEC_MAX_BATCH", v, 0, 1 << 20, &c->spec_max_batch, err);
     else if (!strcmp(key, "drain"))
         return parse_int("MFC_DRAIN_TIMEOUT", v, 0, 86400, &c->drain_s, err);
     else if (!strcmp(key, "read-timeout"))
@@ -579,6 +626,8 @@ static const struct {
     {"MFC_READ_TIMEOUT", "read-timeout"},
     {"MFC_MAX_CONNECTIONS", "max-connections"},
     {"MFC_MAX_CONNECTIONS_PER_CLIENT", "max-connections-per-client"},
+    {"MFC_DRAFT", "draft"},
+    {"MFC_SPEC_MAX_BATCH", "spec-max-batch"},
 };
 
 static int known_setting(const char *key)
@@ -598,7 +647,8 @@ static const struct option long_opts[] = {
     {"read-timeout", 1, 0, 'R'}, {"max-connections", 1, 0, 'N'},
     {"max-connections-per-client", 1, 0, 'P'},
     {"max-batch-tokens", 1, 0, 'B'}, {"max-prefill-tokens", 1, 0, 'F'},
-    {"config-name", 1, 0, 'Y'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0},
+    {"config-name", 1, 0, 'Y'}, {"draft", 1, 0, 'D'}, {"spec-max-batch", 1, 0, 'X'},
+    {"help", 0, 0, 'h'}, {0, 0, 0, 0},
 };
 
 static const char *flag_key(int c)
@@ -640,7 +690,8 @@ int serve_config_parse(struct serve_config *c, int argc, char **argv,
     c->model_path = NULL;
     for (size_t i = 0; !rc && i < sizeof env_map / sizeof env_map[0]; i++) {
         const char *v = get(env_map[i].env);
-        if (v && (v[0] || !strcmp(env_map[i].env, "MFC_API_KEY"))) {
+        if (v && (v[0] || !strcmp(env_map[i].env, "MFC_API_KEY") ||
+                  !strcmp(env_map[i].env, "MFC_DRAFT"))) {
             rc = apply(c, env_map[i].key, v, err);
             if (rc)
                 mf_err_prefix(err, "%s", env_map[i].env);

@@ -494,10 +494,13 @@ int serve_gen_start(struct serve *s, struct serve_req *rq, struct serve_gen **ou
             sampler_free(smp);
             goto fail;
         }
+        const struct serve_opts *sp = (g->rq.opts.set & SO_SPECULATIVE) ? &g->rq.opts
+                                                                          : &s->defaults;
         struct engine_request er = {.prompt = g->prompt.v,
                                     .n_prompt = (int32_t)g->prompt.n,
                                     .max_tokens = g->max_tokens,
                                     .ignore_eos = g->rq.ignore_eos,
+                                    .no_spec = (sp->set & SO_SPECULATIVE) && !sp->speculative,
                                     .lora = lora,
                                     .sampling = smp,
                                     .notify = on_notify,
@@ -710,4 +713,13 @@ void serve_gen_counts(const struct serve_gen *g, int *prompt, int *completion,
     *finish = g->n ? serve_finish_name(g->ch[0].finish) : "load";
     for (int i = 0; i < g->n; i++)
         *completion += (int)g->ch[i].out.n;
+}
+
+void serve_gen_spec_counts(const struct serve_gen *g, uint64_t *proposed, uint64_t *accepted)
+{
+    *proposed = *accepted = 0;
+    for (int i = 0; i < g->n; i++) {
+        *proposed += g->ch[i].sum.n_proposed;
+        *accepted += g->ch[i].sum.n_accepted;
+    }
 }

@@ -128,6 +128,9 @@ void serve_gen_unref(struct serve_gen *g);
 /* Totals for the access log. */
 void serve_gen_counts(const struct serve_gen *g, int *prompt, int *completion,
                       const char **finish);
+/* Speculative proposals verified and accepted over its choices (finished
+ * ones), for the access log. */
+void serve_gen_spec_counts(const struct serve_gen *g, uint64_t *proposed, uint64_t *accepted);
 /* "stop", "length", "abort", "error". */
 const char *serve_finish_name(enum sched_finish f);
 /* The model name a response echoes. */

@@ -289,6 +289,11 @@ static int open_engine(struct serve *s, struct mf_err *err)
     kb.cache_gb = s->cfg.kv_cache_gb;
     kb.free_bytes = mem_available();
     kb.fraction = 0.25;
+    ec.budget.free_bytes = kb.free_bytes;
+    /* speculation first: its draft's backend goes on the device before the
+     * model's takes its share of what is left (serve_spec.c) */
+    if ((rc = serve_spec_setup(s, &ec, &bc, err)) || (rc = serve_spec_backend(s, ops, &ec, err)))
+        return rc;
     if (s->cfg.kv_type != BACKEND_KV_F16 && ops == &cuda_backend_ops)
         bc.kv_type = s->cfg.kv_type;
     else if (s->cfg.kv_type != BACKEND_KV_F16)
@@ -366,6 +371,7 @@ static int open_engine(struct serve *s, struct mf_err *err)
     em.step = step_fn;
     em.logits_alloc = logits_alloc_fn;
     em.logits_free = logits_free_fn;
+    em.max_tokens = s->cfg.max_batch_tokens;
     return engine_open(&ec, &em, &engine_sampler_std, &s->e, err);
 }
 
@@ -436,6 +442,7 @@ void serve_unload(struct serve *s)
     serve_gcache_close(s);
     backend_free(s->be);
     s->be = NULL;
+    serve_spec_close(s);
     tmpl_free(s->tmpl);
     s->tmpl = NULL;
     free(s->tmpl_src);

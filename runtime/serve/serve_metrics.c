@@ -86,6 +86,7 @@ int serve_metrics_text(struct serve *s, struct mf_buf *b, struct mf_err *err)
     hist(b, "e2e_request_latency_seconds", "Request latency, arrival to finish.", model, &m.e2e);
     hist(b, "request_queue_time_seconds", "Time waiting before first scheduled.", model,
          &m.queue);
+    serve_spec_metrics(s, &m, b);
     if (b->len + 1 >= b->max)
         return mf_err_set(err, MF_ENOMEM, "metrics text over %zu bytes", b->max);
     return 0;

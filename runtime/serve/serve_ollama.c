@@ -277,6 +277,8 @@ json_t *ollama_show(const struct serve *s, const char *name)
         json_object_set(o, "messages", s->cfg.messages);
     if (o && name)
         json_object_set_new(o, "model", json_string(name));
+    if (o && s->spec_info) /* mfc: speculative decoding (docs/api.md) */
+        json_object_set(o, "speculative", s->spec_info);
     free(params);
     free(mf);
     return o;

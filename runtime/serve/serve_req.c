@@ -124,6 +124,15 @@ static int opt_set(struct serve_opts *o, const char *key, const json_t *v, const
 {
     if (!strcmp(key, "stop"))
         return stops_field(o, v, field, err);
+    if (!strcmp(key, "speculative")) { /* mfc: speculative decoding on or off */
+        if (json_is_null(v))
+            return 0;
+        if (!json_is_boolean(v))
+            return mf_err_set(err, MF_EINVAL, "'%s' must be true or false", field);
+        o->speculative = json_is_true(v);
+        o->set |= SO_SPECULATIVE;
+        return 0;
+    }
     for (size_t i = 0; i < sizeof opt_specs / sizeof opt_specs[0]; i++) {
         const struct opt_spec *sp = &opt_specs[i];
         if (strcmp(key, sp->key))
@@ -368,6 +377,10 @@ static int oai_fields(struct serve_req *rq, const json_t *body, struct mf_err *e
     }
     if ((rc = bool_field(body, "stream", &rq->stream, err)) ||
         (rc = bool_field(body, "ignore_eos", &rq->ignore_eos, err)))
+        return rc;
+    /* mfc's extension, as vLLM's and llama.cpp's servers take extra body fields */
+    if ((v = json_object_get(body, "speculative")) &&
+        (rc = opt_set(&rq->opts, "speculative", v, "speculative", err)) < 0)
         return rc;
     if ((v = json_object_get(body, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))

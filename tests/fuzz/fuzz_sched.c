@@ -2,14 +2,16 @@
  * fuzz_sched.c: libFuzzer target for the scheduler and the KV block manager
  * (runtime/engine/sched.c, runtime/engine/kv.c), driven through the paged fake model.
  *
- * The input is a program: six header bytes pick the pool size, batching
- * limits, hash width (down to 1 bit, so every lookup collides) and the
- * prefill cap beside decodes; then each
+ * The input is a program: seven header bytes pick the pool size, batching
+ * limits, hash width (down to 1 bit, so every lookup collides), the
+ * prefill cap beside decodes and the logits rows; then each
  * byte group is an op: submit (prompt over a tiny alphabet, so prefixes
  * repeat), step, cancel, cancel inside a step, free, pause/unpause, clear the
- * prefix cache. sched_check (and so kv_check) runs after every op, each
- * step keeps every decode, advances prompts and honours the prefill cap
- * (check_step), every
+ * prefix cache, a step with proposals (some right, then wrong ones: a
+ * greedy verify keeps the right ones and rolls the rest back).
+ * sched_check (and so kv_check) runs after every op, each plain step keeps
+ * every decode, advances prompts and honours the prefill cap (check_step),
+ * every
  * request that finishes by length must equal its solo output, and at the end
  * no block may be in use. Any violation traps. Seeds in corpus/sched/.
  */
@@ -26,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define VOCAB 64
 #define MAX_REQS 48
 #define MAX_PROMPT 80
+#define MAX_ROWS 64 /* max_num_logits, at most */
 
 struct prog {
     const uint8_t *p;   /* next input byte */
@@ -122,7 +125,8 @@ static void check_step(const struct world *w, const struct sched_step *st,
             if (st->reqs[i] == r)
                 in_step = st->batch.seqs[i].n_tokens;
         if (left_before[k] == 1) {
-            must(in_step == 1 || n_last > w->budget); /* no decode waits */
+            must(in_step >= 1 || n_last > w->budget); /* no decode waits (a left-over
+                                                        proposal may ride along) */
         } else if (left_before[k] > 1) {
             work = 1;
             advanced |= in_step > 0;
@@ -141,7 +145,7 @@ static void check_step(const struct world *w, const struct sched_step *st,
 static void op_step(struct world *w, int cancel_at)
 {
     struct sched_step st;
-    int32_t next[64];
+    int32_t next[MAX_ROWS];
     int32_t left_before[MAX_REQS];
     struct mf_err err;
 
@@ -164,6 +168,49 @@ static void op_step(struct world *w, int cancel_at)
     must(sched_update(w->s, next, st.n_logits, &err) == 0);
 }
 
+/* Proposals for every decoding request (mode's count of right tokens, then
+ * wrong ones), one step, and the greedy rule: a proposal stays while it is
+ * the argmax of its row; the row after the last kept one gives the draw. */
+static void op_spec_step(struct world *w, struct prog *pr)
+{
+    unsigned mode = byte(pr);
+    int32_t d[16], next[MAX_ROWS], out[MAX_ROWS], n_out[MAX_ROWS];
+    struct sched_step st;
+    struct mf_err err;
+
+    for (int i = 0; i < w->n_reqs; i++) {
+        struct sched_req *r = w->reqs[i];
+        int32_t n, good = (int32_t)(mode % 5), bad = (int32_t)((mode >> 3) % 4);
+        if (!r || !sched_req_decoding(r))
+            continue;
+        const int32_t *t = sched_req_tokens(r, &n);
+        must(fake_reference(t, n, good, &w->lora[i], VOCAB, -1, d) == good);
+        for (int32_t k = good; k < good + bad; k++)
+            d[k] = (k ? d[k - 1] : t[n - 1]) * 5 % VOCAB;
+        must(sched_set_draft(w->s, r, d, good + bad) <= good + bad);
+    }
+    sched_schedule(w->s, &st);
+    check(w);
+    if (st.batch.n_seqs == 0)
+        return;
+    must(st.n_rows <= MAX_ROWS);
+    must(fake_model_step(&w->fm, &st.batch, next, &err) == 0);
+    for (int32_t i = 0, j = 0, row = 0; i < st.batch.n_seqs; i++) {
+        const struct batch_seq *q = &st.batch.seqs[i];
+        int32_t a = 0;
+        if (!q->want_logits)
+            continue;
+        while (a < q->want_logits - 1 && q->tokens[1 + a] == next[row + a]) {
+            out[row + a] = q->tokens[1 + a];
+            a++;
+        }
+        out[row + a] = next[row + a];
+        n_out[j++] = a + 1;
+        row += q->want_logits;
+    }
+    must(sched_update_n(w->s, out, n_out, st.n_logits, &err) == 0);
+}
+
 static struct sched_req *pick(struct world *w, struct prog *pr, int *slot)
 {
     if (w->n_reqs == 0)
@@ -174,7 +221,7 @@ static struct sched_req *pick(struct world *w, struct prog *pr, int *slot)
 
 static void run_op(struct world *w, struct prog *pr)
 {
-    unsigned op = byte(pr) % 8;
+    unsigned op = byte(pr) % 9;
     int slot = 0;
     struct sched_req *r;
 
@@ -209,8 +256,11 @@ static void run_op(struct world *w, struct prog *pr)
             sched_set_paused(w->s, r, w->paused[slot]);
         }
         break;
-    default:
+    case 7:
         kv_clear_prefix_cache(w->kv);
+        break;
+    default:
+        op_spec_step(w, pr);
         break;
     }
     check(w);
@@ -261,6 +311,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sc.max_waiting = 1 + (int32_t)(byte(&pr) % 16);
     sc.max_model_len = MAX_PROMPT + 64;
     sc.max_prefill_tokens = (int32_t)(byte(&pr) % 40); /* 0: no cap */
+    sc.max_num_logits = sc.max_num_seqs + (int32_t)(byte(&pr) % (MAX_ROWS - 8));
     w.budget = sc.max_num_batched_tokens;
     w.prefill_cap = sc.max_prefill_tokens;
     if (kv_open(&w.kv, &kc, &err) || sched_open(&w.s, &sc, w.kv, &err) ||

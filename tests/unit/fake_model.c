@@ -37,6 +37,49 @@ int32_t fake_next_token(const int32_t *ctx, int32_t n, const struct batch_lora *
     return next_from(ctx, n, lora_tag(lora), n_vocab);
 }
 
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The row from the context (arena values, -2 for poisoned slots) into row
+ * (NULL: none); returns its argmax. */
+static int32_t row_from(const int32_t *ctx, int32_t n, uint32_t tag, uint32_t salt, float soft,
+                        int32_t n_vocab, float *row)
+{
+    int32_t best = next_from(ctx, n, tag ^ salt, n_vocab);
+    uint64_t h = (uint64_t)best * 0x9e3779b97f4a7c15ull ^ salt;
+    float top = -1.0f;
+
+    if (soft <= 0) {
+        if (row) {
+            memset(row, 0, (size_t)n_vocab * sizeof *row);
+            row[best] = 1.0f;
+        }
+        return best;
+    }
+    for (int32_t v = 0; v < n_vocab; v++) {
+        float x = soft * (float)((double)(mix(h + (uint64_t)v) >> 11) * 0x1.0p-53);
+        if (row)
+            row[v] = x;
+        if (x > top) {
+            top = x;
+            best = v;
+        }
+    }
+    return best;
+}
+
+int32_t fake_logits(const int32_t *ctx, int32_t n, const struct batch_lora *lora, uint32_t salt,
+                    float soft, int32_t n_vocab, float *row)
+{
+    return row_from(ctx, n, lora_tag(lora), salt, soft, n_vocab, row);
+}
+
 int fake_model_init(struct fake_model *m, int32_t n_blocks, int32_t max_ctx, int32_t n_vocab)
 {
     size_t slots = (size_t)n_blocks * KV_BLOCK_TOKENS;
@@ -89,15 +132,17 @@ static int write_seq(struct fake_model *m, const struct batch_seq *q, uint32_t t
     return 0;
 }
 
-/* Reads the context back; a slot written under another adapter poisons it. */
-static int32_t read_next(struct fake_model *m, const struct batch_seq *q, uint32_t tag)
+/* Reads the first n positions back (a slot written under another adapter
+ * poisons the context) and computes their row into row (NULL: none). */
+static int32_t read_next(struct fake_model *m, const struct batch_seq *q, int32_t n, uint32_t tag,
+                         float *row)
 {
-    int32_t n = q->n_past + q->n_tokens;
     for (int32_t p = 0; p < n; p++) {
         int64_t s = slot_of(m, q, p);
         m->ctx[p] = m->tags[s] == tag ? m->arena[s] : -2;
     }
-    return next_from(m->ctx, n, tag, m->n_vocab);
+    m->n_rows++;
+    return row_from(m->ctx, n, tag, m->salt, m->soft, m->n_vocab, row);
 }
 
 int fake_model_step(struct fake_model *m, const struct batch *b, int32_t *next, struct mf_err *err)
@@ -116,18 +161,17 @@ int fake_model_step(struct fake_model *m, const struct batch *b, int32_t *next, 
     }
     for (int32_t i = 0; i < b->n_seqs; i++) {
         const struct batch_seq *q = &b->seqs[i];
-        int32_t t;
-        if (!q->want_logits)
-            continue;
-        t = read_next(m, q, lora_tag(&q->lora));
-        if (next)
-            next[j] = t;
-        if (b->logits) {
-            float *row = b->logits + (size_t)j * (size_t)m->n_vocab;
-            memset(row, 0, (size_t)m->n_vocab * sizeof *row);
-            row[t] = 1.0f;
+        int32_t end = q->n_past + q->n_tokens;
+        if (q->want_logits < 0 || q->want_logits > q->n_tokens)
+            return mf_err_set(err, MF_EINVAL,
+                              "sequence %" PRId32 " wants %" PRId32 " rows of %" PRId32 " tokens",
+                              i, q->want_logits, q->n_tokens);
+        for (int32_t r = q->want_logits; r > 0; r--, j++) {
+            float *row = b->logits ? b->logits + (size_t)j * (size_t)m->n_vocab : NULL;
+            int32_t t = read_next(m, q, end - r + 1, lora_tag(&q->lora), row);
+            if (next)
+                next[j] = t;
         }
-        j++;
     }
     return 0;
 }

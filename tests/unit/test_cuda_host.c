@@ -612,6 +612,62 @@ static void test_graph_pad(void **state)
 
 /* The split combine writes the output projection's 8-bit input only when
  * every token is split, and up to CUDA_PLAN_COMBINE_Q8_MAX tokens. */
+/* A verify step (speculative decoding): a decode token and its 4 proposals
+ * want 5 logits rows, attended one token at a time as decodes are (not in
+ * a tile, whatever the count), so the step pads and records like a decode
+ * step; its rows follow the sequence's tokens in order. */
+static void test_verify_step(void **state)
+{
+    struct model m;
+    struct model_layer L[2];
+    struct cuda_step_plan p;
+    (void)state;
+    fake_model(&m, L, GGML_TYPE_F16, 1);
+
+    int32_t t0[5] = {3, 4, 5, 6, 7}, t1[1] = {9}, b0[2] = {2, 5}, b1[1] = {8};
+    struct batch_seq s[2] = {
+        {.tokens = t0, .n_tokens = 5, .n_past = 14, .block_table = b0, .n_blocks = 2,
+         .want_logits = 5},
+        {.tokens = t1, .n_tokens = 1, .n_past = 3, .block_table = b1, .n_blocks = 1,
+         .want_logits = 1},
+    };
+    struct batch bt = {.n_seqs = 2, .seqs = s};
+    cuda_plan_step_size(&m, &bt, 1000, 0, &p);
+    assert_int_equal(p.T, 6);
+    assert_int_equal(p.n_out, 6);
+    assert_int_equal(p.n_tiles, 0);
+    assert_int_equal(p.n_single, 6);
+    assert_int_equal(p.single_ctx, 19);
+    cuda_plan_step_pad(&m, &p, cuda_plan_graph_tokens(p.T, 64), 99);
+    assert_int_equal(p.T, 8);
+    assert_int_equal(p.n_out, 8);
+    assert_int_equal(p.out_real, 6);
+    uint8_t *buf = malloc(p.bytes);
+    assert_non_null(buf);
+    cuda_plan_step_fill(&m, &bt, &p, buf);
+    const int32_t *out = (const int32_t *)(buf + p.out_rows);
+    const int32_t *pos = (const int32_t *)(buf + p.tok_pos);
+    static const int32_t want_out[8] = {0, 1, 2, 3, 4, 5, 7, 7};
+    static const int32_t want_pos[6] = {14, 15, 16, 17, 18, 3};
+    assert_memory_equal(out, want_out, sizeof want_out);
+    assert_memory_equal(pos, want_pos, sizeof want_pos);
+    free(buf);
+    /* a prompt chunk of 5 tokens wanting its last row is still tiled; a
+     * verify of more than CUDA_PLAN_VERIFY_MAX tokens is too */
+    s[0].want_logits = 1;
+    cuda_plan_step_size(&m, &bt, 1000, 0, &p);
+    assert_int_equal(p.n_tiles, 1);
+    assert_int_equal(p.n_out, 2);
+    int32_t t2[CUDA_PLAN_VERIFY_MAX + 1] = {0}, b2[3] = {1, 2, 3};
+    struct batch_seq big = {.tokens = t2, .n_tokens = CUDA_PLAN_VERIFY_MAX + 1, .n_past = 0,
+                            .block_table = b2, .n_blocks = 3,
+                            .want_logits = CUDA_PLAN_VERIFY_MAX + 1};
+    bt = (struct batch){.n_seqs = 1, .seqs = &big};
+    cuda_plan_step_size(&m, &bt, 1000, 0, &p);
+    assert_int_equal(p.n_tiles, 2);
+    assert_int_equal(p.n_out, CUDA_PLAN_VERIFY_MAX + 1);
+}
+
 static void test_combine_q8(void **state)
 {
     (void)state;
@@ -1282,6 +1338,7 @@ int main(void)
         cmocka_unit_test(test_kv_fp8),
         cmocka_unit_test(test_att_splits),
         cmocka_unit_test(test_graph_pad),
+        cmocka_unit_test(test_verify_step),
         cmocka_unit_test(test_decode_tiles),
         cmocka_unit_test(test_decode_tiles_small),
         cmocka_unit_test(test_combine_q8),

@@ -342,6 +342,45 @@ static void test_eog_and_facts(void **state)
     free(v);
 }
 
+/* tok_same_vocab: a draft model's vocabulary against its model's; scores and
+ * merges may differ, token meanings may not; the first difference named. */
+static void test_same_vocab(void **state)
+{
+    struct mf_err err;
+    struct vocab *a = spm_vocab(), *b = spm_vocab();
+    struct tok *ta = build(a), *tb;
+    b->score[S_A] = -9; /* another score: the same ids */
+    tb = build(b);
+    assert_int_equal(tok_same_vocab(ta, tb, &err), 0);
+    tok_free(tb);
+    snprintf(b->text[S_C], sizeof b->text[S_C], "d");
+    tb = build(b);
+    assert_int_equal(tok_same_vocab(ta, tb, &err), MF_EINVAL);
+    assert_string_equal(err.msg, "token 262 is 'c' against 'd'");
+    tok_free(tb);
+    snprintf(b->text[S_C], sizeof b->text[S_C], "c");
+    b->type[S_USER] = TOK_TYPE_CONTROL;
+    tb = build(b);
+    assert_int_equal(tok_same_vocab(ta, tb, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "token 266 ('<|user|>') is of type 4 against 3"));
+    tok_free(tb);
+    b->type[S_USER] = TOK_TYPE_USER_DEFINED;
+    b->d.special[TOK_ID_EOS] = S_CTRL;
+    tb = build(b);
+    assert_int_equal(tok_same_vocab(ta, tb, &err), MF_EINVAL);
+    assert_string_equal(err.msg, "the EOS token is 2 against 267");
+    tok_free(tb);
+    struct vocab *c = bpe_vocab(1); /* another model and size */
+    struct tok *tc = build(c);
+    assert_int_equal(tok_same_vocab(ta, tc, &err), MF_EINVAL);
+    assert_non_null(strstr(err.msg, "tokenizer models differ"));
+    tok_free(tc);
+    tok_free(ta);
+    free(a);
+    free(b);
+    free(c);
+}
+
 /* ---- decoding errors and the streaming detokenizer ---- */
 
 static void test_decode_rejects_out_of_range(void **state)
@@ -691,6 +730,7 @@ static void test_every_pre_tokenizer_on_long_runs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_vocab),
         cmocka_unit_test(test_spm_merges_by_score),
         cmocka_unit_test(test_spm_byte_fallback_and_decode),
         cmocka_unit_test(test_spm_special_tokens),

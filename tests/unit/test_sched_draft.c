@@ -162,10 +162,12 @@ static void test_limits(void **state)
     /* q[1] has 2 of 4 outputs: 1 proposal at most (the draw after it must fit) */
     assert_int_equal(sched_set_draft(r.s, q[1], d, 8), 1);
     sched_schedule(r.s, &r.st);
-    /* q[0] first: 1 + 2 (budget 3); q[1] gets no token this step */
+    /* budget 3: q[0] 1 + 1 proposal, leaving q[1] its own token (no
+     * proposal: a decode never waits for another's proposals) */
     assert_int_equal(r.st.n_tokens, 3);
-    assert_int_equal(r.st.batch.n_seqs, 1);
-    assert_int_equal(r.st.batch.seqs[0].want_logits, 3);
+    assert_int_equal(r.st.batch.n_seqs, 2);
+    assert_int_equal(r.st.batch.seqs[0].want_logits, 2);
+    assert_int_equal(r.st.batch.seqs[1].want_logits, 1);
     rig_close(&r, q, 2);
 
     rig_open(&r, 32, 64, 5); /* rows: 4 sequences + 1 spare */

@@ -106,12 +106,13 @@ static void op_submit(struct world *w, struct prog *pr)
 /* Prefill beside decode (sched.c): with nothing preempted, every running
  * request that had one token left is in the step with it (when the budget
  * holds them all); prompt work of
- * running requests advances when the budget has room past those; and
+ * running requests advances when the budget has room past those (and any
+ * proposals they carry); and
  * beside such a decode the prompts take at most max_prefill_tokens. */
 static void check_step(const struct world *w, const struct sched_step *st,
                        const int32_t *left_before)
 {
-    int32_t n_last = 0, prompt = 0;
+    int32_t n_last = 0, dec_tokens = 0, prompt = 0;
     int work = 0, advanced = 0;
 
     if (st->n_preempted)
@@ -127,6 +128,7 @@ static void check_step(const struct world *w, const struct sched_step *st,
         if (left_before[k] == 1) {
             must(in_step >= 1 || n_last > w->budget); /* no decode waits (a left-over
                                                         proposal may ride along) */
+            dec_tokens += in_step;
         } else if (left_before[k] > 1) {
             work = 1;
             advanced |= in_step > 0;
@@ -135,8 +137,8 @@ static void check_step(const struct world *w, const struct sched_step *st,
         if (in_step && sched_req_n_prompt(r) + sched_req_n_output(r) - sched_req_n_computed(r) > 1)
             prompt += in_step;
     }
-    if (work && n_last < w->budget)
-        must(advanced); /* prompts advance */
+    if (work && dec_tokens < w->budget)
+        must(advanced); /* prompts advance past the decodes and their proposals */
     if (n_last && w->prefill_cap)
         must(prompt <= w->prefill_cap);
 }

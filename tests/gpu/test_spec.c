@@ -18,7 +18,11 @@
  * (no F16/BF16/F32 projections, which take the tensor cores from 2 tokens)
  * and at most 4 tokens a step (below MFC_CUDA_GEMM_MIN and MFK_MMQ_MIN,
  * the GEMV path, whose rows do not depend on the step's token count), i.e.
- * the k = 3 runs at batch 1. Elsewhere the CUDA backend's rows depend on a
+ * the k = 3 runs at batch 1, with attention on the per-token kernel unsplit
+ * (the reference too): a step's token count picks the FlashDecoding splits
+ * and, from 4 decode tokens, the decode tiles, each summing in its own order
+ * (MFC_CUDA_ATTENTION_SPLIT=0, MFC_CUDA_DECODE_TILES=0 for those runs; the
+ * batch-8 runs keep both). Elsewhere the CUDA backend's rows depend on a
  * step's token count, as they already do between batch sizes without
  * speculation, and a near-tie can flip: those runs report the share of
  * requests whose tokens are identical and the first divergence. The last
@@ -180,6 +184,19 @@ static int run(const struct model *m, const struct model *dm, enum spec_source s
 }
 
 /* Requests whose tokens equal the reference's; prints the first divergence. */
+/* Attention whose rows do not depend on the step's token count (read by
+ * the CUDA backend at create): no splits, no decode tiles. */
+static void fixed_attention(int on)
+{
+    if (on) {
+        setenv("MFC_CUDA_ATTENTION_SPLIT", "0", 1);
+        setenv("MFC_CUDA_DECODE_TILES", "0", 1);
+    } else {
+        unsetenv("MFC_CUDA_ATTENTION_SPLIT");
+        unsetenv("MFC_CUDA_DECODE_TILES");
+    }
+}
+
 static int compare(const char *what, const struct run *ref, const struct run *got, int must)
 {
     int same = 0, told = 0;
@@ -234,6 +251,7 @@ int main(int argc, char **argv)
     int exact = quantized(m); /* the k = 3 runs take the decode path's kernels */
     printf("# %s, draft %s; tokens must match at k = 3, batch 1: %s\n", argv[1],
            argc > 2 ? argv[2] : "the model itself", exact ? "yes" : "no (F16/BF16/F32 weights)");
+    fixed_attention(1);
     if (run(m, dm, SPEC_NONE, 1, 1, NULL, &ref))
         return 1;
     static const struct {
@@ -247,6 +265,7 @@ int main(int argc, char **argv)
         {SPEC_DRAFT, 4, 8, 0, "draft k=4 batch 8"},   {SPEC_LOOKUP, 4, 8, 0, "lookup k=4 batch 8"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fixed_attention(cases[c].batch == 1);
         if (run(m, dm, cases[c].src, cases[c].k, cases[c].batch, cases[c].oracle ? &ref : NULL,
                 &got)) {
             failures++;

@@ -153,6 +153,17 @@ static int jw_literal(struct jw *w, const char *lit)
 
 static int jw_value(struct jw *w, const char *key, size_t klen, const char *ctx, size_t clen);
 
+/* After a member or element: 0 at the container's close (consumed), 1 past
+ * a ',', -1 on anything else. */
+static int jw_next(struct jw *w, char close)
+{
+    jw_ws(w);
+    if (w->p >= w->end)
+        return -1;
+    const char c = *w->p++;
+    return c == close ? 0 : c == ',' ? 1 : -1;
+}
+
 /* The members of an object whose own key (inherited through arrays) is
  * ctx; each member's value is visited with its key and that context. */
 static int jw_object(struct jw *w, const char *ctx, size_t clen)
@@ -176,16 +187,9 @@ static int jw_object(struct jw *w, const char *ctx, size_t clen)
         jw_ws(w);
         if (jw_value(w, k, kn, ctx, clen))
             return -1;
-        jw_ws(w);
-        if (w->p >= w->end)
-            return -1;
-        if (*w->p == '}') {
-            w->p++;
-            return 0;
-        }
-        if (*w->p != ',')
-            return -1;
-        w->p++;
+        const int r = jw_next(w, '}');
+        if (r <= 0)
+            return r;
     }
 }
 
@@ -202,16 +206,9 @@ static int jw_array(struct jw *w, const char *key, size_t klen)
         /* an element's context is the array's key: choices[i].text has ctx "choices" */
         if (jw_value(w, NULL, 0, key, klen))
             return -1;
-        jw_ws(w);
-        if (w->p >= w->end)
-            return -1;
-        if (*w->p == ']') {
-            w->p++;
-            return 0;
-        }
-        if (*w->p != ',')
-            return -1;
-        w->p++;
+        const int r = jw_next(w, ']');
+        if (r <= 0)
+            return r;
     }
 }
 

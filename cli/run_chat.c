@@ -181,12 +181,13 @@ static void show_parameters(struct run_chat *ch)
 {
     json_t *res = model_show(ch);
     const char *mp = json_string_value(json_object_get(res, "parameters"));
-    if (mp && *mp) {
+    const int model_has = mp && *mp;
+    if (model_has) {
         /* lines "key<padding> value", as the server formats them */
         fprintf(ch->out, "Model defined parameters:\n%s%s", mp,
                 mp[strlen(mp) - 1] == '\n' ? "" : "\n");
     }
-    json_decref(res);
+    json_decref(res); /* mp points into res */
     if (json_object_size(ch->options)) {
         fprintf(ch->out, "User defined parameters:\n");
         const char *k;
@@ -198,7 +199,7 @@ static void show_parameters(struct run_chat *ch)
             free(s);
         }
     }
-    if ((!mp || !*mp) && !json_object_size(ch->options))
+    if (!model_has && !json_object_size(ch->options))
         fprintf(ch->out, "No parameters were specified for this model.\n");
 }
 

@@ -20,8 +20,9 @@
  * prints its fallback, 26 Jul 2024, as Llama 3.1's does. The test
  * test_template_jinja checks all of it against @huggingface/jinja.
  * With tools (.Tools, assistant .ToolCalls, tool results), llama3.1, qwen2.5,
- * qwen3 and mistral-nemo render what their Jinja renders for tools, arguments and
- * results, through mfc's tojson (Jinja's tojson: Python's separators); the
+ * qwen3, mistral-nemo and hermes render what their Jinja renders for tools,
+ * arguments and results, through mfc's tojson (Jinja's tojson: Python's
+ * separators); the
  * other families do not use .Tools, so a request with tools is refused.
  */
 #include "text/template.h"
@@ -244,10 +245,60 @@ static const char tmpl_phi4[] =
 
 static const char *const stops_phi4[] = {"<|im_start|>", "<|im_end|>", "<|im_sep|>", NULL};
 
+/* A property's Python type as the Hermes tool_use template's
+ * json_to_python_type writes it ($p the property's schema). */
+#define HERMES_PYTYPE                                                                            \
+    "{{ $ty := json (index $p \"type\") }}"                                                      \
+    "{{ if eq $ty \"\\\"string\\\"\" }}str{{ else if eq $ty \"\\\"number\\\"\" }}float"          \
+    "{{ else if eq $ty \"\\\"integer\\\"\" }}int{{ else if eq $ty \"\\\"boolean\\\"\" }}bool"    \
+    "{{ else if eq $ty \"\\\"array\\\"\" }}list[Any]{{ else if eq $ty \"\\\"object\\\"\" }}dict" \
+    "{{ else }}Any{{ end }}"
+
+/* Hermes 2 Pro / Hermes 3 tool_use: ChatML; with tools, the function-calling
+ * system turn first (each tool's Python-style signature, its Args lines run
+ * together, and its schema, as the Jinja template writes them; properties in
+ * key order, as Go templates range over maps), assistant tool calls as
+ * <tool_call> blocks and tool results in one "tool" turn. */
 static const char tmpl_hermes[] =
-    "{{- range .Messages }}<|im_start|>{{ .Role }}\n"
-    "{{ .Content }}<|im_end|>\n"
-    "{{ end }}<|im_start|>assistant\n";
+    "{{- if .Tools }}<|im_start|>system\n"
+    "You are a function calling AI model. You are provided with function signatures within "
+    "<tools></tools> XML tags. You may call one or more functions to assist with the user "
+    "query. Don't make assumptions about what values to plug into functions. Here are the "
+    "available tools: <tools> "
+    "{{ range $i, $t := .Tools }}{{ if $i }}\n{{ end }}"
+    "{\"type\": \"function\", \"function\": {\"name\": \"{{ .Function.Name }}\", "
+    "\"description\": \"{{ .Function.Name }}("
+    "{{ $sep := \"\" }}{{ range $k, $p := .Function.Parameters.Properties }}{{ $sep }}{{ $k }}: "
+    HERMES_PYTYPE "{{ $sep = \", \" }}{{ end }}) - {{ .Function.Description }}\n\n"
+    "{{ $first := 1 }}{{ range $k, $p := .Function.Parameters.Properties }}"
+    "{{ if $first }}    Args:\n{{ end }}{{ $first = 0 }}        {{ $k }}(" HERMES_PYTYPE "): "
+    "{{ with index $p \"description\" }}{{ . }}{{ end }}{{ end }}\""
+    ", \"parameters\": {{ if .Function.Parameters.Properties }}{{ tojson .Function.Parameters }}"
+    "{{ else }}{}{{ end }}}"
+    "{{ end }} </tools>Use the following pydantic model json schema for each tool call you will "
+    "make: {\"properties\": {\"name\": {\"title\": \"Name\", \"type\": \"string\"}, "
+    "\"arguments\": {\"title\": \"Arguments\", \"type\": \"object\"}}, \"required\": "
+    "[\"name\", \"arguments\"], \"title\": \"FunctionCall\", \"type\": \"object\"}}\n"
+    "For each function call return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags as follows:\n"
+    "<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-dict>}\n"
+    "</tool_call><|im_end|>\n"
+    "{{ end }}"
+    "{{ $prev := \"\" }}"
+    "{{ range .Messages }}"
+    "{{ if eq $prev \"tool\" }}\n{{ if ne .Role \"tool\" }}<|im_end|>{{ end }}{{ end }}"
+    "{{ if eq .Role \"tool\" }}"
+    "{{ if and $prev (ne $prev \"tool\") }}<|im_start|>tool\n{{ end }}"
+    "<tool_response>\n{{ .Content }}\n</tool_response>"
+    "{{ else if and (eq .Role \"assistant\") .ToolCalls }}<|im_start|>assistant"
+    "{{ range .ToolCalls }}\n<tool_call>\n{\"name\": \"{{ .Function.Name }}\", "
+    "\"arguments\": {{ tojson .Function.Arguments }}}\n</tool_call>{{ end }}<|im_end|>\n"
+    "{{ else }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n"
+    "{{ end }}"
+    "{{ $prev = .Role }}"
+    "{{ end }}"
+    "{{ if eq $prev \"tool\" }}<|im_end|>{{ end }}<|im_start|>assistant\n";
 
 static const char *const stops_hermes[] = {"<|im_start|>", "<|im_end|>", NULL};
 
@@ -458,7 +509,7 @@ static const struct tmpl_family families[] = {
     {"qwen2.5", "Qwen 2.5 Instruct (ChatML with Qwen's default system prompt)", tmpl_qwen2_5, stops_qwen2_5, 0},
     {"qwen3", "Qwen3 (ChatML; the model writes its <think> section itself)", tmpl_qwen3, stops_qwen3, 0},
     {"phi4", "Phi-4 (<|im_start|>role<|im_sep|> ... <|im_end|>)", tmpl_phi4, stops_phi4, 0},
-    {"hermes", "NousResearch Hermes 2 Pro / Hermes 3 (ChatML)", tmpl_hermes, stops_hermes, 0},
+    {"hermes", "NousResearch Hermes 2 Pro / Hermes 3 tool_use (ChatML, <tool_call> blocks)", tmpl_hermes, stops_hermes, 1},
     {"chatml", "ChatML (OpenHermes, Yi, many fine-tunes)", tmpl_chatml, stops_chatml, 0},
     {"mistral-nemo", "Mistral Nemo Instruct 2407 (system text in the last user turn)", tmpl_mistral_nemo, stops_mistral_nemo, 1},
     {"mistral", "Mistral 7B Instruct v0.1/v0.2 ([INST] ... [/INST])", tmpl_mistral, stops_mistral, 1},

@@ -10,8 +10,10 @@
  * the leading bos_token a family leaves to the tokenizer. Templates mfc
  * recognises but cannot match exactly are listed with the reason and only
  * their detection is checked. Families that render tools (llama3.1, qwen2.5,
- * qwen3, mistral-nemo) are also compared on chats with tools, tool calls and tool
- * results, built the way mfc-serve builds them. Skips, saying why, without MFC_SHARED data,
+ * qwen3, mistral-nemo, hermes) are also compared on chats with tools, tool calls
+ * and tool results, built the way mfc-serve builds them; the Hermes tool_use
+ * templates only there (they fail without tools), the family writing plain
+ * ChatML otherwise. Skips, saying why, without MFC_SHARED data,
  * node, or @huggingface/jinja under MFC_NODE_MODULES.
  */
 #include <setjmp.h>
@@ -40,7 +42,7 @@ enum conv_set { ALL_CONVS, NO_SYSTEM };
 struct expect {
     const char *file;   /* template file name */
     const char *family; /* expected family */
-    int exact;          /* 1: renders must match; 0: detection only */
+    int exact;          /* 1: renders must match; 2: only the chats with tools; 0: detection only */
     enum conv_set convs;
     const char *why; /* for exact == 0, or a restriction */
     int tools_empty; /* pass tools=[] (the template fails on undefined tools) */
@@ -77,14 +79,10 @@ static const struct expect expects[] = {
      "the tool_use variant always renders its tool preamble; the family follows the default "
      "Command-R template",
      0},
-    {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes", 0, ALL_CONVS,
-     "the tool_use variant always renders a function-calling system prompt; the family is "
-     "plain ChatML",
-     0},
-    {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes", 0, ALL_CONVS,
-     "the tool_use variant always renders a function-calling system prompt; the family is "
-     "plain ChatML",
-     0},
+    {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes", 2, ALL_CONVS,
+     "the Jinja template fails without tools; the family writes plain ChatML then", 0},
+    {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes", 2, ALL_CONVS,
+     "the Jinja template fails without tools; the family writes plain ChatML then", 0},
     {"fireworks-ai-llama-3-firefunction-v2.jinja", "llama3", 0, ALL_CONVS,
      "firefunction always renders its function spec and today's date into the system turn", 0},
 };
@@ -149,11 +147,35 @@ static const char *const tool_convs[] = {
 
 #define N_TOOL_CONVS (sizeof tool_convs / sizeof tool_convs[0])
 
+/* TOOLS with every parameter described, in the order a Go template ranges
+ * over them: the Hermes tool_use template fails on a parameter without a
+ * description, and @huggingface/jinja on an array parameter (Python's Jinja
+ * writes list[Any], as the family does); jinja keeps the properties' order,
+ * Go sorts the keys; Go templates have no trim, so descriptions go as given. */
+static const char TOOLS_DESCRIBED[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+    "\"Get the weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+    "{\"type\": \"string\", \"description\": \"City name\"}, \"days\": {\"type\": "
+    "\"integer\", \"description\": \"Days ahead\"}, \"hourly\": {\"type\": \"boolean\", "
+    "\"description\": \"Hour by hour\"}}, \"required\": [\"city\"]}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"add\", \"description\": \"Add two "
+    "numbers\", \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+    "\"number\", \"description\": \"first\"}, \"b\": {\"type\": \"object\", \"description\": "
+    "\"second\"}}, \"required\": [\"a\", \"b\"]}}}, {\"type\": \"function\", \"function\": "
+    "{\"name\": \"now\", \"description\": \"The time\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {}}}}]";
+
+static const char *tools_for(const struct expect *e)
+{
+    return !strcmp(e->family, "hermes") ? TOOLS_DESCRIBED : TOOLS;
+}
+
 /* The families whose templates render tools (template_family.c). */
 static int tool_family(const struct expect *e)
 {
     return e->exact && (!strcmp(e->family, "llama3.1") || !strcmp(e->family, "qwen2.5") ||
-                        !strcmp(e->family, "qwen3") || !strcmp(e->family, "mistral-nemo"));
+                        !strcmp(e->family, "qwen3") || !strcmp(e->family, "mistral-nemo") ||
+                        !strcmp(e->family, "hermes"));
 }
 
 /* One template file found on disk. */
@@ -207,6 +229,8 @@ static const struct expect *find_expect(const char *name)
 
 static int conv_applies(const struct expect *e, const struct conv *c)
 {
+    if (e->exact == 2)
+        return 0;
     return e->convs == ALL_CONVS || !c->has_system;
 }
 
@@ -272,7 +296,7 @@ static json_t *build_request(struct ctx *x)
         for (size_t c = 0; tool_family(f->exp) && c < N_TOOL_CONVS; c++) {
             json_t *vars = json_pack("{s:s,s:s,s:s,s:o}", "bos_token", BOS, "eos_token", EOS,
                                      "date_string", "26 Jul 2024", "tools",
-                                     json_loads(TOOLS, 0, NULL));
+                                     json_loads(tools_for(f->exp), 0, NULL));
             json_array_append_new(cases, json_pack("{s:s,s:o,s:o}", "template", f->jinja,
                                                    "messages", json_loads(tool_convs[c], 0, NULL),
                                                    "vars", vars));
@@ -379,12 +403,13 @@ static void render_ours(const struct tmpl *t, const struct conv *c, struct mf_bu
 /* A chat with tools the way mfc-serve renders one: its request parser's
  * normal forms (serve_req_structured, Ollama's shape: arguments as objects,
  * as the Jinja side has them) and its template values. */
-static void render_tools(const struct tmpl *t, const char *msgs_json, struct mf_buf *out)
+static void render_tools(const struct tmpl *t, const char *tools, const char *msgs_json,
+                         struct mf_buf *out)
 {
     char body[8192];
     struct serve_req rq;
     struct mf_err err = {0};
-    snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s}", msgs_json, TOOLS);
+    snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s}", msgs_json, tools);
     if (serve_req_parse(SERVE_OLLAMA_CHAT, body, strlen(body), &rq, &err))
         fail_msg("parse: %s", err.msg);
     struct tmpl_message m[8] = {0};
@@ -468,7 +493,7 @@ static void check_file(struct tfile *f)
             want += strlen(BOS);
         struct mf_buf out;
         mf_buf_init(&out, 1 << 20);
-        render_tools(t, tool_convs[c], &out);
+        render_tools(t, tools_for(f->exp), tool_convs[c], &out);
         const char *got = out.data ? out.data : "";
         if (strcmp(want, got) != 0) {
             print_message("# %s / tools %zu differs\n", f->exp->file, c);
@@ -477,6 +502,25 @@ static void check_file(struct tfile *f)
             matched++;
         }
         mf_buf_free(&out);
+    }
+    if (f->exp->exact == 2) {
+        /* without tools the family writes what the plain ChatML family writes */
+        const struct tmpl_family *cm = tmpl_family_find("chatml");
+        struct tmpl *ct;
+        assert_non_null(cm);
+        if (tmpl_compile(&ct, cm->tmpl, strlen(cm->tmpl), NULL, TMPL_F_OLLAMA, &err))
+            fail_msg("chatml template: %s", err.msg);
+        for (size_t c = 0; c < N_CONVS; c++) {
+            struct mf_buf a, b;
+            mf_buf_init(&a, 1 << 20);
+            mf_buf_init(&b, 1 << 20);
+            render_ours(t, &convs[c], &a);
+            render_ours(ct, &convs[c], &b);
+            assert_string_equal(a.data ? a.data : "", b.data ? b.data : "");
+            mf_buf_free(&a);
+            mf_buf_free(&b);
+        }
+        tmpl_free(ct);
     }
     print_message("# %s (%s): %zu/%zu renders identical%s%s\n", f->exp->file, f->fam->name, matched,
                   f->n_cases, f->exp->why ? "; " : "", f->exp->why ? f->exp->why : "");

@@ -190,13 +190,13 @@ int main(int argc, char **argv)
     struct tok *tok = NULL;
     struct gram_vocab *v = NULL;
     if (model_open(path, &m, &err) || tok_load_gguf(m->gf, &tok, &err) ||
-        gram_vocab_new(tok, &v, &err)) {
+        gram_vocab_new(tok, NULL, &v, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
     double tv = now();
     gram_vocab_free(v);
-    gram_vocab_new(tok, &v, &err);
+    gram_vocab_new(tok, NULL, &v, &err);
     tv = now() - tv;
     int maxb = 0;
     for (int i = 0; i < n_batches; i++)

@@ -39,9 +39,13 @@ struct gram_vocab;
 
 /* Builds the trie of t's tokens as they decode (tok_piece without flags):
  * normal, user-defined and byte tokens; control and unknown tokens are never
- * allowed by a grammar, end-of-generation ones (tok_is_eog) only where the
- * grammar may end. MF_ENOMEM on failure, *out NULL. */
-int gram_vocab_new(const struct tok *t, struct gram_vocab **out, struct mf_err *err);
+ * allowed by a grammar, except a control token whose text is one of
+ * markers[] (NULL-terminated, or NULL for none: a chat family's tool-call
+ * opening such as Mistral's [TOOL_CALLS], which the model writes as one
+ * token), which stands for that text; end-of-generation ones (tok_is_eog)
+ * only where the grammar may end. MF_ENOMEM on failure, *out NULL. */
+int gram_vocab_new(const struct tok *t, const char *const *markers, struct gram_vocab **out,
+                   struct mf_err *err);
 /* The same from raw pieces (tests, benchmarks): piece i of len[i] bytes is
  * token i; eog[i] nonzero marks an end-of-generation token; a NULL piece
  * marks a token no grammar allows. */

@@ -32,7 +32,11 @@ struct serve_gcache {
 
 int serve_gcache_open(struct serve *s, struct mf_err *err)
 {
-    int rc = gram_vocab_new(s->tok, &s->gvocab, err);
+    /* the family's tool-call opening, where the vocabulary has it as a
+     * control token, is how a forced call begins */
+    const struct serve_toolfmt *f = serve_toolfmt_for(s->family);
+    const char *const markers[] = {f->open[0] ? f->open : NULL, NULL};
+    int rc = gram_vocab_new(s->tok, markers, &s->gvocab, err);
     if (rc)
         return rc;
     s->gcache = calloc(1, sizeof *s->gcache);

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "runtime/grammar/gram.h"
+#include "text/tokenizer.h"
 
 static struct gram *compile(const char *src, const struct gram_vocab *v)
 {
@@ -651,6 +652,56 @@ static void test_sampler_grammar(void **state)
     free_vocab(&w);
 }
 
+/* A control token is left out of the trie unless its text is a marker the
+ * vocabulary was asked for; then it stands for that text, beside the same
+ * text spelled by ordinary tokens. */
+static void test_vocab_markers(void **state)
+{
+    (void)state;
+    static const struct tok_str texts[] = {
+        {"<unk>", 5}, {"<s>", 3}, {"</s>", 4}, {"[TOOL_CALLS]", 12}, {"<|im_end|>", 10},
+        {"[", 1},     {"TOOL_CALLS", 10},  {"]", 1},     {"x", 1},
+    };
+    static const int32_t types[] = {TOK_TYPE_UNKNOWN, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL,
+                                    TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_NORMAL,
+                                    TOK_TYPE_NORMAL,  TOK_TYPE_NORMAL,  TOK_TYPE_NORMAL};
+    const char *const markers[] = {"[TOOL_CALLS]", "<|im_end|>x", NULL};
+    struct tok_desc d;
+    struct tok *t;
+    struct mf_err err = {0};
+    tok_desc_init(&d);
+    d.model = "llama";
+    d.tokens = texts;
+    d.n_tokens = d.n_types = sizeof texts / sizeof texts[0];
+    d.types = types;
+    d.special[TOK_ID_UNK] = 0;
+    d.special[TOK_ID_BOS] = 1;
+    d.special[TOK_ID_EOS] = 2;
+    if (tok_new(&d, &t, &err))
+        fail_msg("tok_new: %s", err.msg);
+    static const char src[] = "root ::= \"[TOOL_CALLS]\" \"x\"+";
+    for (int with = 0; with < 2; with++) {
+        struct gram_vocab *v;
+        struct gram *g;
+        uint32_t m[1] = {0};
+        assert_int_equal(gram_vocab_new(t, with ? markers : NULL, &v, &err), 0);
+        assert_int_equal(gram_new(src, strlen(src), v, &g, &err), 0);
+        uint32_t st = gram_start(g, &err);
+        assert_int_equal(gram_mask(g, st, m, &err), 0);
+        assert_int_equal((m[0] >> 5) & 1u, 1);    /* "[" spells it out either way */
+        assert_int_equal((m[0] >> 3) & 1u, with); /* the marker token only when asked */
+        assert_int_equal((m[0] >> 4) & 1u, 0);    /* another control token: never */
+        assert_int_equal((m[0] >> 1) & 1u, 0);
+        uint32_t after = gram_feed_token(g, st, 3, &err);
+        assert_true(with ? after != GRAM_DEAD : after == GRAM_DEAD);
+        if (with) /* the same state as the text spelled out */
+            assert_int_equal(after, gram_feed(g, st, "[TOOL_CALLS]", 12, &err));
+        gram_unref(g);
+        gram_vocab_free(v);
+    }
+    tok_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -658,7 +709,7 @@ int main(void)
         cmocka_unit_test(test_gbnf_errors),     cmocka_unit_test(test_mask_brute_force),
         cmocka_unit_test(test_schema_integers), cmocka_unit_test(test_schema_random_outputs),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_json_mode),
-        cmocka_unit_test(test_sampler_grammar),
+        cmocka_unit_test(test_sampler_grammar), cmocka_unit_test(test_vocab_markers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

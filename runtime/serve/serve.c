@@ -47,6 +47,7 @@ struct reqctx {
     int ollama;          /* errors in Ollama's shape */
     struct mf_buf body;  /* the request body */
     int too_big;         /* more than max_body arrived */
+    int in;              /* the whole request arrived */
     struct serve_gen *g; /* a reference, or NULL */
 };
 
@@ -542,6 +543,20 @@ static enum MHD_Result body_late(struct MHD_Connection *c, struct reqctx *rc)
     return MHD_NO;
 }
 
+/* A body that stopped arriving for the read timeout: libmicrohttpd's
+ * timeout ends the connection without a word, so the 408 is written here,
+ * before it closes the socket. */
+static void body_silent(struct MHD_Connection *c, struct reqctx *rc)
+{
+    char out[1024], msg[96];
+    snprintf(msg, sizeof msg, "the request body stopped arriving for the read timeout (%d s)",
+             rc->s->cfg.read_timeout);
+    size_t n = serve_door_error(408, "request_timeout", msg, rc->ollama, 0, out, sizeof out);
+    int fd = conn_fd(c);
+    if (n && fd >= 0 && send(fd, out, n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n)
+        rc->status = 408;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -580,6 +595,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (rc->status) /* answered already (413 at the headers) */
         return MHD_YES;
     /* the request is in: the response may take its time (a stream, a long generation) */
+    rc->in = 1;
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)RESPONSE_IDLE_S);
     if (rc->too_big) {
         char msg[128];
@@ -600,6 +616,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     const char *fin = "-";
     if (!rc)
         return;
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !rc->in && !rc->status)
+        body_silent(c, rc);
     if (rc->g) {
         serve_gen_counts(rc->g, &pt, &ct, &fin);
         serve_gen_spec_counts(rc->g, &sp, &sa);

@@ -160,6 +160,23 @@ print(round(time.monotonic() - t0, 1), data.split(b"\r\n")[0].decode())
 EOF
     [[ "$output" == *"HTTP/1.1 408 Request Timeout" ]]
     awk '{ exit !($1 >= 0.8 && $1 < 3) }' <<<"$output"
+    # a body that stops arriving: the same 408, as JSON, after a second of silence
+    run python3 - "$SERVE_PORT" <<'EOF'
+import json, socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+t0 = time.monotonic()
+data = b""
+while True:
+    d = s.recv(4096)
+    if not d:
+        break
+    data += d
+head, _, body = data.partition(b"\r\n\r\n")
+print(round(time.monotonic() - t0, 1), head.split(b"\r\n")[0].decode(), json.loads(body)["error"]["code"])
+EOF
+    [[ "$output" == *"HTTP/1.1 408 Request Timeout request_timeout" ]]
+    awk '{ exit !($1 >= 0.8 && $1 < 3) }' <<<"$output"
     run python3 "$MFC_SRCDIR/tests/cli/slowloris.py" cap "$SERVE_PORT" 127.0.0.6 7
     jq -e '.same[0] == 503 and .other[0] == 200' <<<"$output"
     serve_stop

@@ -69,11 +69,6 @@ static double cpu_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
-{
-    return backend_step(ctx, b, err);
-}
-
 struct run {
     double s;        /* CPU seconds of the process (cpu_now) */
     uint64_t steps;  /* engine steps */
@@ -219,7 +214,7 @@ int main(int argc, char **argv)
     ec.sched.max_waiting = 1024;
     ec.n_kv_blocks = n_blocks;
     struct engine_model em = {
-        .ctx = be, .n_vocab = (int32_t)m->hp.n_vocab, .n_loras = m->n_loras, .step = step_fn};
+        .ctx = be, .n_vocab = (int32_t)m->hp.n_vocab, .n_loras = m->n_loras, .step = backend_engine_step};
     struct engine *e = NULL;
     if (engine_open(&ec, &em, &engine_sampler_std, &e, &err)) {
         fprintf(stderr, "engine: %s\n", err.msg);

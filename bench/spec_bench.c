@@ -98,21 +98,6 @@ static double now(clockid_t c)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
-{
-    return backend_step(ctx, b, err);
-}
-
-static void *alloc_fn(void *ctx, size_t n)
-{
-    return backend_host_alloc(ctx, n);
-}
-
-static void free_fn(void *ctx, void *p)
-{
-    backend_host_free(ctx, p);
-}
-
 static int usage(void)
 {
     fprintf(stderr, "usage: spec_bench --model M.gguf | --synth SHAPE TYPE [--draft D.gguf] "
@@ -209,9 +194,9 @@ static int engine_for(struct bench *b, enum spec_source src, int fixed, int guar
     struct engine_config ec = {0};
     struct engine_model em = {.ctx = b->be,
                               .n_vocab = (int32_t)b->m->hp.n_vocab,
-                              .step = step_fn,
-                              .logits_alloc = alloc_fn,
-                              .logits_free = free_fn,
+                              .step = backend_engine_step,
+                              .logits_alloc = backend_engine_alloc,
+                              .logits_free = backend_engine_free,
                               .max_tokens = 2048};
     ec.sched.max_num_seqs = b->o.batch;
     ec.sched.max_num_batched_tokens = 2048;
@@ -230,9 +215,9 @@ static int engine_for(struct bench *b, enum spec_source src, int fixed, int guar
     if (src == SPEC_DRAFT) {
         *dm = (struct engine_model){.ctx = b->db,
                                     .n_vocab = (int32_t)b->dm->hp.n_vocab,
-                                    .step = step_fn,
-                                    .logits_alloc = alloc_fn,
-                                    .logits_free = free_fn,
+                                    .step = backend_engine_step,
+                                    .logits_alloc = backend_engine_alloc,
+                                    .logits_free = backend_engine_free,
                                     .max_tokens = 2048};
         ec.draft = dm;
         ec.spec.draft_kv_blocks = b->d_blocks;

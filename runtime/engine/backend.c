@@ -47,6 +47,28 @@ void backend_host_free(struct backend *b, void *p)
         free(p);
 }
 
+int backend_engine_step(void *b, struct batch *batch, struct mf_err *err)
+{
+    return backend_step(b, batch, err);
+}
+
+void *backend_engine_alloc(void *b, size_t bytes)
+{
+    return backend_host_alloc(b, bytes);
+}
+
+void backend_engine_free(void *b, void *p)
+{
+    backend_host_free(b, p);
+}
+
+int backend_engine_sample(void *b, int32_t n, const struct sampler_draw *d, int32_t *ids,
+                          float *logits, struct mf_err *err)
+{
+    struct backend *be = b;
+    return be->ops->sample(be, n, d, ids, logits, err);
+}
+
 uint64_t backend_kv_block_bytes(const struct model *m, enum backend_kv_type t)
 {
     if (t == BACKEND_KV_Q8 || t == BACKEND_KV_FP8) /* a byte per element and a float per slot,

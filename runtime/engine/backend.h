@@ -99,6 +99,15 @@ void backend_free(struct backend *b); /* accepts NULL */
 void *backend_host_alloc(struct backend *b, size_t bytes);
 void backend_host_free(struct backend *b, void *p);
 
+/* The same as struct engine_model's callbacks (engine.h), whose ctx is the
+ * backend: step, logits_alloc, logits_free and sample (ops->sample, which
+ * must be set). */
+int backend_engine_step(void *b, struct batch *batch, struct mf_err *err);
+void *backend_engine_alloc(void *b, size_t bytes);
+void backend_engine_free(void *b, void *p);
+int backend_engine_sample(void *b, int32_t n, const struct sampler_draw *d, int32_t *ids,
+                          float *logits, struct mf_err *err);
+
 /* The CPU backend (cpu.c). */
 extern const struct backend_ops cpu_backend_ops;
 

@@ -75,28 +75,6 @@ static uint64_t mem_available(void)
     return kb ? (uint64_t)kb * 1024 : 1ull << 30;
 }
 
-static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
-{
-    return backend_step(ctx, b, err);
-}
-
-static void *logits_alloc_fn(void *ctx, size_t bytes)
-{
-    return backend_host_alloc(ctx, bytes);
-}
-
-static void logits_free_fn(void *ctx, void *p)
-{
-    backend_host_free(ctx, p);
-}
-
-static int sample_fn(void *ctx, int32_t n, const struct sampler_draw *d, int32_t *ids,
-                     float *logits, struct mf_err *err)
-{
-    struct backend *b = ctx;
-    return b->ops->sample(b, n, d, ids, logits, err);
-}
-
 /* GGUF scalars (and array lengths as null, as Ollama shows them) for /api/show. */
 static json_t *model_info(const struct gguf_file *gf)
 {
@@ -322,7 +300,7 @@ static int open_engine(struct serve *s, struct mf_err *err)
         struct cuda_upload_stats st;
         cuda_backend_stats(s->be, &st);
         if (st.sampling)
-            em.sample = sample_fn;
+            em.sample = backend_engine_sample;
         mf_log_info(&s->log, "CUDA: tokens drawn %s (MFC_CUDA_SAMPLING)",
                     st.sampling ? "on the device (the host for typical_p, logprobs, top_k over "
                                   "1024 or over 1024 bias and penalty entries)"
@@ -368,9 +346,9 @@ static int open_engine(struct serve *s, struct mf_err *err)
     em.eos = s->eos;
     em.n_eos = s->n_eos;
     em.n_loras = s->m->n_loras;
-    em.step = step_fn;
-    em.logits_alloc = logits_alloc_fn;
-    em.logits_free = logits_free_fn;
+    em.step = backend_engine_step;
+    em.logits_alloc = backend_engine_alloc;
+    em.logits_free = backend_engine_free;
     em.max_tokens = s->cfg.max_batch_tokens;
     return engine_open(&ec, &em, &engine_sampler_std, &s->e, err);
 }

@@ -158,21 +158,6 @@ int serve_spec_setup(struct serve *s, struct engine_config *ec, struct backend_c
     return 0;
 }
 
-static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
-{
-    return backend_step(ctx, b, err);
-}
-
-static void *alloc_fn(void *ctx, size_t n)
-{
-    return backend_host_alloc(ctx, n);
-}
-
-static void free_fn(void *ctx, void *p)
-{
-    backend_host_free(ctx, p);
-}
-
 /* Blocks for the draft: every sequence at full context, within a cap (a
  * share of the model's budget on the CPU, DRAFT_KV_CAP_CUDA on a GPU). */
 static int32_t draft_blocks(const struct serve *s, uint64_t block_bytes, int cuda,
@@ -216,9 +201,9 @@ int serve_spec_backend(struct serve *s, const struct backend_ops *ops, struct en
         return mf_err_set(err, MF_ENOMEM, "out of memory");
     *s->dem = (struct engine_model){.ctx = s->dbe,
                                     .n_vocab = (int32_t)s->dm->hp.n_vocab,
-                                    .step = step_fn,
-                                    .logits_alloc = alloc_fn,
-                                    .logits_free = free_fn,
+                                    .step = backend_engine_step,
+                                    .logits_alloc = backend_engine_alloc,
+                                    .logits_free = backend_engine_free,
                                     .max_tokens = s->cfg.max_batch_tokens};
     ec->draft = s->dem;
     ec->spec.draft_kv_blocks = n;

@@ -50,21 +50,6 @@ struct run {
     uint64_t proposed, accepted;
 };
 
-static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
-{
-    return backend_step(ctx, b, err);
-}
-
-static void *alloc_fn(void *ctx, size_t n)
-{
-    return backend_host_alloc(ctx, n);
-}
-
-static void free_fn(void *ctx, void *p)
-{
-    backend_host_free(ctx, p);
-}
-
 static struct backend *make_backend(const struct model *m, int32_t seqs, int32_t k)
 {
     struct backend_config bc = {.max_tokens = 512, .max_seqs = seqs, .max_logits = seqs * (k + 1)};
@@ -94,9 +79,9 @@ static int run(const struct model *m, const struct model *dm, enum spec_source s
     struct engine_config ec = {0};
     struct engine_model em = {.ctx = be,
                               .n_vocab = (int32_t)m->hp.n_vocab,
-                              .step = step_fn,
-                              .logits_alloc = alloc_fn,
-                              .logits_free = free_fn,
+                              .step = backend_engine_step,
+                              .logits_alloc = backend_engine_alloc,
+                              .logits_free = backend_engine_free,
                               .max_tokens = 512};
     struct engine_model dem;
     struct engine *e;
@@ -120,9 +105,9 @@ static int run(const struct model *m, const struct model *dm, enum spec_source s
         db = make_backend(dm, batch, 1);
         dem = (struct engine_model){.ctx = db,
                                     .n_vocab = (int32_t)dm->hp.n_vocab,
-                                    .step = step_fn,
-                                    .logits_alloc = alloc_fn,
-                                    .logits_free = free_fn,
+                                    .step = backend_engine_step,
+                                    .logits_alloc = backend_engine_alloc,
+                                    .logits_free = backend_engine_free,
                                     .max_tokens = 512};
         ec.draft = &dem;
         ec.spec.draft_kv_blocks = batch * 16;

@@ -122,11 +122,6 @@ struct rig {
     struct engine *e;   /* owned */
 };
 
-static int backend_engine_step(void *ctx, struct batch *b, struct mf_err *err)
-{
-    return backend_step(ctx, b, err);
-}
-
 /* An engine over model m (its sliding window, if every layer slides,
  * frees blocks as sequences run). */
 static void rig_open_model(struct rig *r, const struct model *m, int32_t blocks, int32_t seqs,

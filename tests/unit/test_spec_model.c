@@ -117,11 +117,6 @@ struct rig {
     struct engine *e;
 };
 
-static int step_fn(void *ctx, struct batch *b, struct mf_err *err)
-{
-    return backend_step(ctx, b, err);
-}
-
 static struct backend *cpu_for(const struct model *m, int32_t blocks, int32_t seqs)
 {
     struct backend_config bc = {
@@ -142,7 +137,7 @@ static void rig_open(struct rig *r, enum spec_source src, const struct model *dr
     struct engine_config ec = {0};
     struct engine_model em = {.n_vocab = (int32_t)fx.m->hp.n_vocab,
                               .n_loras = fx.m->n_loras,
-                              .step = step_fn,
+                              .step = backend_engine_step,
                               .max_tokens = 512};
     struct mf_err err;
 
@@ -162,7 +157,7 @@ static void rig_open(struct rig *r, enum spec_source src, const struct model *dr
         r->db = cpu_for(draft, 96, seqs);
         r->dm = (struct engine_model){.ctx = r->db,
                                       .n_vocab = (int32_t)draft->hp.n_vocab,
-                                      .step = step_fn,
+                                      .step = backend_engine_step,
                                       .max_tokens = 512};
         ec.draft = &r->dm;
         ec.spec.draft_kv_blocks = 96;

@@ -126,6 +126,23 @@ static const char tmpl_functionary_v3_2[] =
 
 static const char *const stops_functionary_v3_2[] = {"<|start_header_id|>", "<|eot_id|>", NULL};
 
+/* Qwen 2.5's and Qwen3's tool preamble, word for word from their templates. */
+#define QWEN_TOOLS                                                                          \
+    "You may call one or more functions to assist with the user query.\n"                   \
+    "\n"                                                                                    \
+    "You are provided with function signatures within <tools></tools> XML tags:\n"          \
+    "<tools>\n"                                                                             \
+    "{{- range .Tools }}\n"                                                                 \
+    "{{ tojson . }}\n"                                                                      \
+    "{{- end }}\n"                                                                          \
+    "</tools>\n"                                                                            \
+    "\n"                                                                                    \
+    "For each function call, return a json object with function name and arguments within " \
+    "<tool_call></tool_call> XML tags:\n"                                                   \
+    "<tool_call>\n"                                                                         \
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"                      \
+    "</tool_call>"
+
 static const char tmpl_qwen2_5[] =
     "{{- $skip := -1 }}\n"
     "{{- $sys := \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\" }}\n"
@@ -136,19 +153,7 @@ static const char tmpl_qwen2_5[] =
     "\n"
     "# Tools\n"
     "\n"
-    "You may call one or more functions to assist with the user query.\n"
-    "\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n"
-    "<tools>\n"
-    "{{- range .Tools }}\n"
-    "{{ tojson . }}\n"
-    "{{- end }}\n"
-    "</tools>\n"
-    "\n"
-    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
-    "<tool_call>\n"
-    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-    "</tool_call>\n"
+    QWEN_TOOLS "\n"
     "{{- end }}<|im_end|>\n"
     "{{ $prev := \"\" }}\n"
     "{{- range $i, $m := .Messages }}\n"
@@ -190,19 +195,7 @@ static const char tmpl_qwen3[] =
     "\n"
     "{{ end }}# Tools\n"
     "\n"
-    "You may call one or more functions to assist with the user query.\n"
-    "\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n"
-    "<tools>\n"
-    "{{- range .Tools }}\n"
-    "{{ tojson . }}\n"
-    "{{- end }}\n"
-    "</tools>\n"
-    "\n"
-    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
-    "<tool_call>\n"
-    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-    "</tool_call><|im_end|>\n"
+    QWEN_TOOLS "<|im_end|>\n"
     "{{ else if eq $skip 0 }}<|im_start|>system\n"
     "{{ (index .Messages 0).Content }}<|im_end|>\n"
     "{{ end }}\n"
